@@ -1,0 +1,120 @@
+"""One exception hierarchy for walog, rooted at :class:`WalogError`.
+
+Every error a user can see is a subclass of :class:`WalogError`. Classes say *what*
+happened, not where. ``retriable`` on the class tells the retry loops (tenacity, one
+predicate: :func:`is_retriable`) whether trying the same operation again can succeed.
+
+Foreign exceptions (``grpc.RpcError``, kazoo, sqlite3, ``OSError``) are translated into
+these classes at exactly one boundary per dependency, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class WalogError(Exception):
+    """Root of every walog error."""
+
+    retriable: bool = False
+
+
+class LedgerFencedError(WalogError):
+    """The ledger was fenced by a recovering reader; this writer can add no more entries.
+
+    Like a timeout, it does not say whether the failed entry was written: only recovery
+    of the ledger decides that.
+    """
+
+
+class WriterFencedError(LedgerFencedError):
+    """Another writer took over the log; this log writer can append no more records."""
+
+
+class LedgerClosedError(WalogError):
+    """The ledger is closed; nothing more can be appended to it."""
+
+
+class NotEnoughBookiesError(WalogError):
+    """Fewer bookies are available than the ensemble (or a replacement) needs."""
+
+    retriable = True
+
+
+class NoSuchLedgerError(WalogError):
+    """The ledger does not exist (never created, or deleted)."""
+
+
+class NoSuchEntryError(WalogError):
+    """The entry does not exist, or lies beyond what may be read (the last add confirmed)."""
+
+
+class NoSuchLogError(WalogError):
+    """The log does not exist."""
+
+
+class MetadataConflictError(WalogError):
+    """A compare-and-swap on the metadata store lost: someone else changed the record."""
+
+    retriable = True
+
+
+class UnauthorizedError(WalogError):
+    """The ledger password (master key) or the client's credentials were refused."""
+
+
+class BookieError(WalogError):
+    """A bookie failed a request (I/O error, unavailable, timed out, overloaded)."""
+
+    retriable = True
+
+
+class BookieUnavailableError(BookieError):
+    """A bookie could not be reached or did not answer in time."""
+
+
+class BookieReadOnlyError(BookieError):
+    """The bookie is in read-only mode and accepts no writes."""
+
+
+class DigestMismatchError(WalogError):
+    """An entry's digest does not match its contents: it is corrupt and is never served."""
+
+
+class MetadataError(WalogError):
+    """The metadata store failed (connection lost, session expired, I/O error)."""
+
+    retriable = True
+
+
+class DataLossError(WalogError):
+    """Requested records are gone (for example truncated) and cannot be read."""
+
+
+class CookieMismatchError(WalogError):
+    """A bookie's data directory does not match its cookie in the metadata store."""
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Return True when retrying the failed operation may succeed (tenacity predicate)."""
+    return isinstance(exc, WalogError) and exc.retriable
+
+
+__all__ = [
+    "BookieError",
+    "BookieReadOnlyError",
+    "BookieUnavailableError",
+    "CookieMismatchError",
+    "DataLossError",
+    "DigestMismatchError",
+    "LedgerClosedError",
+    "LedgerFencedError",
+    "MetadataConflictError",
+    "MetadataError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "NoSuchLogError",
+    "NotEnoughBookiesError",
+    "UnauthorizedError",
+    "WalogError",
+    "WriterFencedError",
+    "is_retriable",
+]

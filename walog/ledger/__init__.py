@@ -1,0 +1,1 @@
+"""The BookKeeper ledger protocol, client side."""

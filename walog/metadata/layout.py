@@ -1,0 +1,133 @@
+"""Where records live in the metadata store and how they are (de)serialised.
+
+JSON documents, one per record. Paths:
+
+- ``/ledgers/<id>``                 ledger metadata (:class:`LedgerMetadata`)
+- ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
+- ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
+- ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
+- counter ``ledger-ids``            source of new ledger ids
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Literal
+
+from walog.ledger.durability import Durability
+
+LEDGERS = "/ledgers"
+LOGS = "/logs"
+AVAILABLE_BOOKIES = "/bookies/available"
+COOKIES = "/bookies/cookies"
+LEDGER_ID_COUNTER = "ledger-ids"
+
+LedgerState = Literal["OPEN", "IN_RECOVERY", "CLOSED"]
+
+
+def ledger_path(ledger_id: int) -> str:
+    """Path of a ledger's metadata record."""
+    return f"{LEDGERS}/{ledger_id}"
+
+
+def log_path(name: str) -> str:
+    """Path of a log's metadata record."""
+    return f"{LOGS}/{name}"
+
+
+def bookie_path(bookie_id: str) -> str:
+    """Path of a bookie's availability record."""
+    return f"{AVAILABLE_BOOKIES}/{bookie_id}"
+
+
+def cookie_path(bookie_id: str) -> str:
+    """Path of a bookie's cookie record."""
+    return f"{COOKIES}/{bookie_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerMetadata:
+    """A ledger's metadata (seed 000, "Ledger metadata").
+
+    ``ensembles`` lists the fragments as ``(first_entry_id, [bookie_id, ...])``, oldest
+    first. ``last_entry_id`` is -1 unless the ledger is CLOSED (then -1 means empty).
+    ``password_check`` verifies a password without storing it; ``ctime`` is the creation
+    time in seconds since the epoch.
+    """
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    state: LedgerState = "OPEN"
+    last_entry_id: int = -1
+    ensembles: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    durability: Durability = Durability.PERSISTENT
+    custom_metadata: dict[str, str] | None = None
+    password_check: str = ""
+    ctime: float = dataclasses.field(default_factory=time.time)
+
+    @property
+    def is_closed(self) -> bool:
+        """True when the state is CLOSED."""
+        return self.state == "CLOSED"
+
+    def ensemble_for(self, entry_id: int) -> tuple[str, ...]:
+        """The ensemble of the fragment that holds ``entry_id``."""
+        chosen = self.ensembles[0][1]
+        for first, bookies in self.ensembles:
+            if first > entry_id:
+                break
+            chosen = bookies
+        return chosen
+
+    def fragment_bounds(self) -> list[tuple[int, int, tuple[str, ...]]]:
+        """``(first_entry_id, last_entry_id_or_-1_for_open_end, ensemble)`` per fragment."""
+        out: list[tuple[int, int, tuple[str, ...]]] = []
+        for i, (first, bookies) in enumerate(self.ensembles):
+            last = self.ensembles[i + 1][0] - 1 if i + 1 < len(self.ensembles) else -1
+            out.append((first, last, bookies))
+        return out
+
+    @property
+    def last_ensemble(self) -> tuple[str, ...]:
+        """The ensemble of the last fragment (where new entries go)."""
+        return self.ensembles[-1][1]
+
+    def with_changes(self, **changes: Any) -> LedgerMetadata:
+        """A copy with some fields replaced."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> bytes:
+        """Serialise for the metadata store."""
+        doc = dataclasses.asdict(self)
+        doc["durability"] = self.durability.value
+        doc["ensembles"] = [[first, list(bookies)] for first, bookies in self.ensembles]
+        doc["format"] = 1
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LedgerMetadata:
+        """Parse a record written by :meth:`to_json`."""
+        doc = json.loads(raw)
+        doc.pop("format", None)
+        doc["durability"] = Durability(doc["durability"])
+        doc["ensembles"] = tuple((int(f), tuple(b)) for f, b in doc["ensembles"])
+        return cls(**doc)
+
+
+__all__ = [
+    "AVAILABLE_BOOKIES",
+    "COOKIES",
+    "LEDGERS",
+    "LEDGER_ID_COUNTER",
+    "LOGS",
+    "LedgerMetadata",
+    "LedgerState",
+    "bookie_path",
+    "cookie_path",
+    "ledger_path",
+    "log_path",
+]

@@ -1,0 +1,96 @@
+"""The metadata store interface: versioned records with compare-and-swap.
+
+Two implementations stand behind it: ZooKeeper through kazoo (``zk://``) and an embedded
+SQLite file (``sqlite:///``). Both pass one contract test suite (tests/integration). The
+simulator has an in-memory one. Paths are ``/``-separated, absolute, relative to the
+store's root (the ZooKeeper chroot, or the SQLite file).
+
+Every version is an integer that starts at 0 when a record is created and grows by one on
+each set. A ``set`` or ``delete`` with the wrong version raises
+:class:`walog.MetadataConflictError`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+from walog.errors import WalogError
+
+
+class NodeNotFoundError(WalogError):
+    """The metadata record does not exist."""
+
+
+class NodeExistsError(WalogError):
+    """A metadata record already exists at that path."""
+
+
+WatchCallback = Callable[[], None]
+"""Called (on any thread) after the watched record or its children may have changed."""
+
+
+class MetadataStore(abc.ABC):
+    """Versioned get / create / CAS set / delete / children / watch, ids, registration.
+
+    All I/O methods are coroutines; implementations run blocking client calls in their own
+    threads, never on the event loop.
+    """
+
+    @abc.abstractmethod
+    async def get(self, path: str) -> tuple[bytes, int]:
+        """Return ``(data, version)``; :class:`NodeNotFoundError` if absent."""
+
+    @abc.abstractmethod
+    async def exists(self, path: str) -> int | None:
+        """Return the record's version, or None when it does not exist."""
+
+    @abc.abstractmethod
+    async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
+        """Create a record (version 0); :class:`NodeExistsError` if it exists."""
+
+    @abc.abstractmethod
+    async def set(self, path: str, data: bytes, version: int) -> int:
+        """Compare-and-swap: replace the data if the version matches; return the new version.
+
+        :class:`walog.MetadataConflictError` if the version differs,
+        :class:`NodeNotFoundError` if the record is gone.
+        """
+
+    @abc.abstractmethod
+    async def delete(self, path: str, version: int = -1) -> None:
+        """Delete a record (any version when ``version == -1``).
+
+        :class:`NodeNotFoundError` if absent, :class:`walog.MetadataConflictError` on a
+        version mismatch. Deleting a record that has children deletes them too.
+        """
+
+    @abc.abstractmethod
+    async def children(self, path: str) -> list[str]:
+        """Names (not paths) of the direct children of ``path``, sorted; [] when none."""
+
+    @abc.abstractmethod
+    async def next_id(self, counter: str) -> int:
+        """A new unique, strictly increasing id from the named counter (ledger ids)."""
+
+    @abc.abstractmethod
+    def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
+        """Call ``callback`` whenever the record at ``path`` or its set of children changes
+        (created, set, deleted). Persistent until the returned function is called."""
+
+    @abc.abstractmethod
+    async def register(self, path: str, data: bytes) -> None:
+        """Create a liveness-bound record: it disappears when this store's session ends
+        (ZooKeeper ephemeral node; SQLite row with heartbeat and expiry). It is re-created
+        after a session expiry for as long as this store is open."""
+
+    @abc.abstractmethod
+    async def unregister(self, path: str) -> None:
+        """Remove a record made by :meth:`register` (no error if already gone)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the session; liveness-bound records of this store disappear."""
+
+
+__all__ = ["MetadataStore", "NodeExistsError", "NodeNotFoundError", "WatchCallback"]

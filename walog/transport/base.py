@@ -1,0 +1,167 @@
+"""The transport interface the ledger protocol talks through.
+
+The protocol code (walog/ledger) sees bookies only through :class:`BookieClient` and
+:class:`BookiePool`. ``walog.transport.grpc`` implements them over grpc.aio with batched
+frames; the simulator (tests/sim) implements them in memory with injected faults.
+
+Bookie answers are values (a :class:`Status` per request), because the protocol counts
+them (coverage, ack quorums). A bookie that cannot be reached or does not answer in time
+raises :class:`walog.errors.BookieUnavailableError` (an *unknown* answer, never *absent*).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import enum
+
+from walog.ledger.durability import Durability
+
+
+class Status(enum.IntEnum):
+    """Bookie return codes; numbers equal ``walog.proto.bookie_pb2.Status``."""
+
+    OK = 0
+    NO_SUCH_LEDGER = 1
+    NO_SUCH_ENTRY = 2
+    FENCED = 3
+    UNAUTHORIZED = 4
+    READ_ONLY = 5
+    TOO_MANY_REQUESTS = 6
+    BAD_REQUEST = 7
+    IO_ERROR = 8
+    DIGEST_MISMATCH = 9
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """An entry as a bookie serves it, digest already verified by the transport."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AddReply:
+    """A bookie's answer to one add."""
+
+    status: Status
+    last_add_synced: int = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ForceReply:
+    """A bookie's answer to a force (sync) of a ledger."""
+
+    status: Status
+    last_add_synced: int = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadReply:
+    """A bookie's answer to a range read (consecutive entries from the first asked)."""
+
+    status: Status
+    entries: list[StoredEntry]
+    lac: int = -1
+    fenced: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadLacReply:
+    """A bookie's LAC and last stored entry of a ledger."""
+
+    status: Status
+    lac: int = -1
+    last_entry_id: int = -1
+    last_entry: StoredEntry | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FenceReply:
+    """A bookie's answer to a fence request."""
+
+    status: Status
+    lac: int = -1
+    last_entry_id: int = -1
+
+
+class BookieClient(abc.ABC):
+    """A connection to one bookie. Adds are queued and sent in batched frames."""
+
+    bookie_id: str
+
+    @abc.abstractmethod
+    def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        digest: int,
+        master_key: bytes,
+        *,
+        recovery: bool = False,
+        durability: Durability = Durability.PERSISTENT,
+    ) -> asyncio.Future[AddReply]:
+        """Queue an add; the future resolves with the bookie's reply or fails with
+        BookieUnavailableError. Adds queued on one client reach the bookie in order."""
+
+    @abc.abstractmethod
+    def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
+        """Queue an explicit LAC update (idle writer), ordered after earlier adds."""
+
+    @abc.abstractmethod
+    async def force(self, ledger_id: int, master_key: bytes) -> ForceReply:
+        """Sync every entry of the ledger queued on this client so far."""
+
+    @abc.abstractmethod
+    async def read(
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        previous_lac: int = -1,
+        long_poll_timeout: float = 0.0,
+    ) -> ReadReply:
+        """Read a range (fence=True: recovery read that fences first; long_poll_timeout>0:
+        wait on the bookie until its LAC exceeds previous_lac)."""
+
+    @abc.abstractmethod
+    async def read_lac(self, ledger_id: int) -> ReadLacReply:
+        """The bookie's LAC and last stored entry for the ledger."""
+
+    @abc.abstractmethod
+    async def fence(self, ledger_id: int, master_key: bytes) -> FenceReply:
+        """Fence the ledger on this bookie (persisted before the reply)."""
+
+
+class BookiePool(abc.ABC):
+    """Connections to bookies by id, shared by every ledger of a client."""
+
+    @abc.abstractmethod
+    def get(self, bookie_id: str) -> BookieClient:
+        """The (lazily opened) connection to ``bookie_id``."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close every connection; pending requests fail with BookieUnavailableError."""
+
+
+__all__ = [
+    "AddReply",
+    "BookieClient",
+    "BookiePool",
+    "FenceReply",
+    "ForceReply",
+    "ReadLacReply",
+    "ReadReply",
+    "Status",
+    "StoredEntry",
+]
