@@ -1,0 +1,83 @@
+"""What every ledger operation needs: the metadata store, bookie connections, settings.
+
+Also the two metadata steps every protocol piece shares: read a ledger's metadata with its
+version, and compare-and-swap it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from walog.errors import NoSuchLedgerError
+from walog.metadata.layout import LedgerMetadata, ledger_path
+from walog.metadata.store import MetadataStore, NodeNotFoundError
+from walog.transport.base import BookiePool
+
+DEFAULT_MAX_ENTRY_BYTES = 5 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+    """Client-side time limits, in seconds."""
+
+    add: float = 10.0
+    """An add not acknowledged by a bookie within this time makes that bookie be replaced."""
+    read: float = 10.0
+    """A read, fence or LAC read not answered within this time counts as *unknown*."""
+    metadata: float = 10.0
+    """A metadata store call."""
+    explicit_lac: float = 0.1
+    """An idle writer sends its LAC explicitly after this long without adds."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) <= 0:
+                raise ValueError(f"Timeouts.{field.name} must be > 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """Settings of a client, shared by all its ledgers."""
+
+    timeouts: Timeouts = Timeouts()
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    """An entry larger than this is refused with ValueError before it takes an entry id."""
+    max_frame_entries: int = 512
+    """At most this many adds per frame sent to one bookie."""
+    max_frame_bytes: int = 4 * 1024 * 1024
+    """A frame is sent once it holds this many payload bytes."""
+
+    def __post_init__(self) -> None:
+        if self.max_entry_bytes <= 0:
+            raise ValueError("ClientConfig.max_entry_bytes must be > 0")
+        if self.max_frame_entries <= 0 or self.max_frame_bytes <= 0:
+            raise ValueError("ClientConfig frame limits must be > 0")
+
+
+@dataclasses.dataclass
+class LedgerContext:
+    """The metadata store, the bookie pool and the settings, passed to protocol code."""
+
+    store: MetadataStore
+    pool: BookiePool
+    config: ClientConfig = dataclasses.field(default_factory=ClientConfig)
+
+    async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """The ledger's metadata and its version; NoSuchLedgerError when absent."""
+        try:
+            raw, version = await self.store.get(ledger_path(ledger_id))
+        except NodeNotFoundError as exc:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from exc
+        return LedgerMetadata.from_json(raw), version
+
+    async def write_metadata(self, metadata: LedgerMetadata, version: int) -> int:
+        """CAS the ledger's metadata; MetadataConflictError when ``version`` is stale."""
+        try:
+            return await self.store.set(
+                ledger_path(metadata.ledger_id), metadata.to_json(), version
+            )
+        except NodeNotFoundError as exc:
+            raise NoSuchLedgerError(f"ledger {metadata.ledger_id} was deleted") from exc
+
+
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "ClientConfig", "LedgerContext", "Timeouts"]
