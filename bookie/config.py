@@ -1,0 +1,130 @@
+"""Bookie configuration: storage settings and the server process settings.
+
+``BookieConfig`` maps 1:1 onto the flags of ``python -m bookie`` (see bookie/main.py);
+every default is documented once, here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from walog.ledger.context import DEFAULT_MAX_ENTRY_BYTES
+
+_METADATA_SCHEMES = ("zk://", "sqlite:///")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6) into host and port.
+
+    Raises:
+        ValueError: naming the problem when ``listen`` is not ``HOST:PORT`` with a port in
+            1..65535 (port 0 is refused: the bookie id must stay the same across restarts).
+    """
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"--listen must be HOST:PORT, got {listen!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--listen port must be in 1..65535, got {port}")
+    return host, port
+
+
+@dataclasses.dataclass(frozen=True)
+class BookieConfig:
+    """Settings of one bookie process; each field is one command-line flag.
+
+    The bookie id is ``listen`` (``HOST:PORT``): clients find the bookie under that id in
+    the metadata store and connect to that address, so it must be reachable by clients.
+    """
+
+    data_dir: Path
+    """``--data-dir``: entry logs, index, checkpoints and the on-disk cookie."""
+    listen: str
+    """``--listen HOST:PORT``: the gRPC address; also the bookie id."""
+    metadata: str
+    """``--metadata URI``: ``zk://HOST:PORT[,...]/CHROOT`` or ``sqlite:///ABS/PATH.db``."""
+    journal_dir: Path | None = None
+    """``--journal-dir``: the journal's directory (a separate disk); default: ``data_dir``."""
+    metrics_port: int | None = None
+    """``--metrics-port``: serve Prometheus text counters on ``HOST:N/metrics``; default off."""
+    tls_cert: Path | None = None
+    """``--tls-cert``: PEM certificate chain; with ``tls_key`` the port speaks TLS only."""
+    tls_key: Path | None = None
+    """``--tls-key``: PEM private key of ``tls_cert``."""
+    tls_ca: Path | None = None
+    """``--tls-ca``: PEM CA bundle; when given, clients must present a certificate it signed."""
+    auth_token_file: Path | None = None
+    """``--auth-token-file``: clients must send ``authorization: Bearer <token>``."""
+    allow_format: bool = False
+    """``--allow-format``: write a new cookie even though disk and metadata disagree."""
+    group_wait_ms: float = 1.0
+    """``--group-wait-ms``: longest wait of a journal group commit for more entries."""
+    group_max_bytes: int = 1024 * 1024
+    """``--group-max-bytes``: a journal group commits once it holds this many bytes."""
+    volatile_flush_interval: float = 1.0
+    """``--volatile-flush-interval``: seconds between background syncs of VOLATILE entries."""
+    max_inflight_bytes: int = 256 * 1024 * 1024
+    """``--max-inflight-bytes``: payload bytes of unanswered adds; above it adds get
+    TOO_MANY_REQUESTS (admission control)."""
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    """``--max-entry-bytes``: larger entries are refused with BAD_REQUEST."""
+    gc_interval: float = 60.0
+    """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""
+    gc_grace: float = 300.0
+    """``--gc-grace``: a ledger written to within this many seconds is never collected."""
+    drain_timeout: float = 5.0
+    """``--drain-timeout``: on SIGTERM, seconds granted to in-flight requests."""
+    metadata_timeout: float = 10.0
+    """``--metadata-timeout``: connecting to and calling the metadata store."""
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen)
+        if not self.metadata.startswith(_METADATA_SCHEMES):
+            raise ValueError(
+                f"--metadata must be zk://HOST:PORT/CHROOT or sqlite:///ABS/PATH.db, "
+                f"got {self.metadata!r}"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key must be given together")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-ca needs --tls-cert and --tls-key (mutual TLS)")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")
+        positive = {
+            "--group-wait-ms": self.group_wait_ms,
+            "--group-max-bytes": self.group_max_bytes,
+            "--volatile-flush-interval": self.volatile_flush_interval,
+            "--max-inflight-bytes": self.max_inflight_bytes,
+            "--max-entry-bytes": self.max_entry_bytes,
+            "--gc-interval": self.gc_interval,
+            "--drain-timeout": self.drain_timeout,
+            "--metadata-timeout": self.metadata_timeout,
+        }
+        for flag, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{flag} must be > 0, got {value}")
+        if self.gc_grace < 0:
+            raise ValueError(f"--gc-grace must be >= 0, got {self.gc_grace}")
+        if self.max_inflight_bytes < self.max_entry_bytes:
+            raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
+
+    @property
+    def bookie_id(self) -> str:
+        """The bookie id, ``HOST:PORT`` as given to ``--listen``."""
+        return self.listen
+
+    @property
+    def journal_path(self) -> Path:
+        """The journal directory (``journal_dir``, else ``data_dir``)."""
+        return self.journal_dir if self.journal_dir is not None else self.data_dir
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when the gRPC port speaks TLS."""
+        return self.tls_cert is not None
+
+
+__all__ = ["BookieConfig", "parse_listen"]

@@ -1,0 +1,216 @@
+"""Cookies: a bookie that lost its disk state must not rejoin silently (seed 003).
+
+A cookie names one incarnation of a bookie: a random instance id, the bookie id and the
+directories it stores data in. At the first start it is written to every directory of the
+bookie (``cookie.json``, fsynced) and to the metadata store at ``cookie_path(bookie_id)``.
+At every start all copies must exist and match:
+
+- no copy anywhere: a brand-new bookie; it is formatted automatically;
+- the metadata store has a cookie but a directory has none: the disk was wiped or replaced
+  and lost entries this bookie acknowledged; refuse (the operator decommissions the bookie,
+  or formats it as a new, empty one with ``--allow-format``);
+- a directory has a cookie but the metadata store has none, or the copies differ (another
+  bookie's disk, moved directories, a different metadata store): refuse likewise.
+
+``--allow-format`` makes a fresh instance id and rewrites every copy. It never deletes data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import uuid
+from pathlib import Path
+
+from bookie.config import BookieConfig
+from walog.errors import CookieMismatchError
+from walog.metadata.layout import cookie_path
+from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
+
+COOKIE_FILE = "cookie.json"
+COOKIE_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Cookie:
+    """One incarnation of a bookie: who it is and where its data lives."""
+
+    instance_id: str
+    bookie_id: str
+    journal_dir: str
+    data_dir: str
+    format: int = COOKIE_FORMAT
+
+    @classmethod
+    def new(cls, config: BookieConfig) -> Cookie:
+        """A cookie with a fresh instance id for the bookie described by ``config``."""
+        return cls(
+            instance_id=str(uuid.uuid4()),
+            bookie_id=config.bookie_id,
+            journal_dir=str(config.journal_path.resolve()),
+            data_dir=str(config.data_dir.resolve()),
+        )
+
+    def to_json(self) -> bytes:
+        """Serialise (sorted keys, so equal cookies have equal bytes)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Cookie:
+        """Parse a cookie; ``where`` names its location in the error message.
+
+        Raises:
+            CookieMismatchError: the bytes are not a cookie of a known format.
+        """
+        try:
+            doc = json.loads(raw)
+            cookie = cls(**doc)
+        except (ValueError, TypeError) as exc:
+            raise CookieMismatchError(f"the cookie at {where} is unreadable: {exc}") from exc
+        if cookie.format != COOKIE_FORMAT:
+            raise CookieMismatchError(
+                f"the cookie at {where} has format {cookie.format}, expected {COOKIE_FORMAT}"
+            )
+        return cookie
+
+    def differences(self, other: Cookie) -> list[str]:
+        """Human-readable ``field: a != b`` for every field that differs."""
+        return [
+            f"{field.name}: {getattr(self, field.name)!r} != {getattr(other, field.name)!r}"
+            for field in dataclasses.fields(self)
+            if getattr(self, field.name) != getattr(other, field.name)
+        ]
+
+
+def cookie_dirs(config: BookieConfig) -> list[Path]:
+    """Every directory that holds a copy of the cookie (data dir, then journal dir)."""
+    dirs = [config.data_dir]
+    if config.journal_path.resolve() != config.data_dir.resolve():
+        dirs.append(config.journal_path)
+    return dirs
+
+
+def _read_disk_cookie(directory: Path) -> Cookie | None:
+    path = directory / COOKIE_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CookieMismatchError(f"cannot read the cookie {path}: {exc}") from exc
+    return Cookie.from_json(raw, str(path))
+
+
+def _write_disk_cookie(directory: Path, cookie: Cookie) -> None:
+    # Write, fsync, rename, fsync the directory: a crash leaves the old cookie or the new
+    # one, never a torn file that would make the next start refuse for the wrong reason.
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / COOKIE_FILE
+    tmp = directory / (COOKIE_FILE + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(cookie.to_json())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _refusal(config: BookieConfig, problem: str) -> CookieMismatchError:
+    return CookieMismatchError(
+        f"bookie {config.bookie_id}: {problem}. A bookie whose disk does not match its "
+        f"cookie must not rejoin: it may have lost entries it acknowledged. To re-add it, "
+        f"either decommission it (re-replicate its ledgers, then delete the metadata cookie "
+        f"{cookie_path(config.bookie_id)} with the walog tooling) or start it with "
+        f"--allow-format to format it as a new, empty bookie"
+    )
+
+
+async def _format(store: MetadataStore, config: BookieConfig, version: int | None) -> Cookie:
+    cookie = Cookie.new(config)
+    # Disk first: a crash before the metadata write leaves "disk without metadata", which
+    # refuses with a clear message; the reverse order would look like a lost disk.
+    for directory in cookie_dirs(config):
+        await asyncio.to_thread(_write_disk_cookie, directory, cookie)
+    path = cookie_path(config.bookie_id)
+    if version is None:
+        try:
+            await store.create(path, cookie.to_json())
+        except NodeExistsError as exc:
+            raise CookieMismatchError(
+                f"bookie {config.bookie_id}: another process wrote the cookie {path} while "
+                f"this bookie was formatting; is the same bookie id started twice?"
+            ) from exc
+    else:
+        await store.set(path, cookie.to_json(), version)
+    return cookie
+
+
+async def check_cookie(store: MetadataStore, config: BookieConfig) -> Cookie:
+    """Verify this bookie's cookies, formatting a brand-new bookie; return the cookie.
+
+    Args:
+        store: the metadata store the bookie registers in.
+        config: the bookie's settings (id, directories, ``allow_format``).
+
+    Returns:
+        The cookie in force (its ``instance_id`` is reported by ``Info``).
+
+    Raises:
+        CookieMismatchError: the disk and the metadata store disagree and
+            ``config.allow_format`` is not set; the message says what differs and how to
+            re-add the bookie.
+    """
+    path = cookie_path(config.bookie_id)
+    try:
+        raw, version = await store.get(path)
+        meta: Cookie | None = Cookie.from_json(raw, f"metadata {path}")
+        meta_version: int | None = version
+    except NodeNotFoundError:
+        meta, meta_version = None, None
+    disk = {d: await asyncio.to_thread(_read_disk_cookie, d) for d in cookie_dirs(config)}
+
+    if meta is None and all(c is None for c in disk.values()):
+        return await _format(store, config, None)
+
+    expected = Cookie.new(config)
+    problems: list[str] = []
+    if meta is None:
+        problems.append(f"the metadata store has no cookie at {path} but the disk has one")
+    for directory, cookie in disk.items():
+        if cookie is None:
+            problems.append(
+                f"{directory} has no {COOKIE_FILE} but the metadata store has a cookie "
+                f"(instance {meta.instance_id if meta else '?'}): this disk lost its state "
+                f"(wiped or replaced)"
+            )
+            continue
+        # Identity and directories must be this bookie's; the instance must be the
+        # metadata store's (a foreign or older disk carries another instance id).
+        reference = dataclasses.replace(expected, instance_id=cookie.instance_id)
+        diffs = cookie.differences(reference)
+        if meta is not None:
+            diffs += [d for d in cookie.differences(meta) if d.startswith("instance_id")]
+        if diffs:
+            problems.append(f"the cookie in {directory} does not match: " + "; ".join(diffs))
+    if meta is not None:
+        meta_diffs = meta.differences(dataclasses.replace(expected, instance_id=meta.instance_id))
+        if meta_diffs:
+            problems.append(
+                f"the metadata cookie {path} does not match this bookie: " + "; ".join(meta_diffs)
+            )
+
+    if not problems:
+        assert meta is not None
+        return meta
+    if config.allow_format:
+        return await _format(store, config, meta_version)
+    raise _refusal(config, "; ".join(problems))
+
+
+__all__ = ["COOKIE_FILE", "Cookie", "check_cookie", "cookie_dirs"]

@@ -1,0 +1,76 @@
+"""Announcing a serving bookie in the metadata store.
+
+A bookie is *available* while its liveness-bound record ``bookie_path(bookie_id)`` exists:
+a ZooKeeper ephemeral node, or an SQLite row kept alive by heartbeats. Clients choose
+ensembles among available bookies only. The record is made once the gRPC port serves and
+removed first thing on a clean shutdown, so clients stop choosing the bookie before it
+stops answering. After a crash the store's session expiry removes it. The store itself
+re-creates the record after a ZooKeeper session expiry for as long as it is open.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import structlog
+
+from walog.metadata.layout import bookie_path
+from walog.metadata.store import MetadataStore
+
+log = structlog.get_logger("bookie.registration")
+
+
+class Registration:
+    """The availability record of one bookie.
+
+    Args:
+        store: the metadata store (its session bounds the record's life).
+        bookie_id: ``HOST:PORT`` of the bookie.
+        instance_id: the bookie's cookie instance id.
+        version: the software version announced to clients.
+    """
+
+    def __init__(
+        self, store: MetadataStore, bookie_id: str, instance_id: str, version: str
+    ) -> None:
+        self._store = store
+        self.bookie_id = bookie_id
+        self.path = bookie_path(bookie_id)
+        self._instance_id = instance_id
+        self._version = version
+        self._registered = False
+
+    def record(self) -> bytes:
+        """The JSON document stored at :attr:`path`."""
+        return json.dumps(
+            {
+                "bookie_id": self.bookie_id,
+                "instance_id": self._instance_id,
+                "version": self._version,
+                "started": time.time(),
+            },
+            sort_keys=True,
+        ).encode()
+
+    @property
+    def registered(self) -> bool:
+        """True between :meth:`register` and :meth:`unregister`."""
+        return self._registered
+
+    async def register(self) -> None:
+        """Announce the bookie as available (idempotent)."""
+        await self._store.register(self.path, self.record())
+        self._registered = True
+        log.info("bookie registered", path=self.path)
+
+    async def unregister(self) -> None:
+        """Stop announcing the bookie (no error if the record is already gone)."""
+        if not self._registered:
+            return
+        await self._store.unregister(self.path)
+        self._registered = False
+        log.info("bookie unregistered", path=self.path)
+
+
+__all__ = ["Registration"]
