@@ -12,6 +12,7 @@ from pathlib import Path
 from walog.ledger.context import DEFAULT_MAX_ENTRY_BYTES
 
 _METADATA_SCHEMES = ("zk://", "sqlite:///")
+_MIB = 1024 * 1024
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -127,4 +128,71 @@ class BookieConfig:
         return self.tls_cert is not None
 
 
-__all__ = ["BookieConfig", "parse_listen"]
+@dataclasses.dataclass(frozen=True)
+class StorageConfig:
+    """Where and how a bookie stores entries (the storage engine's settings).
+
+    Attributes:
+        data_dir: Root of the stored state: ``entrylogs/`` (entry logs) and ``index/``
+            (LMDB: entry locations, ledger state, checkpoint mark).
+        journal_dir: Journal files; ``data_dir / "journal"`` when None. Put it on its own
+            disk to keep journal syncs free of entry-log traffic.
+        group_wait_s: A journal group that must be synced closes after waiting this long
+            for more records (group commit) ...
+        group_max_bytes: ... or once it holds this many bytes.
+        journal_file_bytes: A journal file is rolled over once it grows past this size.
+        entry_log_file_bytes: An entry log is rolled over once it grows past this size.
+        write_cache_bytes: Entries received since the last checkpoint stay in memory; a
+            checkpoint starts early once they take this many bytes.
+        checkpoint_interval_s: Time between checkpoints (write cache to entry logs + index,
+            then the journal mark moves forward and older journal files are deleted).
+        volatile_flush_interval_s: Entries of VOLATILE ledgers written but not synced are
+            synced by the journal after at most this long (>= 1 s).
+        max_entry_bytes: Adds with a larger payload are refused with BAD_REQUEST.
+    """
+
+    data_dir: Path
+    journal_dir: Path | None = None
+    group_wait_s: float = 0.001
+    group_max_bytes: int = 512 * 1024
+    journal_file_bytes: int = 256 * _MIB
+    entry_log_file_bytes: int = 512 * _MIB
+    write_cache_bytes: int = 64 * _MIB
+    checkpoint_interval_s: float = 10.0
+    volatile_flush_interval_s: float = 1.0
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES + 1024
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.journal_dir is not None:
+            object.__setattr__(self, "journal_dir", Path(self.journal_dir))
+        if self.group_wait_s < 0:
+            raise ValueError(f"StorageConfig.group_wait_s must be >= 0, got {self.group_wait_s}")
+        if self.checkpoint_interval_s <= 0:
+            raise ValueError(
+                "StorageConfig.checkpoint_interval_s must be > 0 seconds, "
+                f"got {self.checkpoint_interval_s}"
+            )
+        if self.volatile_flush_interval_s < 1.0:
+            raise ValueError(
+                "StorageConfig.volatile_flush_interval_s must be >= 1 second, "
+                f"got {self.volatile_flush_interval_s}"
+            )
+        for name in (
+            "group_max_bytes",
+            "journal_file_bytes",
+            "entry_log_file_bytes",
+            "write_cache_bytes",
+            "max_entry_bytes",
+        ):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"StorageConfig.{name} must be > 0, got {value}")
+
+    @property
+    def journal_path(self) -> Path:
+        """The journal directory actually used."""
+        return self.journal_dir if self.journal_dir is not None else self.data_dir / "journal"
+
+
+__all__ = ["BookieConfig", "StorageConfig", "parse_listen"]
