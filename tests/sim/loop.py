@@ -1,0 +1,148 @@
+"""A deterministic asyncio event loop on virtual time.
+
+``SimLoop.time()`` is a virtual clock. The loop's "selector" never blocks and never does
+I/O: when no callback is ready it jumps the clock straight to the next timer, so a
+scenario that waits ten virtual minutes for a timeout costs microseconds. Everything runs
+on one thread and every random choice of the simulator comes from one seeded
+``random.Random``, so a seed names exactly one schedule: running it twice gives the same
+trace.
+
+When nothing is ready and no timer is pending, every task waits on something that can
+never happen; the loop raises :class:`SimDeadlock` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.base_events
+import contextlib
+import dataclasses
+import random
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SimDeadlock(RuntimeError):
+    """No callback is ready and no timer is pending: every task is stuck."""
+
+
+class SimStepLimit(RuntimeError):
+    """The loop ran more iterations than allowed (a livelock, or a runaway scenario)."""
+
+
+@dataclasses.dataclass
+class Trace:
+    """The event log of one schedule: ``(virtual time, text)`` lines, in order."""
+
+    events: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    loop: SimLoop | None = None
+
+    def log(self, text: str) -> None:
+        """Append one event stamped with the loop's virtual time."""
+        now = self.loop.time() if self.loop is not None else 0.0
+        self.events.append((now, text))
+
+    def render(self, last: int | None = None) -> str:
+        """The trace as text, one event per line (the last ``last`` events if given)."""
+        events = self.events if last is None else self.events[-last:]
+        skipped = len(self.events) - len(events)
+        lines = [f"... {skipped} earlier events"] if skipped else []
+        lines += [f"{t:12.6f}  {text}" for t, text in events]
+        return "\n".join(lines)
+
+    def fingerprint(self) -> int:
+        """A hash of the whole trace, to compare two runs of one seed."""
+        return hash(tuple(self.events))
+
+
+class _VirtualSelector:
+    """Stands where asyncio expects a selector: ``select(timeout)`` advances the clock."""
+
+    def __init__(self, loop: SimLoop) -> None:
+        self._loop = loop
+
+    def select(self, timeout: float | None) -> list[Any]:
+        loop = self._loop
+        loop.steps += 1
+        if loop.steps > loop.max_steps:
+            raise SimStepLimit(f"more than {loop.max_steps} loop iterations")
+        if timeout is None:
+            raise SimDeadlock("no ready callback and no pending timer")
+        if timeout > 0:
+            # Land exactly on the next timer: asyncio pops timers with when < now + resolution.
+            loop.advance(timeout)
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class SimLoop(asyncio.base_events.BaseEventLoop):
+    """An asyncio loop with virtual time and no I/O (see the module docstring).
+
+    Args:
+        seed: seeds :attr:`rng`, the only source of randomness of a simulation.
+        max_steps: loop iterations allowed before :class:`SimStepLimit`.
+    """
+
+    def __init__(self, seed: int, *, max_steps: int = 2_000_000) -> None:
+        super().__init__()
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.max_steps = max_steps
+        self.steps = 0
+        self._now = 0.0
+        self._selector = _VirtualSelector(self)
+        self._clock_resolution = 1e-9
+        self.trace = Trace(loop=self)
+
+    def time(self) -> float:
+        """The virtual clock, in seconds since the loop was made."""
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move the virtual clock forward."""
+        self._now += seconds
+
+    # BaseEventLoop hooks for a selector loop; there is no I/O and a single thread.
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass
+
+    def close(self) -> None:
+        super().close()
+        self._selector.close()
+
+
+def run(
+    coro: Coroutine[Any, Any, T], seed: int, *, max_steps: int = 2_000_000
+) -> tuple[T, SimLoop]:
+    """Run ``coro`` to completion on a fresh :class:`SimLoop`; return its result and loop.
+
+    Tasks still pending afterwards are cancelled and drained, as ``asyncio.run`` does.
+    """
+    loop = SimLoop(seed, max_steps=max_steps)
+    try:
+        asyncio.set_event_loop(loop)
+        result = loop.run_until_complete(coro)
+        return result, loop
+    finally:
+        try:
+            _cancel_all(loop)
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _cancel_all(loop: SimLoop) -> None:
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.max_steps = loop.steps + 100_000
+        with contextlib.suppress(SimDeadlock, SimStepLimit):
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
