@@ -1,0 +1,74 @@
+"""Test-only protocol mutations: switches that plant known bugs at decision points.
+
+The simulator (tests/sim) proves that its invariant checker catches real protocol bugs by
+turning one of these on and searching schedules until an invariant breaks
+(tests/sim/test_mutations.py). Production code reads them at the decision points with
+``if mutations.enabled("name"):``; the set is empty unless a test fills it, so in normal
+use every check is one lookup in an empty frozenset.
+
+Never enable a mutation outside tests: each one makes the protocol unsafe on purpose.
+
+Known mutations:
+
+- ``no_fence_on_recovery_reads``: recovery reads and LAC reads do not fence the bookies.
+- ``timeout_counts_as_absent``: recovery treats a timeout as "no such entry".
+- ``recovery_starts_at_lac``: recovery reads forward from the highest LAC seen, ignoring
+  that entries before the last fragment's first entry are settled.
+- ``out_of_order_ack``: the writer completes an add once it has its ack quorum, without
+  waiting for lower entries.
+- ``close_while_in_recovery``: the writer's close overwrites an IN_RECOVERY ledger.
+- ``log_fences_only_last_ledger``: a new log writer fences only the last ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+KNOWN: frozenset[str] = frozenset(
+    {
+        "no_fence_on_recovery_reads",
+        "timeout_counts_as_absent",
+        "recovery_starts_at_lac",
+        "out_of_order_ack",
+        "close_while_in_recovery",
+        "log_fences_only_last_ledger",
+    }
+)
+"""Every mutation name the protocol code knows."""
+
+_enabled: frozenset[str] = frozenset()
+
+
+def enabled(name: str) -> bool:
+    """True when the test-only mutation ``name`` is switched on (never in production)."""
+    return name in _enabled
+
+
+def active() -> frozenset[str]:
+    """The mutations switched on now."""
+    return _enabled
+
+
+def set_enabled(names: Iterable[str]) -> None:
+    """Switch on exactly ``names`` (tests only); ValueError for an unknown name."""
+    global _enabled
+    wanted = frozenset(names)
+    unknown = wanted - KNOWN
+    if unknown:
+        raise ValueError(f"unknown mutation(s) {sorted(unknown)}; known: {sorted(KNOWN)}")
+    _enabled = wanted
+
+
+@contextlib.contextmanager
+def enabled_mutations(*names: str) -> Iterator[None]:
+    """Switch on ``names`` for the duration of a ``with`` block (tests only)."""
+    before = _enabled
+    set_enabled(names)
+    try:
+        yield
+    finally:
+        set_enabled(before)
+
+
+__all__ = ["KNOWN", "active", "enabled", "enabled_mutations", "set_enabled"]
