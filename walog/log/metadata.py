@@ -1,0 +1,325 @@
+"""A log's metadata record: the ordered ledger list and what retention needs, with CAS.
+
+Stored as JSON at ``layout.log_path(name)``; the store's record version is the CAS token
+(seed 000, "Ledgers to logs": every change of the list is a compare-and-swap). Format 1:
+
+```
+{"format": 1,
+ "epoch": 3,                         # bumped by every writer takeover
+ "ledgers": [{"ledger_id": 7, "state": "CLOSED", "last_entry_id": 41,
+              "ctime": 1.7e9, "closed_at": 1.7e9, "size_bytes": 123456}, ...],
+ "pending_deletion": [5, 6],         # removed from the list, not yet deleted
+ "archived_through": "6:0:0" | null, # every record before it is archived
+ "cursors": {"billing": "7:12:0"}}   # consumer -> next position it will read
+```
+
+``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
+crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
+orphan collection still deletes later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from walog.errors import MetadataConflictError, NoSuchLogError, is_retriable
+from walog.log.position import Position, Segment, SegmentState, ledger_start
+from walog.metadata.layout import LOGS, log_path
+from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
+
+LOG_FORMAT = 1
+MAX_LOG_NAME_CHARS = 200
+
+
+def validate_log_name(name: str) -> str:
+    """Return ``name`` if it can name a log.
+
+    Raises:
+        ValueError: empty, over 200 characters, contains ``/``, ``..`` or a control
+            character, or is ``.``.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"a log name is a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("log name is empty")
+    if len(name) > MAX_LOG_NAME_CHARS:
+        raise ValueError(f"log name is {len(name)} characters; at most {MAX_LOG_NAME_CHARS}")
+    if "/" in name:
+        raise ValueError(f"log name {name!r} contains '/'")
+    if ".." in name or name == ".":
+        raise ValueError(f"log name {name!r} contains '..' or is '.'")
+    bad = [c for c in name if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0]
+    if bad:
+        raise ValueError(f"log name {name!r} contains control character {bad[0]!r}")
+    return name
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LedgerInfo:
+    """One ledger of a log's list.
+
+    ``state`` is CLOSED once the log layer knows the ledger's end (its writer closed it on a
+    roll, or a takeover recovered it); ``last_entry_id`` is then its last entry (-1 empty).
+    ``closed_at`` is when that became known, ``size_bytes`` the entry bytes it holds (None
+    when unknown, e.g. recovered from a crashed writer and not measured yet).
+    """
+
+    ledger_id: int
+    state: SegmentState = "OPEN"
+    last_entry_id: int = -1
+    ctime: float = dataclasses.field(default_factory=time.time)
+    closed_at: float | None = None
+    size_bytes: int | None = None
+
+    @property
+    def is_closed(self) -> bool:
+        """True when the ledger's end is fixed and recorded."""
+        return self.state == "CLOSED"
+
+    def closed(self, last_entry_id: int, size_bytes: int | None, now: float) -> LedgerInfo:
+        """This ledger marked CLOSED with its last entry (keeps a known size if not given)."""
+        return dataclasses.replace(
+            self,
+            state="CLOSED",
+            last_entry_id=last_entry_id,
+            closed_at=now,
+            size_bytes=size_bytes if size_bytes is not None else self.size_bytes,
+        )
+
+    def segment(self) -> Segment:
+        """The public view of this ledger."""
+        return Segment(
+            ledger_id=self.ledger_id,
+            state=self.state,
+            first_position=ledger_start(self.ledger_id),
+            last_entry_id=self.last_entry_id if self.is_closed else -1,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogMetadata:
+    """The content of a log's metadata record (see the module doc for the JSON)."""
+
+    ledgers: tuple[LedgerInfo, ...] = ()
+    epoch: int = 0
+    pending_deletion: tuple[int, ...] = ()
+    archived_through: Position | None = None
+    cursors: dict[str, Position] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ledger_ids(self) -> list[int]:
+        """Ledger ids of the list, oldest first."""
+        return [info.ledger_id for info in self.ledgers]
+
+    @property
+    def last_ledger_id(self) -> int | None:
+        """The newest ledger (the one being written), None for an empty log."""
+        return self.ledgers[-1].ledger_id if self.ledgers else None
+
+    def index_of(self, ledger_id: int) -> int | None:
+        """The list index of a ledger, None when it is not in the list."""
+        for i, info in enumerate(self.ledgers):
+            if info.ledger_id == ledger_id:
+                return i
+        return None
+
+    def replace(self, **changes: Any) -> LogMetadata:
+        """A copy with some fields replaced."""
+        return dataclasses.replace(self, **changes)
+
+    def with_ledger(self, info: LedgerInfo) -> LogMetadata:
+        """A copy where the list entry of ``info.ledger_id`` is replaced by ``info``."""
+        return self.replace(
+            ledgers=tuple(info if x.ledger_id == info.ledger_id else x for x in self.ledgers)
+        )
+
+    def to_json(self) -> bytes:
+        """Serialise for the metadata store."""
+        doc = {
+            "format": LOG_FORMAT,
+            "epoch": self.epoch,
+            "ledgers": [dataclasses.asdict(info) for info in self.ledgers],
+            "pending_deletion": list(self.pending_deletion),
+            "archived_through": str(self.archived_through) if self.archived_through else None,
+            "cursors": {k: str(v) for k, v in sorted(self.cursors.items())},
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LogMetadata:
+        """Parse a record written by :meth:`to_json`.
+
+        Raises:
+            ValueError: not a log record of a format this version reads.
+        """
+        try:
+            doc = json.loads(raw)
+            fmt = doc.get("format")
+            if fmt != LOG_FORMAT:
+                raise ValueError(f"log metadata format {fmt!r} is not supported")
+            archived = doc.get("archived_through")
+            return cls(
+                ledgers=tuple(LedgerInfo(**info) for info in doc.get("ledgers", [])),
+                epoch=int(doc.get("epoch", 0)),
+                pending_deletion=tuple(int(x) for x in doc.get("pending_deletion", [])),
+                archived_through=Position.parse(archived) if archived else None,
+                cursors={k: Position.parse(v) for k, v in doc.get("cursors", {}).items()},
+            )
+        except (TypeError, AttributeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"malformed log metadata: {exc}") from exc
+
+
+async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
+    """The log's metadata and its version.
+
+    Raises:
+        NoSuchLogError: the log does not exist.
+    """
+    try:
+        raw, version = await store.get(log_path(validate_log_name(name)))
+    except NodeNotFoundError as exc:
+        raise NoSuchLogError(f"log {name!r} does not exist") from exc
+    return LogMetadata.from_json(raw), version
+
+
+async def create_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
+    """Create an empty log unless it exists; return its metadata and version either way."""
+    validate_log_name(name)
+    meta = LogMetadata()
+    try:
+        version = await store.create(log_path(name), meta.to_json())
+    except NodeExistsError:
+        return await read_log(store, name)
+    return meta, version
+
+
+async def write_log(store: MetadataStore, name: str, meta: LogMetadata, version: int) -> int:
+    """CAS the log's metadata; return the new version.
+
+    Raises:
+        MetadataConflictError: ``version`` is stale.
+        NoSuchLogError: the log was deleted.
+    """
+    try:
+        return await store.set(log_path(name), meta.to_json(), version)
+    except NodeNotFoundError as exc:
+        raise NoSuchLogError(f"log {name!r} was deleted") from exc
+
+
+def cas_retrying(attempts: int = 50) -> AsyncRetrying:
+    """Retry policy for read-modify-CAS loops: retriable errors, jittered backoff."""
+    return AsyncRetrying(
+        retry=retry_if_exception(is_retriable),
+        wait=wait_random_exponential(multiplier=0.005, max=0.5),
+        stop=stop_after_attempt(attempts),
+        reraise=True,
+    )
+
+
+Mutation = Callable[[LogMetadata], LogMetadata | None]
+"""Computes the new metadata from the current one; None means "nothing to change"."""
+
+
+async def update_log(store: MetadataStore, name: str, mutate: Mutation) -> tuple[LogMetadata, int]:
+    """Read-modify-CAS until it sticks; return the metadata and version now stored.
+
+    ``mutate`` runs again on fresh metadata after every lost CAS, so it must decide from
+    its argument only. When it returns None nothing is written.
+    """
+    async for attempt in cas_retrying():
+        with attempt:
+            meta, version = await read_log(store, name)
+            new = mutate(meta)
+            if new is None:
+                return meta, version
+            version = await write_log(store, name, new, version)
+            return new, version
+    raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+
+async def mark_archived(store: MetadataStore, name: str, position: Position) -> LogMetadata:
+    """Record that every record of log ``name`` before ``position`` is archived (CAS).
+
+    Retention with ``require_archived`` deletes only ledgers wholly before this position.
+    The mark only moves forward: an older position than the stored one changes nothing.
+    """
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        if meta.archived_through is not None and meta.archived_through >= position:
+            return None
+        return meta.replace(archived_through=position)
+
+    return (await update_log(store, name, mutate))[0]
+
+
+async def commit_cursor(
+    store: MetadataStore, name: str, consumer: str, position: Position | None
+) -> LogMetadata:
+    """Record consumer ``consumer``'s cursor on log ``name`` (CAS); None removes it.
+
+    ``position`` is the next position the consumer will read: every record before it is
+    consumed. Retention never deletes a ledger a registered cursor has not passed.
+    """
+    if not consumer:
+        raise ValueError("cursor name is empty")
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        cursors = dict(meta.cursors)
+        if position is None:
+            if consumer not in cursors:
+                return None
+            del cursors[consumer]
+        else:
+            cursors[consumer] = position
+        return meta.replace(cursors=cursors)
+
+    return (await update_log(store, name, mutate))[0]
+
+
+async def list_logs(store: MetadataStore) -> list[str]:
+    """Names of all logs, sorted."""
+    return await store.children(LOGS)
+
+
+async def delete_log_record(
+    store: MetadataStore, name: str, delete_ledger: Callable[[int], Awaitable[None]]
+) -> None:
+    """Delete a log: its ledgers (and pending deletions), then its record.
+
+    Raises:
+        NoSuchLogError: the log does not exist.
+    """
+    meta, version = await read_log(store, name)
+    for ledger_id in (*meta.pending_deletion, *meta.ledger_ids):
+        await delete_ledger(ledger_id)
+    try:
+        await store.delete(log_path(name), version)
+    except NodeNotFoundError as exc:
+        raise NoSuchLogError(f"log {name!r} does not exist") from exc
+    except MetadataConflictError:
+        # A writer changed the list meanwhile: delete what it added too.
+        await delete_log_record(store, name, delete_ledger)
+
+
+__all__ = [
+    "LOG_FORMAT",
+    "LedgerInfo",
+    "LogMetadata",
+    "Mutation",
+    "cas_retrying",
+    "commit_cursor",
+    "create_log",
+    "delete_log_record",
+    "list_logs",
+    "mark_archived",
+    "read_log",
+    "update_log",
+    "validate_log_name",
+    "write_log",
+]

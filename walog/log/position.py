@@ -1,0 +1,114 @@
+"""Positions, records and segments of a log.
+
+A log is an ordered list of ledgers; each ledger entry packs one or more records
+(walog.log.records). A record's position is ``(ledger_id, entry_id, slot)``: the ledger,
+the entry in it and the record's index inside the entry. Ledger ids grow strictly (they come
+from one counter, and a log only ever appends newer ledgers), so ordering positions as
+tuples orders them as the log does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+SegmentState = Literal["OPEN", "CLOSED"]
+
+
+@dataclasses.dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """Where a record lives in a log: ledger, entry in the ledger, slot in the entry.
+
+    Ordered like the log, hashable, and ``str(position)`` is ``"LEDGER:ENTRY:SLOT"``, which
+    :meth:`parse` turns back into an equal position.
+
+    Raises:
+        ValueError: a field is negative or not an int.
+    """
+
+    ledger_id: int
+    entry_id: int
+    slot: int
+
+    def __post_init__(self) -> None:
+        for name in ("ledger_id", "entry_id", "slot"):
+            value = getattr(self, name)
+            # bool is an int subclass; a True slot is a bug, not a position.
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"Position.{name} must be an int, got {value!r}")
+            if value < 0:
+                raise ValueError(f"Position.{name} must be >= 0, got {value}")
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}:{self.slot}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Parse ``"LEDGER:ENTRY:SLOT"`` (three non-negative decimal integers).
+
+        Raises:
+            ValueError: the text is not in that form.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"a position is text 'LEDGER:ENTRY:SLOT', got {text!r}")
+        parts = text.strip().split(":")
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise ValueError(
+                f"bad position {text!r}: expected 'LEDGER:ENTRY:SLOT' "
+                "with three non-negative integers"
+            )
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+
+    def entry_start(self) -> Position:
+        """The first position of this position's entry (slot 0)."""
+        return Position(self.ledger_id, self.entry_id, 0)
+
+
+def ledger_start(ledger_id: int) -> Position:
+    """The first position a ledger can hold."""
+    return Position(ledger_id, 0, 0)
+
+
+def ledger_end(ledger_id: int, last_entry_id: int) -> Position:
+    """The first position after every record of a ledger whose last entry is known.
+
+    Every record of the ledger is strictly before it, and nothing of later ledgers is.
+    """
+    return Position(ledger_id, last_entry_id + 1, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One record read from a log.
+
+    Attributes:
+        position: where it lives in the log.
+        data: the payload the writer appended.
+        timestamp: the writer's wall clock when it appended the record (seconds since
+            the epoch, float).
+    """
+
+    position: Position
+    data: bytes
+    timestamp: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Segment:
+    """One ledger of a log, as the log's metadata lists it (oldest first).
+
+    Attributes:
+        ledger_id: the ledger.
+        state: ``"OPEN"`` while a writer may still add to it, ``"CLOSED"`` once its end is
+            fixed (closed by its writer on a roll, or recovered by a takeover).
+        first_position: the first position the segment can hold.
+        last_entry_id: its last entry when CLOSED (-1 if empty); -1 while OPEN.
+    """
+
+    ledger_id: int
+    state: SegmentState
+    first_position: Position
+    last_entry_id: int
+
+
+__all__ = ["Position", "Record", "Segment", "SegmentState", "ledger_end", "ledger_start"]
