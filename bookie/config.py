@@ -63,10 +63,11 @@ class BookieConfig:
     """``--allow-format``: write a new cookie even though disk and metadata disagree."""
     group_wait_ms: float = 1.0
     """``--group-wait-ms``: longest wait of a journal group commit for more entries."""
-    group_max_bytes: int = 1024 * 1024
+    group_max_bytes: int = 512 * 1024
     """``--group-max-bytes``: a journal group commits once it holds this many bytes."""
     volatile_flush_interval: float = 1.0
-    """``--volatile-flush-interval``: seconds between background syncs of VOLATILE entries."""
+    """``--volatile-flush-interval``: seconds between background syncs of VOLATILE entries
+    (at least 1)."""
     max_inflight_bytes: int = 256 * 1024 * 1024
     """``--max-inflight-bytes``: payload bytes of unanswered adds; above it adds get
     TOO_MANY_REQUESTS (admission control)."""
@@ -107,6 +108,10 @@ class BookieConfig:
         for flag, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{flag} must be > 0, got {value}")
+        if self.volatile_flush_interval < 1.0:
+            raise ValueError(
+                f"--volatile-flush-interval must be >= 1 second, got {self.volatile_flush_interval}"
+            )
         if self.gc_grace < 0:
             raise ValueError(f"--gc-grace must be >= 0, got {self.gc_grace}")
         if self.max_inflight_bytes < self.max_entry_bytes:
@@ -119,13 +124,24 @@ class BookieConfig:
 
     @property
     def journal_path(self) -> Path:
-        """The journal directory (``journal_dir``, else ``data_dir``)."""
-        return self.journal_dir if self.journal_dir is not None else self.data_dir
+        """The journal directory actually used (as :attr:`StorageConfig.journal_path`)."""
+        return self.storage_config().journal_path
 
     @property
     def tls_enabled(self) -> bool:
         """True when the gRPC port speaks TLS."""
         return self.tls_cert is not None
+
+    def storage_config(self) -> StorageConfig:
+        """The storage engine's settings derived from the flags."""
+        return StorageConfig(
+            data_dir=self.data_dir,
+            journal_dir=self.journal_dir,
+            group_wait_s=self.group_wait_ms / 1000.0,
+            group_max_bytes=self.group_max_bytes,
+            volatile_flush_interval_s=self.volatile_flush_interval,
+            max_entry_bytes=self.max_entry_bytes,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

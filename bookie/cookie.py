@@ -85,10 +85,11 @@ class Cookie:
 
 
 def cookie_dirs(config: BookieConfig) -> list[Path]:
-    """Every directory that holds a copy of the cookie (data dir, then journal dir)."""
+    """Every directory that holds a copy of the cookie: the data dir, and the journal dir
+    when it is set apart (then it may be on another disk, lost on its own)."""
     dirs = [config.data_dir]
-    if config.journal_path.resolve() != config.data_dir.resolve():
-        dirs.append(config.journal_path)
+    if config.journal_dir is not None and config.journal_dir.resolve() != config.data_dir.resolve():
+        dirs.append(config.journal_dir)
     return dirs
 
 
