@@ -1,0 +1,373 @@
+"""Ledger recovery: fence the ledger, find its last entry, close it (seeds 000 and 002).
+
+A recovering reader makes sure the old writer can add nothing more, that every entry the old
+writer may have acknowledged survives on an ack quorum, and that every recoverer agrees on one
+last entry. The steps, all in :func:`recover`:
+
+1. CAS the metadata OPEN -> IN_RECOVERY, so the writer can no longer change its ensemble.
+   Already IN_RECOVERY: a previous recoverer may have died; carry on. CLOSED: nothing to do.
+2. Fence every bookie of the last fragment. The ledger is fenced once explicit answers cover
+   every write quorum with ``Qw - Qa + 1`` bookies: every ack quorum then holds a bookie that
+   refuses plain adds, so the old writer cannot complete another entry.
+3. Start at ``max(highest LAC in the fence answers, first entry of the last fragment - 1)``:
+   everything up to there was acknowledged and replicated (a fragment starts at the first
+   entry its writer had not completed). Earlier fragments are never re-read.
+4. Read forward with fencing reads, entry by entry (a few read ahead). An entry is found when
+   any bookie of its write set returns it; it is absent only when ``Qw - Qa + 1`` bookies of
+   its write set explicitly say "no such entry". Unknown answers (timeouts, errors) are asked
+   again and never make an entry absent: a paused bookie delays recovery, it never truncates.
+5. Write each found entry back to its whole write set with the recovery flag (which passes
+   the fence) and wait for ``Qa`` acknowledgements. A bookie that fails here is replaced in a
+   local copy of the metadata (a new fragment); the copy is written only by the close.
+6. CAS-close with the last found entry. On a conflict, a ledger someone else CLOSED is
+   accepted as it is, so concurrent recoverers converge on one last entry.
+
+Every step is idempotent, so a failed attempt (too many unknown answers, a lost CAS) restarts
+from step 1; the ledger stays IN_RECOVERY until some recoverer closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from walog.digest import entry_digest
+from walog.errors import (
+    BookieError,
+    BookieUnavailableError,
+    MetadataConflictError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+    is_retriable,
+)
+from walog.ledger import mutations
+from walog.ledger.context import LedgerContext
+from walog.ledger.durability import Durability
+from walog.ledger.quorum import Answer, QuorumCoverage
+from walog.ledger.readops import (
+    EntryProbe,
+    Outcome,
+    classify_fence,
+    fan_out,
+    read_last_add_confirmed,
+    write_set_bookies,
+)
+from walog.metadata.layout import AVAILABLE_BOOKIES, LedgerMetadata
+from walog.transport.base import AddReply, FenceReply, ReadReply, Status, StoredEntry
+
+log = structlog.get_logger(__name__)
+
+RECOVERY_ATTEMPTS = 8
+"""Whole recovery attempts before giving up (the ledger then stays IN_RECOVERY)."""
+ENTRY_READ_ROUNDS = 4
+"""Rounds of asking the unknown bookies of one entry again before an attempt restarts."""
+READ_AHEAD = 8
+"""Entries probed concurrently ahead of the one being written back."""
+WRITE_BACK_ROUNDS = 4
+"""Bookie replacements tried for one entry's write-back before the attempt restarts."""
+
+
+def _wait() -> wait_exponential:
+    return wait_exponential(multiplier=0.05, max=2.0)
+
+
+def recovery_start(metadata: LedgerMetadata, max_lac: int) -> int:
+    """The last entry known to be confirmed, from which recovery reads forward.
+
+    ``max(max_lac, first entry of the last fragment - 1)``: LACs reported by bookies were
+    confirmed by the writer, and the writer starts a fragment only at its first incomplete
+    entry, so everything before the last fragment was complete.
+    """
+    if mutations.enabled("recovery_starts_at_lac"):
+        return max_lac
+    first_of_last = metadata.ensembles[-1][0]
+    return max(max_lac, first_of_last - 1)
+
+
+class CloseConflict(enum.Enum):
+    """What a recoverer does when its close CAS loses."""
+
+    ACCEPT = "accept"  # someone closed it: their last entry is the ledger's last entry
+    RETRY = "retry"  # still IN_RECOVERY over the same fragments: CAS again on the new version
+    RESTART = "restart"  # the fragments changed under us: recover again from the start
+
+
+def close_conflict_action(current: LedgerMetadata, started_from: LedgerMetadata) -> CloseConflict:
+    """Decide how to proceed after a lost close CAS, from the re-read metadata."""
+    if current.is_closed:
+        return CloseConflict.ACCEPT
+    if current.state == "IN_RECOVERY" and current.ensembles == started_from.ensembles:
+        return CloseConflict.RETRY
+    return CloseConflict.RESTART
+
+
+def replace_in_last_fragment(
+    metadata: LedgerMetadata, from_entry: int, replacements: dict[str, str]
+) -> LedgerMetadata:
+    """A copy of ``metadata`` whose ensemble from ``from_entry`` on has bookies replaced.
+
+    ``from_entry`` must lie in the last fragment. When the last fragment starts at
+    ``from_entry`` its ensemble is rewritten; otherwise a new fragment starts there.
+    """
+    first, ensemble = metadata.ensembles[-1]
+    if from_entry < first:
+        raise ValueError(f"entry {from_entry} is not in the last fragment (starts at {first})")
+    new_ensemble = tuple(replacements.get(b, b) for b in ensemble)
+    if first == from_entry:
+        fragments = (*metadata.ensembles[:-1], (first, new_ensemble))
+    else:
+        fragments = (*metadata.ensembles, (from_entry, new_ensemble))
+    return metadata.with_changes(ensembles=fragments)
+
+
+async def recover(
+    ctx: LedgerContext, ledger_id: int, master_key: bytes
+) -> tuple[LedgerMetadata, int]:
+    """Fence and recover a ledger; return its CLOSED metadata and that record's version.
+
+    Raises:
+        NoSuchLedgerError: the ledger does not exist.
+        UnauthorizedError: a bookie refused ``master_key``.
+        BookieUnavailableError: too few bookies answered, after several attempts (the
+            ledger stays IN_RECOVERY; recovering again later continues safely).
+        NotEnoughBookiesError: a write-back lost bookies and none can replace them.
+    """
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(is_retriable),
+        stop=stop_after_attempt(RECOVERY_ATTEMPTS),
+        wait=_wait(),
+        reraise=True,
+    ):
+        with attempt:
+            return await _Recovery(ctx, ledger_id, master_key).run()
+    raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+class _Recovery:
+    """One recovery attempt of one ledger."""
+
+    def __init__(self, ctx: LedgerContext, ledger_id: int, master_key: bytes) -> None:
+        self._ctx = ctx
+        self._ledger_id = ledger_id
+        self._key = master_key
+        self._origin: LedgerMetadata
+        self._local: LedgerMetadata
+        self._version = -1
+
+    async def run(self) -> tuple[LedgerMetadata, int]:
+        metadata, version = await self._ctx.read_metadata(self._ledger_id)
+        if metadata.is_closed:
+            return metadata, version
+        if metadata.state == "OPEN":
+            metadata = metadata.with_changes(state="IN_RECOVERY")
+            # A lost CAS raises MetadataConflictError (retriable): the attempt starts over.
+            version = await self._ctx.write_metadata(metadata, version)
+        self._origin = self._local = metadata
+        self._version = version
+
+        max_lac = await self._fence()
+        start = recovery_start(metadata, max_lac)
+        log.info("ledger recovery reading forward", ledger_id=self._ledger_id, start=start)
+        last = await self._read_forward(start)
+        return await self._close(last)
+
+    async def _fence(self) -> int:
+        """Fence the last fragment; return the highest LAC in the answers."""
+        md = self._origin
+        if mutations.enabled("no_fence_on_recovery_reads"):
+            return await read_last_add_confirmed(self._ctx, md)
+        ensemble = md.last_ensemble
+        coverage = QuorumCoverage(md.ensemble_size, md.write_quorum, md.ack_quorum)
+        max_lac = -1
+
+        def on_outcome(index: int, outcome: Outcome[FenceReply]) -> bool:
+            nonlocal max_lac
+            answer = classify_fence(self._ledger_id, ensemble[index], outcome)
+            coverage.add(index, answer)
+            if answer is Answer.POSITIVE and not isinstance(outcome, BookieError):
+                max_lac = max(max_lac, outcome.lac)
+            return coverage.covered()
+
+        # Fences still running when coverage holds are left to finish: each one more fenced
+        # bookie is one more refusing the old writer.
+        await fan_out(
+            {
+                i: self._ctx.pool.get(b).fence(self._ledger_id, self._key)
+                for i, b in enumerate(ensemble)
+            },
+            on_outcome,
+            detach=True,
+        )
+        if not coverage.covered():
+            raise BookieUnavailableError(
+                f"cannot fence ledger {self._ledger_id}: need "
+                f"{md.write_quorum - md.ack_quorum + 1} fenced bookies in every write quorum "
+                f"of {', '.join(ensemble)}"
+            )
+        return max_lac
+
+    async def _read_forward(self, start: int) -> int:
+        """Probe entries after ``start`` in order, writing back each one found; return the
+        last entry found (``start`` when none)."""
+        last = start
+        next_entry = start + 1
+        window: collections.deque[asyncio.Task[EntryProbe]] = collections.deque()
+        try:
+            while True:
+                while len(window) < READ_AHEAD:
+                    window.append(asyncio.create_task(self._probe(next_entry)))
+                    next_entry += 1
+                probe = await window.popleft()
+                if probe.entry is None:  # absent: the ledger ends before it
+                    return last
+                await self._write_back(probe.entry)
+                last = probe.entry_id
+        finally:
+            for task in window:
+                task.cancel()
+            if window:
+                await asyncio.gather(*window, return_exceptions=True)
+
+    async def _probe(self, entry_id: int) -> EntryProbe:
+        """Find out with fencing reads whether ``entry_id`` exists."""
+        md = self._origin
+        bookies = write_set_bookies(md, entry_id)
+        probe = EntryProbe(self._ledger_id, entry_id, md.write_quorum, md.ack_quorum)
+        fence = not mutations.enabled("no_fence_on_recovery_reads")
+
+        def on_outcome(bookie: str, outcome: Outcome[ReadReply]) -> bool:
+            probe.record(bookie, outcome)
+            return probe.decided
+
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(is_retriable),
+            stop=stop_after_attempt(ENTRY_READ_ROUNDS),
+            wait=_wait(),
+            reraise=True,
+        ):
+            with attempt:
+                await fan_out(
+                    {
+                        b: self._ctx.pool.get(b).read(
+                            self._ledger_id, entry_id, entry_id, fence=fence, master_key=self._key
+                        )
+                        for b in probe.unknown(bookies)
+                    },
+                    on_outcome,
+                )
+                if not probe.decided:
+                    raise BookieUnavailableError(
+                        f"ledger {self._ledger_id} entry {entry_id}: not found, and too few "
+                        f"bookies of {', '.join(bookies)} said it is absent"
+                    )
+        return probe
+
+    async def _write_back(self, stored: StoredEntry) -> None:
+        """Write ``stored`` to its whole write set (recovery flag) until ``Qa`` acknowledged."""
+        entry_id = stored.entry_id
+        digest = entry_digest(self._ledger_id, entry_id, stored.lac, stored.data)
+        acked: set[str] = set()
+        failed: set[str] = set()
+
+        async def add(bookie: str) -> AddReply:
+            # Recovered entries are written PERSISTENT whatever the ledger's durability:
+            # they are about to become part of a closed ledger.
+            return await self._ctx.pool.get(bookie).add(
+                self._ledger_id,
+                entry_id,
+                stored.lac,
+                stored.data,
+                digest,
+                self._key,
+                recovery=True,
+                durability=Durability.PERSISTENT,
+            )
+
+        current: set[str] = set()  # the write set of this round, in the local metadata
+
+        def on_outcome(bookie: str, outcome: Outcome[AddReply]) -> bool:
+            if isinstance(outcome, BookieError) or outcome.status is not Status.OK:
+                if not isinstance(outcome, BookieError) and outcome.status is Status.UNAUTHORIZED:
+                    raise UnauthorizedError(
+                        f"bookie {bookie} refused the master key of ledger {self._ledger_id}"
+                    )
+                failed.add(bookie)
+            else:
+                acked.add(bookie)
+            # Only acknowledgements from the current write set count.
+            return len(acked & current) >= self._local.ack_quorum
+
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(is_retriable),
+            stop=stop_after_attempt(WRITE_BACK_ROUNDS),
+            wait=_wait(),
+            reraise=True,
+        ):
+            with attempt:
+                current = set(write_set_bookies(self._local, entry_id))
+                await fan_out({b: add(b) for b in current - acked}, on_outcome, detach=True)
+                if len(acked & current) < self._local.ack_quorum:
+                    await self._replace(failed & current, entry_id)
+                    raise BookieUnavailableError(
+                        f"ledger {self._ledger_id} entry {entry_id}: write-back reached only "
+                        f"{len(acked & current)} of {self._local.ack_quorum} bookies"
+                    )
+
+    async def _replace(self, bad: set[str], from_entry: int) -> None:
+        """Replace ``bad`` bookies from ``from_entry`` on, in the local metadata only."""
+        if not bad:
+            return
+        available = await self._ctx.store.children(AVAILABLE_BOOKIES)
+        in_use = set(self._local.last_ensemble) | set(self._origin.last_ensemble)
+        candidates = sorted(b for b in available if b not in in_use)
+        if len(candidates) < len(bad):
+            raise NotEnoughBookiesError(
+                f"ledger {self._ledger_id}: {len(bad)} bookie(s) failed during recovery "
+                f"({', '.join(sorted(bad))}) but only {len(candidates)} spare bookie(s) "
+                "are available"
+            )
+        replacements = dict(zip(sorted(bad), candidates, strict=False))
+        self._local = replace_in_last_fragment(self._local, from_entry, replacements)
+        log.info(
+            "ledger recovery replaced bookies",
+            ledger_id=self._ledger_id,
+            from_entry=from_entry,
+            replacements=replacements,
+        )
+
+    async def _close(self, last: int) -> tuple[LedgerMetadata, int]:
+        closed = self._local.with_changes(state="CLOSED", last_entry_id=last)
+        try:
+            version = await self._ctx.write_metadata(closed, self._version)
+        except MetadataConflictError:
+            current, current_version = await self._ctx.read_metadata(self._ledger_id)
+            action = close_conflict_action(current, self._origin)
+            if action is CloseConflict.ACCEPT:
+                log.info(
+                    "ledger closed by another recoverer",
+                    ledger_id=self._ledger_id,
+                    last_entry_id=current.last_entry_id,
+                )
+                return current, current_version
+            if action is CloseConflict.RESTART:
+                raise
+            closed = current.with_changes(
+                state="CLOSED", last_entry_id=last, ensembles=self._local.ensembles
+            )
+            # A second loss raises MetadataConflictError again: the attempt starts over.
+            version = await self._ctx.write_metadata(closed, current_version)
+        log.info("ledger recovered", ledger_id=self._ledger_id, last_entry_id=last)
+        return closed, version
+
+
+__all__ = [
+    "CloseConflict",
+    "close_conflict_action",
+    "recover",
+    "recovery_start",
+    "replace_in_last_fragment",
+]
