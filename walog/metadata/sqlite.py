@@ -1,0 +1,481 @@
+"""Embedded metadata store: one SQLite file shared by the processes of one host.
+
+Layout of the file:
+
+- ``nodes``: one row per record. ``version`` is the CAS version; ``czxid`` / ``mzxid`` /
+  ``pzxid`` are change numbers of the record's creation, last data change and last change
+  of its children (ZooKeeper's names), used by the watch poller. ``owner`` is NULL for
+  persistent records and the owning session for liveness-bound ones.
+- ``sessions``: ``(id, expires_at)`` per store that holds liveness-bound records; a heartbeat
+  thread pushes ``expires_at`` forward. A record whose session expired is invisible to every
+  reader at once and is purged by the next write transaction of any process.
+- ``counters``: named 64-bit counters for :meth:`next_id`.
+- ``changes``: one global change number, bumped by every write transaction in that same
+  transaction; watch pollers compare it before looking at individual records.
+
+Writes use ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy timeout);
+WAL mode lets readers run beside the writer. ``synchronous=FULL``: a committed CAS survives
+a power loss, which ledger closes rely on. Every sqlite3 call runs on a thread of this
+module (one connection per thread), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from walog.errors import MetadataConflictError, MetadataError
+from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
+from walog.metadata.uri import SqliteURI, check_counter, check_path, parent_of
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+    path TEXT PRIMARY KEY, parent TEXT NOT NULL, data BLOB NOT NULL,
+    version INTEGER NOT NULL, czxid INTEGER NOT NULL, mzxid INTEGER NOT NULL,
+    pzxid INTEGER NOT NULL, owner TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes(parent);
+CREATE INDEX IF NOT EXISTS nodes_by_owner ON nodes(owner) WHERE owner IS NOT NULL;
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, expires_at REAL NOT NULL)
+    WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)
+    WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changes (id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL);
+INSERT OR IGNORE INTO changes VALUES (0, 0);
+INSERT OR IGNORE INTO nodes VALUES ('/', '', x'', 0, 0, 0, 0, NULL);
+"""
+
+# A record is visible while it is persistent or its owning session has not expired.
+_VISIBLE = (
+    "(owner IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.id = owner AND s.expires_at > ?))"
+)
+
+
+def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def _subtree_pattern(path: str) -> str:
+    escaped = path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "/%"
+
+
+@contextmanager
+def _write_txn(conn: sqlite3.Connection) -> Iterator[int]:
+    """One write transaction; yields its change number after purging expired sessions."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (seq,) = conn.execute(
+            "UPDATE changes SET seq = seq + 1 WHERE id = 0 RETURNING seq"
+        ).fetchone()
+        _purge_expired(conn, seq, time.time())
+        yield int(seq)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _purge_expired(conn: sqlite3.Connection, seq: int, now: float) -> None:
+    expired = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE expires_at <= ?", (now,))]
+    for session in expired:
+        paths = [r[0] for r in conn.execute("SELECT path FROM nodes WHERE owner = ?", (session,))]
+        for path in paths:
+            _delete_tree(conn, path, seq)
+        conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
+
+
+def _delete_tree(conn: sqlite3.Connection, path: str, seq: int) -> None:
+    conn.execute(
+        "DELETE FROM nodes WHERE path = ? OR path LIKE ? ESCAPE '\\'",
+        (path, _subtree_pattern(path)),
+    )
+    conn.execute("UPDATE nodes SET pzxid = ? WHERE path = ?", (seq, parent_of(path)))
+
+
+def _visible_version(conn: sqlite3.Connection, path: str) -> int | None:
+    row = conn.execute(
+        f"SELECT version FROM nodes WHERE path = ? AND {_VISIBLE}", (path, time.time())
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _insert(
+    conn: sqlite3.Connection, path: str, data: bytes, seq: int, owner: str | None, parents: bool
+) -> None:
+    """Insert a record (its parents too when ``parents``) inside a write transaction."""
+    if path == "/" or _visible_version(conn, path) is not None:
+        raise NodeExistsError(f"metadata record {path} already exists")
+    parent = parent_of(path)
+    if _visible_version(conn, parent) is None:
+        if not parents:
+            raise NodeNotFoundError(f"parent {parent} of metadata record {path} does not exist")
+        _insert(conn, parent, b"", seq, None, True)
+    conn.execute(
+        "INSERT INTO nodes VALUES (?, ?, ?, 0, ?, ?, ?, ?)",
+        (path, parent, bytes(data), seq, seq, seq, owner),
+    )
+    conn.execute("UPDATE nodes SET pzxid = ? WHERE path = ?", (seq, parent))
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
+
+
+class _Watch:
+    __slots__ = ("active", "armed", "callback", "path", "signature")
+
+    def __init__(self, path: str, callback: WatchCallback) -> None:
+        self.path = path
+        self.callback = callback
+        self.active = True
+        self.armed = False
+        self.signature: tuple[int, int, int] | None = None
+
+
+class SqliteStore(MetadataStore):
+    """:class:`MetadataStore` over one SQLite file; several processes may open it.
+
+    Open it with :meth:`open` (or :func:`walog.metadata.open_store`). Liveness-bound
+    records belong to a session refreshed every ``heartbeat`` seconds and expire
+    ``session_timeout`` seconds after the last refresh. Watches are served by one poller
+    thread per store that checks the global change number every ``poll`` seconds; callbacks
+    run on that thread, once when the watch is established and then after every change.
+    """
+
+    def __init__(self, config: SqliteURI, *, timeout: float = 10.0) -> None:
+        self._config = config
+        self._timeout = timeout
+        self._session = uuid.uuid4().hex
+        self._local = threading.local()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="walog-sqlite"
+        )
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # guards _registered and _watches
+        self._registered: dict[str, bytes] = {}
+        self._watches: list[_Watch] = []
+        self._closed = False
+        self._heartbeat = threading.Thread(
+            target=self._thread_main,
+            args=(self._heartbeat_once, config.heartbeat),
+            daemon=True,
+            name="walog-sqlite-heartbeat",
+        )
+        self._poller: threading.Thread | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        config: SqliteURI,
+        *,
+        timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+    ) -> SqliteStore:
+        """Open (creating if needed) the database file and start the heartbeat thread."""
+        store = cls(config, timeout=timeout)
+        try:
+            await store._run(lambda conn: conn.executescript(_SCHEMA))
+        except BaseException:
+            store._executor.shutdown(wait=False)
+            raise
+        store._heartbeat.start()
+        return store
+
+    # -- the one boundary where sqlite3 errors are translated ----------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self._config.path, self._timeout)
+            self._local.conn = conn
+        return conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(self._conn())
+        except sqlite3.Error as exc:
+            raise MetadataError(f"sqlite metadata store {self._config.path}: {exc}") from exc
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise MetadataError(f"sqlite metadata store {self._config.path} is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn)
+
+    # -- records -------------------------------------------------------------------------
+
+    async def get(self, path: str) -> tuple[bytes, int]:
+        """Return ``(data, version)``; :class:`NodeNotFoundError` if absent."""
+        check_path(path)
+
+        def op(conn: sqlite3.Connection) -> tuple[bytes, int]:
+            row = conn.execute(
+                f"SELECT data, version FROM nodes WHERE path = ? AND {_VISIBLE}",
+                (path, time.time()),
+            ).fetchone()
+            if row is None:
+                raise NodeNotFoundError(f"metadata record {path} does not exist")
+            return bytes(row[0]), int(row[1])
+
+        return await self._run(op)
+
+    async def exists(self, path: str) -> int | None:
+        """Return the record's version, or None when it does not exist."""
+        check_path(path)
+        return await self._run(lambda conn: _visible_version(conn, path))
+
+    async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
+        """Create a record (version 0); :class:`NodeExistsError` if it exists."""
+        check_path(path)
+        payload = bytes(data)
+
+        def op(conn: sqlite3.Connection) -> int:
+            with _write_txn(conn) as seq:
+                _insert(conn, path, payload, seq, None, make_parents)
+            return 0
+
+        return await self._run(op)
+
+    async def set(self, path: str, data: bytes, version: int) -> int:
+        """Compare-and-swap the data (``version == -1`` matches any); return the new version."""
+        check_path(path)
+        payload = bytes(data)
+
+        def op(conn: sqlite3.Connection) -> int:
+            with _write_txn(conn) as seq:
+                current = _visible_version(conn, path)
+                if current is None:
+                    raise NodeNotFoundError(f"metadata record {path} does not exist")
+                if version not in (-1, current):
+                    raise MetadataConflictError(
+                        f"metadata record {path} is at version {current}, not {version}"
+                    )
+                conn.execute(
+                    "UPDATE nodes SET data = ?, version = ?, mzxid = ? WHERE path = ?",
+                    (payload, current + 1, seq, path),
+                )
+            return current + 1
+
+        return await self._run(op)
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        """Delete a record and everything below it (any version when ``version == -1``)."""
+        check_path(path)
+        if path == "/":
+            raise ValueError("the root metadata record cannot be deleted")
+
+        def op(conn: sqlite3.Connection) -> None:
+            with _write_txn(conn) as seq:
+                current = _visible_version(conn, path)
+                if current is None:
+                    raise NodeNotFoundError(f"metadata record {path} does not exist")
+                if version not in (-1, current):
+                    raise MetadataConflictError(
+                        f"metadata record {path} is at version {current}, not {version}"
+                    )
+                _delete_tree(conn, path, seq)
+
+        await self._run(op)
+
+    async def children(self, path: str) -> list[str]:
+        """Sorted names of the direct children of ``path``; [] when none or absent."""
+        check_path(path)
+        cut = 1 if path == "/" else len(path) + 1
+
+        def op(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                f"SELECT path FROM nodes WHERE parent = ? AND path != '/' AND {_VISIBLE}",
+                (path, time.time()),
+            )
+            return sorted(r[0][cut:] for r in rows)
+
+        return await self._run(op)
+
+    async def next_id(self, counter: str) -> int:
+        """A new id from the named 64-bit counter; the first id is 1."""
+        check_counter(counter)
+
+        def op(conn: sqlite3.Connection) -> int:
+            with _write_txn(conn):
+                (value,) = conn.execute(
+                    "INSERT INTO counters VALUES (?, 1) ON CONFLICT(name) "
+                    "DO UPDATE SET value = value + 1 RETURNING value",
+                    (counter,),
+                ).fetchone()
+            return int(value)
+
+        return await self._run(op)
+
+    # -- liveness ------------------------------------------------------------------------
+
+    def _touch_session(self, conn: sqlite3.Connection) -> bool:
+        """Push this session's expiry forward; False when it had expired and was purged."""
+        expires = time.time() + self._config.session_timeout
+        cur = conn.execute(
+            "UPDATE sessions SET expires_at = ? WHERE id = ?", (expires, self._session)
+        )
+        if cur.rowcount:
+            return True
+        conn.execute("INSERT INTO sessions VALUES (?, ?)", (self._session, expires))
+        return False
+
+    async def register(self, path: str, data: bytes) -> None:
+        """Create a liveness-bound record; :class:`NodeExistsError` if the path is taken."""
+        check_path(path)
+        payload = bytes(data)
+
+        def op(conn: sqlite3.Connection) -> None:
+            with self._lock:
+                with _write_txn(conn) as seq:
+                    self._touch_session(conn)
+                    _insert(conn, path, payload, seq, self._session, True)
+                self._registered[path] = payload
+
+        await self._run(op)
+
+    async def unregister(self, path: str) -> None:
+        """Remove a record made by :meth:`register` (no error if already gone)."""
+        check_path(path)
+
+        def op(conn: sqlite3.Connection) -> None:
+            with self._lock:
+                self._registered.pop(path, None)
+                with _write_txn(conn) as seq:
+                    row = conn.execute(
+                        "SELECT 1 FROM nodes WHERE path = ? AND owner = ?", (path, self._session)
+                    ).fetchone()
+                    if row is not None:
+                        _delete_tree(conn, path, seq)
+
+        await self._run(op)
+
+    def _heartbeat_once(self, conn: sqlite3.Connection) -> None:
+        """Refresh this session (re-creating purged records) and purge expired sessions."""
+        with self._lock:
+            registered = dict(self._registered)
+            if not registered:
+                now = time.time()
+                if conn.execute("SELECT 1 FROM sessions WHERE expires_at <= ?", (now,)).fetchone():
+                    with _write_txn(conn):
+                        pass  # the transaction purges expired sessions
+                return
+            with _write_txn(conn) as seq:
+                if self._touch_session(conn):
+                    return
+                # This process was paused past its expiry and another purged its records.
+                for path, data in registered.items():
+                    try:
+                        _insert(conn, path, data, seq, self._session, True)
+                    except NodeExistsError:
+                        log.warning("liveness record %s was taken by another session", path)
+                log.warning("sqlite metadata session expired; re-registered %s", list(registered))
+
+    def _thread_main(self, step: Callable[[sqlite3.Connection], None], interval: float) -> None:
+        # Periodic worker with its own connection; errors are logged and the next tick retries.
+        while not self._stop.wait(interval):
+            try:
+                self._call(step)
+            except Exception:
+                log.exception("sqlite metadata store background step failed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+
+    # -- watches -------------------------------------------------------------------------
+
+    def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
+        """Call ``callback`` (on the poller thread) once now and after every change."""
+        check_path(path)
+        entry = _Watch(path, callback)
+        with self._lock:
+            if self._closed:
+                raise MetadataError(f"sqlite metadata store {self._config.path} is closed")
+            self._watches.append(entry)
+            if self._poller is None:
+                self._poller = threading.Thread(
+                    target=self._thread_main,
+                    args=(self._poll_once, self._config.poll),
+                    daemon=True,
+                    name="walog-sqlite-watch",
+                )
+                self._poller.start()
+
+        def unsubscribe() -> None:
+            entry.active = False
+            with self._lock:
+                if entry in self._watches:
+                    self._watches.remove(entry)
+
+        return unsubscribe
+
+    def _poll_once(self, conn: sqlite3.Connection) -> None:
+        (seq,) = conn.execute("SELECT seq FROM changes WHERE id = 0").fetchone()
+        with self._lock:
+            watches = list(self._watches)
+        changed_db = seq != getattr(self._local, "seen_seq", None)
+        self._local.seen_seq = seq
+        signatures: dict[str, tuple[int, int, int] | None] = {}
+        now = time.time()
+        for entry in watches:
+            if entry.armed and not changed_db:
+                continue
+            if entry.path not in signatures:
+                row = conn.execute(
+                    f"SELECT czxid, mzxid, pzxid FROM nodes WHERE path = ? AND {_VISIBLE}",
+                    (entry.path, now),
+                ).fetchone()
+                signatures[entry.path] = None if row is None else (row[0], row[1], row[2])
+            signature = signatures[entry.path]
+            if entry.armed and signature == entry.signature:
+                continue
+            entry.armed, entry.signature = True, signature
+            if entry.active:
+                try:
+                    entry.callback()
+                except Exception:
+                    log.exception("metadata watch callback for %s failed", entry.path)
+
+    async def close(self) -> None:
+        """Stop the threads and delete this session's liveness-bound records."""
+        if self._closed:
+            return
+
+        def op(conn: sqlite3.Connection) -> None:
+            with self._lock:
+                self._registered.clear()
+                self._watches.clear()
+                with _write_txn(conn) as seq:
+                    paths = conn.execute("SELECT path FROM nodes WHERE owner = ?", (self._session,))
+                    for (p,) in list(paths):
+                        _delete_tree(conn, p, seq)
+                    conn.execute("DELETE FROM sessions WHERE id = ?", (self._session,))
+            conn.close()
+            self._local.conn = None
+
+        try:
+            await self._run(op)
+        finally:
+            self._closed = True
+            self._stop.set()
+            threads = [t for t in (self._heartbeat, self._poller) if t is not None and t.is_alive()]
+            await asyncio.to_thread(_join_all, threads)
+            self._executor.shutdown(wait=False)
+
+
+__all__ = ["SqliteStore"]
