@@ -1,0 +1,331 @@
+"""Reading a ledger: bounded reads, unconfirmed reads, LAC reads and LAC long polls.
+
+A reader never fences (seed 002, "Using fencing"): opened without recovery it can tail a
+ledger that a writer is still appending to, but it may read only up to the last add
+confirmed (LAC), because only entries up to the LAC are known to be on an ack quorum and so
+readable by every reader forever. A CLOSED ledger is read up to the last entry in its
+metadata and never beyond.
+
+Each entry is read from its write set, one bookie after another: an error, a timeout or "no
+such entry" moves on to the next bookie. When every bookie of a fragment holds every entry
+(``Qw == E``) ranges are read in one request per bookie; with striping, entry by entry.
+
+Tailing (:meth:`AsyncLedgerReader.wait_last_add_confirmed`) is a long poll held on a bookie
+of the next entry's write set, combined with a watch on the ledger's metadata so the reader
+follows ensemble changes and notices the close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from walog.errors import BookieError, BookieUnavailableError, NoSuchEntryError
+from walog.ledger import readops
+from walog.ledger.context import LedgerContext
+from walog.ledger.entry import Entry
+from walog.ledger.readops import read_entry, read_range, write_set_bookies
+from walog.ledger.recovery import recovery_start
+from walog.metadata.layout import LedgerMetadata, ledger_path
+from walog.transport.base import ReadReply, Status, StoredEntry
+
+MAX_CONCURRENT_ENTRY_READS = 32
+"""Single-entry reads in flight at once for one striped range read."""
+_POLL_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+"""Pauses after failed long polls (or ones that came back early without news), in turn."""
+
+
+def _check_range(first: int, last: int) -> None:
+    if first < 0 or last < first:
+        raise ValueError(f"invalid entry range {first}..{last}: need 0 <= first <= last")
+
+
+class AsyncLedgerReader:
+    """Reads one ledger without fencing it.
+
+    Args:
+        ctx: the client's metadata store, bookie pool and settings.
+        metadata: the ledger's metadata as read at open (after recovery: the CLOSED one).
+        version: the version of ``metadata`` in the store.
+        master_key: the ledger's master key (from its password).
+    """
+
+    def __init__(
+        self, ctx: LedgerContext, metadata: LedgerMetadata, version: int, master_key: bytes
+    ) -> None:
+        self._ctx = ctx
+        self._md = metadata
+        self._version = version
+        self._key = master_key
+        # Before asking any bookie, what the metadata proves: a closed ledger ends at its last
+        # entry; an open one has every entry before its last fragment confirmed.
+        self._lac = metadata.last_entry_id if metadata.is_closed else recovery_start(metadata, -1)
+        self._md_changed = asyncio.Event()
+        self._unwatch: Callable[[], None] | None = None
+        self._released = False
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger's id."""
+        return self._md.ledger_id
+
+    @property
+    def is_closed(self) -> bool:
+        """True when the ledger is known to be CLOSED."""
+        return self._md.is_closed
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry known to be confirmed (for a closed ledger: its last entry)."""
+        return self._lac
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """The ledger metadata this reader currently follows."""
+        return self._md
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        """Entries ``first..last`` (inclusive), all at or below the last add confirmed.
+
+        On an open ledger, a range past the known LAC first asks the bookies for a fresher
+        LAC.
+
+        Raises:
+            ValueError: ``first < 0`` or ``last < first``.
+            NoSuchEntryError: ``last`` lies past the last add confirmed (or the last entry of
+                a closed ledger).
+            BookieUnavailableError: no bookie of some entry's write set could serve it.
+        """
+        self._check_usable()
+        _check_range(first, last)
+        await self._refresh_if_changed()
+        if last > self._lac and not self.is_closed:
+            await self.read_last_add_confirmed()
+        if last > self._lac:
+            raise NoSuchEntryError(
+                f"ledger {self.ledger_id}: cannot read up to entry {last}, the last add "
+                f"confirmed is {self._lac}"
+                + (" and the ledger is closed" if self.is_closed else "")
+            )
+        return await self._read(first, last)
+
+    async def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
+        """Entries ``first..last``, possibly past the last add confirmed.
+
+        Entries past the LAC may not be on an ack quorum yet (and may never be); the
+        application decides what to do with them (seed 004). The result stops before the
+        first entry past the LAC that no bookie returns. A closed ledger is still read
+        only up to its last entry.
+
+        Raises:
+            ValueError: ``first < 0`` or ``last < first``.
+            NoSuchEntryError: not even ``first`` can be read.
+        """
+        self._check_usable()
+        _check_range(first, last)
+        await self._refresh_if_changed()
+        if self.is_closed:
+            if first > self._lac:
+                raise NoSuchEntryError(
+                    f"ledger {self.ledger_id} is closed at entry {self._lac}; "
+                    f"entry {first} does not exist"
+                )
+            return await self._read(first, min(last, self._lac))
+        out: list[Entry] = []
+        if first <= self._lac:
+            out = await self._read(first, min(last, self._lac))
+        for entry_id in range(max(first, self._lac + 1), last + 1):
+            try:
+                stored = await read_entry(
+                    self._ctx, self.ledger_id, entry_id, write_set_bookies(self._md, entry_id)
+                )
+            except (NoSuchEntryError, BookieError):
+                break
+            out.append(Entry(self.ledger_id, stored.entry_id, stored.data))
+        if not out:
+            raise NoSuchEntryError(f"ledger {self.ledger_id}: entry {first} is not readable")
+        return out
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the bookies of the last fragment for the LAC and return the reader's LAC.
+
+        The answer is taken once explicit answers cover every write quorum; the reader's
+        LAC never goes backwards. A closed ledger answers its last entry without asking.
+        """
+        self._check_usable()
+        await self._refresh_if_changed()
+        if self.is_closed:
+            return self._lac
+        lac = await readops.read_last_add_confirmed(self._ctx, self._md)
+        self._lac = max(self._lac, lac)
+        return self._lac
+
+    # The public API (CONTRACT.md) takes the timeout as an argument.
+    async def wait_last_add_confirmed(self, after: int, timeout: float) -> int:  # noqa: ASYNC109
+        """Wait until the LAC exceeds ``after`` or ``timeout`` seconds pass; return the LAC.
+
+        A long poll held on a bookie of the write set of ``after + 1`` (another one of that
+        write set after a failure), while the ledger's metadata is watched: an ensemble
+        change switches bookies, a close ends the wait with the last entry as LAC.
+        """
+        self._check_usable()
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._ensure_watch()
+        failures = 0
+        while True:
+            await self._refresh_if_changed()
+            remaining = deadline - loop.time()
+            if self._lac > after or self.is_closed or remaining <= 0:
+                return self._lac
+            bookies = write_set_bookies(self._md, after + 1)
+            bookie = bookies[failures % len(bookies)]
+            if await self._poll_once(bookie, after, remaining):
+                failures = 0
+                continue
+            # No news from that bookie (error, or an early answer): pause, but wake up at
+            # once if the metadata changes (new ensemble, close).
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return self._lac
+            pause = min(_POLL_BACKOFF_S[min(failures, len(_POLL_BACKOFF_S) - 1)], remaining)
+            failures += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._md_changed.wait(), pause)
+
+    async def close(self) -> None:
+        """Stop watching the ledger's metadata. The reader cannot be used afterwards."""
+        self._released = True
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+
+    async def __aenter__(self) -> AsyncLedgerReader:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _check_usable(self) -> None:
+        if self._released:
+            raise ValueError(f"the reader of ledger {self.ledger_id} is closed")
+
+    async def _poll_once(self, bookie: str, after: int, remaining: float) -> bool:
+        """One long poll (racing a metadata change); True when the LAC moved past ``after``
+        or the metadata changed."""
+        client = self._ctx.pool.get(bookie)
+        poll: asyncio.Future[ReadReply] = asyncio.ensure_future(
+            client.read(
+                self.ledger_id,
+                after + 1,
+                after + 1,
+                previous_lac=after,
+                long_poll_timeout=remaining,
+            )
+        )
+        changed = asyncio.ensure_future(self._md_changed.wait())
+        both: set[asyncio.Future[Any]] = {poll, changed}
+        try:
+            done, _ = await asyncio.wait(
+                both, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in (poll, changed):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(poll, changed, return_exceptions=True)
+        if changed in done:
+            return True
+        if poll not in done or poll.cancelled() or isinstance(poll.exception(), BookieError):
+            return False
+        exc = poll.exception()
+        if exc is not None:
+            raise exc
+        reply = poll.result()
+        if reply.status in (Status.OK, Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+            self._lac = max(self._lac, reply.lac)
+        return self._lac > after
+
+    def _ensure_watch(self) -> None:
+        if self._unwatch is not None or self.is_closed:
+            return
+        loop = asyncio.get_running_loop()
+
+        def on_change() -> None:  # any thread
+            # A closed loop raises RuntimeError: nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._md_changed.set)
+
+        self._unwatch = self._ctx.store.watch(ledger_path(self.ledger_id), on_change)
+        # The metadata may have changed between the open and the watch: look once.
+        self._md_changed.set()
+
+    async def _refresh_if_changed(self) -> None:
+        if self._md_changed.is_set():
+            self._md_changed.clear()
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        metadata, version = await self._ctx.read_metadata(self.ledger_id)
+        if version < self._version:
+            return
+        self._md, self._version = metadata, version
+        if metadata.is_closed:
+            # Recovery or the writer decided the last entry; it is the LAC from now on.
+            self._lac = metadata.last_entry_id
+            if self._unwatch is not None:
+                self._unwatch()
+                self._unwatch = None
+
+    async def _read(self, first: int, last: int) -> list[Entry]:
+        """Read confirmed entries; on failure re-read the metadata once (a reader of an open
+        ledger may not know the latest fragments yet) and try again."""
+        try:
+            stored = await self._read_stored(first, last)
+        except (NoSuchEntryError, BookieUnavailableError):
+            if self.is_closed:
+                raise
+            await self._refresh()
+            stored = await self._read_stored(first, last)
+        return [Entry(s.ledger_id, s.entry_id, s.data) for s in stored]
+
+    async def _read_stored(self, first: int, last: int) -> list[StoredEntry]:
+        md = self._md
+        out: list[StoredEntry] = []
+        for frag_first, frag_last, ensemble in md.fragment_bounds():
+            lo = max(first, frag_first)
+            hi = last if frag_last < 0 else min(last, frag_last)
+            if lo > hi:
+                continue
+            if md.write_quorum == md.ensemble_size:
+                # No striping: every bookie of the fragment holds every entry.
+                start = lo % md.ensemble_size
+                order = [ensemble[(start + i) % len(ensemble)] for i in range(len(ensemble))]
+                out.extend(await read_range(self._ctx, self.ledger_id, lo, hi, order))
+            else:
+                out.extend(await self._read_striped(lo, hi))
+        return out
+
+    async def _read_striped(self, first: int, last: int) -> list[StoredEntry]:
+        limit = asyncio.Semaphore(MAX_CONCURRENT_ENTRY_READS)
+
+        async def one(entry_id: int) -> StoredEntry:
+            async with limit:
+                return await read_entry(
+                    self._ctx, self.ledger_id, entry_id, write_set_bookies(self._md, entry_id)
+                )
+
+        return list(await asyncio.gather(*(one(e) for e in range(first, last + 1))))
+
+
+__all__ = ["MAX_CONCURRENT_ENTRY_READS", "AsyncLedgerReader"]
