@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from walog.ledger.context import DEFAULT_MAX_ENTRY_BYTES
+from walog.metadata.uri import parse_uri
 
 _METADATA_SCHEMES = ("zk://", "sqlite:///")
 _MIB = 1024 * 1024
@@ -84,11 +85,10 @@ class BookieConfig:
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
-        if not self.metadata.startswith(_METADATA_SCHEMES):
-            raise ValueError(
-                f"--metadata must be zk://HOST:PORT/CHROOT or sqlite:///ABS/PATH.db, "
-                f"got {self.metadata!r}"
-            )
+        try:
+            parse_uri(self.metadata)
+        except ValueError as exc:
+            raise ValueError(f"--metadata: {exc}") from exc
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key must be given together")
         if self.tls_ca is not None and self.tls_cert is None:
