@@ -1,0 +1,77 @@
+"""Shared pytest fixtures.
+
+Clusters of real bookie processes (``walog.testing.LocalCluster``), shared per test module
+because starting bookies costs a second or two each:
+
+- ``cluster``: 3 bookies with SQLite metadata.
+- ``zk_cluster``: 3 bookies registered in the session's real ZooKeeper (``zookeeper``
+  fixture), under a chroot of their own.
+
+Both are **module-scoped**: tests in one module see each other's ledgers and logs, so give
+yours unique names (or use the ``log_name`` fixture) and never assume an empty store. A test
+that kills, stops or pauses a bookie of a shared cluster must bring it back (``restart`` /
+``resume``) before it ends — or use ``fresh_cluster``, a function-scoped cluster of its own.
+After every test that used one, a guard restarts (and reports) bookies it left down.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from walog.testing import LocalCluster
+
+
+def _ensure_all_running(cluster: LocalCluster) -> None:
+    """Bring back bookies a test left down or paused, then fail loudly about it."""
+    down = []
+    for index, bookie_id in enumerate(cluster.bookie_ids):
+        if cluster.is_paused(index):
+            down.append(bookie_id)
+            cluster.resume(index)
+        elif not cluster.is_running(index):
+            down.append(bookie_id)
+            cluster.restart(index)
+    if down:
+        pytest.fail(f"the test left bookies of a shared cluster down: {', '.join(down)}")
+
+
+@pytest.fixture(autouse=True)
+def _shared_cluster_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used a shared cluster, check that every bookie runs again."""
+    yield
+    for name in ("cluster", "zk_cluster"):
+        if name in request.fixturenames:
+            _ensure_all_running(request.getfixturevalue(name))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """3 real bookies with SQLite metadata, shared by the tests of one module."""
+    data_dir = tmp_path_factory.mktemp("cluster")
+    with LocalCluster(bookies=3, metadata="sqlite", data_dir=data_dir) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def zk_cluster(zookeeper: Any) -> Iterator[LocalCluster]:
+    """3 real bookies on the session's ZooKeeper (own chroot), shared within a module."""
+    uri = zookeeper.uri(f"/walog-cluster-{uuid.uuid4().hex[:12]}")
+    with LocalCluster(bookies=3, metadata=uri) as local:
+        yield local
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path: Any) -> Iterator[LocalCluster]:
+    """3 real bookies with SQLite metadata for one test only (free to break them)."""
+    with LocalCluster(bookies=3, metadata="sqlite", data_dir=tmp_path / "cluster") as local:
+        yield local
+
+
+@pytest.fixture
+def log_name(request: pytest.FixtureRequest) -> str:
+    """A log name unique to this test (shared clusters outlive single tests)."""
+    return f"{request.node.name[:60]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")

@@ -1,0 +1,430 @@
+"""The ``walog`` command (also ``python -m walog``).
+
+Every subcommand takes ``--metadata URI`` (default: the ``WALOG_METADATA`` environment
+variable) and answers ``--help``. Errors print one line, ``walog: error: ...``, on stderr
+and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from this
+build, 130 on Ctrl-C); never a traceback.
+
+``bookie``, ``bench``, ``archive`` and ``autorecovery`` hand their arguments unchanged to
+the module that implements them, imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import collections
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, NoReturn
+
+from walog import __version__
+from walog.errors import NoSuchLogError, WalogError
+
+if TYPE_CHECKING:
+    from walog.client import Client
+
+ENV_METADATA = "WALOG_METADATA"
+
+# name -> (module, function, what it is): implemented elsewhere, arguments passed unchanged.
+_DELEGATED: dict[str, tuple[str, str, str]] = {
+    "bookie": ("bookie.main", "main", "run a bookie (storage server); see 'walog bookie --help'"),
+    "bench": ("walog.bench", "main", "run the benchmarks"),
+    "archive": ("walog.spark.archive", "main", "archive closed ledgers of a log to Parquet"),
+    "autorecovery": ("walog.autorecovery", "main", "re-replicate ledgers of lost bookies"),
+}
+_FEATURE_NAMES = {"bench": "benchmarking", "archive": "archiving", "autorecovery": "autorecovery"}
+# At most this many appends wait for their acknowledgement at once in `walog append`.
+_APPEND_WINDOW = 1024
+
+
+class CliError(Exception):
+    """A problem to report as one line, with an exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``walog: error: ... (see 'walog X --help')``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see '{self.prog} --help')", status=2)
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _metadata(args: argparse.Namespace) -> str:
+    uri: str | None = args.metadata
+    if not uri:
+        raise CliError(f"no metadata store: pass --metadata URI or set {ENV_METADATA}", 2)
+    return uri
+
+
+def _connect(args: argparse.Namespace) -> Client:
+    from walog.client import connect
+
+    return connect(_metadata(args), timeout=args.timeout)
+
+
+def _existing_log(client: Client, name: str) -> Any:
+    """The log ``name``; never creates it (``open_log`` would)."""
+    if name not in client.list_logs():
+        raise NoSuchLogError(f"log {name!r} does not exist")
+    return client.open_log(name)
+
+
+def _records_from(args: argparse.Namespace, stdin: IO[bytes]) -> Iterator[bytes]:
+    if args.records:
+        for record in args.records:
+            yield os.fsencode(record)
+        return
+    for line in stdin:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def _emit(line: str) -> None:
+    print(line, flush=True)
+
+
+def _data_text(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
+# -- subcommands ----------------------------------------------------------------------------
+
+
+def _cmd_quickstart(args: argparse.Namespace) -> int:
+    try:
+        module = importlib.import_module("walog.log.quickstart")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("walog.log.quickstart", "walog.log"):
+            raise
+        return _ledger_demo()
+    result: int = module.run_quickstart()
+    return result
+
+
+def _ledger_demo() -> int:
+    """A short tour of ledgers on a local cluster (used until the log quickstart exists)."""
+    from walog.errors import LedgerFencedError
+    from walog.testing import LocalCluster
+
+    _emit("starting 3 bookies with an SQLite metadata store ...")
+    with LocalCluster(bookies=3) as cluster:
+        _emit(f"metadata: {cluster.metadata_uri}")
+        _emit(f"bookies:  {', '.join(cluster.bookie_ids)}")
+        with cluster.connect() as client:
+            with client.create_ledger(3, 3, 2) as writer:
+                for i in range(10):
+                    writer.append(f"entry {i}".encode())
+                ledger_id = writer.ledger_id
+                _emit(f"ledger {ledger_id}: appended 10 entries (E=3, Qw=3, Qa=2), closing")
+            with client.open_ledger(ledger_id, recovery=False) as reader:
+                entries = reader.read(0, reader.last_add_confirmed)
+            _emit(f"ledger {ledger_id}: read back {[_data_text(e.data) for e in entries]}")
+            writer = client.create_ledger()
+            writer.append(b"written before the takeover")
+            _emit(f"ledger {writer.ledger_id}: a writer appended one entry")
+            with cluster.connect() as other, other.open_ledger(writer.ledger_id) as recovered:
+                _emit(
+                    f"ledger {writer.ledger_id}: another client recovered it "
+                    f"(fenced, closed at entry {recovered.last_add_confirmed})"
+                )
+            try:
+                writer.append(b"written after the takeover")
+            except LedgerFencedError as exc:
+                _emit(f"the first writer's next append was refused: {exc}")
+            else:
+                raise WalogError("a fenced ledger accepted an append")
+    _emit("done; the cluster is stopped and its files removed")
+    return 0
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from walog.testing import LocalCluster
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    metadata = args.metadata or "sqlite"
+    with LocalCluster(bookies=args.bookies, metadata=metadata, data_dir=args.data_dir) as cluster:
+        _emit(cluster.metadata_uri)
+        print(
+            f"walog: {len(cluster.bookie_ids)} bookies running "
+            f"({', '.join(cluster.bookie_ids)}); logs under {cluster.data_dir}; "
+            "Ctrl-C or SIGTERM stops them",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.wait()
+        print("walog: stopping the local cluster", file=sys.stderr, flush=True)
+    return 0
+
+
+def _cmd_append(args: argparse.Namespace) -> int:
+    stdin = sys.stdin.buffer
+    with _connect(args) as client:
+        log = client.open_log(
+            args.log,
+            ensemble_size=args.ensemble_size,
+            write_quorum=args.write_quorum,
+            ack_quorum=args.ack_quorum,
+        )
+        with log.open_writer() as writer:
+            # Pipelined: up to _APPEND_WINDOW appends in flight, positions printed in order.
+            pending: collections.deque[Any] = collections.deque()
+            for record in _records_from(args, stdin):
+                pending.append(writer.append_async(record))
+                if len(pending) >= _APPEND_WINDOW:
+                    _emit(str(pending.popleft().result()))
+            writer.flush()
+            while pending:
+                _emit(str(pending.popleft().result()))
+    return 0
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    from walog.log.position import Position
+
+    start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
+    with _connect(args) as client, _existing_log(client, args.log).open_reader(start) as reader:
+        count = 0
+        while args.max_records is None or count < args.max_records:
+            record = reader.read_next(timeout=args.idle_timeout)
+            if record is None:
+                break
+            count += 1
+            if args.json:
+                doc: dict[str, Any] = {"position": str(record.position)}
+                doc["timestamp"] = record.timestamp
+                try:
+                    doc["data"] = record.data.decode("utf-8")
+                except UnicodeDecodeError:
+                    doc["data_base64"] = base64.b64encode(record.data).decode("ascii")
+                _emit(json.dumps(doc))
+            else:
+                _emit(f"{record.position}\t{_data_text(record.data)}")
+    return 0
+
+
+def _cmd_ledgers(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        for ledger_id in client.list_ledgers():
+            _emit(str(ledger_id))
+    return 0
+
+
+def _cmd_ledger_show(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        md = client.ledger_metadata(args.ledger_id)
+    durability = md.durability
+    doc = {
+        "ledger_id": md.ledger_id,
+        "state": md.state,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "last_entry_id": md.last_entry_id,
+        "durability": getattr(durability, "name", str(durability)),
+        "ensembles": [[first, list(bookies)] for first, bookies in md.ensembles],
+        "custom_metadata": md.custom_metadata,
+    }
+    _emit(json.dumps(doc, indent=2))
+    return 0
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        for name in client.list_logs():
+            _emit(name)
+    return 0
+
+
+def _cmd_log_show(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        segments = _existing_log(client, args.log).segments()
+    doc = {
+        "name": args.log,
+        "segments": [
+            {
+                "ledger_id": s.ledger_id,
+                "state": s.state,
+                "first_position": None if s.first_position is None else str(s.first_position),
+                "last_entry_id": s.last_entry_id,
+            }
+            for s in segments
+        ],
+    }
+    _emit(json.dumps(doc, indent=2))
+    return 0
+
+
+def _cmd_truncate(args: argparse.Namespace) -> int:
+    from walog.log.position import Position
+
+    before = Position.parse(args.before)
+    with _connect(args) as client:
+        deleted = _existing_log(client, args.log).truncate(before)
+    _emit(f"deleted {deleted} ledger(s) of log {args.log!r} before {before}")
+    return 0
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    password = os.fsencode(args.password)
+    with _connect(args) as client:
+        with client.open_ledger(args.ledger_id, recovery=True, password=password) as reader:
+            last = reader.last_add_confirmed
+        _emit(f"ledger {args.ledger_id}: CLOSED, last entry {last}")
+    return 0
+
+
+def _run_delegated(name: str, argv: list[str]) -> int:
+    module_name, function, _ = _DELEGATED[name]
+    feature = _FEATURE_NAMES.get(name, name)
+    try:
+        entry: Callable[[list[str]], int | None] | None = getattr(
+            importlib.import_module(module_name), function, None
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
+            raise CliError(f"{feature} is not available: {exc}", 2) from exc
+        entry = None
+    if entry is None:
+        if {"-h", "--help"} & set(argv):
+            _build_parser().parse_args([name, "--help"])
+        raise CliError(f"{feature} is not available in this build", 2)
+    given = any(a == "--metadata" or a.startswith("--metadata=") for a in argv)
+    if name == "bookie" and os.environ.get(ENV_METADATA) and not given:
+        argv = [*argv, "--metadata", os.environ[ENV_METADATA]]
+    return entry(argv) or 0
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def _build_parser() -> _Parser:
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--metadata",
+        metavar="URI",
+        default=os.environ.get(ENV_METADATA),
+        help=f"zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env {ENV_METADATA}]",
+    )
+    common.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to connect and per call [10]"
+    )
+    parser = _Parser(
+        prog="walog",
+        description="walog: a replicated write-ahead log built on BookKeeper-style ledgers.",
+    )
+    parser.add_argument("--version", action="version", version=f"walog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> _Parser:
+        p: _Parser = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.set_defaults(func=func)
+        return p
+
+    command("quickstart", _cmd_quickstart, "a guided tour on a local cluster")
+    local = command("local", _cmd_local, "run a local cluster until Ctrl-C; prints its URI")
+    local.add_argument("--bookies", type=int, default=3, help="number of bookies [3]")
+    local.add_argument("--data-dir", help="keep bookie data here [a temporary directory]")
+    local.epilog = "With --metadata, the bookies register in that store instead of SQLite."
+
+    append = command("append", _cmd_append, "append records to a log (takes over its writer)")
+    append.add_argument("log", help="log name (created if missing)")
+    append.add_argument("records", nargs="*", help="records; none: one per line of stdin")
+    append.add_argument("--ensemble-size", type=int, default=3, help="for a new log [3]")
+    append.add_argument("--write-quorum", type=int, default=3, help="for a new log [3]")
+    append.add_argument("--ack-quorum", type=int, default=2, help="for a new log [2]")
+    append.epilog = "Opening the writer fences the log's current writer. Prints positions."
+
+    tail = command("tail", _cmd_tail, "print a log's records, following new ones")
+    tail.add_argument("log", help="log name")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        default="earliest",
+        metavar="START",
+        help="earliest, latest or LEDGER:ENTRY:SLOT [earliest]",
+    )
+    tail.add_argument("-n", "--max", dest="max_records", type=int, help="stop after N records")
+    tail.add_argument(
+        "--idle-timeout", type=float, metavar="S", help="stop after S seconds without a record"
+    )
+    tail.add_argument("--json", action="store_true", help="one JSON object per record")
+
+    command("ledgers", _cmd_ledgers, "list ledger ids")
+    ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
+    ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    ledger_sub.required = True
+    show = ledger_sub.add_parser("show", parents=[common], help="print a ledger's metadata")
+    show.add_argument("ledger_id", type=int, metavar="ID")
+    show.set_defaults(func=_cmd_ledger_show)
+
+    command("logs", _cmd_logs, "list log names")
+    log = sub.add_parser("log", help="inspect a log", description="inspect a log")
+    log_sub = log.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    log_sub.required = True
+    log_show = log_sub.add_parser("show", parents=[common], help="print a log's segments")
+    log_show.add_argument("log", metavar="NAME")
+    log_show.set_defaults(func=_cmd_log_show)
+
+    truncate = command("truncate", _cmd_truncate, "delete a log's ledgers before a position")
+    truncate.add_argument("log", help="log name")
+    truncate.add_argument("--before", required=True, metavar="POSITION", help="LEDGER:ENTRY:SLOT")
+
+    recover = command("recover", _cmd_recover, "fence, recover and close an open ledger")
+    recover.add_argument("ledger_id", type=int, metavar="ID")
+    recover.add_argument("--password", default="", help="the ledger's password ['']")
+
+    for name, (_, _, text) in _DELEGATED.items():
+        p = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.epilog = "Arguments are handed unchanged to the implementation."
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``walog`` command with ``argv`` (default ``sys.argv[1:]``); return the status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args_list and args_list[0] in _DELEGATED:
+            return _run_delegated(args_list[0], args_list[1:])
+        args = _build_parser().parse_args(args_list)
+        status: int = args.func(args)
+        return status
+    except CliError as exc:
+        return _fail(str(exc), exc.status)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except BrokenPipeError:
+        # The reader of our output went away (`walog tail log | head`): stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except WalogError as exc:
+        return _fail(f"{type(exc).__name__}: {_one_line(exc)}", 1)
+    except (ValueError, OSError) as exc:
+        return _fail(_one_line(exc), 1)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines: Iterable[str] = str(exc).strip().splitlines() or [type(exc).__name__]
+    return next(iter(lines))
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"walog: error: {message}", file=sys.stderr, flush=True)
+    return status
+
+
+__all__ = ["ENV_METADATA", "CliError", "main"]
