@@ -28,7 +28,14 @@ from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.quorum import Answer, QuorumCoverage, entry_absent, write_set
 from walog.metadata.layout import LedgerMetadata
-from walog.transport.base import FenceReply, ReadLacReply, ReadReply, Status, StoredEntry
+from walog.transport.base import (
+    BookieClient,
+    FenceReply,
+    ReadLacReply,
+    ReadReply,
+    Status,
+    StoredEntry,
+)
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -151,6 +158,13 @@ class EntryProbe:
         return [b for b in bookies if self._answers.get(b, Answer.UNKNOWN) is Answer.UNKNOWN]
 
 
+async def ask(ctx: LedgerContext, bookie: str, op: Callable[[BookieClient], Awaitable[T]]) -> T:
+    """Run ``op`` on the connection to ``bookie``; the connection is looked up only when
+    the request runs, so a bookie the pool cannot reach is an unknown answer like any other
+    ``BookieError``."""
+    return await op(ctx.pool.get(bookie))
+
+
 async def _outcome(call: Awaitable[T]) -> Outcome[T]:
     try:
         return await call
@@ -189,6 +203,12 @@ async def fan_out(
             task.add_done_callback(_background.discard)
 
 
+def _range_read(
+    ledger_id: int, first: int, last: int
+) -> Callable[[BookieClient], Awaitable[ReadReply]]:
+    return lambda client: client.read(ledger_id, first, last)
+
+
 async def read_entry(
     ctx: LedgerContext, ledger_id: int, entry_id: int, bookies: Sequence[str]
 ) -> StoredEntry:
@@ -203,7 +223,7 @@ async def read_entry(
     """
     unknown: list[str] = []
     for bookie in bookies:
-        outcome = await _outcome(ctx.pool.get(bookie).read(ledger_id, entry_id, entry_id))
+        outcome = await _outcome(ask(ctx, bookie, _range_read(ledger_id, entry_id, entry_id)))
         if isinstance(outcome, BookieError):
             unknown.append(bookie)
             continue
@@ -241,7 +261,7 @@ async def read_range(
     misses = 0
     while position <= last:
         bookie = bookies[index % len(bookies)]
-        outcome = await _outcome(ctx.pool.get(bookie).read(ledger_id, position, last))
+        outcome = await _outcome(ask(ctx, bookie, _range_read(ledger_id, position, last)))
         got: list[StoredEntry] = []
         if not isinstance(outcome, BookieError):
             if outcome.status is Status.UNAUTHORIZED:
@@ -303,7 +323,7 @@ async def read_last_add_confirmed(ctx: LedgerContext, metadata: LedgerMetadata) 
         return coverage.covered()
 
     await fan_out(
-        {i: ctx.pool.get(b).read_lac(metadata.ledger_id) for i, b in enumerate(ensemble)},
+        {i: ask(ctx, b, lambda c: c.read_lac(metadata.ledger_id)) for i, b in enumerate(ensemble)},
         on_outcome,
     )
     if answered == 0:
@@ -316,6 +336,7 @@ async def read_last_add_confirmed(ctx: LedgerContext, metadata: LedgerMetadata) 
 __all__ = [
     "EntryProbe",
     "Outcome",
+    "ask",
     "classify_fence",
     "classify_lac",
     "fan_out",

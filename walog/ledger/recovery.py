@@ -51,6 +51,7 @@ from walog.ledger.quorum import Answer, QuorumCoverage
 from walog.ledger.readops import (
     EntryProbe,
     Outcome,
+    ask,
     classify_fence,
     fan_out,
     read_last_add_confirmed,
@@ -196,7 +197,7 @@ class _Recovery:
         # bookie is one more refusing the old writer.
         await fan_out(
             {
-                i: self._ctx.pool.get(b).fence(self._ledger_id, self._key)
+                i: ask(self._ctx, b, lambda c: c.fence(self._ledger_id, self._key))
                 for i, b in enumerate(ensemble)
             },
             on_outcome,
@@ -238,6 +239,7 @@ class _Recovery:
         bookies = write_set_bookies(md, entry_id)
         probe = EntryProbe(self._ledger_id, entry_id, md.write_quorum, md.ack_quorum)
         fence = not mutations.enabled("no_fence_on_recovery_reads")
+        key = self._key
 
         def on_outcome(bookie: str, outcome: Outcome[ReadReply]) -> bool:
             probe.record(bookie, outcome)
@@ -252,8 +254,12 @@ class _Recovery:
             with attempt:
                 await fan_out(
                     {
-                        b: self._ctx.pool.get(b).read(
-                            self._ledger_id, entry_id, entry_id, fence=fence, master_key=self._key
+                        b: ask(
+                            self._ctx,
+                            b,
+                            lambda c: c.read(
+                                self._ledger_id, entry_id, entry_id, fence=fence, master_key=key
+                            ),
                         )
                         for b in probe.unknown(bookies)
                     },
