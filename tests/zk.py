@@ -1,0 +1,148 @@
+"""A real standalone ZooKeeper server for tests (Debian's jars in /usr/share/java).
+
+``ZooKeeperServer`` starts ``org.apache.zookeeper.server.ZooKeeperServerMain`` on a free
+loopback port with a temporary data dir and a 500 ms tick (so sessions may be as short as
+1 s), and waits until it answers ``ruok``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+JAVA_DIR = Path(os.environ.get("WALOG_ZK_JARS", "/usr/share/java"))
+_JARS = (
+    "zookeeper.jar",
+    "zookeeper-jute.jar",
+    "slf4j-api.jar",
+    "slf4j-simple.jar",
+    "commons-cli.jar",
+    "metrics-core.jar",
+    "snappy-java.jar",
+    "netty-buffer.jar",
+    "netty-codec.jar",
+    "netty-common.jar",
+    "netty-handler.jar",
+    "netty-resolver.jar",
+    "netty-transport.jar",
+    "netty-transport-native-epoll.jar",
+    "netty-transport-native-unix-common.jar",
+)
+TICK_MS = 500
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """Java or the ZooKeeper jars are missing, or the server did not come up."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def classpath() -> str:
+    """The server's class path; :class:`ZooKeeperUnavailable` naming what is missing."""
+    missing = [jar for jar in _JARS if not (JAVA_DIR / jar).exists()]
+    if missing:
+        raise ZooKeeperUnavailable(
+            f"ZooKeeper jars missing from {JAVA_DIR}: {', '.join(missing)}; install them with "
+            "`apt-get install -y zookeeper` (the ./test script does this)"
+        )
+    return ":".join(str(JAVA_DIR / jar) for jar in _JARS)
+
+
+def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command and return the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(word.encode())
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper on 127.0.0.1; use as a context manager or start()/stop()."""
+
+    def __init__(self, *, start_timeout: float = 30.0) -> None:
+        self.port = free_port()
+        self.start_timeout = start_timeout
+        self._dir = Path(tempfile.mkdtemp(prefix="walog-zk-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = self._dir / "server.log"
+
+    @property
+    def connect_string(self) -> str:
+        """``127.0.0.1:PORT`` for kazoo."""
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, chroot: str = "/walog", **options: float) -> str:
+        """A ``zk://`` metadata URI for ``chroot``, with optional query options."""
+        query = "&".join(f"{k}={v}" for k, v in options.items())
+        return f"zk://{self.connect_string}{chroot}" + (f"?{query}" if query else "")
+
+    def start(self) -> ZooKeeperServer:
+        """Start the server and wait until it answers ``ruok``."""
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperUnavailable("java is not installed (apt-get install -y default-jre)")
+        cfg = self._dir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={TICK_MS}\n"
+            f"minSessionTimeout={2 * TICK_MS}\n"
+            f"maxSessionTimeout={60 * TICK_MS}\n"
+            f"dataDir={self._dir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr,stat\n"
+            "maxClientCnxns=0\n"
+        )
+        cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", classpath()]
+        cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
+        cmd += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
+        with self._log.open("wb") as out:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:  # waiting for an external process to listen
+            if self._proc.poll() is not None:
+                break
+            with contextlib.suppress(OSError):
+                if four_letter_word(self.port, "ruok") == "imok":
+                    return self
+            time.sleep(0.05)
+        log_tail = self._log.read_text(errors="replace")[-2000:]
+        self.stop()
+        raise ZooKeeperUnavailable(f"ZooKeeper did not start on port {self.port}:\n{log_tail}")
+
+    def stop(self) -> None:
+        """Stop the server and remove its data."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

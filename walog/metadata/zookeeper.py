@@ -1,0 +1,413 @@
+"""ZooKeeper metadata store through kazoo: znode versions are the compare-and-swap.
+
+Every record lives under the URI's chroot (created when missing). kazoo calls run on a
+small thread pool of this store, each bounded by the store's timeout, never on the event
+loop. While the connection is suspended, calls are retried (tenacity, on the retriable
+:class:`~walog.errors.MetadataError`) until the timeout passes.
+
+Liveness-bound records are ephemeral znodes. A kazoo state listener notes a lost session
+and, once a new session is connected, re-creates them and re-arms every watch from the
+store's event thread (the listener itself never blocks: it runs on kazoo's connection
+thread). Watches are persistent: each path keeps one-shot ``exists`` and ``get_children``
+watches armed again after every event; user callbacks run on the store's event thread,
+never on kazoo's, so they may call the store back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    KazooException,
+    NoNodeError,
+    NotEmptyError,
+)
+from kazoo.exceptions import NodeExistsError as KazooNodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.retry import KazooRetry
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from walog.errors import MetadataConflictError, MetadataError, is_retriable
+from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
+from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+COUNTERS = "/_counters"
+"""Where :meth:`ZooKeeperStore.next_id` keeps its counter znodes (under the chroot)."""
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, MetadataError) and is_retriable(exc)
+
+
+class ZooKeeperStore(MetadataStore):
+    """:class:`MetadataStore` over ZooKeeper (kazoo).
+
+    Open it with :meth:`open` (or :func:`walog.metadata.open_store`). Watch callbacks run on
+    the store's event thread: once when the watch is armed, after every change, and after
+    every reconnection (changes made while disconnected are never missed).
+    """
+
+    def __init__(self, config: ZooKeeperURI, *, timeout: float = 10.0) -> None:
+        self._config = config
+        self._root = "" if config.chroot == "/" else config.chroot
+        self._timeout = timeout
+        self._client = KazooClient(
+            hosts=config.connect_string,
+            timeout=config.session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+        )
+        self._calls = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="walog-zk")
+        # One thread for watch callbacks and session recovery: ordered, never kazoo's own.
+        self._events = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="walog-zk-ev")
+        self._lock = threading.Lock()  # guards _registered and _watches
+        self._registered: dict[str, bytes] = {}
+        self._watches: dict[str, dict[int, WatchCallback]] = {}
+        self._handlers: dict[str, Callable[[WatchedEvent], None]] = {}
+        self._tokens = itertools.count()
+        self._session_lost = False
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        config: ZooKeeperURI,
+        *,
+        timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+    ) -> ZooKeeperStore:
+        """Connect, create the chroot if missing, and start watching the session state."""
+        store = cls(config, timeout=timeout)
+        store._client.add_listener(store._on_state)
+        try:
+            await store._run(store._start, config.chroot)
+        except BaseException:
+            await asyncio.to_thread(store._shutdown)
+            raise
+        return store
+
+    def _start(self) -> None:
+        self._client.start(timeout=self._timeout)
+        self._client.ensure_path(self._config.chroot)
+
+    def _full(self, path: str) -> str:
+        check_path(path)
+        return self._root + path if path != "/" else (self._root or "/")
+
+    # -- the one boundary where kazoo errors are translated ------------------------------
+
+    def _call(self, fn: Callable[[], T], path: str) -> T:
+        try:
+            return fn()
+        except NoNodeError as exc:
+            raise NodeNotFoundError(f"metadata record {path} does not exist") from exc
+        except KazooNodeExistsError as exc:
+            raise NodeExistsError(f"metadata record {path} already exists") from exc
+        except BadVersionError as exc:
+            raise MetadataConflictError(f"metadata record {path} changed (version)") from exc
+        except ConnectionClosedError as exc:
+            err = MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
+            err.retriable = False
+            raise err from exc
+        except (KazooException, KazooTimeoutError) as exc:
+            hosts = self._config.connect_string
+            raise MetadataError(f"ZooKeeper {hosts} failed on {path}: {exc!r}") from exc
+
+    async def _run(self, fn: Callable[[], T], path: str) -> T:
+        if self._closed:
+            err = MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
+            err.retriable = False
+            raise err
+        loop = asyncio.get_running_loop()
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_is_connection_error),
+            stop=stop_after_delay(self._timeout),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        ):
+            with attempt:
+                return await loop.run_in_executor(self._calls, self._call, fn, path)
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    def _wait(self, async_result: Any) -> Any:
+        return async_result.get(timeout=self._timeout)
+
+    # -- records -------------------------------------------------------------------------
+
+    async def get(self, path: str) -> tuple[bytes, int]:
+        """Return ``(data, version)``; :class:`NodeNotFoundError` if absent."""
+        full = self._full(path)
+        data, stat = await self._run(lambda: self._wait(self._client.get_async(full)), path)
+        return bytes(data), int(stat.version)
+
+    async def exists(self, path: str) -> int | None:
+        """Return the record's version, or None when it does not exist."""
+        full = self._full(path)
+        stat = await self._run(lambda: self._wait(self._client.exists_async(full)), path)
+        return None if stat is None else int(stat.version)
+
+    async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
+        """Create a record (version 0); :class:`NodeExistsError` if it exists."""
+        full, payload = self._full(path), bytes(data)
+
+        def op() -> int:
+            self._wait(self._client.create_async(full, payload, makepath=make_parents))
+            return 0
+
+        return await self._run(op, path)
+
+    async def set(self, path: str, data: bytes, version: int) -> int:
+        """Compare-and-swap the data (``version == -1`` matches any); return the new version."""
+        full, payload = self._full(path), bytes(data)
+
+        def op() -> int:
+            return int(self._wait(self._client.set_async(full, payload, version)).version)
+
+        return await self._run(op, path)
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        """Delete a record and everything below it (any version when ``version == -1``).
+
+        The version is checked before the children go; the record itself is deleted with
+        that version, so a concurrent set still makes the call fail.
+        """
+        full = self._full(path)
+        if full == (self._root or "/"):
+            raise ValueError("the root metadata record cannot be deleted")
+
+        def op() -> None:
+            stat = self._wait(self._client.exists_async(full))
+            if stat is None:
+                raise NoNodeError()
+            if version not in (-1, stat.version):
+                raise BadVersionError()
+            for attempt in Retrying(
+                retry=retry_if_exception_type(NotEmptyError), stop=stop_after_attempt(5)
+            ):
+                with attempt:
+                    self._delete_children(full)
+                    self._wait(self._client.delete_async(full, version))
+
+        await self._run(op, path)
+
+    def _delete_children(self, full: str) -> None:
+        try:
+            names = self._wait(self._client.get_children_async(full))
+        except NoNodeError:
+            return
+        for name in names:
+            child = f"{full}/{name}"
+            self._delete_children(child)
+            with contextlib.suppress(NoNodeError):
+                self._wait(self._client.delete_async(child))
+
+    async def children(self, path: str) -> list[str]:
+        """Sorted names of the direct children of ``path``; [] when none or absent."""
+        full = self._full(path)
+
+        def op() -> list[str]:
+            try:
+                return sorted(self._wait(self._client.get_children_async(full)))
+            except NoNodeError:
+                return []
+
+        return await self._run(op, path)
+
+    async def next_id(self, counter: str) -> int:
+        """A new id from the named counter: the znode version produced by a blind set.
+
+        Each set yields a distinct version, later sets larger ones, in one round trip with
+        no CAS retries. Ids start at 1 and are bounded by ZooKeeper's 32-bit versions.
+        """
+        full = f"{self._root}{COUNTERS}/{check_counter(counter)}"
+
+        def op() -> int:
+            try:
+                return int(self._wait(self._client.set_async(full, b"", -1)).version)
+            except NoNodeError:
+                with contextlib.suppress(KazooNodeExistsError):
+                    self._wait(self._client.create_async(full, b"", makepath=True))
+                return int(self._wait(self._client.set_async(full, b"", -1)).version)
+
+        return await self._run(op, f"{COUNTERS}/{counter}")
+
+    # -- liveness ------------------------------------------------------------------------
+
+    def _create_ephemeral(self, full: str, data: bytes) -> None:
+        try:
+            self._wait(self._client.create_async(full, data, ephemeral=True, makepath=True))
+        except KazooNodeExistsError:
+            # Ours when a retried create had succeeded before its reply was lost.
+            stat = self._wait(self._client.exists_async(full))
+            if stat is None or stat.ephemeralOwner != self._session_id():
+                raise
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    async def register(self, path: str, data: bytes) -> None:
+        """Create an ephemeral record; :class:`NodeExistsError` if the path is taken."""
+        full, payload = self._full(path), bytes(data)
+        await self._run(lambda: self._create_ephemeral(full, payload), path)
+        with self._lock:
+            self._registered[path] = payload
+
+    async def unregister(self, path: str) -> None:
+        """Remove a record made by :meth:`register` (no error if already gone)."""
+        full = self._full(path)
+        with self._lock:
+            self._registered.pop(path, None)
+
+        def op() -> None:
+            stat = self._wait(self._client.exists_async(full))
+            if stat is not None and stat.ephemeralOwner == self._session_id():
+                with contextlib.suppress(NoNodeError):
+                    self._wait(self._client.delete_async(full))
+
+        await self._run(op, path)
+
+    def _on_state(self, state: str) -> bool:
+        # Runs on kazoo's connection thread: note the state, hand work to the event thread.
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and not self._closed:
+            lost, self._session_lost = self._session_lost, False
+            self._submit(self._after_connect, lost)
+        return False
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # raised once the store is closing
+            self._events.submit(fn, *args)
+
+    def _after_connect(self, session_lost: bool) -> None:
+        """Re-create liveness records after a new session, then re-arm and fire watches."""
+        if session_lost:
+            with self._lock:
+                registered = dict(self._registered)
+            for path, data in registered.items():
+                try:
+                    self._reregister(path, data)
+                    log.warning("ZooKeeper session expired; re-registered %s", path)
+                except Exception:
+                    log.exception("could not re-register %s after session expiry", path)
+        with self._lock:
+            paths = list(self._watches)
+        for path in paths:
+            self._arm_and_fire(path, None)
+
+    def _reregister(self, path: str, data: bytes) -> None:
+        full = self._full(path)
+        for attempt in Retrying(
+            retry=retry_if_exception(_is_connection_error),
+            stop=stop_after_delay(self._timeout),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        ):
+            with attempt:
+                self._call(lambda: self._create_ephemeral(full, data), path)
+
+    # -- watches -------------------------------------------------------------------------
+
+    def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
+        """Call ``callback`` (on the event thread) once now and after every change."""
+        check_path(path)
+        token = next(self._tokens)
+        with self._lock:
+            if self._closed:
+                raise MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
+            self._watches.setdefault(path, {})[token] = callback
+        self._submit(self._arm_and_fire, path, token)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._watches.get(path)
+                if callbacks is not None:
+                    callbacks.pop(token, None)
+                    if not callbacks:
+                        del self._watches[path]
+
+        return unsubscribe
+
+    def _handler(self, path: str) -> Callable[[WatchedEvent], None]:
+        # One callable per path, so kazoo (which keeps watchers in sets) holds it once.
+        with self._lock:
+            handler = self._handlers.get(path)
+            if handler is None:
+
+                def handler(event: WatchedEvent) -> None:
+                    # Runs on kazoo's thread. NONE events mean the connection dropped; the
+                    # CONNECTED listener re-arms everything then.
+                    if event.type != EventType.NONE:
+                        self._submit(self._arm_and_fire, path, None)
+
+                self._handlers[path] = handler
+            return handler
+
+    def _arm_and_fire(self, path: str, only: int | None) -> None:
+        """Arm the one-shot watches of ``path`` again, then run its callbacks."""
+        with self._lock:
+            callbacks = dict(self._watches.get(path, {}))
+        if only is not None:
+            callbacks = {only: callbacks[only]} if only in callbacks else {}
+        if not callbacks:
+            return
+        full, handler = self._full(path), self._handler(path)
+        try:
+            if self._wait(self._client.exists_async(full, watch=handler)) is not None:
+                self._wait(self._client.get_children_async(full, watch=handler))
+        except NoNodeError:
+            pass  # deleted in between: the exists watch fires for it
+        except (KazooException, KazooTimeoutError) as exc:
+            log.warning("could not arm the watch on %s (%r); re-armed on reconnect", path, exc)
+        for token, callback in callbacks.items():
+            with self._lock:
+                if token not in self._watches.get(path, {}):
+                    continue  # unsubscribed meanwhile
+            try:
+                callback()
+            except Exception:
+                log.exception("metadata watch callback for %s failed", path)
+
+    # -- closing -------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        try:
+            self._client.stop()  # the server deletes this session's ephemeral records
+            self._client.close()
+        finally:
+            self._events.shutdown(wait=False, cancel_futures=True)
+            self._calls.shutdown(wait=False, cancel_futures=True)
+
+    async def close(self) -> None:
+        """End the session; this store's ephemeral records disappear."""
+        if self._closed:
+            return
+        with self._lock:
+            self._registered.clear()
+            self._watches.clear()
+        await asyncio.to_thread(self._shutdown)
+
+
+__all__ = ["COUNTERS", "ZooKeeperStore"]
