@@ -1,0 +1,99 @@
+"""The event-loop thread behind every sync facade.
+
+One daemon thread per process runs one asyncio event loop; sync APIs submit coroutines to it
+and wait on ``concurrent.futures.Future`` objects. Hot paths (appends) must not hop threads
+per call: they hand work over in batches (see ``walog.client.LedgerWriter``), using
+:meth:`LoopThread.call_soon` once per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """A daemon thread running an asyncio event loop.
+
+    Use :meth:`instance` for the process-wide loop; a forked child gets a fresh one (an event
+    loop and its thread do not survive ``fork``).
+    """
+
+    _instance: ClassVar[LoopThread | None] = None
+    _instance_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, name: str = "walog-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._pid = os.getpid()
+        started = threading.Event()
+
+        def main() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(started.set)
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=main, name=name, daemon=True)
+        self._thread.start()
+        started.wait()
+
+    @classmethod
+    def instance(cls) -> LoopThread:
+        """The process-wide loop thread, started on first use."""
+        with cls._instance_lock:
+            current = cls._instance
+            if current is None or current._pid != os.getpid() or not current.is_alive():
+                current = cls._instance = cls()
+            return current
+
+    def is_alive(self) -> bool:
+        """True while the loop thread runs."""
+        return self._thread.is_alive() and not self.loop.is_closed()
+
+    def in_loop_thread(self) -> bool:
+        """True when called from the loop thread itself."""
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; its result arrives in the returned future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (at most ``timeout`` seconds).
+
+        Raises:
+            RuntimeError: when called from the loop thread (it would wait on itself).
+            TimeoutError: when ``timeout`` passes first; the coroutine is cancelled.
+        """
+        if self.in_loop_thread():
+            coro.close()
+            raise RuntimeError(
+                "a sync walog call was made from its own event loop thread; "
+                "use walog.aio from coroutines"
+            )
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"operation did not finish within {timeout} seconds") from None
+
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop thread soon (one thread hop)."""
+        self.loop.call_soon_threadsafe(callback)
+
+    def stop(self) -> None:
+        """Stop the loop and join the thread (tests; the process-wide loop is a daemon)."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+__all__ = ["LoopThread"]

@@ -1,0 +1,563 @@
+"""The single writer of a ledger: striping, ack quorums, in-order completion, LAC (seed 000).
+
+An append takes the next entry id and is sent at once to the write quorum of the current
+fragment's ensemble (``write_set``). It completes when ``Qa`` bookies of its write quorum
+acknowledged it **and** every lower entry completed; the LAC is the highest completed entry
+(VOLATILE ledgers: see seed 004, the LAC follows the bookies' LastAddSynced values).
+
+A bookie that errors or times out is replaced by an ensemble change (a new fragment starting
+at the first entry not yet completed, CAS on the metadata), then the pending entries of that
+fragment are resent to the replacement. No add completes while a change is in flight: an
+ack from the bookie being replaced must not count for the new fragment.
+
+Only :class:`LedgerContext` (store, pool, config) and the event loop are used here: no
+sockets, threads or wall clock, so the simulator runs this code unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Iterable
+from typing import Literal
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from walog.digest import entry_digest
+from walog.errors import (
+    BookieUnavailableError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataConflictError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+    WalogError,
+    is_retriable,
+)
+from walog.ledger.context import LedgerContext
+from walog.ledger.durability import Durability, lac_from_last_add_synced
+from walog.ledger.ensemble import (
+    Placement,
+    available_bookies,
+    quorum_possible,
+    replace_in_ensemble,
+    with_new_fragment,
+)
+from walog.ledger.quorum import write_set
+from walog.metadata.layout import LedgerMetadata
+from walog.transport.base import AddReply, ForceReply, Status
+
+log = structlog.get_logger(__name__)
+
+METADATA_ATTEMPTS = 10
+
+
+def metadata_retrying() -> AsyncRetrying:
+    """Retry policy for metadata steps: retriable errors only, exponential back-off on the
+    event loop's clock (``asyncio.sleep``), a bounded number of attempts."""
+    return AsyncRetrying(
+        retry=retry_if_exception(is_retriable),
+        wait=wait_exponential(multiplier=0.01, max=1.0),
+        stop=stop_after_attempt(METADATA_ATTEMPTS),
+        reraise=True,
+    )
+
+
+def as_payload(data: object, max_entry_bytes: int) -> bytes:
+    """Validate an entry payload and return it as immutable bytes.
+
+    Raises:
+        TypeError: ``data`` is a ``str`` or not bytes-like.
+        ValueError: ``data`` is larger than ``max_entry_bytes``.
+    """
+    if isinstance(data, bytes):
+        payload = data
+    elif isinstance(data, str):
+        raise TypeError("ledger entries are bytes; encode the str first (data.encode())")
+    else:
+        try:
+            # A copy: the caller may reuse its buffer once append returns.
+            payload = bytes(memoryview(data))  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise TypeError(
+                f"ledger entries are bytes-like objects, got {type(data).__name__}"
+            ) from exc
+    if len(payload) > max_entry_bytes:
+        raise ValueError(f"entry of {len(payload)} bytes exceeds max_entry_bytes={max_entry_bytes}")
+    return payload
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _PendingAdd:
+    entry_id: int
+    data: bytes
+    lac: int  # the LAC piggybacked on this entry (covered by its digest)
+    digest: int
+    future: asyncio.Future[int]
+    acked: set[int] = dataclasses.field(default_factory=set)  # ensemble indexes, OK replies
+
+
+class AsyncLedgerWriter:
+    """Appends entries to an OPEN ledger this client created.
+
+    Use :func:`walog.ledger.create.create_ledger` (or ``AsyncClient.create_ledger``) to get
+    one. Appends may be issued concurrently; entry ids are assigned in call order and the
+    returned futures resolve strictly in entry-id order.
+    """
+
+    def __init__(
+        self,
+        ctx: LedgerContext,
+        metadata: LedgerMetadata,
+        version: int,
+        master_key: bytes,
+        *,
+        placement: Placement | None = None,
+    ) -> None:
+        if metadata.state != "OPEN":
+            raise LedgerClosedError(f"ledger {metadata.ledger_id} is {metadata.state}")
+        self._ctx = ctx
+        self._loop = asyncio.get_running_loop()
+        self._metadata = metadata
+        self._version = version
+        self._master_key = master_key
+        self._placement = placement or Placement()
+        self._ledger_id = metadata.ledger_id
+        self._e = metadata.ensemble_size
+        self._qw = metadata.write_quorum
+        self._qa = metadata.ack_quorum
+        self._durability = metadata.durability
+        self._ensemble = list(metadata.last_ensemble)
+
+        self._next_entry_id = 0
+        self._completed = -1  # highest entry completed (acked by Qa, all lower completed)
+        self._lac = -1
+        self._las = [-1] * self._e  # VOLATILE: LastAddSynced per ensemble index
+        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+        self._failed: dict[int, str] = {}  # ensemble index -> failed bookie, to be replaced
+        self._unreplaceable: set[int] = set()  # failed indexes no bookie could replace
+        self._replaced: set[str] = set()  # bookies that failed once: never chosen again
+        self._change_task: asyncio.Task[None] | None = None
+        self._changing = False
+
+        self._state: Literal["open", "closing", "closed"] = "open"
+        self._close_task: asyncio.Task[None] | None = None
+        self._error: WalogError | None = None
+
+        self._lac_told = -1  # highest LAC sent to bookies (piggybacked or explicit)
+        self._last_append_time = self._loop.time()
+        self._lac_timer: asyncio.TimerHandle | None = None
+
+    # -- public state -----------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger's id."""
+        return self._ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id confirmed to readers (-1 before the first)."""
+        return self._lac
+
+    @property
+    def last_add_pushed(self) -> int:
+        """The highest entry id handed out so far (-1 before the first append)."""
+        return self._next_entry_id - 1
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """The ledger's metadata as this writer last wrote or read it."""
+        return self._metadata
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` finished."""
+        return self._state == "closed"
+
+    # -- appends ----------------------------------------------------------------------
+
+    def append_nowait(self, data: bytes | bytearray | memoryview) -> asyncio.Future[int]:
+        """Take the next entry id and send the entry; the future resolves with its id.
+
+        Raises:
+            TypeError: ``data`` is a ``str`` or not bytes-like.
+            ValueError: the entry exceeds ``ClientConfig.max_entry_bytes`` (no id is taken).
+            LedgerClosedError: the writer is closed or closing.
+            LedgerFencedError: the ledger was fenced by a recovering reader.
+        """
+        payload = as_payload(data, self._ctx.config.max_entry_bytes)
+        self._check_appendable()
+        entry_id = self._next_entry_id
+        self._next_entry_id += 1
+        lac = self._lac
+        add = _PendingAdd(
+            entry_id,
+            payload,
+            lac,
+            entry_digest(self._ledger_id, entry_id, lac, payload),
+            self._loop.create_future(),
+        )
+        self._pending.append(add)
+        self._drained.clear()
+        self._lac_told = max(self._lac_told, lac)
+        self._last_append_time = self._loop.time()
+        self._send(add, write_set(entry_id, self._e, self._qw))
+        return add.future
+
+    async def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append one entry and wait until it and every lower entry are confirmed."""
+        return await self.append_nowait(data)
+
+    async def __aenter__(self) -> AsyncLedgerWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_appendable(self) -> None:
+        err = self._error
+        if isinstance(err, LedgerFencedError | UnauthorizedError):
+            raise type(err)(str(err))
+        if self._state != "open":
+            raise LedgerClosedError(f"ledger {self._ledger_id} is closed")
+        if err is not None:
+            raise type(err)(str(err))
+
+    def _send(self, add: _PendingAdd, indexes: Iterable[int]) -> None:
+        for index in indexes:
+            if index in self._failed or index in self._unreplaceable:
+                continue  # resent to the replacement once the ensemble change is done
+            bookie = self._ensemble[index]
+            reply = self._ctx.pool.get(bookie).add(
+                self._ledger_id,
+                add.entry_id,
+                add.lac,
+                add.data,
+                add.digest,
+                self._master_key,
+                durability=self._durability,
+            )
+            reply.add_done_callback(functools.partial(self._on_reply, add, index, bookie))
+
+    # -- replies and completion -------------------------------------------------------
+
+    def _on_reply(
+        self, add: _PendingAdd, index: int, bookie: str, fut: asyncio.Future[AddReply]
+    ) -> None:
+        if fut.cancelled():
+            self._bookie_failed(index, bookie, "request cancelled")
+            return
+        exc = fut.exception()
+        if isinstance(exc, UnauthorizedError):
+            self._fail(UnauthorizedError(str(exc)))
+            return
+        if exc is not None:
+            self._bookie_failed(index, bookie, str(exc) or type(exc).__name__)
+            return
+        reply = fut.result()
+        if self._error is not None or self._ensemble[index] != bookie:
+            return  # the writer stopped, or this bookie was replaced since
+        if reply.status is Status.OK:
+            if self._durability is Durability.VOLATILE:
+                self._las[index] = max(self._las[index], reply.last_add_synced)
+            add.acked.add(index)
+            self._complete_ready()
+        elif reply.status is Status.FENCED:
+            self._fail(
+                LedgerFencedError(
+                    f"ledger {self._ledger_id} was fenced (bookie {bookie}): a reader is "
+                    "recovering it; entries not yet confirmed may or may not be in it"
+                )
+            )
+        elif reply.status is Status.UNAUTHORIZED:
+            self._fail(
+                UnauthorizedError(
+                    f"bookie {bookie} refused ledger {self._ledger_id}: wrong password "
+                    "(master key) or credentials"
+                )
+            )
+        else:
+            self._bookie_failed(index, bookie, reply.status.name)
+
+    def _complete_ready(self) -> None:
+        """Complete the pending adds at the head that reached Qa acks, in entry-id order."""
+        if self._changing or self._error is not None:
+            return  # acks may still be discounted by the ensemble change in flight
+        done: list[_PendingAdd] = []
+        while self._pending and len(self._pending[0].acked) >= self._qa:
+            add = self._pending.popleft()
+            self._completed = add.entry_id
+            done.append(add)
+        self._advance_lac()
+        if not self._pending:
+            self._drained.set()
+        for add in done:
+            if not add.future.done():
+                add.future.set_result(add.entry_id)
+
+    def _advance_lac(self) -> None:
+        if self._durability is Durability.VOLATILE:
+            # Seed 004: the LAC passes only entries synced on enough bookies.
+            synced = lac_from_last_add_synced(self._las, self._qw, self._qa)
+            lac = max(self._lac, min(synced, self._completed))
+        else:
+            lac = self._completed
+        if lac > self._lac:
+            self._lac = lac
+            self._arm_explicit_lac()
+
+    # -- explicit LAC -----------------------------------------------------------------
+
+    def _arm_explicit_lac(self) -> None:
+        if self._lac_timer is None and self._state != "closed":
+            delay = self._ctx.config.timeouts.explicit_lac
+            self._lac_timer = self._loop.call_later(delay, self._explicit_lac_due)
+
+    def _explicit_lac_due(self) -> None:
+        self._lac_timer = None
+        if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
+            return
+        delay = self._ctx.config.timeouts.explicit_lac
+        idle = self._loop.time() - self._last_append_time
+        if idle < delay:
+            self._lac_timer = self._loop.call_later(delay - idle, self._explicit_lac_due)
+            return
+        # Idle writer: the last entries' LAC would otherwise reach readers only with the
+        # next append, so tell every bookie of the ensemble now.
+        for index, bookie in enumerate(self._ensemble):
+            if index not in self._failed and index not in self._unreplaceable:
+                self._ctx.pool.get(bookie).send_lac(self._ledger_id, self._lac, self._master_key)
+        self._lac_told = self._lac
+
+    # -- failures ---------------------------------------------------------------------
+
+    def _fail(self, error: WalogError) -> None:
+        """Stop the writer: every add not yet completed (and every later one) fails."""
+        if self._error is not None:
+            return
+        self._error = error
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+            self._lac_timer = None
+        log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
+        pending, self._pending = self._pending, collections.deque()
+        self._drained.set()
+        for add in pending:
+            if not add.future.done():
+                add.future.set_exception(type(error)(str(error)))
+
+    def _bookie_failed(self, index: int, bookie: str, reason: str) -> None:
+        if self._error is not None or self._state == "closed":
+            return
+        if self._ensemble[index] != bookie or index in self._failed:
+            return  # already replaced, or a change for it is under way
+        if index in self._unreplaceable:
+            return
+        log.info("bookie failed", ledger_id=self._ledger_id, bookie=bookie, reason=reason)
+        if self._durability is Durability.VOLATILE:
+            # Seed 004: VOLATILE ledgers never change their ensemble.
+            self._fail(
+                BookieUnavailableError(
+                    f"bookie {bookie} failed ({reason}); VOLATILE ledger {self._ledger_id} "
+                    "cannot replace bookies, so its writer stops"
+                )
+            )
+            return
+        self._failed[index] = bookie
+        if self._change_task is None:
+            self._change_task = self._loop.create_task(self._change_ensemble())
+
+    # -- ensemble changes (one at a time) ---------------------------------------------
+
+    async def _change_ensemble(self) -> None:
+        self._changing = True
+        try:
+            while self._failed and self._error is None:
+                await self._change_once()
+        except WalogError as exc:
+            self._fail(exc)
+        except Exception as exc:  # a bug must not leave appends hanging forever
+            self._fail(WalogError(f"ensemble change of ledger {self._ledger_id} failed: {exc!r}"))
+            raise
+        finally:
+            self._changing = False
+            self._change_task = None
+            self._complete_ready()
+
+    async def _change_once(self) -> None:
+        failed = dict(self._failed)
+        targets = set(failed) | self._unreplaceable
+        async for attempt in metadata_retrying():
+            with attempt:
+                available = await available_bookies(self._ctx.store)
+        if self._error is not None:
+            return
+        replacements = self._placement.choose_replacements(
+            self._ensemble, targets, available, excluded=self._replaced | set(failed.values())
+        )
+        if replacements:
+            await self._write_fragment(replacements)
+            if self._error is not None:
+                return
+        for index in failed:
+            self._failed.pop(index, None)
+            if index not in replacements:
+                self._unreplaceable.add(index)
+        self._unreplaceable -= set(replacements)
+        if not quorum_possible(self._e, self._qw, self._qa, self._unreplaceable):
+            dead = sorted(self._ensemble[i] for i in self._unreplaceable)
+            raise NotEnoughBookiesError(
+                f"ledger {self._ledger_id} lost bookies {', '.join(dead)} and no other "
+                f"bookie is available to replace them (available: {', '.join(available)}); "
+                f"ack_quorum={self._qa} can no longer be reached"
+            )
+
+    async def _write_fragment(self, replacements: dict[int, str]) -> None:
+        # Completions are held while changing, so the first entry not yet completed is
+        # stable: the new fragment starts there and covers every pending entry.
+        first = self._completed + 1
+        new_ensemble = replace_in_ensemble(self._ensemble, replacements)
+        async for attempt in metadata_retrying():
+            with attempt:
+                metadata = self._metadata.with_changes(
+                    ensembles=with_new_fragment(self._metadata.ensembles, first, new_ensemble)
+                )
+                try:
+                    self._version = await self._ctx.write_metadata(metadata, self._version)
+                except MetadataConflictError:
+                    await self._reread_open()
+                    raise
+                self._metadata = metadata
+        log.info(
+            "ensemble changed",
+            ledger_id=self._ledger_id,
+            first_entry_id=first,
+            ensemble=list(new_ensemble),
+        )
+        for index in replacements:
+            self._replaced.add(self._ensemble[index])
+        self._ensemble = list(new_ensemble)
+        for add in self._pending:
+            moved = [i for i in write_set(add.entry_id, self._e, self._qw) if i in replacements]
+            add.acked.difference_update(moved)
+            self._send(add, moved)
+
+    async def _reread_open(self) -> None:
+        """After a lost CAS: adopt the current metadata if still OPEN, else stop."""
+        metadata, version = await self._ctx.read_metadata(self._ledger_id)
+        if metadata.state != "OPEN":
+            raise LedgerFencedError(
+                f"ledger {self._ledger_id} is {metadata.state}: it was fenced by recovery"
+            )
+        self._metadata, self._version = metadata, version
+
+    # -- force and close --------------------------------------------------------------
+
+    async def force(self) -> int:
+        """Make every entry appended so far durable; return the last synced entry id.
+
+        VOLATILE ledgers send a force to every bookie of the ensemble and recompute the LAC
+        from their LastAddSynced answers. PERSISTENT ledgers are durable on ack: this
+        returns :attr:`last_add_confirmed` once earlier appends completed.
+        """
+        if self._pending:
+            # A failure is reported below as the writer's error.
+            with contextlib.suppress(WalogError):
+                await asyncio.shield(self._pending[-1].future)
+        if self._error is not None:
+            raise type(self._error)(str(self._error))
+        if self._durability is Durability.PERSISTENT:
+            return self._lac
+        ensemble = list(self._ensemble)
+        replies = await asyncio.gather(
+            *(self._ctx.pool.get(b).force(self._ledger_id, self._master_key) for b in ensemble),
+            return_exceptions=True,
+        )
+        for index, (bookie, reply) in enumerate(zip(ensemble, replies, strict=True)):
+            self._on_force_reply(index, bookie, reply)
+        if self._error is not None:
+            raise type(self._error)(str(self._error))
+        self._advance_lac()
+        return self._lac
+
+    def _on_force_reply(self, index: int, bookie: str, reply: ForceReply | BaseException) -> None:
+        if isinstance(reply, BaseException):
+            if not isinstance(reply, Exception):
+                raise reply
+            self._bookie_failed(index, bookie, str(reply) or type(reply).__name__)
+        elif reply.status is Status.OK:
+            self._las[index] = max(self._las[index], reply.last_add_synced)
+        elif reply.status is Status.FENCED:
+            self._fail(LedgerFencedError(f"ledger {self._ledger_id} was fenced ({bookie})"))
+        elif reply.status is Status.UNAUTHORIZED:
+            self._fail(UnauthorizedError(f"bookie {bookie} refused ledger {self._ledger_id}"))
+        else:
+            self._bookie_failed(index, bookie, reply.status.name)
+
+    async def close(self) -> None:
+        """Wait for outstanding adds, then CAS the metadata to CLOSED at the LAC.
+
+        Raises:
+            LedgerFencedError: the ledger was recovered by someone else and its last entry
+                differs from this writer's LAC, or recovery is under way.
+        """
+        if self._close_task is None:
+            if self._state == "open":
+                self._state = "closing"
+            self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        try:
+            while self._pending or self._change_task is not None:
+                if self._change_task is not None:
+                    await asyncio.shield(self._change_task)
+                else:
+                    await self._drained.wait()
+            if self._lac_timer is not None:
+                self._lac_timer.cancel()
+                self._lac_timer = None
+            await self._cas_close(self._lac)
+        except WalogError as exc:
+            if self._error is None:
+                self._error = exc
+            raise
+        finally:
+            self._state = "closed"
+
+    async def _cas_close(self, last: int) -> None:
+        async for attempt in metadata_retrying():
+            with attempt:
+                closed = self._metadata.with_changes(state="CLOSED", last_entry_id=last)
+                try:
+                    self._version = await self._ctx.write_metadata(closed, self._version)
+                    self._metadata = closed
+                    return
+                except MetadataConflictError:
+                    current, version = await self._ctx.read_metadata(self._ledger_id)
+                    if current.state == "OPEN":
+                        self._metadata, self._version = current, version
+                        raise  # retry on the new version
+                if current.state == "CLOSED" and current.last_entry_id == last:
+                    self._metadata, self._version = current, version
+                    return
+                if current.state == "CLOSED":
+                    raise LedgerFencedError(
+                        f"ledger {self._ledger_id} was closed by recovery at entry "
+                        f"{current.last_entry_id}, but this writer confirmed up to {last}"
+                    )
+                raise LedgerFencedError(
+                    f"ledger {self._ledger_id} is being recovered ({current.state}); "
+                    "this writer cannot close it"
+                )
+
+
+__all__ = ["AsyncLedgerWriter", "as_payload", "metadata_retrying"]

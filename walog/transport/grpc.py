@@ -1,0 +1,507 @@
+"""Bookie connections over grpc.aio, with adds batched into frames.
+
+One channel and one ``Add`` bidirectional stream per bookie, opened lazily. Adds, explicit
+LAC updates and forces are queued and flushed as :class:`AddFrame` messages of up to
+``max_frame_entries`` / ``max_frame_bytes`` whenever the stream can take a message: while one
+frame is being written, the next one fills up. There are no flush timers; Python pays per
+message, not per byte, so the batching comes from the stream's own back-pressure.
+
+Replies are matched by ``(ledger_id, entry_id)`` (forces by request id). A broken stream
+fails every request pending on it with :class:`BookieUnavailableError`; the next request
+opens a new stream. An add or force not answered within ``timeouts.add`` counts as a failure
+of the whole stream (the bookie is stuck). Read, ReadLac and Fence are unary calls bounded by
+``timeouts.read``; the entries they return have their digests verified here, and a mismatch
+is reported as :attr:`Status.DIGEST_MISMATCH` (an *unknown* answer), never as data.
+
+``grpc.RpcError`` is translated into walog errors in this module and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+import structlog
+
+from walog.digest import entry_digest
+from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
+from walog.ledger.context import ClientConfig
+from walog.ledger.durability import Durability
+from walog.proto import bookie_pb2 as pb
+from walog.proto import bookie_pb2_grpc
+from walog.transport.base import (
+    AddReply,
+    BookieClient,
+    BookiePool,
+    FenceReply,
+    ForceReply,
+    ReadLacReply,
+    ReadReply,
+    Status,
+    StoredEntry,
+)
+from walog.transport.credentials import TlsConfig, auth_metadata
+
+log = structlog.get_logger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
+_Add = tuple[int, int, int, bytes, int, bytes, bool, int]  # queued add, built into a frame later
+
+
+def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
+    """The walog error for a failed call to ``bookie_id``."""
+    code = exc.code() if isinstance(exc, grpc.Call | grpc.aio.AioRpcError) else None
+    details = exc.details() if isinstance(exc, grpc.Call | grpc.aio.AioRpcError) else str(exc)
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return UnauthorizedError(f"bookie {bookie_id} refused the credentials: {details}")
+    name = code.name if code is not None else "error"
+    return BookieUnavailableError(f"bookie {bookie_id}: {name}: {details}")
+
+
+def _status(value: int) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        return Status.IO_ERROR  # a newer bookie's code: an error, never success
+
+
+def _verified(
+    bookie_id: str, ledger_id: int, first_entry_id: int, entries: Sequence[pb.Entry]
+) -> tuple[list[StoredEntry], bool]:
+    """Entries up to the first bad one (wrong id, wrong ledger or digest mismatch), and
+    whether all of them were good."""
+    out: list[StoredEntry] = []
+    for offset, e in enumerate(entries):
+        if (
+            e.ledger_id != ledger_id
+            or e.entry_id != first_entry_id + offset
+            or entry_digest(e.ledger_id, e.entry_id, e.lac, e.data) != e.digest
+        ):
+            log.warning(
+                "bookie served a corrupt entry",
+                bookie=bookie_id,
+                ledger_id=ledger_id,
+                entry_id=first_entry_id + offset,
+            )
+            return out, False
+        out.append(StoredEntry(e.ledger_id, e.entry_id, e.lac, e.data))
+    return out, True
+
+
+class _AddStream:
+    """One ``Add`` stream: the send queue, the requests awaiting replies, the watchdog."""
+
+    def __init__(self, client: GrpcBookieClient, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
+        self._client = client
+        self._call = call
+        self._loop = asyncio.get_running_loop()
+        self._adds: collections.deque[_Add] = collections.deque()
+        self._lacs: list[tuple[int, int, bytes]] = []
+        self._forces: list[tuple[int, int, bytes]] = []
+        self._add_waiters: dict[tuple[int, int], collections.deque[asyncio.Future[AddReply]]] = {}
+        self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
+        # (deadline, future) in send order; the add timeout is constant, so the head is
+        # always the oldest unanswered request.
+        self._deadlines: collections.deque[tuple[float, asyncio.Future[object]]] = (
+            collections.deque()
+        )
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._wake = asyncio.Event()
+        self.broken = False
+        self._sender = self._loop.create_task(self._send_loop())
+        self._receiver = self._loop.create_task(self._receive_loop())
+
+    def add(self, add: _Add) -> asyncio.Future[AddReply]:
+        future: asyncio.Future[AddReply] = self._loop.create_future()
+        key = (add[0], add[1])
+        waiters = self._add_waiters.get(key)
+        if waiters is None:
+            waiters = self._add_waiters[key] = collections.deque()
+        waiters.append(future)
+        self._adds.append(add)
+        self._track(future)  # type: ignore[arg-type]
+        self._wake.set()
+        return future
+
+    def lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
+        self._lacs.append((ledger_id, lac, master_key))
+        self._wake.set()
+
+    def force(
+        self, ledger_id: int, request_id: int, master_key: bytes
+    ) -> asyncio.Future[ForceReply]:
+        future: asyncio.Future[ForceReply] = self._loop.create_future()
+        self._force_waiters[request_id] = future
+        self._forces.append((ledger_id, request_id, master_key))
+        self._track(future)  # type: ignore[arg-type]
+        self._wake.set()
+        return future
+
+    # -- timeouts ---------------------------------------------------------------------
+
+    def _track(self, future: asyncio.Future[object]) -> None:
+        self._deadlines.append((self._loop.time() + self._client.add_timeout, future))
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_at(self._deadlines[0][0], self._check_deadlines)
+
+    def _check_deadlines(self) -> None:
+        self._watchdog = None
+        while self._deadlines and self._deadlines[0][1].done():
+            self._deadlines.popleft()
+        if not self._deadlines:
+            return
+        deadline = self._deadlines[0][0]
+        if deadline <= self._loop.time():
+            self.fail(f"no answer within {self._client.add_timeout} seconds")
+        else:
+            self._watchdog = self._loop.call_at(deadline, self._check_deadlines)
+
+    # -- sending ----------------------------------------------------------------------
+
+    def _next_frame(self, max_entries: int, max_bytes: int) -> pb.AddFrame:
+        frame = pb.AddFrame()
+        size = 0
+        adds = self._adds
+        while adds and len(frame.adds) < max_entries and (size < max_bytes or not frame.adds):
+            ledger_id, entry_id, lac, data, digest, master_key, recovery, durability = (
+                adds.popleft()
+            )
+            item = frame.adds.add(master_key=master_key, recovery=recovery, durability=durability)
+            entry = item.entry
+            entry.ledger_id = ledger_id
+            entry.entry_id = entry_id
+            entry.lac = lac
+            entry.data = data
+            entry.digest = digest
+            size += len(data)
+        if not adds:
+            # LAC updates and forces go after every add queued before them (frame order).
+            for ledger_id, lac, master_key in self._lacs:
+                frame.lacs.add(ledger_id=ledger_id, lac=lac, master_key=master_key)
+            for ledger_id, request_id, master_key in self._forces:
+                frame.forces.add(ledger_id=ledger_id, request_id=request_id, master_key=master_key)
+            self._lacs.clear()
+            self._forces.clear()
+        return frame
+
+    async def _send_loop(self) -> None:
+        config = self._client.config
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._adds or self._lacs or self._forces:
+                    frame = self._next_frame(config.max_frame_entries, config.max_frame_bytes)
+                    await self._call.write(frame)
+        except grpc.RpcError as exc:
+            self.fail(str(translate_rpc_error(self._client.bookie_id, exc)))
+        except asyncio.InvalidStateError:
+            self.fail("stream closed")
+
+    # -- receiving --------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        try:
+            while True:
+                frame = await self._call.read()
+                if not isinstance(frame, pb.AddResponseFrame):  # grpc.aio.EOF
+                    self.fail("the bookie ended the add stream")
+                    return
+                self._dispatch(frame)
+        except grpc.RpcError as exc:
+            error = translate_rpc_error(self._client.bookie_id, exc)
+            self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+
+    def _dispatch(self, frame: pb.AddResponseFrame) -> None:
+        for result in frame.results:
+            waiters = self._add_waiters.get((result.ledger_id, result.entry_id))
+            if not waiters:
+                continue  # an answer to a request this client gave up on
+            future = waiters.popleft()
+            if not waiters:
+                del self._add_waiters[(result.ledger_id, result.entry_id)]
+            if not future.done():
+                future.set_result(AddReply(_status(result.status), result.last_add_synced))
+        for forced in frame.forces:
+            force = self._force_waiters.pop(forced.request_id, None)
+            if force is not None and not force.done():
+                force.set_result(ForceReply(_status(forced.status), forced.last_add_synced))
+
+    # -- failure ----------------------------------------------------------------------
+
+    def fail(self, reason: str, *, unauthorized: bool = False) -> None:
+        """Break the stream: every pending request fails, the next one opens a new stream."""
+        if self.broken:
+            return
+        self.broken = True
+        self._client.stream_broken(self)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        error_type = UnauthorizedError if unauthorized else BookieUnavailableError
+        message = (
+            reason if reason.startswith("bookie ") else f"bookie {self._client.bookie_id}: {reason}"
+        )
+        waiters: list[asyncio.Future[Any]] = [f for q in self._add_waiters.values() for f in q]
+        waiters.extend(self._force_waiters.values())
+        self._add_waiters.clear()
+        self._force_waiters.clear()
+        self._adds.clear()
+        self._lacs.clear()
+        self._forces.clear()
+        self._deadlines.clear()
+        for future in waiters:
+            if not future.done():
+                future.set_exception(error_type(message))
+        self._call.cancel()
+        current = asyncio.current_task()
+        for task in (self._sender, self._receiver):
+            if task is not current:
+                task.cancel()
+
+
+class GrpcBookieClient(BookieClient):
+    """The connection to one bookie: a lazily opened channel and add stream."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        config: ClientConfig,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        server_name: str | None = None,
+        auth_token: str | None = None,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.config = config
+        self.add_timeout = config.timeouts.add
+        self._credentials = credentials
+        self._server_name = server_name
+        self._metadata = auth_metadata(auth_token)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: bookie_pb2_grpc.BookieAsyncStub | None = None
+        self._stream: _AddStream | None = None
+        self._request_ids = itertools.count(1)
+        self._closed = False
+
+    def _open_stub(self) -> bookie_pb2_grpc.BookieAsyncStub:
+        if self._closed:
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: the client is closed")
+        if self._stub is None:
+            options: list[tuple[str, int | str]] = [
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # A restarted bookie is found again quickly; failures are handled above.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+            ]
+            if self._credentials is None:
+                self._channel = grpc.aio.insecure_channel(self.bookie_id, options=options)
+            else:
+                if self._server_name is not None:
+                    options.append(("grpc.ssl_target_name_override", self._server_name))
+                self._channel = grpc.aio.secure_channel(
+                    self.bookie_id, self._credentials, options=options
+                )
+            self._stub = bookie_pb2_grpc.BookieStub(self._channel)
+        assert self._stub is not None
+        return self._stub
+
+    def _open_stream(self) -> _AddStream:
+        stream = self._stream
+        if stream is None or stream.broken:
+            call = self._open_stub().Add(metadata=self._metadata)  # type: ignore[call-arg]
+            stream = self._stream = _AddStream(self, call)
+        return stream
+
+    def stream_broken(self, stream: _AddStream) -> None:
+        """Forget a broken stream (called by the stream itself)."""
+        if self._stream is stream:
+            self._stream = None
+
+    def _failed_future(self, exc: WalogError) -> asyncio.Future[AddReply]:
+        future: asyncio.Future[AddReply] = asyncio.get_running_loop().create_future()
+        future.set_exception(exc)
+        return future
+
+    def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        digest: int,
+        master_key: bytes,
+        *,
+        recovery: bool = False,
+        durability: Durability = Durability.PERSISTENT,
+    ) -> asyncio.Future[AddReply]:
+        """Queue an add on the bookie's stream (see :class:`BookieClient`)."""
+        try:
+            stream = self._open_stream()
+        except WalogError as exc:
+            return self._failed_future(exc)
+        return stream.add(
+            (
+                ledger_id,
+                entry_id,
+                lac,
+                data,
+                digest,
+                master_key,
+                recovery,
+                _PB_DURABILITY[durability],
+            )
+        )
+
+    def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
+        """Queue an explicit LAC update, ordered after earlier adds."""
+        # Best effort: tailers also learn the LAC from the next add.
+        with contextlib.suppress(WalogError):
+            self._open_stream().lac(ledger_id, lac, master_key)
+
+    async def force(self, ledger_id: int, master_key: bytes) -> ForceReply:
+        """Sync every entry of the ledger queued on this client so far."""
+        return await self._open_stream().force(ledger_id, next(self._request_ids), master_key)
+
+    async def read(
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        previous_lac: int = -1,
+        long_poll_timeout: float = 0.0,
+    ) -> ReadReply:
+        """Read a range of entries, digests verified (see :class:`BookieClient`)."""
+        request = pb.ReadRequest(
+            ledger_id=ledger_id,
+            first_entry_id=first_entry_id,
+            last_entry_id=last_entry_id,
+            fence=fence,
+            master_key=master_key,
+            previous_lac=previous_lac,
+            long_poll_timeout_ms=max(0, round(long_poll_timeout * 1000)),
+        )
+        timeout = self.config.timeouts.read + max(0.0, long_poll_timeout)
+        try:
+            response = await self._open_stub().Read(
+                request, timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise translate_rpc_error(self.bookie_id, exc) from exc
+        status = _status(response.status)
+        entries: list[StoredEntry] = []
+        if response.entries:
+            entries, ok = _verified(self.bookie_id, ledger_id, first_entry_id, response.entries)
+            if not ok and not entries:
+                status = Status.DIGEST_MISMATCH
+        return ReadReply(status, entries, response.lac, response.fenced)
+
+    async def read_lac(self, ledger_id: int) -> ReadLacReply:
+        """The bookie's LAC and last stored entry of the ledger."""
+        try:
+            response = await self._open_stub().ReadLac(
+                pb.ReadLacRequest(ledger_id=ledger_id),
+                timeout=self.config.timeouts.read,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as exc:
+            raise translate_rpc_error(self.bookie_id, exc) from exc
+        status = _status(response.status)
+        last_entry = None
+        if response.HasField("last_entry") and response.last_entry_id >= 0:
+            entries, ok = _verified(
+                self.bookie_id, ledger_id, response.last_entry_id, [response.last_entry]
+            )
+            if ok:
+                last_entry = entries[0]
+            else:
+                status = Status.DIGEST_MISMATCH
+        return ReadLacReply(status, response.lac, response.last_entry_id, last_entry)
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> FenceReply:
+        """Fence the ledger on this bookie (persisted before the reply)."""
+        try:
+            response = await self._open_stub().Fence(
+                pb.FenceRequest(ledger_id=ledger_id, master_key=master_key),
+                timeout=self.config.timeouts.read,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as exc:
+            raise translate_rpc_error(self.bookie_id, exc) from exc
+        return FenceReply(_status(response.status), response.lac, response.last_entry_id)
+
+    async def info(self) -> pb.InfoResponse:
+        """The bookie's identity and state (operations and tests)."""
+        try:
+            return await self._open_stub().Info(
+                pb.InfoRequest(), timeout=self.config.timeouts.read, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise translate_rpc_error(self.bookie_id, exc) from exc
+
+    async def close(self) -> None:
+        """Fail pending requests and close the channel."""
+        self._closed = True
+        if self._stream is not None:
+            self._stream.fail("the client is closed")
+        if self._channel is not None:
+            await self._channel.close(None)
+            self._channel = None
+            self._stub = None
+
+
+class GrpcBookiePool(BookiePool):
+    """gRPC connections to bookies by id, shared by every ledger of a client.
+
+    Args:
+        config: client settings (timeouts, frame limits).
+        tls: TLS settings, or None for plaintext.
+        auth_token: bearer token sent with every call, or None.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        tls: TlsConfig | None = None,
+        auth_token: str | None = None,
+    ) -> None:
+        self.config = config or ClientConfig()
+        self._credentials = tls.channel_credentials() if tls is not None else None
+        self._server_name = tls.server_name if tls is not None else None
+        auth_metadata(auth_token)  # validate now, not on the first call
+        self._auth_token = auth_token
+        self._clients: dict[str, GrpcBookieClient] = {}
+
+    def get(self, bookie_id: str) -> GrpcBookieClient:
+        """The (lazily opened) connection to ``bookie_id``."""
+        client = self._clients.get(bookie_id)
+        if client is None:
+            client = self._clients[bookie_id] = GrpcBookieClient(
+                bookie_id,
+                self.config,
+                credentials=self._credentials,
+                server_name=self._server_name,
+                auth_token=self._auth_token,
+            )
+        return client
+
+    async def close(self) -> None:
+        """Close every connection; pending requests fail with BookieUnavailableError."""
+        clients, self._clients = list(self._clients.values()), {}
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcBookieClient", "GrpcBookiePool", "translate_rpc_error"]
