@@ -1,0 +1,618 @@
+"""The bookie storage engine facade: what the gRPC server calls.
+
+:class:`BookieCore` ties the journal (durability, group commit), the write cache and
+entry storage (entry logs + LMDB index) and the per-ledger state (master key, fence, LAC,
+sync cursor) together. Every method runs on the event loop; blocking work runs in
+dedicated threads (the journal thread, one storage writer thread, a small reader pool).
+
+Ordering rules that make it crash-safe:
+
+- A change is acknowledged only after its journal record completed: PERSISTENT adds,
+  first master keys, fences and deletions after the group's fdatasync; VOLATILE adds after
+  the ``write()`` (seed 004).
+- An entry enters the write cache and its journal record is queued in the same
+  synchronous step, so a checkpoint that freezes the cache and then queues a journal
+  barrier gets a mark that no frozen entry's record lies beyond.
+- The sync cursor moves only when a journal sync covered the entries, or by a piggybacked
+  LAC; on open every replayed record has just been synced, so it never goes backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import structlog
+
+from bookie.config import StorageConfig
+from bookie.journal import (
+    GroupReport,
+    Journal,
+    JournalMark,
+    RecordKind,
+    StorageIOError,
+    add_header,
+    decode_record,
+    delete_record,
+    fence_record,
+    journal_files,
+    key_record,
+    lac_record,
+    replay,
+)
+from bookie.ledgers import LedgerState
+from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
+from walog.digest import entry_digest
+from walog.ledger.durability import Durability
+from walog.transport.base import Status
+
+_log = structlog.get_logger(__name__)
+
+_MIB = 1024 * 1024
+_REPLAY_RECORD_LIMIT = 64 * _MIB  # frame lengths above this are garbage, not big entries
+_BACKPRESSURE_FACTOR = 2  # adds wait for a running checkpoint above this x write_cache_bytes
+
+
+@dataclasses.dataclass
+class BookieStats:
+    """Counters of one storage engine since it was opened."""
+
+    journal_syncs: int = 0
+    journal_groups: int = 0
+    journal_bytes: int = 0
+    entries_added: int = 0
+    bytes_written: int = 0
+    duplicate_adds: int = 0
+    checkpoints: int = 0
+    entries_checkpointed: int = 0
+    replayed_records: int = 0
+    entry_logs_deleted: int = 0
+    entry_logs_compacted: int = 0
+    damaged_reads: int = 0
+
+
+class BookieCore:
+    """A bookie's storage engine. Create with :meth:`open`, end with :meth:`close`."""
+
+    def __init__(self, config: StorageConfig) -> None:
+        """Use :meth:`open`."""
+        self.config = config
+        self.stats = BookieStats()
+        self._states: dict[int, LedgerState] = {}
+        self._cache = WriteCache()
+        self._flushing: WriteCache | None = None
+        self._dirty: set[int] = set()
+        self._unsynced: list[tuple[int, int]] = []
+        self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="bookie-read")
+        self._checkpoint_lock = asyncio.Lock()
+        self._checkpoint_wanted = asyncio.Event()
+        self._checkpoint_idle = asyncio.Event()
+        self._checkpoint_idle.set()
+        self._storage: EntryStorage | None = None
+        self._background: asyncio.Task[None] | None = None
+        self._replayed_deletes: set[int] = set()
+        self._closed = False
+        self.journal = Journal(
+            config.journal_path,
+            file_bytes=config.journal_file_bytes,
+            group_wait_s=config.group_wait_s,
+            group_max_bytes=config.group_max_bytes,
+            flush_interval_s=config.volatile_flush_interval_s,
+            on_group=self._on_group,
+        )
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, config: StorageConfig) -> BookieCore:
+        """Open the store: load the index, replay the journal after the last checkpoint
+        (cutting a torn tail), then start the journal thread and the checkpoint task."""
+        core = cls(config)
+        loop = asyncio.get_running_loop()
+        try:
+            next_seq = await loop.run_in_executor(core._writer, core._load)
+        except OSError as exc:
+            core._shutdown_threads()
+            raise StorageIOError(f"cannot open bookie storage in {config.data_dir}: {exc}") from exc
+        except BaseException:
+            core._shutdown_threads()
+            raise
+        core.journal.start(loop, next_seq)
+        if core._replayed_deletes:
+            storage = core._require_storage()
+            await loop.run_in_executor(core._writer, storage.delete_ledgers, core._replayed_deletes)
+        core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
+        return core
+
+    def _load(self) -> int:
+        """Blocking part of :meth:`open`; returns the next journal file number."""
+        journal_dir = self.config.journal_path
+        journal_dir.mkdir(parents=True, exist_ok=True)
+        storage = EntryStorage(
+            self.config.data_dir, entry_log_file_bytes=self.config.entry_log_file_bytes
+        )
+        self._storage = storage
+        for ledger_id, raw in storage.ledger_states().items():
+            self._states[ledger_id] = LedgerState.from_bytes(ledger_id, raw)
+        mark = storage.checkpoint_mark()
+        limit = max(self.config.max_entry_bytes, _REPLAY_RECORD_LIMIT) + 1024
+        for payload, _ in replay(journal_dir, mark, limit):
+            self._replay_record(payload)
+        files = journal_files(journal_dir)
+        for seq, path in files:
+            if seq < mark.file_seq:
+                path.unlink()
+        _log.info(
+            "bookie storage opened",
+            ledgers=len(self._states),
+            replayed_records=self.stats.replayed_records,
+            checkpoint_mark=tuple(mark),
+        )
+        return max([mark.file_seq, *(seq for seq, _ in files)]) + 1
+
+    def _replay_record(self, payload: bytes) -> None:
+        try:
+            record = decode_record(payload)
+        except ValueError as exc:
+            _log.error("journal record skipped", error=str(exc))
+            return
+        self.stats.replayed_records += 1
+        ledger_id = record.ledger_id
+        state = self._states.get(ledger_id)
+        if record.kind is RecordKind.KEY:
+            if state is None:
+                self._states[ledger_id] = LedgerState(ledger_id, record.data)
+                self._replayed_deletes.discard(ledger_id)
+                self._dirty.add(ledger_id)
+            return
+        if record.kind is RecordKind.DELETE:
+            self._states.pop(ledger_id, None)
+            self._cache.drop_ledger(ledger_id)
+            self._dirty.discard(ledger_id)
+            self._replayed_deletes.add(ledger_id)
+            return
+        if state is None:
+            _log.warning("journal record for an unknown ledger", ledger=ledger_id)
+            return
+        self._dirty.add(ledger_id)
+        if record.kind is RecordKind.FENCE:
+            state.fenced = True
+        elif record.kind is RecordKind.LAC:
+            state.raise_lac(record.lac)
+        else:
+            storage = self._require_storage()
+            if not storage.contains(ledger_id, record.entry_id):
+                entry = CachedEntry(record.lac, record.digest, record.data)
+                self._cache.put(ledger_id, record.entry_id, entry)
+            state.note_entry(record.entry_id)
+            state.raise_lac(record.lac)
+            if record.volatile:
+                state.sync.advance_to(record.lac)
+            # replay() synced the file: the entry is durable now.
+            state.sync.mark_synced(record.entry_id)
+
+    async def close(self) -> None:
+        """Stop accepting requests, checkpoint, sync and close the journal and index."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_background()
+        try:
+            await self._checkpoint()
+        except StorageIOError as exc:
+            _log.error("final checkpoint failed", error=str(exc))
+        await self.journal.stop(sync=True)
+        await self._close_storage()
+
+    async def abandon(self) -> None:
+        """Stop as a crash would: no checkpoint, no final journal sync, queued records
+        dropped. What was written stays in the files (tests of recovery)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_background()
+        await self.journal.stop(sync=False)
+        await self._close_storage()
+
+    async def _stop_background(self) -> None:
+        if self._background is not None:
+            self._background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._background
+        for waiters in self._lac_waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def _close_storage(self) -> None:
+        async with self._checkpoint_lock:
+            storage = self._storage
+            self._storage = None
+            if storage is not None:
+                await asyncio.get_running_loop().run_in_executor(self._writer, storage.close)
+        self._shutdown_threads()
+
+    def _shutdown_threads(self) -> None:
+        self._writer.shutdown(wait=False)
+        self._readers.shutdown(wait=False)
+
+    def _require_storage(self) -> EntryStorage:
+        if self._storage is None:
+            raise StorageIOError("bookie storage is closed")
+        return self._storage
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        digest: int,
+        master_key: bytes,
+        *,
+        recovery: bool,
+        durability: Durability,
+    ) -> tuple[Status, int]:
+        """Store an entry; returns ``(status, last_add_synced)``.
+
+        PERSISTENT adds return after the journal group holding the entry was synced,
+        VOLATILE ones after it was written. A duplicate of a stored entry is OK and keeps
+        the first copy. Refusals: BAD_REQUEST (negative ids, ``lac >= entry_id``, payload
+        over ``max_entry_bytes``), DIGEST_MISMATCH, UNAUTHORIZED (another master key),
+        FENCED (fenced ledger, not a recovery write), IO_ERROR (disk failure or closed).
+        """
+        if self._closed or self.journal.failed is not None:
+            return Status.IO_ERROR, -1
+        if (
+            ledger_id < 0
+            or entry_id < 0
+            or not -1 <= lac < entry_id
+            or len(data) > self.config.max_entry_bytes
+        ):
+            return Status.BAD_REQUEST, -1
+        if entry_digest(ledger_id, entry_id, lac, data) != digest:
+            return Status.DIGEST_MISMATCH, -1
+        state, status = self._ledger_for_write(ledger_id, master_key)
+        if state is None:
+            return status, -1
+        if state.fenced and not recovery:
+            return Status.FENCED, state.last_add_synced
+        volatile = durability is Durability.VOLATILE
+        if self._has_entry(state, entry_id):
+            self.stats.duplicate_adds += 1
+            if not volatile:
+                # The first copy may still wait for its sync: do not ack before it.
+                try:
+                    await self.journal.barrier()
+                except StorageIOError:
+                    return Status.IO_ERROR, state.last_add_synced
+            return Status.OK, state.last_add_synced
+        if self._cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
+            await self._checkpoint_idle.wait()
+            if self._has_entry(state, entry_id):
+                return Status.OK, state.last_add_synced
+        data = bytes(data)
+        self._cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
+        state.note_entry(entry_id)
+        if volatile:
+            state.sync.advance_to(lac)
+        self._dirty.add(ledger_id)
+        waiter = self.journal.append(
+            (add_header(ledger_id, entry_id, lac, digest, volatile), data),
+            sync=not volatile,
+            tag=(ledger_id, entry_id),
+        )
+        if state.raise_lac(lac):
+            self._wake(ledger_id)
+        self.stats.entries_added += 1
+        self.stats.bytes_written += len(data)
+        if self._cache.bytes >= self.config.write_cache_bytes:
+            self._checkpoint_wanted.set()
+        assert waiter is not None
+        try:
+            await waiter
+        except StorageIOError:
+            return Status.IO_ERROR, state.last_add_synced
+        return Status.OK, state.last_add_synced
+
+    def _ledger_for_write(
+        self, ledger_id: int, master_key: bytes
+    ) -> tuple[LedgerState | None, Status]:
+        """The ledger's state, created (key journaled with a sync before any ack of a
+        later record) on first contact; None with UNAUTHORIZED on another key."""
+        state = self._states.get(ledger_id)
+        if state is None:
+            state = LedgerState(ledger_id, bytes(master_key))
+            self._states[ledger_id] = state
+            self._dirty.add(ledger_id)
+            self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
+            return state, Status.OK
+        if not hmac.compare_digest(state.master_key, bytes(master_key)):
+            return None, Status.UNAUTHORIZED
+        return state, Status.OK
+
+    def _has_entry(self, state: LedgerState, entry_id: int) -> bool:
+        if self._cached(state.ledger_id, entry_id) is not None:
+            return True
+        if entry_id > state.last_entry_id or self._storage is None:
+            return False
+        return self._storage.contains(state.ledger_id, entry_id)
+
+    def _cached(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
+        entry = self._cache.get(ledger_id, entry_id)
+        if entry is None and self._flushing is not None:
+            entry = self._flushing.get(ledger_id, entry_id)
+        return entry
+
+    def update_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Status:
+        """An explicit LAC from an idle writer: LAC = max(LAC, lac); wakes long polls."""
+        if self._closed:
+            return Status.IO_ERROR
+        if lac < -1:
+            return Status.BAD_REQUEST
+        state = self._states.get(ledger_id)
+        if state is None:
+            return Status.NO_SUCH_LEDGER
+        if not hmac.compare_digest(state.master_key, bytes(master_key)):
+            return Status.UNAUTHORIZED
+        if state.raise_lac(lac):
+            self._dirty.add(ledger_id)
+            self.journal.append((lac_record(ledger_id, lac),), sync=False, wait=False)
+            self._wake(ledger_id)
+        return Status.OK
+
+    async def force(self, ledger_id: int, master_key: bytes) -> tuple[Status, int]:
+        """Sync everything received so far; returns ``(status, last_add_synced)``."""
+        if self._closed:
+            return Status.IO_ERROR, -1
+        state = self._states.get(ledger_id)
+        if state is None:
+            return Status.NO_SUCH_LEDGER, -1
+        if not hmac.compare_digest(state.master_key, bytes(master_key)):
+            return Status.UNAUTHORIZED, -1
+        try:
+            await self.journal.barrier()
+        except StorageIOError:
+            return Status.IO_ERROR, state.last_add_synced
+        return Status.OK, state.last_add_synced
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> tuple[Status, int, int]:
+        """Fence the ledger, durably, before answering ``(status, lac, last_entry_id)``.
+
+        An unknown ledger is created with ``master_key``; another key is UNAUTHORIZED.
+        """
+        if self._closed or self.journal.failed is not None:
+            return Status.IO_ERROR, -1, -1
+        state, status = self._ledger_for_write(ledger_id, master_key)
+        if state is None:
+            return status, -1, -1
+        state.fenced = True
+        self._dirty.add(ledger_id)
+        waiter = self.journal.append((fence_record(ledger_id),), sync=True)
+        assert waiter is not None
+        try:
+            await waiter
+        except StorageIOError:
+            return Status.IO_ERROR, -1, -1
+        return Status.OK, state.lac, state.last_entry_id
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def read(
+        self, ledger_id: int, first: int, last: int, max_bytes: int = 4 * _MIB
+    ) -> tuple[Status, list[StoredRecord]]:
+        """Consecutive entries from ``first`` up to ``last`` (inclusive) that exist, at
+        most ``max_bytes`` of payload (always at least one entry).
+
+        NO_SUCH_LEDGER for an unknown ledger, NO_SUCH_ENTRY when ``first`` is missing,
+        IO_ERROR when ``first`` is stored but damaged (never served), BAD_REQUEST for a
+        negative or empty range.
+        """
+        state = self._states.get(ledger_id)
+        if state is None:
+            return Status.NO_SUCH_LEDGER, []
+        if first < 0 or last < first:
+            return Status.BAD_REQUEST, []
+        records: list[StoredRecord] = []
+        size = 0
+        entry_id = first
+        damaged = False
+        loop = asyncio.get_running_loop()
+        while entry_id <= last and not damaged:
+            cached = self._cached(ledger_id, entry_id)
+            if cached is not None:
+                if records and size + len(cached.data) > max_bytes:
+                    break
+                records.append(StoredRecord(entry_id, cached.lac, cached.data, cached.digest))
+                size += len(cached.data)
+                entry_id += 1
+                continue
+            if entry_id > state.last_entry_id or self._storage is None:
+                break
+            run, damaged = await loop.run_in_executor(
+                self._readers, self._storage.read_run, ledger_id, entry_id, last, max_bytes
+            )
+            for record in run:
+                if records and size + len(record.data) > max_bytes:
+                    damaged = False
+                    run = []
+                    break
+                records.append(record)
+                size += len(record.data)
+            if damaged:
+                self.stats.damaged_reads += 1
+            if not run:
+                break
+            entry_id = records[-1].entry_id + 1
+        if not records:
+            return (Status.IO_ERROR if damaged else Status.NO_SUCH_ENTRY), []
+        return Status.OK, records
+
+    def lac(self, ledger_id: int) -> int:
+        """Highest LAC known for the ledger (piggybacked or explicit); -1 if none."""
+        state = self._states.get(ledger_id)
+        return -1 if state is None else state.lac
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id stored for the ledger; -1 if none."""
+        state = self._states.get(ledger_id)
+        return -1 if state is None else state.last_entry_id
+
+    def last_add_synced(self, ledger_id: int) -> int:
+        """The ledger's sync cursor (LastAddSynced); -1 if none."""
+        state = self._states.get(ledger_id)
+        return -1 if state is None else state.last_add_synced
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        """True once the ledger was fenced on this bookie."""
+        state = self._states.get(ledger_id)
+        return state is not None and state.fenced
+
+    def ledgers(self) -> list[int]:
+        """Ids of every ledger this bookie holds, ascending."""
+        return sorted(self._states)
+
+    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout: float) -> int:  # noqa: ASYNC109 (long-poll timeout is part of the request)
+        """Long poll: the LAC as soon as it exceeds ``previous_lac``, else at ``timeout``
+        the current LAC. Woken by adds and explicit LAC updates, never by polling."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self.lac(ledger_id) <= previous_lac and not self._closed:
+                    waiter: asyncio.Future[None] = loop.create_future()
+                    waiters = self._lac_waiters.setdefault(ledger_id, [])
+                    waiters.append(waiter)
+                    try:
+                        await waiter
+                    finally:
+                        if waiter in waiters:
+                            waiters.remove(waiter)
+                        if not waiters:
+                            self._lac_waiters.pop(ledger_id, None)
+        return self.lac(ledger_id)
+
+    def _wake(self, ledger_id: int) -> None:
+        for waiter in self._lac_waiters.pop(ledger_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- journal reports --------------------------------------------------------------------
+
+    def _on_group(self, report: GroupReport, error: BaseException | None) -> None:
+        """Runs on the loop before the group's waiters complete: counters, sync cursor."""
+        if error is not None:
+            return
+        self.stats.journal_groups = report.group_no
+        self.stats.journal_syncs = report.sync_no
+        self.stats.journal_bytes += report.byte_count
+        tags: Iterable[Any] = report.tags
+        if not report.synced:
+            self._unsynced.extend(tags)
+            return
+        for ledger_id, entry_id in _chain(self._unsynced, tags):
+            state = self._states.get(ledger_id)
+            if state is not None:
+                state.sync.mark_synced(entry_id)
+                self._dirty.add(ledger_id)
+        self._unsynced.clear()
+
+    # -- checkpoints and GC -----------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Flush the write cache to entry logs and the index, move the journal mark and
+        delete journal files before it. Runs on its own every ``checkpoint_interval_s``."""
+        if self._closed:
+            raise StorageIOError("bookie storage is closed")
+        await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        loop = asyncio.get_running_loop()
+        async with self._checkpoint_lock:
+            storage = self._require_storage()
+            frozen, self._cache = self._cache, WriteCache()
+            dirty, self._dirty = self._dirty, set()
+            self._flushing = frozen
+            self._checkpoint_idle.clear()
+            try:
+                report = await self.journal.barrier()
+                states = {
+                    ledger_id: self._states[ledger_id].to_bytes()
+                    for ledger_id in dirty
+                    if ledger_id in self._states
+                }
+                written = await loop.run_in_executor(
+                    self._writer, storage.checkpoint, _sorted_entries(frozen), states, report.end
+                )
+                await loop.run_in_executor(
+                    self._writer, self.journal.delete_before, report.end.file_seq
+                )
+            except BaseException:
+                for ledger_id, entries in frozen.ledgers.items():
+                    for entry_id, entry in entries.items():
+                        self._cache.put(ledger_id, entry_id, entry)
+                self._dirty |= dirty
+                raise
+            finally:
+                self._flushing = None
+                self._checkpoint_idle.set()
+        self.stats.checkpoints += 1
+        self.stats.entries_checkpointed += written
+        _log.debug("checkpoint", entries=written, mark=tuple(report.end))
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.checkpoint_interval_s):
+                    await self._checkpoint_wanted.wait()
+            self._checkpoint_wanted.clear()
+            try:
+                await self._checkpoint()
+            except StorageIOError as exc:
+                _log.error("checkpoint failed", error=str(exc))
+
+    async def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
+        """Forget the ledgers and reclaim their space (a deletion is journaled, so replay
+        does not bring them back; entry logs left without live data are removed, mostly
+        dead ones compacted)."""
+        doomed = sorted(set(ledger_ids))
+        if not doomed or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        async with self._checkpoint_lock:
+            storage = self._require_storage()
+            waiters = []
+            for ledger_id in doomed:
+                self._states.pop(ledger_id, None)
+                self._cache.drop_ledger(ledger_id)
+                self._dirty.discard(ledger_id)
+                self._wake(ledger_id)
+                waiters.append(self.journal.append((delete_record(ledger_id),), sync=True))
+            await asyncio.gather(*(w for w in waiters if w is not None))
+            await loop.run_in_executor(self._writer, storage.delete_ledgers, doomed)
+            self.stats.entry_logs_deleted = storage.logs_deleted
+            self.stats.entry_logs_compacted = storage.logs_compacted
+
+
+def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]:
+    """The cache's entries by ledger then entry id (consumed in the storage thread)."""
+    for ledger_id in sorted(cache.ledgers):
+        entries = cache.ledgers[ledger_id]
+        for entry_id in sorted(entries):
+            yield ledger_id, entry_id, entries[entry_id]
+
+
+def _chain(first: list[tuple[int, int]], second: Iterable[Any]) -> Iterator[tuple[int, int]]:
+    yield from first
+    yield from second
+
+
+__all__ = ["BookieCore", "BookieStats", "JournalMark", "StoredRecord"]

@@ -1,0 +1,567 @@
+"""The bookie journal: append-only files, group commit, one fdatasync per group, replay.
+
+Every change a bookie acknowledges (entry, master key, fence, explicit LAC, deletion) is a
+journal record first. Records are framed as ``length:u32 crc32c:u32 payload`` (big
+endian, CRC over the payload). One dedicated thread owns the open file:
+
+- it takes everything queued (up to ``group_max_bytes``); when the group holds a record that
+  must be synced, it waits up to ``group_wait_s`` (from the first record's arrival) for
+  more, so one ``fdatasync`` covers many records;
+- it ``write()``s the group, syncs it when any record needs it (or when unsynced VOLATILE
+  bytes are older than the flush interval), and hands a :class:`GroupReport` back to the
+  event loop with ``loop.call_soon_threadsafe``; waiters complete only after that, so no
+  record is acknowledged before the sync that covers it.
+
+Replay reads the files from a checkpoint mark; the first record with a bad frame (short
+header, absurd length, short payload, CRC mismatch) and everything after it in that file
+is cut off (the file is truncated there), so a torn tail is never served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import enum
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+import structlog
+
+from walog.errors import BookieError
+
+_log = structlog.get_logger(__name__)
+
+_FRAME = struct.Struct(">II")
+_SUFFIX = ".journal"
+
+
+class StorageIOError(BookieError):
+    """The bookie's disks failed a read, write or sync; the store stops accepting writes."""
+
+
+class JournalMark(NamedTuple):
+    """A position in the journal: file sequence number and byte offset in that file."""
+
+    file_seq: int
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupReport:
+    """What one group commit did, handed to the event loop before its waiters complete.
+
+    Attributes:
+        group_no: Groups are numbered from 1 in commit order.
+        synced: True when an fdatasync after this group's write made every record written
+            so far durable (this group's and all earlier ones).
+        sync_no: Number of journal syncs done so far (this group's sync when ``synced``).
+        end: Journal position just after the group.
+        tags: The tags given to :meth:`Journal.append` for the group's records, in order.
+        record_count: Records in the group (0 for a timer-driven sync of earlier records).
+        byte_count: Framed bytes written.
+    """
+
+    group_no: int
+    synced: bool
+    sync_no: int
+    end: JournalMark
+    tags: list[object]
+    record_count: int
+    byte_count: int
+
+
+GroupListener = Callable[[GroupReport, BaseException | None], None]
+
+
+class _Item:
+    __slots__ = ("enqueued", "parts", "size", "sync", "tag", "waiter")
+
+    def __init__(
+        self,
+        parts: Sequence[bytes],
+        sync: bool,
+        tag: object,
+        waiter: asyncio.Future[GroupReport] | None,
+    ) -> None:
+        self.parts = parts
+        self.size = _FRAME.size + sum(len(part) for part in parts)
+        self.sync = sync
+        self.tag = tag
+        self.waiter = waiter
+        self.enqueued = time.monotonic()
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    """Journal files in ``directory`` as ``(sequence number, path)``, oldest first."""
+    found: list[tuple[int, Path]] = []
+    if not directory.exists():
+        return found
+    for path in directory.iterdir():
+        if path.suffix == _SUFFIX and path.stem.isdigit():
+            found.append((int(path.stem), path))
+    return sorted(found)
+
+
+def journal_file(directory: Path, file_seq: int) -> Path:
+    """Path of journal file ``file_seq``."""
+    return directory / f"{file_seq:012d}{_SUFFIX}"
+
+
+def _frame_error(header: bytes, payload: bytes | None, max_record_bytes: int) -> str | None:
+    if len(header) < _FRAME.size:
+        return "short frame header"
+    length, _ = _FRAME.unpack(header)
+    if length == 0 or length > max_record_bytes:
+        return f"bad record length {length}"
+    if payload is None:
+        return None
+    if len(payload) < length:
+        return "short record"
+    return None
+
+
+def replay(
+    directory: Path, mark: JournalMark, max_record_bytes: int
+) -> Iterator[tuple[bytes, JournalMark]]:
+    """Yield ``(payload, position after it)`` for every intact record from ``mark`` on.
+
+    A file's first bad record and everything after it are cut (the file is truncated at
+    that record), and every replayed file is fdatasync'ed, so a record that is replayed
+    is durable, even if it only reached the page cache before a process crash. Later
+    files are still read: each file frames its records independently. Blocking.
+    """
+    for file_seq, path in journal_files(directory):
+        if file_seq < mark.file_seq:
+            continue
+        offset = mark.offset if file_seq == mark.file_seq else 0
+        with open(path, "r+b") as handle:
+            handle.seek(offset)
+            while True:
+                header = handle.read(_FRAME.size)
+                if not header:
+                    break
+                problem = _frame_error(header, None, max_record_bytes)
+                payload = b""
+                if problem is None:
+                    length, crc = _FRAME.unpack(header)
+                    payload = handle.read(length)
+                    problem = _frame_error(header, payload, max_record_bytes)
+                    if problem is None and crc32c.crc32c(payload) != crc:
+                        problem = "CRC mismatch"
+                if problem is not None:
+                    size = os.fstat(handle.fileno()).st_size
+                    _log.warning(
+                        "journal tail cut",
+                        file=str(path),
+                        offset=offset,
+                        cut_bytes=size - offset,
+                        problem=problem,
+                    )
+                    handle.truncate(offset)
+                    break
+                offset += _FRAME.size + len(payload)
+                yield payload, JournalMark(file_seq, offset)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+class Journal:
+    """The journal writer: a queue drained by one group-commit thread.
+
+    Use :meth:`start` on the event loop that awaits the records, :meth:`append` (or
+    :meth:`barrier`) from that loop, and :meth:`stop` to sync and close.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        file_bytes: int,
+        group_wait_s: float,
+        group_max_bytes: int,
+        flush_interval_s: float,
+        on_group: GroupListener | None = None,
+    ) -> None:
+        self.directory = directory
+        self._file_bytes = file_bytes
+        self._group_wait_s = group_wait_s
+        self._group_max_bytes = group_max_bytes
+        self._flush_interval_s = flush_interval_s
+        #: Called on the event loop for every group, before the group's waiters complete.
+        self.listeners: list[GroupListener] = [on_group] if on_group else []
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._abandon = False
+        self._failed: StorageIOError | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._fd = -1
+        self._file_seq = 0
+        self._offset = 0
+        self._unsynced_bytes = 0
+        self._last_sync = time.monotonic()
+        self.groups = 0
+        self.syncs = 0
+        self.bytes_written = 0
+
+    @property
+    def position(self) -> JournalMark:
+        """Where the next record will be written (thread's view; for diagnostics)."""
+        return JournalMark(self._file_seq, self._offset)
+
+    @property
+    def failed(self) -> StorageIOError | None:
+        """The write or sync error that stopped the journal, if any."""
+        return self._failed
+
+    def start(self, loop: asyncio.AbstractEventLoop, file_seq: int) -> None:
+        """Open journal file ``file_seq`` (which must not exist) and start the thread."""
+        self._loop = loop
+        self._done = loop.create_future()
+        self._open_file(file_seq)
+        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        self._thread.start()
+
+    def append(
+        self,
+        parts: Sequence[bytes],
+        *,
+        sync: bool,
+        tag: object = None,
+        wait: bool = True,
+    ) -> asyncio.Future[GroupReport] | None:
+        """Queue one record (the concatenation of ``parts``).
+
+        Args:
+            parts: The record payload, in pieces (framed by the thread).
+            sync: The record's group must be fdatasync'ed before it completes.
+            tag: Reported back in :attr:`GroupReport.tags` (None: not reported).
+            wait: Return a future completed with the group's report (after its sync when
+                the group syncs), or failed with :class:`StorageIOError`.
+        """
+        if self._loop is None:
+            raise RuntimeError("journal not started")
+        waiter = self._loop.create_future() if wait else None
+        if self._failed is not None or self._stopping:
+            if waiter is not None:
+                waiter.set_exception(self._failed or StorageIOError("journal is closed"))
+            return waiter
+        item = _Item(parts, sync, tag, waiter)
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
+        return waiter
+
+    def barrier(self) -> asyncio.Future[GroupReport]:
+        """A future completed once everything queued so far is written and synced; its
+        report's ``end`` is a position no earlier record lies beyond."""
+        waiter = self.append((), sync=True)
+        assert waiter is not None
+        return waiter
+
+    async def stop(self, *, sync: bool = True) -> None:
+        """Write and (when ``sync``) sync what is queued, then close the file and end the
+        thread. ``sync=False`` drops queued records and skips the final sync (a crash)."""
+        if self._thread is None or self._done is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._abandon = not sync
+            self._cond.notify()
+        await self._done
+        self._thread = None
+
+    def delete_before(self, file_seq: int) -> int:
+        """Delete journal files older than ``file_seq``; returns how many. Blocking."""
+        removed = 0
+        for seq, path in journal_files(self.directory):
+            if seq < file_seq and seq != self._file_seq:
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    # -- the journal thread -------------------------------------------------------------
+
+    def _open_file(self, file_seq: int) -> None:
+        path = journal_file(self.directory, file_seq)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fsync_dir(self.directory)
+        self._file_seq = file_seq
+        self._offset = 0
+
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        finally:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            assert self._loop is not None and self._done is not None
+            self._loop.call_soon_threadsafe(_resolve, self._done)
+
+    def _step(self) -> bool:
+        """One group; False when the thread should end."""
+        items: list[_Item] = []
+        with self._cond:
+            while not self._queue and not self._stopping:
+                if self._unsynced_bytes == 0 or self._failed is not None:
+                    self._cond.wait()
+                    continue
+                remaining = self._last_sync + self._flush_interval_s - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            if self._stopping and (self._abandon or not self._queue):
+                dropped = list(self._queue)
+                self._queue.clear()
+                final_sync = not self._abandon and self._failed is None
+                final_sync = final_sync and self._unsynced_bytes > 0
+            else:
+                dropped = []
+                final_sync = False
+                items = self._take_group()
+        if dropped or (self._stopping and not items):
+            self._fail(dropped, StorageIOError("journal is closed"))
+            if final_sync:
+                self._commit([])
+            return False
+        self._commit(items)
+        return True
+
+    def _take_group(self) -> list[_Item]:
+        """Take a group off the queue (lock held)."""
+        items: list[_Item] = []
+        size = 0
+        while self._queue and size < self._group_max_bytes:
+            item = self._queue.popleft()
+            items.append(item)
+            size += item.size
+        if not items or not any(item.sync for item in items) or self._group_wait_s <= 0:
+            return items
+        deadline = items[0].enqueued + self._group_wait_s
+        while size < self._group_max_bytes and not self._stopping:
+            if self._queue:
+                item = self._queue.popleft()
+                items.append(item)
+                size += item.size
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._cond.wait(remaining)
+        return items
+
+    def _commit(self, items: list[_Item]) -> None:
+        if self._failed is not None:
+            self._fail(items, self._failed)
+            return
+        chunks: list[bytes] = []
+        for item in items:
+            if not item.parts:
+                continue
+            crc = 0
+            for part in item.parts:
+                crc = crc32c.crc32c(part, crc)
+            chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
+            chunks.extend(item.parts)
+        buffer = b"".join(chunks)
+        must_sync = any(item.sync for item in items) or not items
+        must_sync = must_sync or (
+            self._unsynced_bytes + len(buffer) > 0
+            and time.monotonic() - self._last_sync >= self._flush_interval_s
+        )
+        try:
+            if buffer and self._offset >= self._file_bytes:
+                # Rolling syncs the old file; sync the group too, so a report's ``synced``
+                # keeps meaning "everything written so far is durable".
+                if self._unsynced_bytes:
+                    os.fdatasync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+                self._open_file(self._file_seq + 1)
+                must_sync = True
+            view = memoryview(buffer)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            self._offset += len(buffer)
+            self._unsynced_bytes += len(buffer)
+            if must_sync:
+                os.fdatasync(self._fd)
+                self.syncs += 1
+                self._unsynced_bytes = 0
+                self._last_sync = time.monotonic()
+        except OSError as exc:
+            failure = StorageIOError(f"journal file {self._file_seq} failed: {exc}")
+            failure.__cause__ = exc
+            self._failed = failure
+            _log.error("journal failed", error=str(exc), file_seq=self._file_seq)
+            self._fail(items, failure)
+            return
+        self.groups += 1
+        self.bytes_written += len(buffer)
+        report = GroupReport(
+            group_no=self.groups,
+            synced=must_sync,
+            sync_no=self.syncs,
+            end=JournalMark(self._file_seq, self._offset),
+            tags=[item.tag for item in items if item.tag is not None],
+            record_count=sum(1 for item in items if item.parts),
+            byte_count=len(buffer),
+        )
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._complete, report, items, None)
+
+    def _fail(self, items: list[_Item], error: StorageIOError) -> None:
+        if not items:
+            return
+        assert self._loop is not None
+        report = GroupReport(0, False, self.syncs, self.position, [], len(items), 0)
+        self._loop.call_soon_threadsafe(self._complete, report, items, error)
+
+    # -- back on the event loop -----------------------------------------------------------
+
+    def _complete(
+        self, report: GroupReport, items: list[_Item], error: BaseException | None
+    ) -> None:
+        for listener in self.listeners:
+            listener(report, error)
+        for item in items:
+            waiter = item.waiter
+            if waiter is None or waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(report)
+            else:
+                waiter.set_exception(error)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory, making file creations and removals in it durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- record payloads ----------------------------------------------------------------------
+
+
+class RecordKind(enum.IntEnum):
+    """What a journal record says."""
+
+    ADD = 1
+    """An entry: ledger, entry, lac, digest, durability, then the payload."""
+    KEY = 2
+    """A ledger's master key, written before its first entry or fence."""
+    FENCE = 3
+    """The ledger is fenced."""
+    LAC = 4
+    """An explicit LAC from an idle writer."""
+    DELETE = 5
+    """The ledger was deleted; earlier records of it are void."""
+
+
+_ADD = struct.Struct(">BqqqIB")
+_LEDGER = struct.Struct(">Bq")
+_LAC = struct.Struct(">Bqq")
+
+
+class Record(NamedTuple):
+    """A decoded journal record."""
+
+    kind: RecordKind
+    ledger_id: int
+    entry_id: int = -1
+    lac: int = -1
+    digest: int = 0
+    volatile: bool = False
+    data: bytes = b""
+
+
+def add_header(ledger_id: int, entry_id: int, lac: int, digest: int, volatile: bool) -> bytes:
+    """The fixed part of an ADD record; the entry's payload follows it."""
+    return _ADD.pack(RecordKind.ADD, ledger_id, entry_id, lac, digest, volatile)
+
+
+def key_record(ledger_id: int, master_key: bytes) -> bytes:
+    """A KEY record."""
+    return _LEDGER.pack(RecordKind.KEY, ledger_id) + master_key
+
+
+def fence_record(ledger_id: int) -> bytes:
+    """A FENCE record."""
+    return _LEDGER.pack(RecordKind.FENCE, ledger_id)
+
+
+def lac_record(ledger_id: int, lac: int) -> bytes:
+    """An explicit LAC record."""
+    return _LAC.pack(RecordKind.LAC, ledger_id, lac)
+
+
+def delete_record(ledger_id: int) -> bytes:
+    """A DELETE record."""
+    return _LEDGER.pack(RecordKind.DELETE, ledger_id)
+
+
+def decode_record(payload: bytes) -> Record:
+    """Decode a record payload; ValueError naming the problem when it is not one."""
+    if not payload:
+        raise ValueError("empty journal record")
+    try:
+        kind = RecordKind(payload[0])
+        if kind is RecordKind.ADD:
+            _, ledger_id, entry_id, lac, digest, volatile = _ADD.unpack_from(payload)
+            return Record(
+                kind, ledger_id, entry_id, lac, digest, bool(volatile), payload[_ADD.size :]
+            )
+        if kind is RecordKind.LAC:
+            _, ledger_id, lac = _LAC.unpack(payload)
+            return Record(kind, ledger_id, lac=lac)
+        _, ledger_id = _LEDGER.unpack_from(payload)
+        if kind is RecordKind.KEY:
+            return Record(kind, ledger_id, data=payload[_LEDGER.size :])
+        if len(payload) != _LEDGER.size:
+            raise ValueError(f"{kind.name} record of {len(payload)} bytes")
+        return Record(kind, ledger_id)
+    except struct.error as exc:
+        raise ValueError(f"truncated journal record: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"unknown journal record: {exc}") from exc
+
+
+__all__ = [
+    "GroupListener",
+    "GroupReport",
+    "Journal",
+    "JournalMark",
+    "Record",
+    "RecordKind",
+    "StorageIOError",
+    "add_header",
+    "decode_record",
+    "delete_record",
+    "fence_record",
+    "fsync_dir",
+    "journal_file",
+    "journal_files",
+    "key_record",
+    "lac_record",
+    "replay",
+]
