@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.zk import ZooKeeperServer, ZooKeeperUnavailable
 from walog.testing import LocalCluster
 
 
@@ -75,3 +76,20 @@ def fresh_cluster(tmp_path: Any) -> Iterator[LocalCluster]:
 def log_name(request: pytest.FixtureRequest) -> str:
     """A log name unique to this test (shared clusters outlive single tests)."""
     return f"{request.node.name[:60]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[ZooKeeperServer]:
+    """One real standalone ZooKeeper (Debian jars) for the whole test session."""
+    try:
+        server = ZooKeeperServer().start()
+    except ZooKeeperUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_uri(zookeeper: ZooKeeperServer) -> str:
+    """A ``zk://`` URI with a chroot of this test's own on the session's ZooKeeper."""
+    return zookeeper.uri(f"/test-{uuid.uuid4().hex[:12]}")
