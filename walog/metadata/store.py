@@ -67,7 +67,8 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def children(self, path: str) -> list[str]:
-        """Names (not paths) of the direct children of ``path``, sorted; [] when none."""
+        """Names (not paths) of the direct children of ``path``, sorted; [] when none
+        (also when ``path`` itself does not exist)."""
 
     @abc.abstractmethod
     async def next_id(self, counter: str) -> int:
@@ -76,13 +77,17 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
         """Call ``callback`` whenever the record at ``path`` or its set of children changes
-        (created, set, deleted). Persistent until the returned function is called."""
+        (created, set, deleted). Persistent until the returned function is called.
+
+        The callback also runs once as soon as the watch is in place, so a change racing
+        with the set-up is never missed; callbacks may be spurious, readers re-read."""
 
     @abc.abstractmethod
     async def register(self, path: str, data: bytes) -> None:
         """Create a liveness-bound record: it disappears when this store's session ends
         (ZooKeeper ephemeral node; SQLite row with heartbeat and expiry). It is re-created
-        after a session expiry for as long as this store is open."""
+        after a session expiry for as long as this store is open.
+        :class:`NodeExistsError` if a record already exists at ``path``."""
 
     @abc.abstractmethod
     async def unregister(self, path: str) -> None:
