@@ -1,0 +1,278 @@
+"""The sync walog API: ``walog.connect(...)`` returns a :class:`Client`.
+
+Every object here wraps its ``walog.aio`` counterpart and runs it on the process-wide event
+loop thread (:class:`walog._sync.LoopThread`). Appends do not hop threads one by one:
+:meth:`LedgerWriter.append_async` puts the entry on a queue that the loop drains in batches
+(one wake-up per batch), and completions are handed back in batches too.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from walog import aio
+from walog._sync import LoopThread
+from walog.ledger.context import ClientConfig
+from walog.ledger.durability import Durability
+from walog.ledger.entry import Entry
+from walog.ledger.reader import AsyncLedgerReader
+from walog.ledger.writer import AsyncLedgerWriter, as_payload
+from walog.metadata.layout import LedgerMetadata
+from walog.transport.credentials import TlsConfig
+
+T = TypeVar("T")
+
+
+class _SyncContext:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class LedgerWriter(_SyncContext):
+    """Appends to a ledger this client created (a context manager: ``close()`` on exit).
+
+    Attributes:
+        async_writer: the underlying :class:`walog.aio.AsyncLedgerWriter`.
+    """
+
+    def __init__(self, writer: AsyncLedgerWriter, loop: LoopThread, max_entry_bytes: int) -> None:
+        self.async_writer = writer
+        self._loop = loop
+        self._max_entry_bytes = max_entry_bytes
+        self._lock = threading.Lock()
+        # Appends handed over by user threads, drained by the loop (guarded by _lock).
+        self._queue: list[tuple[bytes, concurrent.futures.Future[int]]] = []
+        self._drain_scheduled = False
+        # Completions gathered on the loop and handed back together (loop thread only).
+        self._done: list[tuple[concurrent.futures.Future[int], Any]] = []
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger's id."""
+        return self.async_writer.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id confirmed (-1 before the first ack)."""
+        return self.async_writer.last_add_confirmed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """The ledger's metadata as the writer last knew it."""
+        return self.async_writer.metadata
+
+    def append_async(self, data: bytes | bytearray | memoryview) -> concurrent.futures.Future[int]:
+        """Queue an append; the future resolves with the entry id once it is confirmed.
+
+        Raises:
+            TypeError: ``data`` is a ``str`` or not bytes-like.
+            ValueError: the entry exceeds the configured maximum (no id is taken).
+        """
+        payload = as_payload(data, self._max_entry_bytes)
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((payload, future))
+            wake = not self._drain_scheduled
+            self._drain_scheduled = True
+        if wake:
+            self._loop.call_soon(self._drain)
+        return future
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append one entry; return its id once it and every lower entry are confirmed."""
+        return self.append_async(data).result()
+
+    def force(self) -> int:
+        """Make every entry appended so far durable; return the last synced entry id."""
+        return self._loop.run(self._after_drain(self.async_writer.force))
+
+    def close(self) -> None:
+        """Wait for outstanding appends, then close the ledger (CAS to CLOSED)."""
+        self._loop.run(self._after_drain(self.async_writer.close))
+
+    async def _after_drain(self, step: Callable[[], Awaitable[T]]) -> T:
+        self._drain()  # appends queued before this call go first
+        return await step()
+
+    def _drain(self) -> None:
+        """Loop thread: hand every queued append to the async writer, in queue order."""
+        with self._lock:
+            batch, self._queue = self._queue, []
+            self._drain_scheduled = False
+        writer = self.async_writer
+        for payload, future in batch:
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before it was handed over: never appended
+            try:
+                pending = writer.append_nowait(payload)
+            except Exception as exc:
+                future.set_exception(exc)
+                continue
+            pending.add_done_callback(functools.partial(self._completed, future))
+
+    def _completed(self, future: concurrent.futures.Future[int], pending: Any) -> None:
+        if not self._done:
+            self._loop.loop.call_soon(self._hand_back)
+        self._done.append((future, pending))
+
+    def _hand_back(self) -> None:
+        done, self._done = self._done, []
+        for future, pending in done:
+            exc = pending.exception()
+            if exc is None:
+                future.set_result(pending.result())
+            else:
+                future.set_exception(exc)
+
+
+class LedgerReader(_SyncContext):
+    """Reads a ledger (a context manager: ``close()`` on exit).
+
+    Attributes:
+        async_reader: the underlying :class:`walog.aio.AsyncLedgerReader`.
+    """
+
+    def __init__(self, reader: AsyncLedgerReader, loop: LoopThread) -> None:
+        self.async_reader = reader
+        self._loop = loop
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger's id."""
+        return self.async_reader.ledger_id
+
+    @property
+    def is_closed(self) -> bool:
+        """True when the ledger is known to be CLOSED."""
+        return self.async_reader.is_closed
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry known confirmed (for a closed ledger: its last entry)."""
+        return self.async_reader.last_add_confirmed
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        """Entries ``first..last``; NoSuchEntryError past the last add confirmed."""
+        return self._loop.run(self.async_reader.read(first, last))
+
+    def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
+        """Entries ``first..last``, possibly past the last add confirmed."""
+        return self._loop.run(self.async_reader.read_unconfirmed(first, last))
+
+    def read_last_add_confirmed(self) -> int:
+        """Ask the bookies for the last add confirmed."""
+        return self._loop.run(self.async_reader.read_last_add_confirmed())
+
+    def wait_last_add_confirmed(self, after: int, timeout: float) -> int:
+        """Wait until the LAC exceeds ``after`` or ``timeout`` seconds pass; return the LAC."""
+        return self._loop.run(self.async_reader.wait_last_add_confirmed(after, timeout))
+
+    def close(self) -> None:
+        """Release the reader."""
+        self._loop.run(self.async_reader.close())
+
+
+def connect(
+    metadata_uri: str,
+    *,
+    timeout: float = 10.0,
+    tls: TlsConfig | None = None,
+    auth_token: str | None = None,
+    config: ClientConfig | None = None,
+) -> Client:
+    """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
+
+    Returns a :class:`Client` (a context manager).
+    """
+    loop = LoopThread.instance()
+    client = loop.run(
+        aio.connect(metadata_uri, timeout=timeout, tls=tls, auth_token=auth_token, config=config)
+    )
+    return Client(client, loop)
+
+
+class Client(_SyncContext):
+    """A connection to a walog cluster (a context manager: ``close()`` on exit).
+
+    Attributes:
+        async_client: the underlying :class:`walog.aio.AsyncClient`.
+        loop_thread: the event loop thread the async client runs on.
+    """
+
+    def __init__(self, client: aio.AsyncClient, loop: LoopThread) -> None:
+        self.async_client = client
+        self.loop_thread = loop
+
+    def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        durability: Durability = Durability.PERSISTENT,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, str] | None = None,
+    ) -> LedgerWriter:
+        """Create a ledger and return its writer (see ``AsyncClient.create_ledger``)."""
+        writer = self.loop_thread.run(
+            self.async_client.create_ledger(
+                ensemble_size,
+                write_quorum,
+                ack_quorum,
+                durability=durability,
+                password=password,
+                custom_metadata=custom_metadata,
+            )
+        )
+        return LedgerWriter(writer, self.loop_thread, self.async_client.ctx.config.max_entry_bytes)
+
+    def open_ledger(
+        self, ledger_id: int, *, recovery: bool = True, password: bytes = b""
+    ) -> LedgerReader:
+        """Open a ledger for reading (see ``AsyncClient.open_ledger``)."""
+        reader = self.loop_thread.run(
+            self.async_client.open_ledger(ledger_id, recovery=recovery, password=password)
+        )
+        return LedgerReader(reader, self.loop_thread)
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        """The ledger's metadata; NoSuchLedgerError when it does not exist."""
+        return self.loop_thread.run(self.async_client.ledger_metadata(ledger_id))
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger; NoSuchLedgerError when it does not exist."""
+        self.loop_thread.run(self.async_client.delete_ledger(ledger_id))
+
+    def list_ledgers(self) -> list[int]:
+        """Ids of every ledger, ascending."""
+        return self.loop_thread.run(self.async_client.list_ledgers())
+
+    def bookies(self) -> list[str]:
+        """Ids of the bookies currently available, sorted."""
+        return self.loop_thread.run(self.async_client.bookies())
+
+    # -- logs (walog.log) -------------------------------------------------------------
+    # Log methods (open_log, list_logs, delete_log) are added here by the log layer.
+
+    def close(self) -> None:
+        """Close the bookie connections and the metadata session."""
+        self.loop_thread.run(self.async_client.close())
+
+
+__all__ = ["Client", "LedgerReader", "LedgerWriter", "connect"]
