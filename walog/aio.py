@@ -26,6 +26,9 @@ from walog.ledger.ensemble import Placement, available_bookies
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
+from walog.log.log import AsyncLog, delete_log, list_log_names, open_log
+from walog.log.retention import RetentionPolicy, RollPolicy
+from walog.log.writer import LedgerOptions, LogWriterConfig
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
@@ -158,7 +161,51 @@ class AsyncClient:
         return await available_bookies(self.ctx.store)
 
     # -- logs (walog.log) -------------------------------------------------------------
-    # Log methods (open_log, list_logs, delete_log) are added here by the log layer.
+
+    async def open_log(
+        self,
+        name: str,
+        *,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        durability: Durability = Durability.PERSISTENT,
+        password: bytes = b"",
+        roll_policy: RollPolicy | None = None,
+        retention: RetentionPolicy | None = None,
+        writer_config: LogWriterConfig | None = None,
+    ) -> AsyncLog:
+        """Open log ``name`` (created empty if it does not exist).
+
+        The quorum settings, durability and password apply to the ledgers its writers
+        create; ``roll_policy`` and ``retention`` default to never rolling, keeping all.
+
+        Raises:
+            ValueError: a bad log name (empty, over 200 characters, ``/``, ``..``, control
+                characters) or quorum settings.
+        """
+        return await open_log(
+            self,
+            name,
+            ledger_options=LedgerOptions(
+                ensemble_size, write_quorum, ack_quorum, durability, password
+            ),
+            roll_policy=roll_policy,
+            retention=retention,
+            writer_config=writer_config,
+        )
+
+    async def list_logs(self) -> list[str]:
+        """Names of every log, sorted."""
+        return await list_log_names(self)
+
+    async def delete_log(self, name: str, *, password: bytes = b"") -> None:
+        """Delete a log and its ledgers (a writer still appending is fenced first).
+
+        Raises:
+            NoSuchLogError: the log does not exist.
+        """
+        await delete_log(self, name, password=password)
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
               "ctime": 1.7e9, "closed_at": 1.7e9, "size_bytes": 123456}, ...],
  "pending_deletion": [5, 6],         # removed from the list, not yet deleted
  "archived_through": "6:0:0" | null, # every record before it is archived
+ "truncated_through": "5:10:0" | null,# every record before it was truncated (deleted)
  "cursors": {"billing": "7:12:0"}}   # consumer -> next position it will read
 ```
 
@@ -111,6 +112,7 @@ class LogMetadata:
     pending_deletion: tuple[int, ...] = ()
     archived_through: Position | None = None
     cursors: dict[str, Position] = dataclasses.field(default_factory=dict)
+    truncated_through: Position | None = None
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -146,8 +148,9 @@ class LogMetadata:
             "epoch": self.epoch,
             "ledgers": [dataclasses.asdict(info) for info in self.ledgers],
             "pending_deletion": list(self.pending_deletion),
-            "archived_through": str(self.archived_through) if self.archived_through else None,
+            "archived_through": _text(self.archived_through),
             "cursors": {k: str(v) for k, v in sorted(self.cursors.items())},
+            "truncated_through": _text(self.truncated_through),
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -163,16 +166,24 @@ class LogMetadata:
             fmt = doc.get("format")
             if fmt != LOG_FORMAT:
                 raise ValueError(f"log metadata format {fmt!r} is not supported")
-            archived = doc.get("archived_through")
             return cls(
                 ledgers=tuple(LedgerInfo(**info) for info in doc.get("ledgers", [])),
                 epoch=int(doc.get("epoch", 0)),
                 pending_deletion=tuple(int(x) for x in doc.get("pending_deletion", [])),
-                archived_through=Position.parse(archived) if archived else None,
+                archived_through=_position(doc.get("archived_through")),
                 cursors={k: Position.parse(v) for k, v in doc.get("cursors", {}).items()},
+                truncated_through=_position(doc.get("truncated_through")),
             )
         except (TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc
+
+
+def _text(position: Position | None) -> str | None:
+    return None if position is None else str(position)
+
+
+def _position(text: str | None) -> Position | None:
+    return None if text is None else Position.parse(text)
 
 
 async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
@@ -212,10 +223,15 @@ async def write_log(store: MetadataStore, name: str, meta: LogMetadata, version:
         raise NoSuchLogError(f"log {name!r} was deleted") from exc
 
 
-def cas_retrying(attempts: int = 50) -> AsyncRetrying:
-    """Retry policy for read-modify-CAS loops: retriable errors, jittered backoff."""
+def cas_retrying(attempts: int = 50, also: type[BaseException] | None = None) -> AsyncRetrying:
+    """Retry policy for read-modify-CAS loops: retriable errors (and ``also``), jittered
+    backoff, the last error re-raised."""
+
+    def retry(exc: BaseException) -> bool:
+        return is_retriable(exc) or (also is not None and isinstance(exc, also))
+
     return AsyncRetrying(
-        retry=retry_if_exception(is_retriable),
+        retry=retry_if_exception(retry),
         wait=wait_random_exponential(multiplier=0.005, max=0.5),
         stop=stop_after_attempt(attempts),
         reraise=True,

@@ -18,6 +18,7 @@ def test_log_metadata_round_trips_through_json() -> None:
         pending_deletion=(1, 2),
         archived_through=Position(3, 42, 0),
         cursors={"b": Position(9, 0, 0), "a": Position(3, 1, 2)},
+        truncated_through=Position(3, 0, 0),
     )
     again = LogMetadata.from_json(meta.to_json())
     assert again == meta

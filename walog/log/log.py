@@ -1,0 +1,164 @@
+"""A log as coroutines: segments, the writer takeover, readers, truncation, retention.
+
+``walog.aio.AsyncClient.open_log`` returns an :class:`AsyncLog`; ``walog.Log`` is its sync
+facade (walog.log.sync).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from walog.errors import NoSuchLedgerError
+from walog.log import truncation
+from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
+from walog.log.metadata import (
+    LogMetadata,
+    commit_cursor,
+    create_log,
+    delete_log_record,
+    list_logs,
+    mark_archived,
+    read_log,
+    validate_log_name,
+)
+from walog.log.position import Position, Segment
+from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
+from walog.log.retention import RetentionPolicy, RollPolicy
+from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
+
+
+class AsyncLog:
+    """A named log of a cluster: an ordered list of ledgers in the metadata store.
+
+    Made by :func:`open_log` (``AsyncClient.open_log``). Holds no connection of its own:
+    writers and readers it opens use the client's.
+    """
+
+    def __init__(
+        self,
+        client: LedgerClientLike,
+        name: str,
+        *,
+        ledger_options: LedgerOptions,
+        roll_policy: RollPolicy,
+        retention: RetentionPolicy,
+        writer_config: LogWriterConfig,
+    ) -> None:
+        self._client = client
+        self.name = name
+        self.ledger_options = ledger_options
+        self.roll_policy = roll_policy
+        self.retention = retention
+        self.writer_config = writer_config
+
+    async def metadata(self) -> LogMetadata:
+        """The log's metadata record as stored now."""
+        return (await read_log(self._client.ctx.store, self.name))[0]
+
+    async def segments(self) -> list[Segment]:
+        """The log's ledgers, oldest first."""
+        return [info.segment() for info in (await self.metadata()).ledgers]
+
+    async def open_writer(self, config: LogWriterConfig | None = None) -> AsyncLogWriter:
+        """Take over as the log's writer (fences the last two ledgers, CAS-appends a new one).
+
+        Any earlier writer's next append fails with :class:`walog.WriterFencedError`. Ledgers
+        left pending deletion by an interrupted truncation are deleted afterwards.
+        """
+        writer = await open_log_writer(
+            self._client,
+            self.name,
+            self.ledger_options,
+            self.roll_policy,
+            config or self.writer_config,
+        )
+        await truncation.collect_orphans(self._client, self.name)
+        return writer
+
+    async def open_reader(self, start: StartAt = "earliest") -> AsyncLogReader:
+        """A tailing reader from ``"earliest"``, ``"latest"`` or a position; never fences."""
+        return await open_log_reader(
+            self._client, self.name, start, password=self.ledger_options.password
+        )
+
+    async def truncate(self, before: Position) -> int:
+        """Delete the ledgers whose every record is before ``before``; return how many.
+
+        Never deletes the ledger being written.
+        """
+        if not isinstance(before, Position):
+            raise TypeError(f"truncate() takes a walog.Position, got {type(before).__name__}")
+        return await truncation.truncate_log(self._client, self.name, before)
+
+    async def enforce_retention(self) -> int:
+        """Apply the log's RetentionPolicy; return how many ledgers it deleted."""
+        return await truncation.enforce_retention(
+            self._client, self.name, self.retention, password=self.ledger_options.password
+        )
+
+    async def collect_orphans(self) -> int:
+        """Delete ledgers an interrupted truncation left pending deletion; return how many."""
+        return await truncation.collect_orphans(self._client, self.name)
+
+    async def commit_cursor(self, consumer: str, position: Position | None) -> None:
+        """Record that ``consumer`` has consumed every record before ``position`` (None
+        removes the cursor). Retention keeps every ledger a cursor has not passed."""
+        await commit_cursor(self._client.ctx.store, self.name, consumer, position)
+
+    async def mark_archived(self, position: Position) -> None:
+        """Record that every record before ``position`` is archived (only moves forward)."""
+        await mark_archived(self._client.ctx.store, self.name, position)
+
+
+async def open_log(
+    client: LedgerClientLike,
+    name: str,
+    *,
+    ledger_options: LedgerOptions | None = None,
+    roll_policy: RollPolicy | None = None,
+    retention: RetentionPolicy | None = None,
+    writer_config: LogWriterConfig | None = None,
+) -> AsyncLog:
+    """Open log ``name``, creating it (empty) when it does not exist.
+
+    Raises:
+        ValueError: a bad name (empty, over 200 characters, ``/``, ``..``, control chars).
+    """
+    validate_log_name(name)
+    await create_log(client.ctx.store, name)
+    return AsyncLog(
+        client,
+        name,
+        ledger_options=ledger_options or LedgerOptions(),
+        roll_policy=roll_policy or RollPolicy(),
+        retention=retention or RetentionPolicy(),
+        writer_config=writer_config or LogWriterConfig(),
+    )
+
+
+async def list_log_names(client: LedgerClientLike) -> list[str]:
+    """Names of every log, sorted."""
+    return await list_logs(client.ctx.store)
+
+
+async def delete_log(client: LedgerClientLike, name: str, *, password: bytes = b"") -> None:
+    """Delete a log and all its ledgers; a writer still appending is fenced first.
+
+    Raises:
+        NoSuchLogError: the log does not exist.
+    """
+    validate_log_name(name)
+    meta, _ = await read_log(client.ctx.store, name)
+    for info in meta.ledgers[-2:]:
+        # Fence like a takeover, so no writer keeps adding to a ledger being deleted.
+        with contextlib.suppress(NoSuchLedgerError):
+            handle = await client.open_ledger(info.ledger_id, recovery=True, password=password)
+            await handle.close()
+
+    async def delete(ledger_id: int) -> None:
+        await delete_ledger_if_exists(client, ledger_id)
+
+    await delete_log_record(client.ctx.store, name, delete)
+
+
+__all__ = ["AsyncLog", "delete_log", "list_log_names", "open_log"]

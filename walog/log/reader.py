@@ -1,0 +1,328 @@
+"""The tailing log reader: never fences, follows the ledger list, survives writer changes.
+
+A reader opens every ledger without recovery (seed 002, "no-recovery opens for warm
+standbys"), so it never disturbs a writer. Closed ledgers are read to their last entry; the
+open one is read up to its last add confirmed and tailed with LAC long polls, which also end
+when the ledger gets closed (by its writer on a roll, or by a new writer's recovery: the
+ledger reader watches the ledger's metadata). The reader watches the log's metadata record
+(new ledgers, truncation) and looks again on every change, so nothing is polled in a loop.
+When the ledger it stands in gets closed it reads on to the closed end, then moves to the
+next ledger of the list.
+
+A position that truncation removed raises :class:`walog.DataLossError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Sequence
+from typing import Literal
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_retriable
+from walog.ledger.entry import Entry
+from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
+from walog.log.metadata import LogMetadata, read_log
+from walog.log.position import Position, Record
+from walog.log.records import iter_records
+from walog.metadata.layout import log_path
+
+log = structlog.get_logger(__name__)
+
+StartAt = Literal["earliest", "latest"] | Position
+LONG_POLL_SECONDS = 10.0
+"""Longest single LAC long poll; a metadata change interrupts it earlier."""
+READ_BATCH_ENTRIES = 64
+"""Entries fetched per read request while catching up."""
+RETRY_SECONDS = 60.0
+"""How long retriable failures (bookies down, metadata hiccups) are retried per step."""
+
+
+def _retrying() -> AsyncRetrying:
+    return AsyncRetrying(
+        retry=retry_if_exception(is_retriable),
+        wait=wait_random_exponential(multiplier=0.05, max=2.0),
+        stop=stop_after_delay(RETRY_SECONDS),
+        reraise=True,
+    )
+
+
+class AsyncLogReader:
+    """Reads a log's records in order, tailing it. Made by :func:`open_log_reader`."""
+
+    def __init__(
+        self, client: LedgerClientLike, name: str, meta: LogMetadata, password: bytes
+    ) -> None:
+        self._client = client
+        self._store = client.ctx.store
+        self.name = name
+        self._meta = meta
+        self._password = password
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self._buffer: collections.deque[Record] = collections.deque()
+        self._ledger_id: int | None = None
+        self._next_entry = 0
+        self._skip: Position | None = None
+        self._handle: LedgerReaderLike | None = None
+        self._bound = -1  # highest readable entry of the current ledger
+        self._stale = False
+        self._closed = False
+        self._unwatch_log = self._store.watch(log_path(name), self._notify)
+
+    # -- public ----------------------------------------------------------------------------
+
+    @property
+    def position(self) -> Position | None:
+        """The position of the next record this reader returns, when known."""
+        if self._buffer:
+            return self._buffer[0].position
+        if self._ledger_id is None:
+            return None
+        return Position(self._ledger_id, self._next_entry, 0)
+
+    async def read_next(self, timeout: float | None = None) -> Record | None:  # noqa: ASYNC109
+        """The next record; waits for one while tailing. None when ``timeout`` passes.
+
+        Raises:
+            DataLossError: the next record was truncated.
+            NoSuchLogError: the log was deleted.
+        """
+        if self._closed:
+            raise RuntimeError("log reader is closed")
+        deadline = None if timeout is None else self._loop.time() + timeout
+        while not self._buffer:
+            if not await self._step(deadline):
+                return None
+        return self._buffer.popleft()
+
+    def __aiter__(self) -> AsyncLogReader:
+        return self
+
+    async def __anext__(self) -> Record:
+        record = await self.read_next()
+        assert record is not None  # no timeout: it waits
+        return record
+
+    async def close(self) -> None:
+        """Stop watching metadata. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unwatch_log()
+        await self._release()
+
+    # -- positioning -----------------------------------------------------------------------
+
+    async def _seek(self, start: StartAt) -> None:
+        if isinstance(start, Position):
+            self._check_not_truncated(start)
+            await self._enter(start.ledger_id, start.entry_id)
+            self._skip = start
+        elif not self._meta.ledgers:
+            pass  # empty log: the first ledger that appears is where reading starts
+        elif start == "earliest":
+            await self._enter(self._meta.ledgers[0].ledger_id, 0)
+        else:
+            await self._seek_latest()
+
+    async def _seek_latest(self) -> None:
+        last = self._meta.ledgers[-1]
+        if last.is_closed:
+            await self._enter(last.ledger_id, last.last_entry_id + 1)
+            return
+        await self._enter(last.ledger_id, 0)
+        await self._open_current()
+        self._next_entry = self._bound + 1
+
+    def _check_not_truncated(self, position: Position) -> None:
+        gone = self._meta.truncated_through
+        if gone is not None and position < gone:
+            raise DataLossError(
+                f"log {self.name!r}: position {position} was truncated; "
+                f"the log now starts at {gone} (open the reader at 'earliest')"
+            )
+
+    async def _release(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            await handle.close()
+
+    async def _enter(self, ledger_id: int, entry_id: int) -> None:
+        if ledger_id != self._ledger_id:
+            await self._release()
+            self._bound = -1
+        self._ledger_id = ledger_id
+        self._next_entry = entry_id
+        self._skip = None
+
+    def _notify(self) -> None:
+        # Called by the store on any thread.
+        with contextlib.suppress(RuntimeError):  # loop already closed: nobody waits
+            self._loop.call_soon_threadsafe(self._changed.set)
+
+    # -- the reading state machine ---------------------------------------------------------
+
+    async def _step(self, deadline: float | None) -> bool:
+        """Make one move towards a buffered record; False once ``deadline`` passed."""
+        if self._changed.is_set():
+            self._changed.clear()
+            self._meta, _ = await read_log(self._store, self.name)
+        if self._ledger_id is None:
+            if self._meta.ledgers:
+                await self._enter(self._meta.ledgers[0].ledger_id, 0)
+                return True
+            return await self._wait(deadline, tail=False)
+        if self._meta.index_of(self._ledger_id) is None:
+            return await self._leave_unlisted(deadline)
+        if self._handle is None or self._stale:
+            await self._open_current()
+            return True
+        if self._next_entry <= self._bound:
+            await self._read_batch()
+            return True
+        if self._handle.is_closed:
+            successor = self._successor(self._ledger_id)
+            if successor is not None:
+                await self._enter(successor, 0)
+                return True
+            return await self._wait(deadline, tail=False)
+        return await self._wait(deadline, tail=True)
+
+    def _successor(self, ledger_id: int) -> int | None:
+        for info in self._meta.ledgers:
+            if info.ledger_id > ledger_id:
+                return info.ledger_id
+        return None
+
+    async def _leave_unlisted(self, deadline: float | None) -> bool:
+        """The current ledger is not (or no longer) in the list: truncated, or a position
+        between ledgers. Move on if nothing unread is lost, else raise DataLossError."""
+        assert self._ledger_id is not None
+        here = Position(self._ledger_id, self._next_entry, 0)
+        finished = self._handle is not None and self._handle.is_closed
+        if not (finished and self._next_entry > self._bound):
+            self._check_not_truncated(here)
+        successor = self._successor(self._ledger_id)
+        if successor is None:
+            return await self._wait(deadline, tail=False)
+        await self._enter(successor, 0)
+        return True
+
+    async def _open_current(self) -> None:
+        assert self._ledger_id is not None
+        ledger_id = self._ledger_id
+        await self._release()
+        try:
+            async for attempt in _retrying():
+                with attempt:
+                    handle = await self._client.open_ledger(
+                        ledger_id, recovery=False, password=self._password
+                    )
+                    bound = handle.last_add_confirmed
+                    if not handle.is_closed:
+                        bound = max(bound, await handle.read_last_add_confirmed())
+        except NoSuchLedgerError:
+            await self._lost_ledger()
+            return
+        self._handle, self._stale = handle, False
+        self._bound = max(self._bound, bound) if not handle.is_closed else bound
+
+    async def _read_batch(self) -> None:
+        assert self._handle is not None and self._ledger_id is not None
+        first = self._next_entry
+        last = min(self._bound, first + READ_BATCH_ENTRIES - 1)
+        handle = self._handle
+        entries: Sequence[Entry] = ()
+        try:
+            async for attempt in _retrying():
+                with attempt:
+                    entries = await handle.read(first, last)
+        except (NoSuchLedgerError, NoSuchEntryError):
+            await self._lost_ledger()
+            return
+        for entry in entries:
+            for slot, (timestamp, data) in enumerate(iter_records(entry.data)):
+                position = Position(entry.ledger_id, entry.entry_id, slot)
+                if self._skip is not None and position < self._skip:
+                    continue
+                self._buffer.append(Record(position, data, timestamp))
+            self._next_entry = entry.entry_id + 1
+        self._skip = None
+
+    async def _lost_ledger(self) -> None:
+        """The current ledger cannot be read any more: see whether truncation took it."""
+        assert self._ledger_id is not None
+        self._meta, _ = await read_log(self._store, self.name)
+        if self._meta.index_of(self._ledger_id) is not None:
+            raise DataLossError(
+                f"log {self.name!r}: ledger {self._ledger_id} of the list cannot be read "
+                f"at entry {self._next_entry}"
+            )
+        self._check_not_truncated(Position(self._ledger_id, self._next_entry, 0))
+        self._stale = False
+        await self._release()
+
+    async def _wait(self, deadline: float | None, *, tail: bool) -> bool:
+        """Wait for a metadata change (and, when tailing, for the LAC to pass the bound)."""
+        remaining = None if deadline is None else deadline - self._loop.time()
+        if remaining is not None and remaining <= 0:
+            return False
+        waiters: list[asyncio.Task[object]] = [asyncio.create_task(self._changed.wait())]
+        if tail:
+            assert self._handle is not None
+            poll = LONG_POLL_SECONDS if remaining is None else min(remaining, LONG_POLL_SECONDS)
+            waiters.append(
+                asyncio.create_task(self._handle.wait_last_add_confirmed(self._bound, poll))
+            )
+        try:
+            done, _ = await asyncio.wait(
+                waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in waiters:
+                task.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+        if tail and waiters[1] in done and not waiters[1].cancelled():
+            exc = waiters[1].exception()
+            if exc is None:
+                lac = waiters[1].result()
+                assert isinstance(lac, int)
+                self._bound = max(self._bound, lac)
+            elif isinstance(exc, NoSuchLedgerError):
+                await self._lost_ledger()
+            elif not is_retriable(exc):
+                raise exc
+            else:
+                log.info("LAC long poll failed; retrying", log=self.name, error=str(exc))
+                self._stale = True
+        return True
+
+
+async def open_log_reader(
+    client: LedgerClientLike, name: str, start: StartAt = "earliest", *, password: bytes = b""
+) -> AsyncLogReader:
+    """Open a tailing reader on log ``name`` at ``start``.
+
+    Raises:
+        NoSuchLogError: the log does not exist.
+        DataLossError: ``start`` was truncated.
+        ValueError: ``start`` is not "earliest", "latest" or a Position.
+    """
+    if not (start in ("earliest", "latest") or isinstance(start, Position)):
+        raise ValueError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
+    meta, _ = await read_log(client.ctx.store, name)
+    reader = AsyncLogReader(client, name, meta, password)
+    try:
+        await reader._seek(start)
+    except BaseException:
+        await reader.close()
+        raise
+    return reader
+
+
+__all__ = ["AsyncLogReader", "StartAt", "open_log_reader"]

@@ -1,0 +1,174 @@
+"""Carrying out truncation and retention: remove head ledgers (CAS), then delete them.
+
+Removal from the list and deletion cannot be one atomic step. The CAS that removes ledgers
+from the list also writes their ids into the log's ``pending_deletion`` list; the ledgers are
+deleted afterwards and their ids cleared by a second CAS. A crash between the two leaves ids
+in ``pending_deletion``, which :func:`collect_orphans` deletes the next time a writer opens
+or retention runs, so no removed ledger is left with nobody to delete it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import structlog
+
+from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
+from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
+from walog.log.position import Position, ledger_end
+from walog.log.retention import RetentionPolicy, retention_count, truncation_count
+
+log = structlog.get_logger(__name__)
+MEASURE_BATCH_ENTRIES = 256
+
+
+def _remove_head(meta: LogMetadata, count: int) -> LogMetadata:
+    """The list without its first ``count`` ledgers, which become pending deletion."""
+    gone = meta.ledgers[:count]
+    end = ledger_end(gone[-1].ledger_id, gone[-1].last_entry_id)
+    through = end if meta.truncated_through is None else max(meta.truncated_through, end)
+    return meta.replace(
+        ledgers=meta.ledgers[count:],
+        pending_deletion=(*meta.pending_deletion, *(i.ledger_id for i in gone)),
+        truncated_through=through,
+    )
+
+
+async def _delete_pending(client: LedgerClientLike, name: str, ids: list[int]) -> None:
+    """Delete ledgers listed as pending deletion, then clear them from the list."""
+    if not ids:
+        return
+    for ledger_id in ids:
+        await delete_ledger_if_exists(client, ledger_id)
+    done = set(ids)
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        left = tuple(i for i in meta.pending_deletion if i not in done)
+        return None if left == meta.pending_deletion else meta.replace(pending_deletion=left)
+
+    await update_log(client.ctx.store, name, mutate)
+    log.info("deleted log ledgers", log=name, ledgers=ids)
+
+
+async def collect_orphans(client: LedgerClientLike, name: str) -> int:
+    """Delete the ledgers the log's metadata lists as pending deletion; return how many."""
+    meta, _ = await read_log(client.ctx.store, name)
+    ids = list(meta.pending_deletion)
+    await _delete_pending(client, name, ids)
+    return len(ids)
+
+
+async def refresh_closed(client: LedgerClientLike, name: str) -> LogMetadata:
+    """Record the end of listed ledgers (except the last) whose ledger is CLOSED but whose
+    log entry still says OPEN (their writer crashed between closing and recording)."""
+    meta, _ = await read_log(client.ctx.store, name)
+    found: dict[int, LedgerInfo] = {}
+    for info in meta.ledgers[:-1]:
+        if not info.is_closed:
+            ledger = await client.ledger_metadata(info.ledger_id)
+            if ledger.is_closed:
+                found[info.ledger_id] = info.closed(ledger.last_entry_id, None, time.time())
+    if not found:
+        return meta
+
+    def mutate(fresh: LogMetadata) -> LogMetadata:
+        return fresh.replace(
+            ledgers=tuple(
+                found[i.ledger_id] if i.ledger_id in found and not i.is_closed else i
+                for i in fresh.ledgers
+            )
+        )
+
+    return (await update_log(client.ctx.store, name, mutate))[0]
+
+
+_Decision = Callable[[LogMetadata], int]
+"""How many head ledgers to remove, given the current metadata (pure, re-run per CAS)."""
+
+
+async def _remove(client: LedgerClientLike, name: str, decide: _Decision) -> int:
+    removed: list[int] = []
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        count = decide(meta)
+        removed[:] = [i.ledger_id for i in meta.ledgers[:count]]
+        return _remove_head(meta, count) if count else None
+
+    await update_log(client.ctx.store, name, mutate)
+    await _delete_pending(client, name, removed)
+    return len(removed)
+
+
+async def truncate_log(client: LedgerClientLike, name: str, before: Position) -> int:
+    """Remove and delete the head ledgers whose every record is before ``before``.
+
+    Never the ledger being written (the last of the list). Returns how many were deleted.
+    """
+    await refresh_closed(client, name)
+    return await _remove(client, name, lambda meta: truncation_count(meta.ledgers, before))
+
+
+async def _measure(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> int:
+    """Entry bytes of a closed ledger, read from the bookies."""
+    reader = await client.open_ledger(info.ledger_id, recovery=False, password=password)
+    total = 0
+    try:
+        for first in range(0, info.last_entry_id + 1, MEASURE_BATCH_ENTRIES):
+            last = min(info.last_entry_id, first + MEASURE_BATCH_ENTRIES - 1)
+            total += sum(len(e.data) for e in await reader.read(first, last))
+    finally:
+        await reader.close()
+    return total
+
+
+async def enforce_retention(
+    client: LedgerClientLike,
+    name: str,
+    policy: RetentionPolicy,
+    *,
+    password: bytes = b"",
+    now: float | None = None,
+) -> int:
+    """Apply ``policy`` to log ``name``: remove and delete the head ledgers it retires.
+
+    Also deletes earlier pending deletions. Ledgers of unknown size are measured first when
+    the policy limits bytes. Returns how many ledgers this call retired.
+    """
+    await collect_orphans(client, name)
+    meta = await refresh_closed(client, name)
+    if policy.max_bytes is not None:
+        sizes = {
+            i.ledger_id: await _measure(client, i, password)
+            for i in meta.ledgers[:-1]
+            if i.is_closed and i.size_bytes is None
+        }
+        if sizes:
+
+            def record_sizes(fresh: LogMetadata) -> LogMetadata:
+                return fresh.replace(
+                    ledgers=tuple(
+                        dataclasses.replace(i, size_bytes=sizes[i.ledger_id])
+                        if i.ledger_id in sizes and i.size_bytes is None
+                        else i
+                        for i in fresh.ledgers
+                    )
+                )
+
+            await update_log(client.ctx.store, name, record_sizes)
+    moment = time.time() if now is None else now
+    return await _remove(
+        client,
+        name,
+        lambda m: retention_count(
+            m.ledgers,
+            policy,
+            now=moment,
+            archived_through=m.archived_through,
+            cursors=m.cursors,
+        ),
+    )
+
+
+__all__ = ["collect_orphans", "enforce_retention", "refresh_closed", "truncate_log"]

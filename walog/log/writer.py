@@ -1,0 +1,466 @@
+"""The log writer: takeover, record batching and rolling (seed 000, "Ledgers to logs").
+
+Takeover (:func:`open_log_writer`) follows the seed's order: read the ledger list, fence and
+recover the last two ledgers, create a new ledger, append it to the list, CAS-write the list.
+A lost CAS starts again from the read; the ledger created for it is deleted. No record is
+accepted before the CAS succeeded. Each takeover bumps the log's ``epoch``.
+
+Records are packed into entries (walog.log.records) by size, count and linger time; a
+record's future resolves with its position once its entry is acknowledged. Rolling follows
+the seed too: create the next ledger, CAS-append it, switch new entries to it, then close the
+previous one, so appends never wait for the metadata store.
+
+Any failed entry ends the writer (a later record must never become durable after an earlier
+one failed). A fenced or recovered ledger means another writer took over: the error is
+:class:`walog.WriterFencedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import structlog
+
+from walog.errors import (
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataConflictError,
+    WalogError,
+    WriterFencedError,
+)
+from walog.ledger.durability import Durability
+from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
+from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
+from walog.log.position import Position
+from walog.log.records import RecordBatch
+from walog.log.retention import RollPolicy
+
+log = structlog.get_logger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerOptions:
+    """How the ledgers of a log are created (see ``Client.create_ledger``)."""
+
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    durability: Durability = Durability.PERSISTENT
+    password: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ValueError(
+                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{self.ensemble_size}, {self.write_quorum}, {self.ack_quorum}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class LogWriterConfig:
+    """How records are batched into entries.
+
+    Attributes:
+        max_entry_bytes: an entry (records + format overhead) never exceeds this; a single
+            record that cannot fit alone raises ValueError.
+        max_records_per_entry: records per entry at most.
+        linger: seconds a partly filled entry waits for more records; 0 sends it at the end
+            of the current event-loop iteration (records appended together share an entry).
+    """
+
+    max_entry_bytes: int = 1024 * 1024
+    max_records_per_entry: int = 4096
+    linger: float = 0.0
+
+    def __post_init__(self) -> None:
+        RecordBatch(self.max_entry_bytes, self.max_records_per_entry)  # validates the limits
+        if self.linger < 0:
+            raise ValueError(f"LogWriterConfig.linger must be >= 0, got {self.linger}")
+
+
+@dataclasses.dataclass(eq=False)
+class _ActiveLedger:
+    """A ledger this writer appends to, with what the roll policy counts."""
+
+    writer: LedgerWriterLike
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    entries: int = 0
+    size_bytes: int = 0
+    inflight: set[asyncio.Future[int]] = dataclasses.field(default_factory=set)
+
+    @property
+    def ledger_id(self) -> int:
+        return self.writer.ledger_id
+
+
+def _fenced(name: str, ledger_id: int, exc: BaseException) -> WriterFencedError:
+    err = WriterFencedError(
+        f"log {name!r}: another writer took over (ledger {ledger_id} was fenced or recovered); "
+        "open a new writer to continue"
+    )
+    err.__cause__ = exc
+    return err
+
+
+class AsyncLogWriter:
+    """The single writer of a log, on the event loop. Made by :func:`open_log_writer`."""
+
+    def __init__(
+        self,
+        client: LedgerClientLike,
+        name: str,
+        epoch: int,
+        ledger: LedgerWriterLike,
+        options: LedgerOptions,
+        roll_policy: RollPolicy,
+        config: LogWriterConfig,
+    ) -> None:
+        self._client = client
+        self.name = name
+        self.epoch = epoch
+        self._options = options
+        self._roll_policy = roll_policy
+        self._config = config
+        self._loop = asyncio.get_running_loop()
+        self._batch = self._new_batch()
+        self._batch_futures: list[asyncio.Future[Position]] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._roll_task: asyncio.Task[None] | None = None
+        self._age_timer: asyncio.TimerHandle | None = None
+        self._retiring: set[_ActiveLedger] = set()
+        self._current = self._activate(ledger)
+
+    # -- appends ---------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger new records go to."""
+        return self._current.ledger_id
+
+    def append_nowait(self, data: bytes | bytearray | memoryview) -> asyncio.Future[Position]:
+        """Queue a record; the future resolves with its position once its entry is acked.
+
+        Raises:
+            TypeError: ``data`` is not bytes-like.
+            ValueError: the record cannot fit in an entry of ``max_entry_bytes``.
+            WriterFencedError: another writer took over.
+            LedgerClosedError: this writer is closed.
+        """
+        self._check_usable()
+        if isinstance(data, str):
+            raise TypeError("log records are bytes, not str; encode the text first")
+        payload = bytes(data)
+        if len(payload) > self._batch.max_payload_bytes:
+            raise ValueError(
+                f"record of {len(payload)} bytes exceeds the largest that fits an entry "
+                f"({self._batch.max_payload_bytes}); raise LogWriterConfig.max_entry_bytes"
+            )
+        if not self._batch.fits(len(payload)):
+            self._send_batch()
+        self._batch.add(time.time(), payload)
+        future: asyncio.Future[Position] = self._loop.create_future()
+        self._batch_futures.append(future)
+        if self._batch.full:
+            self._send_batch()
+        elif self._flush_handle is None:
+            if self._config.linger > 0:
+                self._flush_handle = self._loop.call_later(self._config.linger, self._send_batch)
+            else:
+                self._flush_handle = self._loop.call_soon(self._send_batch)
+        return future
+
+    async def append(self, data: bytes | bytearray | memoryview) -> Position:
+        """Append a record and return its position once it is durable (acked)."""
+        return await self.append_nowait(data)
+
+    async def flush(self) -> None:
+        """Send the partly filled entry now and wait until every record sent is acked.
+
+        Raises:
+            WriterFencedError: another writer took over (or the first other failure).
+        """
+        self._send_batch()
+        pending = [f for led in (self._current, *self._retiring) for f in led.inflight]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._failure is not None:
+            raise self._failure
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise LedgerClosedError(f"log writer of {self.name!r} is closed")
+
+    def _new_batch(self) -> RecordBatch:
+        return RecordBatch(self._config.max_entry_bytes, self._config.max_records_per_entry)
+
+    def _send_batch(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if not self._batch_futures:
+            return
+        batch, futures = self._batch, self._batch_futures
+        self._batch, self._batch_futures = self._new_batch(), []
+        if self._failure is not None:
+            self._fail_futures(futures, self._failure)
+            return
+        ledger = self._current
+        try:
+            entry = ledger.writer.append_nowait(batch.encode())
+        except (LedgerFencedError, LedgerClosedError) as exc:
+            self._fail(_fenced(self.name, ledger.ledger_id, exc))
+            self._fail_futures(futures, self._failure or exc)
+            return
+        ledger.entries += 1
+        ledger.size_bytes += batch.size
+        ledger.inflight.add(entry)
+        entry.add_done_callback(lambda f: self._entry_done(ledger, futures, f))
+        self._maybe_roll()
+
+    def _entry_done(
+        self,
+        ledger: _ActiveLedger,
+        futures: list[asyncio.Future[Position]],
+        entry: asyncio.Future[int],
+    ) -> None:
+        ledger.inflight.discard(entry)
+        if entry.cancelled():
+            self._fail(WalogError(f"log {self.name!r}: an entry send was cancelled"))
+            self._fail_futures(futures, self._failure or asyncio.CancelledError())
+            return
+        exc = entry.exception()
+        if exc is not None:
+            if isinstance(exc, LedgerFencedError | LedgerClosedError):
+                exc = _fenced(self.name, ledger.ledger_id, exc)
+            self._fail(exc)
+            self._fail_futures(futures, exc)
+            return
+        entry_id = entry.result()
+        for slot, future in enumerate(futures):
+            if not future.done():
+                future.set_result(Position(ledger.ledger_id, entry_id, slot))
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the writer: the first failure is what every later call raises."""
+        if self._failure is None:
+            self._failure = exc
+            log.warning("log writer failed", log=self.name, error=str(exc))
+        if self._batch_futures:
+            futures, self._batch_futures = self._batch_futures, []
+            self._batch = self._new_batch()
+            self._fail_futures(futures, self._failure)
+
+    @staticmethod
+    def _fail_futures(futures: list[asyncio.Future[Position]], exc: BaseException) -> None:
+        for future in futures:
+            if not future.done():
+                future.set_exception(exc)
+
+    # -- rolling ---------------------------------------------------------------------------
+
+    def _activate(self, ledger: LedgerWriterLike) -> _ActiveLedger:
+        active = _ActiveLedger(ledger)
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+        if self._roll_policy.max_age is not None:
+            # An idle ledger still rolls on age; an empty one rolls with its first entry.
+            self._age_timer = self._loop.call_later(self._roll_policy.max_age, self._maybe_roll)
+        return active
+
+    def _maybe_roll(self) -> None:
+        if self._roll_task is not None or self._failure is not None or self._closed:
+            return
+        led = self._current
+        age = time.monotonic() - led.started
+        if self._roll_policy.should_roll(entries=led.entries, size_bytes=led.size_bytes, age=age):
+            self._roll_task = asyncio.create_task(self._roll())
+
+    async def roll(self) -> None:
+        """Close the current ledger and continue in a new one now (waits until switched)."""
+        self._check_usable()
+        if self._roll_task is None:
+            self._roll_task = asyncio.create_task(self._roll())
+        await asyncio.shield(self._roll_task)
+        self._check_usable()
+
+    async def _roll(self) -> None:
+        try:
+            old = self._current
+            new_writer = await _create_log_ledger(self._client, self.name, self._options)
+            try:
+                await update_log(
+                    self._client.ctx.store,
+                    self.name,
+                    lambda meta: self._append_ledger(meta, old.ledger_id, new_writer.ledger_id),
+                )
+            except BaseException:
+                await delete_ledger_if_exists(self._client, new_writer.ledger_id)
+                raise
+            self._current = self._activate(new_writer)
+            log.info("log rolled", log=self.name, old=old.ledger_id, new=new_writer.ledger_id)
+            self._retiring.add(old)
+            try:
+                await self._retire(old)
+            finally:
+                self._retiring.discard(old)
+        except WriterFencedError as exc:
+            self._fail(exc)
+        except Exception as exc:  # a failed roll keeps the old ledger; the next roll retries
+            log.warning("log roll failed", log=self.name, error=str(exc))
+        finally:
+            self._roll_task = None
+
+    def _append_ledger(self, meta: LogMetadata, expected_last: int, new_id: int) -> LogMetadata:
+        if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
+            raise _fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
+        return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)))
+
+    async def _retire(self, old: _ActiveLedger) -> None:
+        """Close a ledger nothing new goes to, then record its end in the log's list."""
+        if old.inflight:
+            await asyncio.gather(*old.inflight, return_exceptions=True)
+        if self._failure is not None:
+            return
+        try:
+            await old.writer.close()
+        except (LedgerFencedError, LedgerClosedError) as exc:
+            self._fail(_fenced(self.name, old.ledger_id, exc))
+            return
+        await _record_closed(self._client, self.name, old)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Flush, close the current ledger and record its end. Safe to call twice.
+
+        A fenced writer closes quietly: its ledgers belong to the new writer's recovery.
+        """
+        if self._closed:
+            return
+        try:
+            if self._failure is None:
+                await self.flush()
+                if self._roll_task is not None:
+                    await asyncio.shield(self._roll_task)
+        except WalogError:
+            pass
+        self._closed = True
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+        if self._failure is not None:
+            return
+        await self._retire(self._current)
+
+
+async def _record_closed(client: LedgerClientLike, name: str, led: _ActiveLedger) -> None:
+    last = led.writer.last_add_confirmed
+    now = time.time()
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        i = meta.index_of(led.ledger_id)
+        if i is None or meta.ledgers[i].is_closed:
+            return None
+        return meta.with_ledger(meta.ledgers[i].closed(last, led.size_bytes, now))
+
+    try:
+        await update_log(client.ctx.store, name, mutate)
+    except WalogError as exc:  # the end is recovered again by the next takeover
+        log.warning(
+            "could not record closed ledger", log=name, ledger=led.ledger_id, error=str(exc)
+        )
+
+
+async def _create_log_ledger(
+    client: LedgerClientLike, name: str, options: LedgerOptions
+) -> LedgerWriterLike:
+    return await client.create_ledger(
+        options.ensemble_size,
+        options.write_quorum,
+        options.ack_quorum,
+        durability=options.durability,
+        password=options.password,
+        custom_metadata={LOG_TAG: name},
+    )
+
+
+class _ListChanged(WalogError):
+    """The list changed under a takeover in a way that needs fencing again.
+
+    Not retriable for the inner CAS loop (same fenced tail would be wrong); the takeover
+    loop starts again from the read on it.
+    """
+
+
+async def _recover(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
+    """Fence and recover one ledger of the list; return its info marked CLOSED."""
+    reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
+    await reader.close()
+    if info.is_closed:
+        return info
+    return info.closed(reader.last_add_confirmed, None, time.time())
+
+
+async def _take_over_once(
+    client: LedgerClientLike, name: str, options: LedgerOptions
+) -> tuple[LogMetadata, LedgerWriterLike]:
+    """Steps 1-5 of "Opening a log", once; raises _ListChanged when they must start over."""
+    store = client.ctx.store
+    meta, _ = await read_log(store, name)
+    recovered: dict[int, LedgerInfo] = {}
+    for info in meta.ledgers[-2:]:
+        recovered[info.ledger_id] = await _recover(client, info, options.password)
+    new_writer = await _create_log_ledger(client, name, options)
+
+    def mutate(fresh: LogMetadata) -> LogMetadata:
+        # Changes that leave the fenced tail and the epoch alone (cursors, archive marks,
+        # truncation of the head) need no new fencing; anything else does.
+        if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
+            raise _ListChanged(f"log {name!r} changed during takeover")
+        ledgers = tuple(recovered.get(i.ledger_id, i) for i in fresh.ledgers)
+        return fresh.replace(
+            ledgers=(*ledgers, LedgerInfo(new_writer.ledger_id)), epoch=fresh.epoch + 1
+        )
+
+    try:
+        stored, _ = await update_log(store, name, mutate)
+    except BaseException:
+        # The lost CAS leaves this ledger unreferenced: nobody else would ever delete it.
+        await delete_ledger_if_exists(client, new_writer.ledger_id)
+        raise
+    log.info(
+        "log writer took over",
+        log=name,
+        epoch=stored.epoch,
+        ledger=new_writer.ledger_id,
+        fenced=list(recovered),
+    )
+    return stored, new_writer
+
+
+async def open_log_writer(
+    client: LedgerClientLike,
+    name: str,
+    options: LedgerOptions,
+    roll_policy: RollPolicy,
+    config: LogWriterConfig,
+) -> AsyncLogWriter:
+    """Take over as the writer of log ``name`` (seed 000, "Opening a log").
+
+    Raises:
+        NoSuchLogError: the log does not exist.
+        MetadataConflictError: other writers kept winning the CAS (duel) for too long.
+    """
+    async for attempt in cas_retrying(also=_ListChanged):
+        with attempt:
+            stored, ledger = await _take_over_once(client, name, options)
+            return AsyncLogWriter(client, name, stored.epoch, ledger, options, roll_policy, config)
+    raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+
+__all__ = ["AsyncLogWriter", "LedgerOptions", "LogWriterConfig", "open_log_writer"]
