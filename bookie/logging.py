@@ -23,8 +23,18 @@ def configure_logging(level: str = "INFO", **context: Any) -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
+    static = dict(context)
+
+    def add_context(
+        logger: Any, method: str, event: structlog.types.EventDict
+    ) -> structlog.types.EventDict:
+        # Static fields, not contextvars: gRPC runs each handler in a fresh context.
+        for key, value in static.items():
+            event.setdefault(key, value)
+        return event
+
     shared: list[structlog.types.Processor] = [
-        structlog.contextvars.merge_contextvars,
+        add_context,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
@@ -52,8 +62,6 @@ def configure_logging(level: str = "INFO", **context: Any) -> None:
     # Chatty libraries: their INFO lines are about connections, not about the bookie.
     for noisy in ("kazoo", "grpc", "asyncio"):
         logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(**context)
 
 
 __all__ = ["configure_logging"]

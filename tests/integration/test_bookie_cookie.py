@@ -93,7 +93,7 @@ async def test_lost_journal_disk_is_refused(store: MetadataStore, tmp_path: Path
     cfg = config(tmp_path, journal_dir=tmp_path / "journal-disk")
     await check_cookie(store, cfg)
     shutil.rmtree(tmp_path / "journal-disk")
-    with pytest.raises(CookieMismatchError, match="journal-disk has no cookie.json"):
+    with pytest.raises(CookieMismatchError, match=r"journal-disk has no cookie\.json"):
         await check_cookie(store, cfg)
 
 

@@ -1,0 +1,5 @@
+"""``python -m bookie``: run a bookie (see bookie/main.py for the flags)."""
+
+from bookie.main import main
+
+raise SystemExit(main())

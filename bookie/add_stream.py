@@ -1,0 +1,263 @@
+"""One client's add stream: many entries per frame in, batched results out.
+
+For each incoming :class:`AddFrame` the adds start concurrently (a PERSISTENT add completes
+when its journal group is synced, so the adds of one frame usually share one sync), then the
+frame's LAC updates are applied, then its forces run. A force covers every add of the same
+and earlier frames of its ledger: it waits for them before it syncs.
+
+Results travel back as :class:`AddResponseFrame`\\ s. The writer side sends whatever results
+have completed as soon as the stream can take a message; results that complete while a
+message is being written go into the next one. There are no timers: the batching comes from
+the stream's own back-pressure.
+
+One bad entry never ends the stream: it is answered with its status (BAD_REQUEST for a
+malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, cast
+
+import structlog
+
+from walog.digest import MASTER_KEY_BYTES
+from walog.ledger.durability import Durability
+from walog.proto import bookie_pb2 as pb
+from walog.transport.base import Status
+
+if TYPE_CHECKING:
+    from bookie.server import BookieService
+
+log = structlog.get_logger("bookie.add")
+
+_DURABILITY = {pb.PERSISTENT: Durability.PERSISTENT, pb.VOLATILE: Durability.VOLATILE}
+
+
+def wire_status(status: Status) -> pb.Status.ValueType:
+    """A storage status as the wire enum (the numbers are equal by construction)."""
+    return cast("pb.Status.ValueType", int(status))
+
+
+def add_problem(add: pb.AddEntry, max_entry_bytes: int) -> str | None:
+    """Why an add is malformed (BAD_REQUEST), or None when it is well formed."""
+    if not add.HasField("entry"):
+        return "no entry"
+    entry = add.entry
+    if entry.ledger_id < 0 or entry.entry_id < 0:
+        return f"negative id (ledger {entry.ledger_id}, entry {entry.entry_id})"
+    if entry.lac < -1 or entry.lac >= entry.entry_id:
+        return f"lac {entry.lac} is not in -1..entry_id-1 for entry {entry.entry_id}"
+    if len(entry.data) > max_entry_bytes:
+        return f"entry of {len(entry.data)} bytes exceeds the maximum of {max_entry_bytes}"
+    if len(add.master_key) != MASTER_KEY_BYTES:
+        return f"master key of {len(add.master_key)} bytes, expected {MASTER_KEY_BYTES}"
+    if add.durability not in _DURABILITY:
+        return f"unknown durability {add.durability}"
+    return None
+
+
+class AddStream:
+    """The state of one ``Add`` RPC: in-flight adds, completed results, the writer's wake-up.
+
+    Args:
+        service: the bookie service (storage core, admission, counters).
+        on_write: called with a ledger id whenever an add to it is accepted (GC bookkeeping).
+    """
+
+    def __init__(self, service: BookieService, on_write: Callable[[int], None]) -> None:
+        self._service = service
+        self._core = service.core
+        self._on_write = on_write
+        self._results: list[pb.AddResult] = []
+        self._forces: list[pb.ForceResult] = []
+        self._wake = asyncio.Event()
+        self._pending: set[asyncio.Task[None]] = set()
+        # Per ledger, the adds of this stream not answered yet: forces and LAC updates of a
+        # ledger wait for them (frame order: adds, then LAC updates, then forces).
+        self._pending_by_ledger: dict[int, set[asyncio.Task[None]]] = {}
+        self._reading_done = False
+
+    async def run(self, frames: AsyncIterator[pb.AddFrame]) -> AsyncIterator[pb.AddResponseFrame]:
+        """Consume ``frames`` and yield response frames until the client half-closes (or the
+        bookie drains) and every accepted request is answered."""
+        reader = asyncio.create_task(self._read(frames))
+        # On drain, stop reading even from an idle client: the stream then ends once every
+        # accepted request is answered, and the client reconnects elsewhere.
+        drain = asyncio.create_task(self._service.draining.wait())
+        drain.add_done_callback(lambda _: reader.cancel())
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._results or self._forces:
+                    frame = pb.AddResponseFrame(results=self._results, forces=self._forces)
+                    self._results, self._forces = [], []
+                    yield frame
+                    continue
+                if self._reading_done and not self._pending:
+                    return
+        finally:
+            reader.cancel()
+            drain.cancel()
+            # Adds already handed to storage finish on their own (journal writes are not
+            # interrupted); the service keeps them referenced until they are done.
+            self._service.adopt(self._pending)
+
+    async def _read(self, frames: AsyncIterator[pb.AddFrame]) -> None:
+        draining = self._service.draining
+        try:
+            async for frame in frames:
+                self._dispatch(frame)
+                if draining.is_set():
+                    break
+        except asyncio.CancelledError:
+            pass  # drain or end of the RPC
+        except Exception as exc:  # the client vanished mid-stream; nothing to answer
+            log.debug("add stream read ended", error=repr(exc))
+        finally:
+            self._reading_done = True
+            self._wake.set()
+
+    def _dispatch(self, frame: pb.AddFrame) -> None:
+        service = self._service
+        for add in frame.adds:
+            entry = add.entry
+            problem = add_problem(add, service.config.max_entry_bytes)
+            if problem is not None:
+                service.stats.bad_requests += 1
+                log.warning(
+                    "bad add", ledger_id=entry.ledger_id, entry_id=entry.entry_id, problem=problem
+                )
+                self._answer(entry.ledger_id, entry.entry_id, Status.BAD_REQUEST, -1)
+                continue
+            size = len(entry.data)
+            if not service.admission.try_acquire(size):
+                service.stats.rejected_adds += 1
+                self._answer(entry.ledger_id, entry.entry_id, Status.TOO_MANY_REQUESTS, -1)
+                continue
+            self._on_write(entry.ledger_id)
+            self._track(entry.ledger_id, self._add(add, size))
+        for lac in frame.lacs:
+            if lac.ledger_id < 0 or lac.lac < -1:
+                service.stats.bad_requests += 1
+                continue
+            before = set(self._pending_by_ledger.get(lac.ledger_id, ()))
+            if before:
+                self._track(None, self._update_lac_after(lac, before))
+            else:
+                self._update_lac(lac)
+        for force in frame.forces:
+            if force.ledger_id < 0 or len(force.master_key) != MASTER_KEY_BYTES:
+                service.stats.bad_requests += 1
+                self._forces.append(
+                    pb.ForceResult(
+                        ledger_id=force.ledger_id,
+                        request_id=force.request_id,
+                        status=pb.BAD_REQUEST,
+                        last_add_synced=-1,
+                    )
+                )
+                self._wake.set()
+                continue
+            before = set(self._pending_by_ledger.get(force.ledger_id, ()))
+            self._track(None, self._force(force, before))
+
+    def _track(self, ledger_id: int | None, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._pending.add(task)
+        if ledger_id is not None:
+            self._pending_by_ledger.setdefault(ledger_id, set()).add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._pending.discard(t)
+            if ledger_id is not None:
+                waiting = self._pending_by_ledger.get(ledger_id)
+                if waiting is not None:
+                    waiting.discard(t)
+                    if not waiting:
+                        del self._pending_by_ledger[ledger_id]
+            self._wake.set()
+
+        task.add_done_callback(done)
+
+    def _answer(self, ledger_id: int, entry_id: int, status: Status, last_add_synced: int) -> None:
+        self._results.append(
+            pb.AddResult(
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                status=wire_status(Status(status)),
+                last_add_synced=last_add_synced,
+            )
+        )
+        self._wake.set()
+
+    async def _add(self, add: pb.AddEntry, size: int) -> None:
+        entry = add.entry
+        stats = self._service.stats
+        started = time.perf_counter()
+        try:
+            status, last_add_synced = await self._core.add(
+                entry.ledger_id,
+                entry.entry_id,
+                entry.lac,
+                entry.data,
+                entry.digest,
+                add.master_key,
+                recovery=add.recovery,
+                durability=_DURABILITY[add.durability],
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("add failed", ledger_id=entry.ledger_id, entry_id=entry.entry_id)
+            status, last_add_synced = Status.IO_ERROR, -1
+        finally:
+            self._service.admission.release(size)
+        stats.adds += 1
+        stats.add_bytes += size
+        stats.add_seconds += time.perf_counter() - started
+        if status != Status.OK:
+            stats.failed_adds += 1
+        self._answer(entry.ledger_id, entry.entry_id, Status(status), last_add_synced)
+
+    def _update_lac(self, lac: pb.LacUpdate) -> None:
+        try:
+            status = self._core.update_lac(lac.ledger_id, lac.lac, lac.master_key)
+        except Exception:
+            log.exception("lac update failed", ledger_id=lac.ledger_id)
+            return
+        if status != Status.OK:
+            # Explicit LAC updates have no answer on the wire; the next add or update
+            # carries a newer LAC anyway.
+            log.debug("lac update refused", ledger_id=lac.ledger_id, status=Status(status).name)
+
+    async def _update_lac_after(self, lac: pb.LacUpdate, before: set[asyncio.Task[None]]) -> None:
+        await asyncio.wait(before)
+        self._update_lac(lac)
+
+    async def _force(self, force: pb.ForceRequest, before: set[asyncio.Task[None]]) -> None:
+        if before:
+            await asyncio.wait(before)
+        try:
+            status, last_add_synced = await self._core.force(force.ledger_id, force.master_key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("force failed", ledger_id=force.ledger_id)
+            status, last_add_synced = Status.IO_ERROR, -1
+        self._service.stats.forces += 1
+        self._forces.append(
+            pb.ForceResult(
+                ledger_id=force.ledger_id,
+                request_id=force.request_id,
+                status=wire_status(Status(status)),
+                last_add_synced=last_add_synced,
+            )
+        )
+        self._wake.set()
+
+
+__all__ = ["AddStream", "add_problem"]

@@ -1,0 +1,191 @@
+"""``python -m bookie`` / ``walog bookie``: flags, start-up, serving, clean shutdown.
+
+Start-up: connect to the metadata store, check the cookie (a wiped or foreign disk is
+refused before anything reads or writes it), open the storage (journal replay), start gRPC,
+report SERVING on the health service, register as available, start the ledger GC.
+
+SIGTERM (or SIGINT): report NOT_SERVING, unregister, stop accepting calls, let in-flight
+requests finish (``--drain-timeout``), close the storage (sync + checkpoint), exit 0.
+A start-up error prints one line on stderr and exits 1 (2 for bad flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from bookie.config import BookieConfig, parse_listen
+from bookie.cookie import check_cookie
+from bookie.core import BookieCore
+from bookie.gc import LedgerCollector
+from bookie.logging import configure_logging
+from bookie.metrics import MetricsServer, Sample
+from bookie.registration import Registration
+from bookie.server import BookieServer
+from walog import __version__
+from walog.errors import WalogError
+from walog.metadata import open_store
+from walog.metadata.store import MetadataStore
+
+log = structlog.get_logger("bookie")
+
+_DEFAULTS = BookieConfig(data_dir=Path("."), listen="h:1", metadata="sqlite:///x")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the bookie command (flags map 1:1 onto BookieConfig)."""
+    d = _DEFAULTS
+    p = argparse.ArgumentParser(
+        prog="walog bookie",
+        description="Run a walog bookie: the storage server of ledger entries.",
+    )
+    p.add_argument("--data-dir", type=Path, required=True, help="entry logs, index, cookie")
+    p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address = bookie id")
+    p.add_argument("--metadata", required=True, metavar="URI", help="zk://... or sqlite:///...")
+    p.add_argument("--journal-dir", type=Path, help="journal directory [DATA_DIR/journal]")
+    p.add_argument("--metrics-port", type=int, metavar="N", help="Prometheus /metrics port")
+    p.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")
+    p.add_argument("--tls-key", type=Path, metavar="F", help="PEM private key")
+    p.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: require client certs")
+    p.add_argument("--auth-token-file", type=Path, metavar="F", help="bearer token clients send")
+    p.add_argument(
+        "--allow-format", action="store_true", help="format even if disk and metadata disagree"
+    )
+    p.add_argument("--group-wait-ms", type=float, default=d.group_wait_ms)
+    p.add_argument("--group-max-bytes", type=int, default=d.group_max_bytes)
+    p.add_argument("--volatile-flush-interval", type=float, default=d.volatile_flush_interval)
+    p.add_argument("--max-inflight-bytes", type=int, default=d.max_inflight_bytes)
+    p.add_argument("--max-entry-bytes", type=int, default=d.max_entry_bytes)
+    p.add_argument("--gc-interval", type=float, default=d.gc_interval)
+    p.add_argument("--gc-grace", type=float, default=d.gc_grace)
+    p.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
+    p.add_argument("--metadata-timeout", type=float, default=d.metadata_timeout)
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    return p
+
+
+def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
+    """Parse flags into a validated BookieConfig and the log level.
+
+    Exits with status 2 and one error line on bad flags (argparse convention).
+    """
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    level = args.pop("log_level")
+    try:
+        return BookieConfig(**args), level
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def _samples(server: BookieServer, core: BookieCore, collector: LedgerCollector) -> list[Sample]:
+    stats = server.service.stats
+    out: list[Sample] = [
+        (f"walog_bookie_{field.name}_total", "counter", float(getattr(stats, field.name)))
+        for field in dataclasses.fields(stats)
+    ]
+    out.append(("walog_bookie_inflight_add_bytes", "gauge", server.service.admission.in_flight))
+    out.append(("walog_bookie_gc_deleted_ledgers_total", "counter", collector.deleted_total))
+    core_stats = core.stats
+    values = (
+        dataclasses.asdict(core_stats) if dataclasses.is_dataclass(core_stats) else vars(core_stats)
+    )
+    for name, value in sorted(values.items()):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append((f"walog_bookie_storage_{name}", "counter", float(value)))
+    return out
+
+
+async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
+    """Run the bookie until ``stop`` is set (SIGTERM/SIGINT set it when not given).
+
+    Raises:
+        CookieMismatchError: the disk does not match the cookie in the metadata store.
+        OSError: the address cannot be bound or a directory is unusable.
+        WalogError: the metadata store is unreachable.
+    """
+    loop = asyncio.get_running_loop()
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    store = await open_store(config.metadata, timeout=config.metadata_timeout)
+    try:
+        cookie = await check_cookie(store, config)
+        log.info("cookie verified", instance_id=cookie.instance_id)
+        core = await BookieCore.open(config.storage_config())
+        try:
+            await _serve(config, store, core, cookie.instance_id, stop)
+        finally:
+            await core.close()
+    finally:
+        await store.close()
+    log.info("bookie stopped")
+
+
+async def _serve(
+    config: BookieConfig,
+    store: MetadataStore,
+    core: BookieCore,
+    instance_id: str,
+    stop: asyncio.Event,
+) -> None:
+    server = BookieServer(config, core, instance_id)
+    collector = LedgerCollector(
+        core, store, server.service.last_write, interval=config.gc_interval, grace=config.gc_grace
+    )
+    await server.start()
+    metrics: MetricsServer | None = None
+    registration = Registration(store, config.bookie_id, instance_id, __version__)
+    gc_task: asyncio.Task[None] | None = None
+    try:
+        if config.metrics_port is not None:
+            host, _ = parse_listen(config.listen)
+            metrics = MetricsServer(
+                host,
+                config.metrics_port,
+                lambda: _samples(server, core, collector),
+                {"bookie": config.bookie_id},
+            )
+            metrics.start()
+        await registration.register()
+        gc_task = asyncio.create_task(collector.run(stop))
+        log.info("bookie ready", bookie_id=config.bookie_id, port=server.port)
+        await stop.wait()
+        log.info("bookie stopping")
+        await server.mark_not_serving()
+        try:
+            await registration.unregister()
+        except WalogError as exc:
+            # The record is liveness-bound: it goes when the session closes anyway.
+            log.warning("unregister failed", error=str(exc))
+        await server.drain()
+    finally:
+        if gc_task is not None:
+            gc_task.cancel()
+        if metrics is not None:
+            metrics.close()
+        await server.stop_now()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m bookie`` and ``walog bookie``; returns the exit status."""
+    config, level = parse_config(argv)
+    configure_logging(level, bookie_id=config.bookie_id)
+    try:
+        asyncio.run(run(config))
+    except (WalogError, OSError, ValueError) as exc:
+        log.error("bookie failed", error=str(exc), kind=type(exc).__name__)
+        print(f"walog bookie: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["build_parser", "main", "parse_config", "run"]

@@ -1,0 +1,102 @@
+"""Transport security of the bookie port: TLS (optionally mutual) and a bearer token.
+
+With ``--auth-token-file`` every call must carry the metadata
+``authorization: Bearer <token>``; other calls fail with gRPC status UNAUTHENTICATED.
+The standard health service stays open: probes learn only SERVING / NOT_SERVING.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from bookie.config import BookieConfig
+
+_OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
+
+
+def read_token(path: Path) -> str:
+    """The token in ``path`` (surrounding whitespace removed).
+
+    Raises:
+        ValueError: the file is empty.
+        OSError: the file cannot be read.
+    """
+    token = path.read_text().strip()
+    if not token:
+        raise ValueError(f"the auth token file {path} is empty")
+    return token
+
+
+def server_credentials(config: BookieConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials for the port, or None when TLS is off.
+
+    With ``tls_ca`` the bookie requires a client certificate signed by that CA.
+    """
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    ca = config.tls_ca.read_bytes() if config.tls_ca is not None else None
+    return grpc.ssl_server_credentials(
+        [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+        root_certificates=ca,
+        require_client_auth=ca is not None,
+    )
+
+
+async def _deny_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+
+if TYPE_CHECKING:
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:  # the runtime class is not generic
+    _Interceptor = grpc.aio.ServerInterceptor
+
+
+class TokenAuthInterceptor(_Interceptor):
+    """Refuses calls whose ``authorization`` metadata is not ``Bearer <token>``.
+
+    Args:
+        token: the shared secret clients must present.
+    """
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def _allowed(self, details: grpc.HandlerCallDetails) -> bool:
+        if details.method.startswith(_OPEN_PREFIXES):
+            return True
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else bytes(value)
+                # Constant-time comparison: the token must not leak through timing.
+                return hmac.compare_digest(given, self._expected)
+        return False
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or self._allowed(handler_call_details):
+            return handler
+        # Answer with a handler of the same shape, so a streaming client is refused at
+        # once instead of the server waiting for a single request message.
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(_deny_unary)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(_deny_unary)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(_deny_unary)
+        return grpc.unary_unary_rpc_method_handler(_deny_unary)
+
+
+__all__ = ["TokenAuthInterceptor", "read_token", "server_credentials"]
