@@ -22,6 +22,9 @@ from walog.ledger.durability import Durability
 from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.writer import AsyncLedgerWriter, as_payload
+from walog.log.retention import RetentionPolicy, RollPolicy
+from walog.log.sync import Log
+from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.credentials import TlsConfig
 
@@ -268,7 +271,43 @@ class Client(_SyncContext):
         return self.loop_thread.run(self.async_client.bookies())
 
     # -- logs (walog.log) -------------------------------------------------------------
-    # Log methods (open_log, list_logs, delete_log) are added here by the log layer.
+
+    def open_log(
+        self,
+        name: str,
+        *,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        durability: Durability = Durability.PERSISTENT,
+        password: bytes = b"",
+        roll_policy: RollPolicy | None = None,
+        retention: RetentionPolicy | None = None,
+        writer_config: LogWriterConfig | None = None,
+    ) -> Log:
+        """Open log ``name``, creating it if it does not exist (see ``AsyncClient.open_log``)."""
+        log = self.loop_thread.run(
+            self.async_client.open_log(
+                name,
+                ensemble_size=ensemble_size,
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+                durability=durability,
+                password=password,
+                roll_policy=roll_policy,
+                retention=retention,
+                writer_config=writer_config,
+            )
+        )
+        return Log(log, self.loop_thread)
+
+    def list_logs(self) -> list[str]:
+        """Names of every log, sorted."""
+        return self.loop_thread.run(self.async_client.list_logs())
+
+    def delete_log(self, name: str, *, password: bytes = b"") -> None:
+        """Delete a log and its ledgers; NoSuchLogError when it does not exist."""
+        self.loop_thread.run(self.async_client.delete_log(name, password=password))
 
     def close(self) -> None:
         """Close the bookie connections and the metadata session."""

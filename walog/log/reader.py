@@ -100,6 +100,16 @@ class AsyncLogReader:
                 return None
         return self._buffer.popleft()
 
+    async def read_available(self, timeout: float | None = None) -> list[Record]:  # noqa: ASYNC109
+        """Wait like :meth:`read_next` for one record, then return it together with every
+        record already fetched ([] on timeout). Lets callers take records in batches."""
+        first = await self.read_next(timeout)
+        if first is None:
+            return []
+        out = [first, *self._buffer]
+        self._buffer.clear()
+        return out
+
     def __aiter__(self) -> AsyncLogReader:
         return self
 

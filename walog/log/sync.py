@@ -1,0 +1,247 @@
+"""The sync log API: :class:`Log`, :class:`LogWriter`, :class:`LogReader`.
+
+Each wraps its ``walog.log`` coroutine counterpart and runs it on the client's event loop
+thread (:class:`walog._sync.LoopThread`). The hot paths do not pay one thread hop per call:
+appends are queued by user threads and drained by the loop in batches, completions go back
+in batches, and a reader fetches every record already available in one hop.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import functools
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Self
+
+from walog._sync import LoopThread
+from walog.log.log import AsyncLog
+from walog.log.metadata import LogMetadata
+from walog.log.position import Position, Record, Segment
+from walog.log.reader import AsyncLogReader, StartAt
+from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES
+from walog.log.writer import AsyncLogWriter, LogWriterConfig
+
+
+class _SyncContext:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class LogWriter(_SyncContext):
+    """The log's single writer (a context manager: ``close()`` on exit).
+
+    Made by :meth:`Log.open_writer`. Once another writer takes over, every call raises
+    :class:`walog.WriterFencedError`.
+
+    Attributes:
+        async_writer: the underlying :class:`walog.log.writer.AsyncLogWriter`.
+    """
+
+    def __init__(self, writer: AsyncLogWriter, loop: LoopThread, config: LogWriterConfig) -> None:
+        self.async_writer = writer
+        self._loop = loop
+        self._max_payload = config.max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
+        self._lock = threading.Lock()
+        # Records handed over by user threads, drained by the loop (guarded by _lock).
+        self._queue: list[tuple[bytes, concurrent.futures.Future[Position]]] = []
+        self._drain_scheduled = False
+        # Completions gathered on the loop and handed back together (loop thread only).
+        self._done: list[tuple[concurrent.futures.Future[Position], Any]] = []
+
+    @property
+    def name(self) -> str:
+        """The log's name."""
+        return self.async_writer.name
+
+    def append_async(
+        self, data: bytes | bytearray | memoryview
+    ) -> concurrent.futures.Future[Position]:
+        """Queue a record; the future resolves with its position once it is durable.
+
+        Raises:
+            TypeError: ``data`` is a ``str`` or not bytes-like.
+            ValueError: the record cannot fit in one entry.
+        """
+        if isinstance(data, str):
+            raise TypeError("log records are bytes, not str; encode the text first")
+        payload = bytes(data)
+        if len(payload) > self._max_payload:
+            raise ValueError(
+                f"record of {len(payload)} bytes exceeds the largest that fits an entry "
+                f"({self._max_payload}); raise LogWriterConfig.max_entry_bytes"
+            )
+        future: concurrent.futures.Future[Position] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((payload, future))
+            wake = not self._drain_scheduled
+            self._drain_scheduled = True
+        if wake:
+            self._loop.call_soon(self._drain)
+        return future
+
+    def append(self, data: bytes | bytearray | memoryview) -> Position:
+        """Append a record; return its position once it is durable (its entry acked)."""
+        return self.append_async(data).result()
+
+    def flush(self) -> None:
+        """Wait until every record appended so far is durable."""
+        self._loop.run(self._after_drain_flush())
+
+    def roll(self) -> None:
+        """Close the current ledger and continue in a new one."""
+        self._loop.run(self._after_drain_roll())
+
+    def close(self) -> None:
+        """Flush and close the current ledger (quietly, if another writer took over)."""
+        self._loop.run(self._after_drain_close())
+
+    async def _after_drain_flush(self) -> None:
+        self._drain()  # records queued before this call go first
+        await self.async_writer.flush()
+
+    async def _after_drain_roll(self) -> None:
+        self._drain()
+        await self.async_writer.roll()
+
+    async def _after_drain_close(self) -> None:
+        self._drain()
+        await self.async_writer.close()
+
+    def _drain(self) -> None:
+        """Loop thread: hand every queued record to the async writer, in queue order."""
+        with self._lock:
+            batch, self._queue = self._queue, []
+            self._drain_scheduled = False
+        writer = self.async_writer
+        for payload, future in batch:
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before it was handed over: never appended
+            try:
+                pending = writer.append_nowait(payload)
+            except Exception as exc:
+                future.set_exception(exc)
+                continue
+            pending.add_done_callback(functools.partial(self._completed, future))
+
+    def _completed(self, future: concurrent.futures.Future[Position], pending: Any) -> None:
+        if not self._done:
+            self._loop.loop.call_soon(self._hand_back)
+        self._done.append((future, pending))
+
+    def _hand_back(self) -> None:
+        done, self._done = self._done, []
+        for future, pending in done:
+            exc = pending.exception()
+            if exc is None:
+                future.set_result(pending.result())
+            else:
+                future.set_exception(exc)
+
+
+class LogReader(_SyncContext):
+    """A tailing reader (a context manager and an iterator; iteration blocks while tailing).
+
+    Never fences the writer. Made by :meth:`Log.open_reader`.
+
+    Attributes:
+        async_reader: the underlying :class:`walog.log.reader.AsyncLogReader`.
+    """
+
+    def __init__(self, reader: AsyncLogReader, loop: LoopThread) -> None:
+        self.async_reader = reader
+        self._loop = loop
+        self._ready: collections.deque[Record] = collections.deque()
+
+    def read_next(self, timeout: float | None = None) -> Record | None:
+        """The next record, waiting up to ``timeout`` seconds (None: wait); None on timeout.
+
+        Raises:
+            DataLossError: the next record was truncated.
+        """
+        if not self._ready:
+            self._ready.extend(self._loop.run(self.async_reader.read_available(timeout)))
+        return self._ready.popleft() if self._ready else None
+
+    def __iter__(self) -> Iterator[Record]:
+        while True:
+            record = self.read_next()
+            if record is not None:
+                yield record
+
+    def close(self) -> None:
+        """Stop reading."""
+        self._loop.run(self.async_reader.close())
+
+
+class Log:
+    """A named log: an ordered list of ledgers. Made by ``Client.open_log``.
+
+    Attributes:
+        async_log: the underlying :class:`walog.log.log.AsyncLog`.
+    """
+
+    def __init__(self, log: AsyncLog, loop: LoopThread) -> None:
+        self.async_log = log
+        self._loop = loop
+
+    @property
+    def name(self) -> str:
+        """The log's name."""
+        return self.async_log.name
+
+    def segments(self) -> list[Segment]:
+        """The log's ledgers, oldest first."""
+        return self._loop.run(self.async_log.segments())
+
+    def metadata(self) -> LogMetadata:
+        """The log's metadata record as stored now."""
+        return self._loop.run(self.async_log.metadata())
+
+    def open_writer(self, config: LogWriterConfig | None = None) -> LogWriter:
+        """Take over as the log's writer: fence and recover the last two ledgers, create a
+        new one and CAS-write the ledger list. Any earlier writer's next append fails with
+        :class:`walog.WriterFencedError`."""
+        config = config or self.async_log.writer_config
+        writer = self._loop.run(self.async_log.open_writer(config))
+        return LogWriter(writer, self._loop, config)
+
+    def open_reader(self, start: StartAt = "earliest") -> LogReader:
+        """A tailing reader from ``"earliest"``, ``"latest"`` or a :class:`walog.Position`."""
+        return LogReader(self._loop.run(self.async_log.open_reader(start)), self._loop)
+
+    def truncate(self, before: Position) -> int:
+        """Delete the ledgers whose every record is before ``before``; return how many."""
+        return self._loop.run(self.async_log.truncate(before))
+
+    def enforce_retention(self) -> int:
+        """Apply the log's RetentionPolicy; return how many ledgers it deleted."""
+        return self._loop.run(self.async_log.enforce_retention())
+
+    def collect_orphans(self) -> int:
+        """Delete ledgers an interrupted truncation left pending deletion."""
+        return self._loop.run(self.async_log.collect_orphans())
+
+    def commit_cursor(self, consumer: str, position: Position | None) -> None:
+        """Record that ``consumer`` consumed every record before ``position``."""
+        self._loop.run(self.async_log.commit_cursor(consumer, position))
+
+    def mark_archived(self, position: Position) -> None:
+        """Record that every record before ``position`` is archived."""
+        self._loop.run(self.async_log.mark_archived(position))
+
+
+__all__ = ["Log", "LogReader", "LogWriter"]
