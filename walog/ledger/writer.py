@@ -38,6 +38,7 @@ from walog.errors import (
     WalogError,
     is_retriable,
 )
+from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.durability import Durability, lac_from_last_add_synced
 from walog.ledger.ensemble import (
@@ -92,13 +93,33 @@ def as_payload(data: object, max_entry_bytes: int) -> bytes:
 
 
 @dataclasses.dataclass(slots=True, eq=False)
-class _PendingAdd:
+class PendingAdd:
+    """An append not completed yet, with the ensemble indexes that acknowledged it."""
+
     entry_id: int
     data: bytes
     lac: int  # the LAC piggybacked on this entry (covered by its digest)
     digest: int
     future: asyncio.Future[int]
     acked: set[int] = dataclasses.field(default_factory=set)  # ensemble indexes, OK replies
+
+
+def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> list[PendingAdd]:
+    """Remove and return the adds that complete now, in entry-id order.
+
+    An add completes when ``ack_quorum`` bookies of its write quorum acknowledged it **and**
+    every lower entry completed (seed 000): only the acknowledged prefix of ``pending``
+    (ordered by entry id) completes; an acknowledged add behind a gap waits.
+    """
+    if mutations.enabled("out_of_order_ack"):
+        ready = [add for add in pending if len(add.acked) >= ack_quorum]
+        for add in ready:
+            pending.remove(add)
+        return ready
+    done: list[PendingAdd] = []
+    while pending and len(pending[0].acked) >= ack_quorum:
+        done.append(pending.popleft())
+    return done
 
 
 class AsyncLedgerWriter:
@@ -137,7 +158,7 @@ class AsyncLedgerWriter:
         self._completed = -1  # highest entry completed (acked by Qa, all lower completed)
         self._lac = -1
         self._las = [-1] * self._e  # VOLATILE: LastAddSynced per ensemble index
-        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        self._pending: collections.deque[PendingAdd] = collections.deque()
         self._drained = asyncio.Event()
         self._drained.set()
 
@@ -198,7 +219,7 @@ class AsyncLedgerWriter:
         entry_id = self._next_entry_id
         self._next_entry_id += 1
         lac = self._lac
-        add = _PendingAdd(
+        add = PendingAdd(
             entry_id,
             payload,
             lac,
@@ -231,7 +252,7 @@ class AsyncLedgerWriter:
         if err is not None:
             raise type(err)(str(err))
 
-    def _send(self, add: _PendingAdd, indexes: Iterable[int]) -> None:
+    def _send(self, add: PendingAdd, indexes: Iterable[int]) -> None:
         for index in indexes:
             if index in self._failed or index in self._unreplaceable:
                 continue  # resent to the replacement once the ensemble change is done
@@ -250,7 +271,7 @@ class AsyncLedgerWriter:
     # -- replies and completion -------------------------------------------------------
 
     def _on_reply(
-        self, add: _PendingAdd, index: int, bookie: str, fut: asyncio.Future[AddReply]
+        self, add: PendingAdd, index: int, bookie: str, fut: asyncio.Future[AddReply]
     ) -> None:
         if fut.cancelled():
             self._bookie_failed(index, bookie, "request cancelled")
@@ -291,11 +312,9 @@ class AsyncLedgerWriter:
         """Complete the pending adds at the head that reached Qa acks, in entry-id order."""
         if self._changing or self._error is not None:
             return  # acks may still be discounted by the ensemble change in flight
-        done: list[_PendingAdd] = []
-        while self._pending and len(self._pending[0].acked) >= self._qa:
-            add = self._pending.popleft()
-            self._completed = add.entry_id
-            done.append(add)
+        done = pop_completed(self._pending, self._qa)
+        if done:
+            self._completed = max(self._completed, done[-1].entry_id)
         self._advance_lac()
         if not self._pending:
             self._drained.set()
@@ -543,7 +562,10 @@ class AsyncLedgerWriter:
                     return
                 except MetadataConflictError:
                     current, version = await self._ctx.read_metadata(self._ledger_id)
-                    if current.state == "OPEN":
+                    if current.state == "OPEN" or (
+                        current.state == "IN_RECOVERY"
+                        and mutations.enabled("close_while_in_recovery")
+                    ):
                         self._metadata, self._version = current, version
                         raise  # retry on the new version
                 if current.state == "CLOSED" and current.last_entry_id == last:
@@ -560,4 +582,10 @@ class AsyncLedgerWriter:
                 )
 
 
-__all__ = ["AsyncLedgerWriter", "as_payload", "metadata_retrying"]
+__all__ = [
+    "AsyncLedgerWriter",
+    "PendingAdd",
+    "as_payload",
+    "metadata_retrying",
+    "pop_completed",
+]

@@ -52,7 +52,8 @@ log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
-_Add = tuple[int, int, int, bytes, int, bytes, bool, int]  # queued add, built into a frame later
+QueuedAdd = tuple[int, int, int, bytes, int, bytes, bool, int]
+"""An add waiting for its frame: ledger, entry, lac, data, digest, key, recovery, durability."""
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
@@ -72,7 +73,7 @@ def _status(value: int) -> Status:
         return Status.IO_ERROR  # a newer bookie's code: an error, never success
 
 
-def _verified(
+def verified_entries(
     bookie_id: str, ledger_id: int, first_entry_id: int, entries: Sequence[pb.Entry]
 ) -> tuple[list[StoredEntry], bool]:
     """Entries up to the first bad one (wrong id, wrong ledger or digest mismatch), and
@@ -95,6 +96,40 @@ def _verified(
     return out, True
 
 
+def build_frame(
+    adds: collections.deque[QueuedAdd],
+    lacs: list[tuple[int, int, bytes]],
+    forces: list[tuple[int, int, bytes]],
+    max_entries: int,
+    max_bytes: int,
+) -> pb.AddFrame:
+    """Take the next frame off the queues: up to ``max_entries`` adds, closed once it holds
+    ``max_bytes`` of payload (at least one add). LAC updates and forces join the frame only
+    when no add is left behind, since a bookie handles them after the frame's adds."""
+    frame = pb.AddFrame()
+    count = size = 0
+    while adds and count < max_entries and (size < max_bytes or count == 0):
+        ledger_id, entry_id, lac, data, digest, master_key, recovery, durability = adds.popleft()
+        # Filling fields in place is the cheapest way to build nested messages.
+        item = frame.adds.add(master_key=master_key, recovery=recovery, durability=durability)
+        entry = item.entry
+        entry.ledger_id = ledger_id
+        entry.entry_id = entry_id
+        entry.lac = lac
+        entry.data = data
+        entry.digest = digest
+        count += 1
+        size += len(data)
+    if not adds:
+        for ledger_id, lac, master_key in lacs:
+            frame.lacs.add(ledger_id=ledger_id, lac=lac, master_key=master_key)
+        for ledger_id, request_id, master_key in forces:
+            frame.forces.add(ledger_id=ledger_id, request_id=request_id, master_key=master_key)
+        lacs.clear()
+        forces.clear()
+    return frame
+
+
 class _AddStream:
     """One ``Add`` stream: the send queue, the requests awaiting replies, the watchdog."""
 
@@ -102,7 +137,7 @@ class _AddStream:
         self._client = client
         self._call = call
         self._loop = asyncio.get_running_loop()
-        self._adds: collections.deque[_Add] = collections.deque()
+        self._adds: collections.deque[QueuedAdd] = collections.deque()
         self._lacs: list[tuple[int, int, bytes]] = []
         self._forces: list[tuple[int, int, bytes]] = []
         self._add_waiters: dict[tuple[int, int], collections.deque[asyncio.Future[AddReply]]] = {}
@@ -118,7 +153,7 @@ class _AddStream:
         self._sender = self._loop.create_task(self._send_loop())
         self._receiver = self._loop.create_task(self._receive_loop())
 
-    def add(self, add: _Add) -> asyncio.Future[AddReply]:
+    def add(self, add: QueuedAdd) -> asyncio.Future[AddReply]:
         future: asyncio.Future[AddReply] = self._loop.create_future()
         key = (add[0], add[1])
         waiters = self._add_waiters.get(key)
@@ -165,32 +200,6 @@ class _AddStream:
 
     # -- sending ----------------------------------------------------------------------
 
-    def _next_frame(self, max_entries: int, max_bytes: int) -> pb.AddFrame:
-        frame = pb.AddFrame()
-        size = 0
-        adds = self._adds
-        while adds and len(frame.adds) < max_entries and (size < max_bytes or not frame.adds):
-            ledger_id, entry_id, lac, data, digest, master_key, recovery, durability = (
-                adds.popleft()
-            )
-            item = frame.adds.add(master_key=master_key, recovery=recovery, durability=durability)
-            entry = item.entry
-            entry.ledger_id = ledger_id
-            entry.entry_id = entry_id
-            entry.lac = lac
-            entry.data = data
-            entry.digest = digest
-            size += len(data)
-        if not adds:
-            # LAC updates and forces go after every add queued before them (frame order).
-            for ledger_id, lac, master_key in self._lacs:
-                frame.lacs.add(ledger_id=ledger_id, lac=lac, master_key=master_key)
-            for ledger_id, request_id, master_key in self._forces:
-                frame.forces.add(ledger_id=ledger_id, request_id=request_id, master_key=master_key)
-            self._lacs.clear()
-            self._forces.clear()
-        return frame
-
     async def _send_loop(self) -> None:
         config = self._client.config
         try:
@@ -198,7 +207,13 @@ class _AddStream:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._adds or self._lacs or self._forces:
-                    frame = self._next_frame(config.max_frame_entries, config.max_frame_bytes)
+                    frame = build_frame(
+                        self._adds,
+                        self._lacs,
+                        self._forces,
+                        config.max_frame_entries,
+                        config.max_frame_bytes,
+                    )
                     await self._call.write(frame)
         except grpc.RpcError as exc:
             self.fail(str(translate_rpc_error(self._client.bookie_id, exc)))
@@ -403,7 +418,9 @@ class GrpcBookieClient(BookieClient):
         status = _status(response.status)
         entries: list[StoredEntry] = []
         if response.entries:
-            entries, ok = _verified(self.bookie_id, ledger_id, first_entry_id, response.entries)
+            entries, ok = verified_entries(
+                self.bookie_id, ledger_id, first_entry_id, response.entries
+            )
             if not ok and not entries:
                 status = Status.DIGEST_MISMATCH
         return ReadReply(status, entries, response.lac, response.fenced)
@@ -421,7 +438,7 @@ class GrpcBookieClient(BookieClient):
         status = _status(response.status)
         last_entry = None
         if response.HasField("last_entry") and response.last_entry_id >= 0:
-            entries, ok = _verified(
+            entries, ok = verified_entries(
                 self.bookie_id, ledger_id, response.last_entry_id, [response.last_entry]
             )
             if ok:
@@ -504,4 +521,12 @@ class GrpcBookiePool(BookiePool):
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcBookieClient", "GrpcBookiePool", "translate_rpc_error"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "GrpcBookieClient",
+    "GrpcBookiePool",
+    "QueuedAdd",
+    "build_frame",
+    "translate_rpc_error",
+    "verified_entries",
+]
