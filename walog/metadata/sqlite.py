@@ -199,6 +199,11 @@ class SqliteStore(MetadataStore):
 
     # -- the one boundary where sqlite3 errors are translated ----------------------------
 
+    def _closed_error(self) -> MetadataError:
+        err = MetadataError(f"sqlite metadata store {self._config.path} is closed")
+        err.retriable = False  # only a new store can serve this call
+        return err
+
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
@@ -214,7 +219,7 @@ class SqliteStore(MetadataStore):
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
-            raise MetadataError(f"sqlite metadata store {self._config.path} is closed")
+            raise self._closed_error()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, fn)
 
@@ -405,7 +410,7 @@ class SqliteStore(MetadataStore):
         entry = _Watch(path, callback)
         with self._lock:
             if self._closed:
-                raise MetadataError(f"sqlite metadata store {self._config.path} is closed")
+                raise self._closed_error()
             self._watches.append(entry)
             if self._poller is None:
                 self._poller = threading.Thread(

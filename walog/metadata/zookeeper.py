@@ -87,6 +87,7 @@ class ZooKeeperStore(MetadataStore):
         self._handlers: dict[str, Callable[[WatchedEvent], None]] = {}
         self._tokens = itertools.count()
         self._session_lost = False
+        self._connected_before = False
         self._closed = False
 
     @classmethod
@@ -116,6 +117,11 @@ class ZooKeeperStore(MetadataStore):
 
     # -- the one boundary where kazoo errors are translated ------------------------------
 
+    def _closed_error(self) -> MetadataError:
+        err = MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
+        err.retriable = False  # only a new store can serve this call
+        return err
+
     def _call(self, fn: Callable[[], T], path: str) -> T:
         try:
             return fn()
@@ -126,18 +132,14 @@ class ZooKeeperStore(MetadataStore):
         except BadVersionError as exc:
             raise MetadataConflictError(f"metadata record {path} changed (version)") from exc
         except ConnectionClosedError as exc:
-            err = MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
-            err.retriable = False
-            raise err from exc
+            raise self._closed_error() from exc
         except (KazooException, KazooTimeoutError) as exc:
             hosts = self._config.connect_string
             raise MetadataError(f"ZooKeeper {hosts} failed on {path}: {exc!r}") from exc
 
     async def _run(self, fn: Callable[[], T], path: str) -> T:
         if self._closed:
-            err = MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
-            err.retriable = False
-            raise err
+            raise self._closed_error()
         loop = asyncio.get_running_loop()
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_is_connection_error),
@@ -293,7 +295,10 @@ class ZooKeeperStore(MetadataStore):
             self._session_lost = True
         elif state == KazooState.CONNECTED and not self._closed:
             lost, self._session_lost = self._session_lost, False
-            self._submit(self._after_connect, lost)
+            # The first connection has nothing to restore (open() has not returned yet).
+            if self._connected_before:
+                self._submit(self._after_connect, lost)
+            self._connected_before = True
         return False
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
@@ -335,7 +340,7 @@ class ZooKeeperStore(MetadataStore):
         token = next(self._tokens)
         with self._lock:
             if self._closed:
-                raise MetadataError(f"ZooKeeper metadata store {self._config.chroot} is closed")
+                raise self._closed_error()
             self._watches.setdefault(path, {})[token] = callback
         self._submit(self._arm_and_fire, path, token)
 
