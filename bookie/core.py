@@ -187,6 +187,9 @@ class BookieCore:
         elif record.kind is RecordKind.LAC:
             state.raise_lac(record.lac)
         else:
+            if entry_digest(ledger_id, record.entry_id, record.lac, record.data) != record.digest:
+                _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
+                return
             storage = self._require_storage()
             if not storage.contains(ledger_id, record.entry_id):
                 entry = CachedEntry(record.lac, record.digest, record.data)

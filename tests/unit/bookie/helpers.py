@@ -1,0 +1,68 @@
+"""Helpers for the storage engine tests: open a real store in a directory, add entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bookie.config import StorageConfig
+from bookie.core import BookieCore
+from walog.digest import entry_digest, master_key
+from walog.ledger.durability import Durability
+from walog.transport.base import Status
+
+KEY = master_key(b"secret")
+OTHER_KEY = master_key(b"other")
+
+
+def config(path: Path, **overrides: Any) -> StorageConfig:
+    """A store in ``path`` that checkpoints and flushes only when a test asks."""
+    settings: dict[str, Any] = {
+        "checkpoint_interval_s": 3600.0,
+        "volatile_flush_interval_s": 3600.0,
+    }
+    settings.update(overrides)
+    return StorageConfig(data_dir=path, **settings)
+
+
+async def open_core(path: Path, **overrides: Any) -> BookieCore:
+    """Open a store in ``path``."""
+    return await BookieCore.open(config(path, **overrides))
+
+
+def payload(ledger_id: int, entry_id: int, size: int = 64) -> bytes:
+    """Deterministic entry payload, different for every (ledger, entry)."""
+    seed = f"{ledger_id}:{entry_id}:".encode()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+async def add(
+    core: BookieCore,
+    ledger_id: int,
+    entry_id: int,
+    *,
+    lac: int | None = None,
+    data: bytes | None = None,
+    key: bytes = KEY,
+    durability: Durability = Durability.PERSISTENT,
+    recovery: bool = False,
+) -> tuple[Status, int]:
+    """Add an entry with a correct digest (lac defaults to entry_id - 1)."""
+    lac = entry_id - 1 if lac is None else lac
+    data = payload(ledger_id, entry_id) if data is None else data
+    digest = entry_digest(ledger_id, entry_id, lac, data)
+    return await core.add(
+        ledger_id, entry_id, lac, data, digest, key, recovery=recovery, durability=durability
+    )
+
+
+async def read_all(core: BookieCore, ledger_id: int, last: int) -> dict[int, bytes]:
+    """Every entry of ``0..last`` the store serves, one read per entry."""
+    found: dict[int, bytes] = {}
+    for entry_id in range(last + 1):
+        status, records = await core.read(ledger_id, entry_id, entry_id)
+        if status is Status.OK:
+            (record,) = records
+            assert record.digest == entry_digest(ledger_id, entry_id, record.lac, record.data)
+            found[entry_id] = record.data
+    return found

@@ -1,0 +1,257 @@
+"""BookieCore rules: admission checks, fencing, durability, LAC long polls, checkpoints, GC."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
+from walog.digest import entry_digest
+from walog.ledger.durability import Durability
+from walog.transport.base import Status
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+async def test_bad_requests_are_refused(tmp_path: Path) -> None:
+    core = await open_core(tmp_path, max_entry_bytes=1000)
+    assert (await add(core, -1, 0))[0] is Status.BAD_REQUEST
+    assert (await add(core, 1, -1, lac=-1))[0] is Status.BAD_REQUEST
+    assert (await add(core, 1, 3, lac=3))[0] is Status.BAD_REQUEST
+    assert (await add(core, 1, 3, lac=-2))[0] is Status.BAD_REQUEST
+    assert (await add(core, 1, 0, data=b"x" * 1001))[0] is Status.BAD_REQUEST
+    assert core.ledgers() == []
+    assert (await core.read(1, 0, 0))[0] is Status.NO_SUCH_LEDGER
+    await core.close()
+
+
+async def test_digest_mismatch_is_refused_and_nothing_stored(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    data = payload(1, 0)
+    digest = entry_digest(1, 0, -1, data) ^ 1
+    status, _ = await core.add(
+        1, 0, -1, data, digest, KEY, recovery=False, durability=Durability.PERSISTENT
+    )
+    assert status is Status.DIGEST_MISMATCH
+    assert core.ledgers() == []
+    await core.close()
+
+
+async def test_master_key_mismatch_is_unauthorized_across_reopen(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    assert (await add(core, 1, 0))[0] is Status.OK
+    assert (await add(core, 1, 1, key=OTHER_KEY))[0] is Status.UNAUTHORIZED
+    assert core.update_lac(1, 0, OTHER_KEY) is Status.UNAUTHORIZED
+    assert (await core.fence(1, OTHER_KEY))[0] is Status.UNAUTHORIZED
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert (await add(core, 1, 1, key=OTHER_KEY))[0] is Status.UNAUTHORIZED
+    assert (await add(core, 1, 1))[0] is Status.OK
+    await core.close()
+
+
+async def test_fence_is_persisted_across_reopen_and_refuses_plain_adds(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(3):
+        await add(core, 1, entry_id)
+    assert await core.fence(1, KEY) == (Status.OK, 1, 2)
+    assert (await add(core, 1, 3))[0] is Status.FENCED
+    # Recovery write-backs pass the fence.
+    assert (await add(core, 1, 3, recovery=True))[0] is Status.OK
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert core.is_fenced(1)
+    assert (await add(core, 1, 4))[0] is Status.FENCED
+    await core.close()
+    core = await open_core(tmp_path)
+    assert core.is_fenced(1)
+    await core.close()
+
+
+async def test_fence_of_unknown_ledger_records_its_master_key(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    assert await core.fence(9, KEY) == (Status.OK, -1, -1)
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert core.is_fenced(9)
+    assert (await core.fence(9, OTHER_KEY))[0] is Status.UNAUTHORIZED
+    assert (await add(core, 9, 0, recovery=True))[0] is Status.OK
+    await core.close()
+
+
+async def test_duplicate_add_is_ok_and_keeps_the_first_copy(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 1, 0, data=b"first")
+    assert (await add(core, 1, 0, data=b"second"))[0] is Status.OK
+    assert (await read_all(core, 1, 0)) == {0: b"first"}
+    await core.checkpoint()
+    assert (await add(core, 1, 0, data=b"third"))[0] is Status.OK
+    assert (await read_all(core, 1, 0)) == {0: b"first"}
+    assert core.stats.duplicate_adds == 2
+    await core.close()
+
+
+async def test_range_reads_stop_at_gaps_and_byte_limit(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in (0, 1, 2, 3, 5):
+        await add(core, 1, entry_id, lac=-1)
+    await core.checkpoint()
+    await add(core, 1, 4, lac=-1)  # 4 in the write cache, the rest in entry logs
+    status, records = await core.read(1, 0, 10)
+    assert status is Status.OK
+    assert [r.entry_id for r in records] == [0, 1, 2, 3, 4, 5]
+    status, records = await core.read(1, 1, 10, max_bytes=130)
+    assert [r.entry_id for r in records] == [1, 2]
+    status, records = await core.read(1, 2, 2, max_bytes=1)
+    assert [r.entry_id for r in records] == [2]
+    assert (await core.read(1, 6, 9))[0] is Status.NO_SUCH_ENTRY
+    assert (await core.read(1, 3, 2))[0] is Status.BAD_REQUEST
+    await core.close()
+
+
+async def test_volatile_sync_cursor_never_goes_backwards_across_reopen(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(10):
+        await add(core, 1, entry_id, lac=-1, durability=Durability.VOLATILE)
+    status, synced = await core.force(1, KEY)
+    assert (status, synced) == (Status.OK, 9)
+    # Entries 11..12 arrive without 10: out of order, kept as a range.
+    for entry_id in (11, 12):
+        await add(core, 1, entry_id, lac=-1, durability=Durability.VOLATILE)
+    assert (await core.force(1, KEY))[1] == 9
+    # A piggybacked LAC (entries confirmed in the ensemble) moves the cursor over the gap.
+    status, synced = await add(core, 1, 13, lac=10, durability=Durability.VOLATILE)
+    assert synced == 12
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert core.last_add_synced(1) >= 13
+    await core.checkpoint()
+    await core.close()
+    core = await open_core(tmp_path)
+    assert core.last_add_synced(1) >= 13
+    await core.close()
+
+
+async def test_lac_long_poll_wakes_on_add_and_on_explicit_lac(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 1, 0)
+    assert await core.wait_lac(1, -5, timeout=10) == -1
+    poll = asyncio.create_task(core.wait_lac(1, -1, timeout=30))
+    await asyncio.sleep(0)
+    assert not poll.done()
+    await add(core, 1, 1)  # piggybacks LAC 0
+    assert await asyncio.wait_for(poll, 10) == 0
+    poll = asyncio.create_task(core.wait_lac(1, 0, timeout=30))
+    await asyncio.sleep(0)
+    assert core.update_lac(1, 1, KEY) is Status.OK
+    assert await asyncio.wait_for(poll, 10) == 1
+    assert core.update_lac(2, 1, KEY) is Status.NO_SUCH_LEDGER
+    assert await core.wait_lac(1, 1, timeout=0.05) == 1
+    await core.close()
+    core = await open_core(tmp_path)
+    assert core.lac(1) == 1
+    await core.close()
+
+
+async def test_checkpoint_then_replay_gives_the_same_store_as_replay_alone(
+    tmp_path: Path,
+) -> None:
+    async def fill(path: Path, checkpoint_every: int) -> dict[int, dict[int, bytes]]:
+        core = await open_core(path, entry_log_file_bytes=8192)
+        for entry_id in range(60):
+            for ledger_id in (1, 2, 3):
+                await add(core, ledger_id, entry_id, data=payload(ledger_id, entry_id, 100))
+            if checkpoint_every and entry_id % checkpoint_every == 0:
+                await core.checkpoint()
+        await core.fence(2, KEY)
+        core.update_lac(3, 59, KEY)
+        await core.abandon()
+        core = await open_core(path)
+        view = {ledger: await read_all(core, ledger, 70) for ledger in core.ledgers()}
+        facts = {n: (core.lac(n), core.last_entry_id(n), core.is_fenced(n)) for n in view}
+        await core.close()
+        return {**view, -1: {0: json.dumps(facts).encode()}}
+
+    replayed = await fill(tmp_path / "a", 0)
+    checkpointed = await fill(tmp_path / "b", 7)
+    assert replayed == checkpointed
+    assert sorted(replayed[1]) == list(range(60))
+
+
+async def test_gc_reclaims_space_of_deleted_ledgers(tmp_path: Path) -> None:
+    core = await open_core(tmp_path, entry_log_file_bytes=4096)
+    for entry_id in range(40):
+        await add(core, 1, entry_id, data=payload(1, entry_id, 500))
+    for entry_id in range(5):
+        await add(core, 2, entry_id, data=payload(2, entry_id, 500))
+    await core.checkpoint()
+    logs = tmp_path / "entrylogs"
+    before = sum(p.stat().st_size for p in logs.iterdir())
+    await core.delete_ledgers([1])
+    after = sum(p.stat().st_size for p in logs.iterdir())
+    assert core.ledgers() == [2]
+    assert (await core.read(1, 0, 0))[0] is Status.NO_SUCH_LEDGER
+    assert after < before / 2
+    assert core.stats.entry_logs_deleted > 0
+    assert sorted(await read_all(core, 2, 10)) == list(range(5))
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert core.ledgers() == [2]
+    assert sorted(await read_all(core, 2, 10)) == list(range(5))
+    await core.close()
+
+
+async def test_deleted_ledger_does_not_come_back_from_the_journal(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(5):
+        await add(core, 1, entry_id)
+    await core.delete_ledgers([1])
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert core.ledgers() == []
+    await core.close()
+
+
+async def test_acknowledged_entries_survive_sigkill(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import asyncio, os, signal, sys
+        from pathlib import Path
+        from tests.unit.bookie.helpers import add, open_core
+
+        async def main() -> None:
+            core = await open_core(Path({str(tmp_path)!r}), write_cache_bytes=20000,
+                                   checkpoint_interval_s=0.05)
+            for batch in range(40):
+                entries = range(batch * 10, batch * 10 + 10)
+                results = await asyncio.gather(*(add(core, 1, e) for e in entries))
+                for entry_id, (status, _) in zip(entries, results):
+                    if status.name == "OK":
+                        print("ACK", entry_id, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        asyncio.run(main())
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    acked = {int(line.split()[1]) for line in child.stdout.splitlines() if line.startswith("ACK ")}
+    assert len(acked) == 400
+    assert any((tmp_path / "entrylogs").iterdir()), "the child never checkpointed"
+    core = await open_core(tmp_path)
+    assert set(await read_all(core, 1, 410)) >= acked
+    await core.close()

@@ -1,0 +1,198 @@
+"""Journal rules: one fdatasync per group, no ack before its sync, torn tails cut."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from pathlib import Path
+
+import crc32c
+import pytest
+
+from bookie.journal import GroupReport, Journal, JournalMark, journal_files, replay
+from tests.unit.bookie.helpers import KEY, add, open_core, read_all
+from walog.ledger.durability import Durability
+from walog.transport.base import Status
+
+_FRAME = struct.Struct(">II")
+
+
+def frames(path: Path) -> list[tuple[int, int]]:
+    """(start, end) of every well-framed record of a journal file (independent parser)."""
+    raw = path.read_bytes()
+    spans = []
+    offset = 0
+    while offset + _FRAME.size <= len(raw):
+        length, _ = _FRAME.unpack_from(raw, offset)
+        end = offset + _FRAME.size + length
+        if end > len(raw):
+            break
+        spans.append((offset, end))
+        offset = end
+    return spans
+
+
+async def test_one_sync_per_group_and_no_ack_before_its_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fdatasync = os.fdatasync
+    fdatasync_calls = 0
+
+    def counting_fdatasync(fd: int) -> None:
+        nonlocal fdatasync_calls
+        fdatasync_calls += 1
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+    core = await open_core(tmp_path, group_wait_s=0.005)
+    events: list[tuple[str, object]] = []
+
+    def on_group(report: GroupReport, error: BaseException | None) -> None:
+        assert error is None
+        events.append(("group", report))
+
+    core.journal.listeners.append(on_group)
+
+    async def acked_add(entry_id: int) -> None:
+        status, _ = await add(core, 1, entry_id)
+        assert status is Status.OK
+        events.append(("ack", (1, entry_id)))
+
+    adds = 200
+    await asyncio.gather(*(acked_add(e) for e in range(adds)))
+    await core.close()
+
+    groups = [report for kind, report in events if kind == "group"]
+    assert isinstance(groups[0], GroupReport)
+    assert fdatasync_calls == core.stats.journal_syncs
+    data_groups = [g for g in groups if isinstance(g, GroupReport) and g.record_count]
+    # Every group held a PERSISTENT record, so each was synced exactly once ...
+    assert all(g.synced for g in data_groups)
+    assert [g.sync_no for g in data_groups] == sorted({g.sync_no for g in data_groups})
+    # ... and group commit shared syncs between adds.
+    assert len(data_groups) < adds / 2
+    # Each ack comes after the report of the synced group that holds its entry.
+    seen: set[object] = set()
+    for kind, value in events:
+        if kind == "group":
+            assert isinstance(value, GroupReport)
+            if value.synced:
+                seen.update(value.tags)
+        else:
+            assert value in seen, f"entry {value} acknowledged before its group was synced"
+
+
+async def test_volatile_adds_alone_never_sync_but_force_does(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    # The first write of a ledger persists its master key (one sync).
+    assert (await add(core, 1, 0, durability=Durability.VOLATILE))[0] is Status.OK
+    syncs = core.stats.journal_syncs
+    results = await asyncio.gather(
+        *(add(core, 1, e, durability=Durability.VOLATILE) for e in range(1, 50))
+    )
+    assert all(status is Status.OK for status, _ in results)
+    assert core.stats.journal_syncs == syncs
+    assert core.last_add_synced(1) < 49
+    status, last_add_synced = await core.force(1, b"wrong")
+    assert status is Status.UNAUTHORIZED
+    status, last_add_synced = await core.force(1, KEY)
+    assert status is Status.OK
+    assert last_add_synced == 49
+    assert core.stats.journal_syncs == syncs + 1
+    await core.close()
+
+
+async def test_persistent_add_in_a_volatile_group_makes_the_group_sync(tmp_path: Path) -> None:
+    # The PERSISTENT add goes first: its group waits (group_wait_s) and takes the VOLATILE
+    # adds queued right behind it.
+    core = await open_core(tmp_path, group_wait_s=0.2)
+    await add(core, 1, 0, durability=Durability.VOLATILE)
+    await add(core, 2, 0)
+    reports: list[GroupReport] = []
+    core.journal.listeners.append(lambda report, error: reports.append(report))
+    syncs = core.stats.journal_syncs
+    volatile = [add(core, 1, e, durability=Durability.VOLATILE) for e in range(1, 20)]
+    await asyncio.gather(add(core, 2, 1), *volatile)
+    (mixed,) = [r for r in reports if (2, 1) in r.tags]
+    assert mixed.synced
+    assert (1, 1) in mixed.tags
+    assert core.stats.journal_syncs == syncs + 1
+    # Every VOLATILE entry written up to that sync is covered by it.
+    upto = reports[: reports.index(mixed) + 1]
+    covered = [t[1] for r in upto for t in r.tags if isinstance(t, tuple) and t[0] == 1]
+    assert core.last_add_synced(1) >= max(covered)
+    await core.close()
+
+
+async def test_replay_after_crash_keeps_every_acknowledged_entry(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(30):
+        assert (await add(core, 5, entry_id))[0] is Status.OK
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 5, 40)) == list(range(30))
+    assert core.stats.replayed_records >= 30
+    assert core.last_entry_id(5) == 29
+    await core.close()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+async def test_torn_tail_is_cut_and_every_earlier_entry_kept(tmp_path: Path, damage: str) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(20):
+        await add(core, 3, entry_id)
+    await core.abandon()
+    (_, path), *_ = journal_files(tmp_path / "journal")
+    spans = frames(path)
+    # spans[0] is the master key record; entry e is spans[e + 1].
+    start, _ = spans[15]
+    cut_at = start + 10
+    if damage == "truncate":
+        os.truncate(path, cut_at)
+    else:
+        raw = bytearray(path.read_bytes())
+        raw[cut_at] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 3, 30)) == list(range(14))
+    assert path.stat().st_size == start
+    assert core.last_entry_id(3) == 13
+    # The store keeps working after the cut.
+    assert (await add(core, 3, 14))[0] is Status.OK
+    await core.close()
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 3, 30)) == list(range(15))
+    await core.close()
+
+
+def test_replay_yields_nothing_past_a_short_header(tmp_path: Path) -> None:
+    path = tmp_path / "000000000001.journal"
+    good = b"\x04" + b"x" * 16
+    frame = _FRAME.pack(len(good), crc32c.crc32c(good)) + good
+    path.write_bytes(frame + frame + b"\x00\x00")
+    records = list(replay(tmp_path, JournalMark(0, 0), 1024))
+    assert [payload for payload, _ in records] == [good, good]
+    assert records[-1][1] == JournalMark(1, 2 * len(frame))
+    assert path.stat().st_size == 2 * len(frame)
+
+
+async def test_journal_rolls_files_and_checkpoint_deletes_old_ones(tmp_path: Path) -> None:
+    core = await open_core(tmp_path, journal_file_bytes=4096)
+    for entry_id in range(100):
+        await add(core, 1, entry_id)
+    assert len(journal_files(tmp_path / "journal")) >= 3
+    await core.checkpoint()
+    assert len(journal_files(tmp_path / "journal")) == 1
+    await core.close()
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 1, 120)) == list(range(100))
+    await core.close()
+
+
+def test_journal_not_started_refuses_appends(tmp_path: Path) -> None:
+    journal = Journal(
+        tmp_path, file_bytes=1024, group_wait_s=0, group_max_bytes=1024, flush_interval_s=1
+    )
+    with pytest.raises(RuntimeError):
+        journal.append((b"x",), sync=False)
