@@ -1,0 +1,226 @@
+"""The bookie process: registration and clean shutdown, bad input on the port and on the
+command line, bearer tokens, metrics, GC of deleted ledgers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.integration.bookies import REPO_ROOT, BookieProcess, free_port, make_add, send_frames
+from walog.metadata import open_store
+from walog.metadata.layout import bookie_path, ledger_path
+from walog.metadata.store import MetadataStore, NodeNotFoundError
+from walog.proto import bookie_pb2 as pb
+from walog.proto import bookie_pb2_grpc as pb_grpc
+
+
+@pytest.fixture(params=["sqlite", pytest.param("zk", marks=pytest.mark.zk)])
+def metadata_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/meta.db"
+    # The session's real ZooKeeper, a chroot of this test's own, short sessions so a
+    # killed bookie's ephemeral registration expires quickly.
+    zookeeper = request.getfixturevalue("zookeeper")
+    return str(zookeeper.uri(f"/bookie-{uuid.uuid4().hex[:12]}", session_timeout=4))
+
+
+async def test_sigterm_unregisters_and_exits_zero(metadata_uri: str, tmp_path: Path) -> None:
+    bookie = BookieProcess(tmp_path / "bookie", metadata_uri)
+    store = await open_store(metadata_uri)
+    try:
+        bookie.start().wait_ready()
+        # Registration follows SERVING; wait for the record through a watch, not a sleep.
+        assert await _wait_for(store, bookie_path(bookie.bookie_id), bool, 20)
+        assert bookie.terminate() == 0
+        assert "bookie stopped" in bookie.log()
+        assert await store.exists(bookie_path(bookie.bookie_id)) is None
+    finally:
+        bookie.stop_quietly()
+        await store.close()
+
+
+async def test_restart_after_sigkill_waits_out_the_stale_registration(
+    metadata_uri: str, tmp_path: Path
+) -> None:
+    bookie = BookieProcess(tmp_path / "bookie", metadata_uri)
+    store = await open_store(metadata_uri)
+    path = bookie_path(bookie.bookie_id)
+    try:
+        bookie.start().wait_ready()
+        assert await _wait_for(store, path, bool, 20)
+        first, _ = await store.get(path)
+        bookie.kill()
+        # The dead process's record outlives it until its session expires; the new
+        # process waits for that instead of failing, then registers itself.
+        bookie.start().wait_ready()
+        current = await _wait_for(store, path, lambda data: data not in (None, first), 40)
+        assert current is not None
+        assert json.loads(current)["started"] > json.loads(first)["started"]
+    finally:
+        bookie.stop_quietly()
+        await store.close()
+
+
+async def _wait_for(
+    store: MetadataStore, path: str, done: Callable[[bytes | None], bool], within: float
+) -> bytes | None:
+    """Wait (on the store's watch, no polling) until ``done(record data or None)``."""
+    changed = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    cancel = store.watch(path, lambda: loop.call_soon_threadsafe(changed.set))
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                changed.clear()
+                try:
+                    data: bytes | None = (await store.get(path))[0]
+                except NodeNotFoundError:
+                    data = None
+                if done(data):
+                    return data
+                await changed.wait()
+    finally:
+        cancel()
+
+
+@pytest.fixture
+def bookie(tmp_path: Path) -> Iterator[BookieProcess]:
+    process = BookieProcess(tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db")
+    process.start().wait_ready()
+    yield process
+    process.stop_quietly()
+
+
+def test_garbage_bytes_on_the_port_do_not_crash_the_bookie(bookie: BookieProcess) -> None:
+    for junk in (b"\x00\xff" * 5000, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n"):
+        with socket.create_connection(("127.0.0.1", bookie.port), timeout=5) as raw:
+            raw.sendall(junk)
+            raw.shutdown(socket.SHUT_WR)
+            raw.settimeout(5)
+            while raw.recv(4096):  # until the bookie closes the connection
+                pass
+    assert bookie.proc is not None and bookie.proc.poll() is None
+    with grpc.insecure_channel(bookie.bookie_id) as channel:
+        info = pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)
+    assert info.bookie_id == bookie.bookie_id
+
+
+def _run_bookie(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bookie", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_bad_flags_exit_2_with_one_clear_line(tmp_path: Path) -> None:
+    result = _run_bookie(
+        "--data-dir", str(tmp_path), "--listen", "no-port", "--metadata", "sqlite:///x.db"
+    )
+    assert result.returncode == 2
+    assert "--listen must be HOST:PORT" in result.stderr.strip().splitlines()[-1]
+
+
+def test_port_in_use_is_refused_with_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run_bookie(
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metadata",
+            f"sqlite:///{tmp_path}/meta.db",
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr.strip().splitlines()[-1]
+
+
+def test_auth_token_is_required_except_for_health(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    bookie = BookieProcess(
+        tmp_path / "bookie",
+        f"sqlite:///{tmp_path}/meta.db",
+        extra_args=["--auth-token-file", str(token_file)],
+    )
+    try:
+        bookie.start().wait_ready()  # health answers without a token
+        with grpc.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            for metadata in ((), (("authorization", "Bearer wrong"),)):
+                with pytest.raises(grpc.RpcError) as denied:
+                    stub.Info(pb.InfoRequest(), timeout=10, metadata=metadata)
+                assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            info = stub.Info(
+                pb.InfoRequest(), timeout=10, metadata=(("authorization", "Bearer s3cret"),)
+            )
+            assert info.bookie_id == bookie.bookie_id
+    finally:
+        bookie.stop_quietly()
+
+
+@pytest.fixture
+async def gc_bookie(tmp_path: Path) -> AsyncIterator[BookieProcess]:
+    metrics_port = free_port()
+    bookie = BookieProcess(
+        tmp_path / "bookie",
+        f"sqlite:///{tmp_path}/meta.db",
+        extra_args=["--gc-interval", "0.2", "--gc-grace", "0", "--metrics-port", str(metrics_port)],
+    )
+    bookie.metrics_port = metrics_port  # type: ignore[attr-defined]
+    bookie.start().wait_ready()
+    yield bookie
+    bookie.stop_quietly()
+
+
+async def test_gc_deletes_only_ledgers_whose_metadata_is_gone(
+    gc_bookie: BookieProcess, tmp_path: Path
+) -> None:
+    store = await open_store(gc_bookie.metadata)
+    try:
+        await store.create(ledger_path(10), b"{}")
+        async with grpc.aio.insecure_channel(gc_bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            results, _ = await send_frames(
+                stub, [pb.AddFrame(adds=[make_add(10, 0, b"kept"), make_add(11, 0, b"gone")])]
+            )
+            assert {r.status for r in results} == {pb.OK}
+            async with asyncio.timeout(30):
+                listed = await stub.ListLedgers(pb.ListLedgersRequest())
+                while 11 in listed.ledger_ids:
+                    # The GC runs in the bookie process; its effect is only observable by
+                    # asking again. Each round is one RPC, bounded by the timeout above.
+                    await asyncio.sleep(0.1)
+                    listed = await stub.ListLedgers(pb.ListLedgersRequest())
+            assert list(listed.ledger_ids) == [10]
+        url = f"http://127.0.0.1:{gc_bookie.metrics_port}/metrics"  # type: ignore[attr-defined]
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert b"walog_bookie_gc_deleted_ledgers_total" in text
+        assert b"walog_bookie_adds_total" in text
+    finally:
+        await store.close()
+
+
+def test_health_reports_serving(bookie: BookieProcess) -> None:
+    with grpc.insecure_channel(bookie.bookie_id) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = stub.Check(health_pb2.HealthCheckRequest(service="walog.bookie.v1.Bookie"))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
