@@ -58,9 +58,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def zk_cluster(zookeeper: Any) -> Iterator[LocalCluster]:
+def zk_cluster(zookeeper: ZooKeeperServer) -> Iterator[LocalCluster]:
     """3 real bookies on the session's ZooKeeper (own chroot), shared within a module."""
-    uri = zookeeper.uri(f"/walog-cluster-{uuid.uuid4().hex[:12]}")
+    # A short session timeout: a killed bookie's registration goes within seconds.
+    uri = zookeeper.uri(f"/walog-cluster-{uuid.uuid4().hex[:12]}", session_timeout=4)
     with LocalCluster(bookies=3, metadata=uri) as local:
         yield local
 
