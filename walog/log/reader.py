@@ -141,6 +141,8 @@ class AsyncLogReader:
             await self._seek_latest()
 
     async def _seek_latest(self) -> None:
+        # After the last add confirmed the bookies know of: like any non-recovery reader,
+        # that can trail the writer by the entries whose LAC it has not sent yet.
         last = self._meta.ledgers[-1]
         if last.is_closed:
             await self._enter(last.ledger_id, last.last_entry_id + 1)

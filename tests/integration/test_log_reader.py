@@ -1,0 +1,158 @@
+"""Tailing log readers against real bookies: rolls, writer changes, start points, loss."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+import walog
+import walog.aio
+from walog.aio import AsyncClient
+from walog.errors import DataLossError
+from walog.log.position import Position
+from walog.log.retention import RollPolicy
+from walog.testing import LocalCluster
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
+    async with await walog.aio.connect(cluster.metadata_uri) as c:
+        yield c
+
+
+async def test_tailing_across_many_rolls_never_fences_the_writer(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name, roll_policy=RollPolicy(max_entries=2))
+    writer = await log.open_writer()
+    reader = await log.open_reader("earliest")
+    total = 60
+
+    async def produce() -> None:
+        for i in range(total):
+            await writer.append(b"%d" % i)
+            if i % 5 == 4:
+                await writer.roll()  # on top of the policy's rolls
+
+    producer = asyncio.create_task(produce())
+    seen = []
+    for _ in range(total):
+        record = await reader.read_next(timeout=30)
+        assert record is not None, f"reader stalled after {len(seen)} records"
+        seen.append(record)
+    await producer
+    assert [r.data for r in seen] == [b"%d" % i for i in range(total)]
+    positions = [r.position for r in seen]
+    assert positions == sorted(positions)
+    assert len({p.ledger_id for p in positions}) >= 10
+    await writer.flush()  # not fenced by the reader
+    assert (await log.metadata()).epoch == 1
+    await writer.close()
+    await reader.close()
+
+
+async def test_reader_follows_a_writer_change(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    first = await log.open_writer()
+    reader = await log.open_reader("earliest")
+    for i in range(3):
+        await first.append(b"a%d" % i)
+    got = [await reader.read_next(timeout=30) for _ in range(3)]
+    waiting = asyncio.create_task(reader.read_next(timeout=30))
+    await asyncio.sleep(0)  # the reader is tailing the first writer's ledger
+    second = await log.open_writer()
+    await second.append(b"b0")
+    got.append(await waiting)
+    assert [r.data for r in got if r is not None] == [b"a0", b"a1", b"a2", b"b0"]
+    await second.close()
+    await first.close()
+    await reader.close()
+
+
+async def test_latest_starts_after_existing_records(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    old = await writer.append(b"old")
+    # "latest" means after the last add confirmed the bookies know of; wait until the
+    # writer's LAC for "old" reached them (piggybacked or sent explicitly when idle).
+    handle = await client.open_ledger(old.ledger_id, recovery=False)
+    assert await handle.wait_last_add_confirmed(old.entry_id - 1, timeout=30) >= old.entry_id
+    await handle.close()
+    reader = await log.open_reader("latest")
+    assert await reader.read_next(timeout=0.3) is None
+    await writer.append(b"new")
+    record = await reader.read_next(timeout=30)
+    assert record is not None and record.data == b"new"
+    await writer.close()
+    await reader.close()
+
+
+async def test_reader_starts_at_a_position_inside_an_entry(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    positions = await asyncio.gather(*(writer.append_nowait(b"%d" % i) for i in range(5)))
+    await writer.close()
+    reader = await log.open_reader(positions[2])
+    record = await reader.read_next(timeout=30)
+    assert record is not None and record.position == positions[2] and record.data == b"2"
+    await reader.close()
+
+
+async def test_record_timestamps_are_the_writer_wall_clock(
+    client: AsyncClient, log_name: str
+) -> None:
+    import time
+
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    before = time.time()
+    await writer.append(b"t")
+    after = time.time()
+    await writer.close()
+    reader = await log.open_reader()
+    record = await reader.read_next(timeout=30)
+    assert record is not None and before <= record.timestamp <= after
+    await reader.close()
+
+
+async def test_truncated_position_raises_data_loss(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    gone = await writer.append(b"gone")
+    await writer.roll()
+    kept = await writer.append(b"kept")
+    reader = await log.open_reader("earliest")  # stands in the first ledger, unread
+    assert await log.truncate(kept) == 1
+    with pytest.raises(DataLossError, match="truncated"):
+        await log.open_reader(gone)
+    with pytest.raises(DataLossError):
+        while True:
+            record = await reader.read_next(timeout=30)
+            assert record is not None and record.data != b"kept", "read past a truncated gap"
+    fresh = await log.open_reader("earliest")
+    record = await fresh.read_next(timeout=30)
+    assert record is not None and record.data == b"kept"
+    await writer.close()
+    await fresh.close()
+    await reader.close()
+
+
+def test_sync_facade_appends_and_tails(cluster: LocalCluster, log_name: str) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name)
+        with log.open_writer() as writer, log.open_reader() as reader:
+            futures = [writer.append_async(b"%d" % i) for i in range(200)]
+            positions = [f.result(timeout=30) for f in futures]
+            assert positions == sorted(positions)
+            assert writer.append(b"last") > positions[-1]
+            records = [reader.read_next(timeout=30) for _ in range(201)]
+            assert [r.data for r in records if r is not None][-1] == b"last"
+            assert [r.position for r in records if r is not None][:200] == positions
+            assert reader.read_next(timeout=0.1) is None
+        assert [s.state for s in log.segments()] == ["CLOSED"]
+        assert isinstance(positions[0], walog.Position)
+        assert Position.parse(str(positions[0])) == positions[0]

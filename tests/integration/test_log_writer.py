@@ -1,0 +1,162 @@
+"""Log writer against real bookies: takeover fencing, batching, rolling, orphans, names."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+import walog.aio
+from walog.aio import AsyncClient
+from walog.errors import NoSuchLedgerError, WriterFencedError
+from walog.log.ledgers import LOG_TAG
+from walog.log.position import Position
+from walog.log.retention import RollPolicy
+from walog.log.writer import LogWriterConfig
+from walog.testing import LocalCluster
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
+    async with await walog.aio.connect(cluster.metadata_uri) as c:
+        yield c
+
+
+async def read_all(client: AsyncClient, name: str, count: int) -> list[tuple[Position, bytes]]:
+    log = await client.open_log(name)
+    reader = await log.open_reader("earliest")
+    out = []
+    try:
+        for _ in range(count):
+            record = await reader.read_next(timeout=30)
+            assert record is not None, f"only {len(out)} of {count} records arrived"
+            out.append((record.position, record.data))
+        assert await reader.read_next(timeout=0.2) is None
+    finally:
+        await reader.close()
+    return out
+
+
+async def test_takeover_fences_the_previous_writer(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    first = await log.open_writer()
+    acked = [await first.append(b"a%d" % i) for i in range(3)]
+    second = await log.open_writer()
+    with pytest.raises(WriterFencedError):
+        await first.append(b"late")
+    with pytest.raises(WriterFencedError):
+        first.append_nowait(b"later still")
+    after = await second.append(b"b0")
+    assert after > acked[-1]
+    segments = await log.segments()
+    assert [s.state for s in segments] == ["CLOSED", "OPEN"]
+    assert segments[0].last_entry_id == acked[-1].entry_id
+    await second.close()
+    await first.close()  # a fenced writer closes quietly
+    records = await read_all(client, log_name, 4)
+    assert [d for _, d in records] == [b"a0", b"a1", b"a2", b"b0"]
+
+
+async def test_records_appended_together_share_an_entry(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    positions = await asyncio.gather(*(writer.append_nowait(b"%d" % i) for i in range(50)))
+    assert positions == sorted(positions) and len(set(positions)) == 50
+    assert {p.entry_id for p in positions} == {0}
+    assert [p.slot for p in positions] == list(range(50))
+    later = await writer.append(b"x")
+    assert later == Position(positions[0].ledger_id, 1, 0)
+    await writer.close()
+
+
+async def test_entry_limits_split_batches_and_refuse_oversized_records(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    config = LogWriterConfig(max_entry_bytes=200, max_records_per_entry=4, linger=0.01)
+    writer = await log.open_writer(config)
+    positions = await asyncio.gather(*(writer.append_nowait(b"z" * 10) for i in range(10)))
+    assert [p.slot for p in positions] == [0, 1, 2, 3] * 2 + [0, 1]
+    with pytest.raises(ValueError, match="exceeds"):
+        writer.append_nowait(b"z" * 200)
+    with pytest.raises(TypeError):
+        writer.append_nowait("text")  # type: ignore[arg-type]
+    await writer.close()
+
+
+async def test_rolling_closes_the_previous_ledger_after_the_switch(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name, roll_policy=RollPolicy(max_entries=3))
+    writer = await log.open_writer()
+    for i in range(10):
+        await writer.append(b"%d" % i)
+    await writer.flush()
+    await writer.close()
+    segments = await log.segments()
+    # Appends continue on the old ledger until the new one is in the list, so a rolled
+    # ledger holds at least max_entries entries.
+    assert len(segments) >= 3
+    assert all(s.state == "CLOSED" for s in segments)
+    assert all(s.last_entry_id >= 2 for s in segments[:-1])
+    assert sum(s.last_entry_id + 1 for s in segments) == 10
+    records = await read_all(client, log_name, 10)
+    assert [d for _, d in records] == [b"%d" % i for i in range(10)]
+
+
+async def test_explicit_roll_keeps_appends_flowing(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    before = await writer.append(b"before")
+    roll = asyncio.create_task(writer.roll())
+    during = [writer.append_nowait(b"during%d" % i) for i in range(20)]
+    await roll
+    after = await writer.append(b"after")
+    await asyncio.gather(*during)
+    assert after.ledger_id > before.ledger_id
+    await writer.close()
+    records = await read_all(client, log_name, 22)
+    assert [d for _, d in records] == [b"before", *(b"during%d" % i for i in range(20)), b"after"]
+
+
+async def test_duelling_takeovers_leave_one_writer_and_no_orphan_ledger(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    writers = await asyncio.gather(*(log.open_writer() for _ in range(4)))
+    results = await asyncio.gather(*(w.append(b"x") for w in writers), return_exceptions=True)
+    winners = [r for r in results if isinstance(r, Position)]
+    assert len(winners) == 1, results
+    assert all(isinstance(r, WriterFencedError) for r in results if r not in winners)
+    meta = await log.metadata()
+    assert meta.epoch == 4
+    listed = set(meta.ledger_ids)
+    for ledger_id in await client.list_ledgers():
+        try:
+            md = await client.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        if (md.custom_metadata or {}).get(LOG_TAG) == log_name:
+            assert ledger_id in listed, f"orphan ledger {ledger_id} of {log_name}"
+    for w in writers:
+        await w.close()
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "..", "x\n", "y" * 201])
+async def test_open_log_refuses_bad_names(client: AsyncClient, bad: str) -> None:
+    with pytest.raises(ValueError):
+        await client.open_log(bad)
+
+
+async def test_list_and_delete_logs(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    position = await writer.append(b"x")
+    assert log_name in await client.list_logs()
+    await client.delete_log(log_name)
+    assert log_name not in await client.list_logs()
+    with pytest.raises(NoSuchLedgerError):
+        await client.ledger_metadata(position.ledger_id)
+    with pytest.raises(WriterFencedError):
+        await writer.append(b"y")
