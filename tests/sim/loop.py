@@ -24,6 +24,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+MIN_TICK_S = 1e-6
+"""The clock moves at least this much whenever the loop waits for a timer."""
+
+
 class SimDeadlock(RuntimeError):
     """No callback is ready and no timer is pending: every task is stuck."""
 
@@ -70,9 +74,11 @@ class _VirtualSelector:
             raise SimStepLimit(f"more than {loop.max_steps} loop iterations")
         if timeout is None:
             raise SimDeadlock("no ready callback and no pending timer")
-        if timeout > 0:
-            # Land exactly on the next timer: asyncio pops timers with when < now + resolution.
-            loop.advance(timeout)
+        if not loop._ready:  # type: ignore[attr-defined]
+            # Jump to the next timer. A real clock always moves on, at least a tick: without
+            # that, code that re-arms a timer for "the rest of the delay" (computed as a
+            # float difference) could spin at one instant forever.
+            loop.advance(max(timeout, MIN_TICK_S))
         return []
 
     def close(self) -> None:
@@ -139,10 +145,14 @@ def run(
 
 
 def _cancel_all(loop: SimLoop) -> None:
-    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
+    """Cancel every pending task and let them unwind (a few rounds: cancelled tasks may
+    start others in their cleanup)."""
+    for _ in range(5):
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
         loop.max_steps = loop.steps + 100_000
         with contextlib.suppress(SimDeadlock, SimStepLimit):
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))

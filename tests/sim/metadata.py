@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 
 from tests.sim.loop import SimLoop
-from walog.errors import MetadataConflictError
+from walog.errors import MetadataConflictError, MetadataError
 from walog.metadata.store import (
     MetadataStore,
     NodeExistsError,
@@ -81,31 +81,38 @@ class SimMetadataStore(MetadataStore):
     def __init__(self, server: SimMetadataServer, session: str) -> None:
         self._server = server
         self.session = session
+        self.closed = False
+
+    async def _hop(self) -> None:
+        # A closed session (a crashed client) reaches the server no more.
+        if self.closed:
+            raise MetadataError(f"metadata session {self.session} is closed")
+        await self._server.hop()
 
     async def get(self, path: str) -> tuple[bytes, int]:
         """``(data, version)`` of a record."""
-        await self._server.hop()
+        await self._hop()
         node = self._server.nodes.get(path)
         if node is None:
-            await self._server.hop()
+            await self._hop()
             raise NodeNotFoundError(path)
         result = (node.data, node.version)
-        await self._server.hop()
+        await self._hop()
         return result
 
     async def exists(self, path: str) -> int | None:
         """The record's version or None."""
-        await self._server.hop()
+        await self._hop()
         node = self._server.nodes.get(path)
         version = None if node is None else node.version
-        await self._server.hop()
+        await self._hop()
         return version
 
     async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
         """Create a record at version 0."""
-        await self._server.hop()
+        await self._hop()
         self._create(path, data, owner=None)
-        await self._server.hop()
+        await self._hop()
         return 0
 
     def _create(self, path: str, data: bytes, owner: str | None) -> None:
@@ -119,55 +126,55 @@ class SimMetadataStore(MetadataStore):
     async def set(self, path: str, data: bytes, version: int) -> int:
         """Compare-and-swap the record's data."""
         server = self._server
-        await server.hop()
+        await self._hop()
         node = server.nodes.get(path)
         if node is None:
-            await server.hop()
+            await self._hop()
             raise NodeNotFoundError(path)
         if node.version != version:
             server.trace.log(f"meta {self.session} set {path} CONFLICT v{version}!=v{node.version}")
-            await server.hop()
+            await self._hop()
             raise MetadataConflictError(f"{path}: version {version} != {node.version}")
         node.data = bytes(data)
         node.version += 1
         new_version = node.version
         server.trace.log(f"meta {self.session} set {path} v{new_version} {_summary(data)}")
         server.changed(path)
-        await server.hop()
+        await self._hop()
         return new_version
 
     async def delete(self, path: str, version: int = -1) -> None:
         """Delete a record and its children."""
         server = self._server
-        await server.hop()
+        await self._hop()
         node = server.nodes.get(path)
         if node is None:
-            await server.hop()
+            await self._hop()
             raise NodeNotFoundError(path)
         if version != -1 and node.version != version:
-            await server.hop()
+            await self._hop()
             raise MetadataConflictError(f"{path}: version {version} != {node.version}")
         prefix = path.rstrip("/") + "/"
         for doomed in [p for p in server.nodes if p == path or p.startswith(prefix)]:
             del server.nodes[doomed]
             server.changed(doomed)
         server.trace.log(f"meta {self.session} delete {path}")
-        await server.hop()
+        await self._hop()
 
     async def children(self, path: str) -> list[str]:
         """Sorted names of the direct children."""
-        await self._server.hop()
+        await self._hop()
         names = self._server.children_of(path)
-        await self._server.hop()
+        await self._hop()
         return names
 
     async def next_id(self, counter: str) -> int:
         """A new id from the named counter (strictly increasing)."""
         server = self._server
-        await server.hop()
+        await self._hop()
         value = server.counters.get(counter, 0) + 1
         server.counters[counter] = value
-        await server.hop()
+        await self._hop()
         return value
 
     def watch(self, path: str, callback: WatchCallback) -> Callable[[], None]:
@@ -176,25 +183,26 @@ class SimMetadataStore(MetadataStore):
 
     async def register(self, path: str, data: bytes) -> None:
         """A record bound to this session."""
-        await self._server.hop()
+        await self._hop()
         existing = self._server.nodes.get(path)
         if existing is not None and existing.owner == self.session:
             existing.data = bytes(data)
         else:
             self._create(path, data, owner=self.session)
-        await self._server.hop()
+        await self._hop()
 
     async def unregister(self, path: str) -> None:
         """Remove a record made by :meth:`register`."""
-        await self._server.hop()
+        await self._hop()
         node = self._server.nodes.get(path)
         if node is not None and node.owner == self.session:
             del self._server.nodes[path]
             self._server.changed(path)
-        await self._server.hop()
+        await self._hop()
 
     async def close(self) -> None:
-        """End the session."""
+        """End the session: later calls fail with MetadataError."""
+        self.closed = True
         self._server.expire(self.session)
 
 

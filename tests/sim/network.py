@@ -134,7 +134,9 @@ class SimNetwork:
         arrival = self.loop.time() + self._delay()
         if stream and not self.faults.reorder:
             key = (client, bookie_id)
-            arrival = max(arrival, self._stream_tail.get(key, 0.0))
+            # Strictly after the previous message: timers due at the same instant run in
+            # heap order, not in the order they were scheduled.
+            arrival = max(arrival, self._stream_tail.get(key, 0.0) + 1e-7)
             self._stream_tail[key] = arrival
         lost = self._lost(client, bookie_id)
         self.loop.call_at(arrival, self._arrive, client, bookie_id, what, handler, reply_to, lost)

@@ -1,0 +1,190 @@
+"""What every simulated schedule must satisfy, checked on the record of what clients saw.
+
+Scenarios record into a :class:`History` as things happen (acknowledged appends, closes,
+reads, forces); some rules are checked on the spot because they are about the moment
+(an acknowledged entry must sit on an ack quorum *when* it is acknowledged). At the end,
+after every fault is healed and every ledger recovered, :meth:`History.check_final`
+compares the record with the ledgers as fresh readers see them.
+
+Rule names (used in reports and in docs/correctness.md):
+
+- ``ack_out_of_order``: a writer's acknowledgements come in entry order, without gaps.
+- ``ack_without_quorum``: when an entry is acknowledged, at least Qa bookies hold it.
+- ``ack_beyond_close``: no acknowledged entry lies beyond its closed ledger's last entry.
+- ``acked_entry_lost``: every acknowledged entry is readable after recovery, same bytes.
+- ``forced_entry_lost``: VOLATILE entries up to a force() result survive crashes.
+- ``read_not_in_ledger``: an entry any reader returned (tailing reads up to the LAC
+  included) is in the closed ledger with the same bytes.
+- ``readers_disagree``: two fresh readers of a closed ledger read the same sequence.
+- ``close_disagrees``: every close / recovery that succeeded reports the same last entry.
+- ``recovery_failed``: with every bookie back and no faults, recovery completes.
+- ``foreign_error``: protocol code raises only WalogError (and cancellation).
+- ``stalled``: once every fault is healed, the scenario finishes (liveness).
+- ``stuck``: the event loop deadlocked or spun (every task waits forever, or a livelock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from tests.sim.bookie import SimBookie
+from walog.ledger.durability import Durability
+from walog.metadata.layout import LedgerMetadata
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """One broken rule."""
+
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}"
+
+
+@dataclasses.dataclass
+class LedgerRecord:
+    """What clients saw of one ledger."""
+
+    ledger_id: int
+    ack_quorum: int
+    durability: Durability
+    acked: dict[int, bytes] = dataclasses.field(default_factory=dict)
+    ack_order: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    forced: int = -1
+    forced_data: dict[int, bytes] = dataclasses.field(default_factory=dict)
+    closes: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    reads: list[tuple[str, int, bytes]] = dataclasses.field(default_factory=list)
+
+
+class History:
+    """The record of one schedule, and the checks over it."""
+
+    def __init__(self, bookies: Mapping[str, SimBookie]) -> None:
+        self._bookies = bookies
+        self.ledgers: dict[int, LedgerRecord] = {}
+        self.violations: list[Violation] = []
+
+    def violate(self, rule: str, detail: str) -> None:
+        """Record a broken rule."""
+        self.violations.append(Violation(rule, detail))
+
+    def ledger(self, metadata: LedgerMetadata) -> LedgerRecord:
+        """The record of a ledger, made on first sight."""
+        record = self.ledgers.get(metadata.ledger_id)
+        if record is None:
+            record = self.ledgers[metadata.ledger_id] = LedgerRecord(
+                metadata.ledger_id, metadata.ack_quorum, metadata.durability
+            )
+        return record
+
+    # -- events -------------------------------------------------------------------------
+
+    def on_ack(self, who: str, record: LedgerRecord, entry_id: int, data: bytes) -> None:
+        """A writer's append of ``data`` completed as ``entry_id``."""
+        order = record.ack_order.setdefault(who, [])
+        expected = order[-1] + 1 if order else 0
+        if entry_id != expected:
+            self.violate(
+                "ack_out_of_order",
+                f"{who} L{record.ledger_id}: acknowledged e{entry_id} after {order[-3:]}",
+            )
+        order.append(entry_id)
+        record.acked[entry_id] = data
+        holders = [
+            b.bookie_id
+            for b in self._bookies.values()
+            if (s := b.stored(record.ledger_id, entry_id)) is not None and s.data == data
+        ]
+        # A VOLATILE ack promises only the page cache: a crash right after may undo it
+        # (seed 004). Durability of VOLATILE entries is checked through force() instead.
+        if len(holders) < record.ack_quorum and record.durability is Durability.PERSISTENT:
+            self.violate(
+                "ack_without_quorum",
+                f"{who} L{record.ledger_id} e{entry_id} acknowledged but held by {holders} "
+                f"(Qa={record.ack_quorum})",
+            )
+
+    def on_force(self, record: LedgerRecord, synced: int) -> None:
+        """A force() returned ``synced``: entries up to it must survive crashes."""
+        if synced > record.forced:
+            record.forced = synced
+        for entry_id in range(synced + 1):
+            if entry_id in record.acked:
+                record.forced_data.setdefault(entry_id, record.acked[entry_id])
+
+    def on_close(self, who: str, record: LedgerRecord, last_entry_id: int) -> None:
+        """A close or recovery by ``who`` succeeded with ``last_entry_id``."""
+        record.closes.append((who, last_entry_id))
+
+    def on_read(self, who: str, record: LedgerRecord, entry_id: int, data: bytes) -> None:
+        """A reader returned an entry."""
+        record.reads.append((who, entry_id, data))
+
+    def on_error(self, who: str, exc: BaseException) -> None:
+        """A protocol call raised; only WalogError subclasses are allowed."""
+        from walog.errors import WalogError
+
+        if not isinstance(exc, WalogError):
+            self.violate("foreign_error", f"{who}: {type(exc).__name__}: {exc}")
+
+    # -- the end --------------------------------------------------------------------------
+
+    def check_final(
+        self,
+        closed: Mapping[int, LedgerMetadata],
+        contents: Mapping[int, Sequence[Sequence[tuple[int, bytes]]]],
+    ) -> list[Violation]:
+        """Check the record against each ledger's closed metadata and the entry sequences
+        that fresh readers read from it (two or more per ledger)."""
+        for ledger_id, record in sorted(self.ledgers.items()):
+            metadata = closed.get(ledger_id)
+            if metadata is None:
+                self.violate("recovery_failed", f"L{ledger_id} could not be closed")
+                continue
+            self._check_ledger(record, metadata, contents.get(ledger_id, []))
+        return self.violations
+
+    def _check_ledger(
+        self,
+        record: LedgerRecord,
+        metadata: LedgerMetadata,
+        reads: Sequence[Sequence[tuple[int, bytes]]],
+    ) -> None:
+        lid, last = record.ledger_id, metadata.last_entry_id
+        for who, reported in record.closes:
+            if reported != last:
+                self.violate("close_disagrees", f"{who} closed L{lid} at {reported}, final {last}")
+        beyond = sorted(e for e in record.acked if e > last)
+        if beyond and record.durability is Durability.PERSISTENT:
+            self.violate("ack_beyond_close", f"L{lid} closed at {last}, acked {beyond[:5]}")
+        if not reads:
+            return
+        first = dict(reads[0])
+        for i, other in enumerate(reads[1:], start=1):
+            if list(other) != list(reads[0]):
+                self.violate("readers_disagree", f"L{lid} reader 0 and reader {i} differ")
+        if sorted(first) != list(range(last + 1)):
+            self.violate("readers_disagree", f"L{lid} read {len(first)} entries, last {last}")
+        if record.durability is Durability.PERSISTENT:
+            for entry_id, data in sorted(record.acked.items()):
+                if entry_id <= last and first.get(entry_id) != data:
+                    self.violate(
+                        "acked_entry_lost", f"L{lid} e{entry_id} reads {first.get(entry_id)!r}"
+                    )
+        for entry_id, data in sorted(record.forced_data.items()):
+            if first.get(entry_id) != data:
+                self.violate(
+                    "forced_entry_lost", f"L{lid} e{entry_id} reads {first.get(entry_id)!r}"
+                )
+        for who, entry_id, data in record.reads:
+            if first.get(entry_id) != data:
+                self.violate(
+                    "read_not_in_ledger",
+                    f"{who} read L{lid} e{entry_id}={data!r}, ledger has {first.get(entry_id)!r}",
+                )
+
+
+__all__ = ["History", "LedgerRecord", "Violation"]

@@ -1,0 +1,491 @@
+"""Scenarios: the real protocol code (writer, recovery, reader) driven through faults.
+
+A :class:`World` holds the simulated bookies, network and metadata server of one schedule
+and hands out clients (a :class:`LedgerContext` each, over the simulated store and pool).
+Each scenario is a coroutine over a world; every choice it makes comes from the loop's
+seeded RNG. A :class:`Nemesis` crashes, restarts, pauses and partitions bookies while the
+scenario runs. :func:`run_schedule` runs one seed: the scenario, then the *final phase*
+(heal every fault, recover every ledger with a fresh client, read each one with two fresh
+readers) and the invariant checks of tests/sim/invariants.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import structlog
+
+from tests.sim.bookie import SimBookie
+from tests.sim.invariants import History, LedgerRecord, Violation
+from tests.sim.loop import SimDeadlock, SimLoop, SimStepLimit, _cancel_all
+from tests.sim.metadata import SimMetadataServer, SimMetadataStore, _Node
+from tests.sim.network import FaultConfig, SimBookiePool, SimNetwork
+from walog.digest import master_key
+from walog.errors import WalogError
+from walog.ledger import mutations
+from walog.ledger.context import ClientConfig, LedgerContext, Timeouts
+from walog.ledger.create import create_ledger
+from walog.ledger.durability import Durability
+from walog.ledger.ensemble import Placement
+from walog.ledger.reader import AsyncLedgerReader
+from walog.ledger.recovery import recover
+from walog.ledger.writer import AsyncLedgerWriter
+from walog.metadata.layout import LedgerMetadata, bookie_path
+
+KEY = master_key(b"")
+SCENARIO_LIMIT_S = 120.0
+"""Virtual seconds a scenario may run before its tasks are stopped."""
+FINAL_LIMIT_S = 600.0
+"""Virtual seconds the final phase (recover + read everything) may take."""
+TIMEOUTS = Timeouts(add=1.0, read=1.0, metadata=1.0, explicit_lac=0.05)
+
+
+class World:
+    """Bookies, network, metadata and the record of one schedule."""
+
+    def __init__(self, loop: SimLoop, bookies: int, faults: FaultConfig) -> None:
+        self.loop = loop
+        self.rng = loop.rng
+        self.trace = loop.trace
+        self.bookies = {f"b{i}": SimBookie(f"b{i}", loop.trace) for i in range(bookies)}
+        self.net = SimNetwork(loop, self.bookies, faults)
+        self.meta = SimMetadataServer(loop)
+        self.history = History(self.bookies)
+        self.paused: set[str] = set()
+        self._clients: list[LedgerContext] = []
+        for bookie_id in self.bookies:
+            self._register(bookie_id)
+
+    def _register(self, bookie_id: str) -> None:
+        path = bookie_path(bookie_id)
+        self.meta.nodes[path] = _Node(b"{}", owner=bookie_id)
+        self.meta.changed(path)
+
+    def client(self, name: str) -> LedgerContext:
+        """A new client process: its own metadata session and bookie connections."""
+        ctx = LedgerContext(
+            SimMetadataStore(self.meta, name),
+            SimBookiePool(self.net, name, TIMEOUTS),
+            ClientConfig(timeouts=TIMEOUTS),
+        )
+        self._clients.append(ctx)
+        return ctx
+
+    def placement(self) -> Placement:
+        """A placement whose choices come from the schedule's seed."""
+        return Placement(random.Random(self.rng.getrandbits(64)))
+
+    async def crash_client(self, ctx: LedgerContext) -> None:
+        """The client process dies: its requests stop, its session ends."""
+        self.trace.log(f"client {ctx.store.session} CRASH")  # type: ignore[attr-defined]
+        await ctx.pool.close()
+        await ctx.store.close()
+
+    def crash(self, bookie_id: str) -> None:
+        """Crash a bookie; its registration goes with its session."""
+        self.paused.discard(bookie_id)
+        self.net.crash(bookie_id)
+        self.meta.expire(bookie_id)
+
+    def restart(self, bookie_id: str) -> None:
+        """Restart a crashed bookie, which registers again."""
+        self.net.restart(bookie_id)
+        self._register(bookie_id)
+
+    def heal_all(self) -> None:
+        """End every fault: restart, resume, reconnect."""
+        self.net.heal()
+        self.net.faults = dataclasses.replace(self.net.faults, drop=0.0, duplicate=0.0)
+        for bookie_id, bookie in self.bookies.items():
+            if not bookie.up:
+                self.restart(bookie_id)
+            if bookie.paused:
+                self.net.resume(bookie_id)
+        self.paused.clear()
+
+
+class Nemesis:
+    """Injects bookie faults at random times, at most ``max_faulty`` bookies at once."""
+
+    def __init__(self, world: World, max_faulty: int, clients: list[str]) -> None:
+        self.world = world
+        self.max_faulty = max_faulty
+        self.clients = clients
+
+    async def run(self) -> None:
+        """Inject faults until cancelled."""
+        world, rng = self.world, self.world.rng
+        while True:
+            await asyncio.sleep(rng.uniform(0.005, 0.25))
+            faulty = [b for b, s in world.bookies.items() if not s.up or s.paused]
+            healthy = [b for b in world.bookies if b not in faulty]
+            action = rng.random()
+            if faulty and (len(faulty) >= self.max_faulty or action < 0.4):
+                victim = rng.choice(faulty)
+                if world.bookies[victim].paused:
+                    world.net.resume(victim)
+                else:
+                    world.restart(victim)
+            elif healthy and action < 0.65:
+                world.crash(rng.choice(healthy))
+            elif healthy and action < 0.85:
+                world.net.pause(rng.choice(healthy))
+            elif self.clients:
+                client, bookie = rng.choice(self.clients), rng.choice(list(world.bookies))
+                world.net.partition(client, bookie)
+                world.loop.call_later(rng.uniform(0.05, 2.0), world.net.heal, client, bookie)
+
+
+# -- actors -------------------------------------------------------------------------------
+
+
+async def _guard(world: World, who: str, call: Awaitable[Any]) -> Any:
+    """Await a protocol call; record a foreign exception; return None on any error."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        world.trace.log(f"{who} ERROR {type(exc).__name__}: {exc}")
+        world.history.on_error(who, exc)
+        return None
+
+
+def _record_ack(world: World, who: str, record: LedgerRecord, data: bytes) -> Callable[..., None]:
+    def done(fut: asyncio.Future[int]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            world.history.on_error(who, exc)
+            return
+        world.trace.log(f"{who} ACK L{record.ledger_id} e{fut.result()}")
+        world.history.on_ack(who, record, fut.result(), data)
+
+    return done
+
+
+async def write_entries(
+    world: World,
+    who: str,
+    writer: AsyncLedgerWriter,
+    record: LedgerRecord,
+    count: int,
+    *,
+    force_chance: float = 0.0,
+) -> bool:
+    """Append ``count`` entries in random bursts; False once the writer refuses."""
+    rng = world.rng
+    sent = 0
+    while sent < count:
+        burst = min(count - sent, rng.randint(1, 6))
+        futures = []
+        for _ in range(burst):
+            data = f"{who}:{record.ledger_id}:{sent}".encode()
+            try:
+                future = writer.append_nowait(data)
+            except WalogError as exc:
+                world.trace.log(f"{who} append refused: {type(exc).__name__}")
+                return False
+            future.add_done_callback(_record_ack(world, who, record, data))
+            futures.append(future)
+            sent += 1
+        if rng.random() < 0.5:
+            await asyncio.wait(futures)
+        else:
+            await asyncio.sleep(rng.uniform(0.0, 0.1))
+        if force_chance and rng.random() < force_chance:
+            synced = await _guard(world, who, writer.force())
+            if synced is not None:
+                world.trace.log(f"{who} FORCE L{record.ledger_id} -> {synced}")
+                world.history.on_force(record, synced)
+    return True
+
+
+async def close_writer(
+    world: World, who: str, writer: AsyncLedgerWriter, record: LedgerRecord
+) -> None:
+    """Close the writer's ledger and record the last entry it closed at."""
+    try:
+        await writer.close()
+    except WalogError as exc:
+        world.trace.log(f"{who} close failed: {type(exc).__name__}: {exc}")
+        return
+    except Exception as exc:
+        world.history.on_error(who, exc)
+        return
+    world.trace.log(f"{who} CLOSED L{record.ledger_id} at {writer.metadata.last_entry_id}")
+    world.history.on_close(who, record, writer.metadata.last_entry_id)
+
+
+async def recoverer(world: World, who: str, record: LedgerRecord, delay: float) -> None:
+    """A reader that fences and recovers the ledger after ``delay`` seconds."""
+    await asyncio.sleep(delay)
+    ctx = world.client(who)
+    result = await _guard(world, who, recover(ctx, record.ledger_id, KEY))
+    if result is not None:
+        metadata, _version = result
+        world.trace.log(f"{who} RECOVERED L{record.ledger_id} at {metadata.last_entry_id}")
+        world.history.on_close(who, record, metadata.last_entry_id)
+
+
+async def tailer(world: World, who: str, record: LedgerRecord) -> None:
+    """A non-fencing reader that follows the LAC and reads every confirmed entry."""
+    ctx = world.client(who)
+    opened = await _guard(world, who, ctx.read_metadata(record.ledger_id))
+    if opened is None:
+        return
+    reader = AsyncLedgerReader(ctx, opened[0], opened[1], KEY)
+    next_entry = 0
+    while True:
+        lac = await _guard(world, who, reader.wait_last_add_confirmed(next_entry - 1, 1.0))
+        if lac is not None and lac >= next_entry:
+            entries = await _guard(world, who, reader.read(next_entry, lac))
+            for entry in entries or []:
+                world.history.on_read(who, record, entry.entry_id, entry.data)
+                next_entry = entry.entry_id + 1
+        if reader.is_closed and next_entry > reader.last_add_confirmed:
+            await reader.close()
+            return
+
+
+async def new_ledger(
+    world: World, who: str, ctx: LedgerContext, durability: Durability = Durability.PERSISTENT
+) -> tuple[AsyncLedgerWriter, LedgerRecord]:
+    """Create a ledger with quorums drawn from the seed (E=Qw for VOLATILE)."""
+    rng = world.rng
+    ensemble = rng.randint(2, min(4, len(world.bookies)))
+    write = ensemble if durability is Durability.VOLATILE else rng.randint(2, ensemble)
+    ack = rng.randint(1, write) if write > 2 else 2
+    writer = await create_ledger(
+        ctx, ensemble, write, ack, durability=durability, placement=world.placement()
+    )
+    world.trace.log(f"{who} created L{writer.ledger_id} E={ensemble} Qw={write} Qa={ack}")
+    return writer, world.history.ledger(writer.metadata)
+
+
+# -- scenarios ----------------------------------------------------------------------------
+
+
+async def writer_under_faults(world: World) -> None:
+    """One writer appends while bookies crash, pause and get cut off; then it closes."""
+    ctx = world.client("w")
+    writer, record = await new_ledger(world, "w", ctx)
+    if await write_entries(world, "w", writer, record, world.rng.randint(3, 25)):
+        await close_writer(world, "w", writer, record)
+
+
+async def writer_crash(world: World) -> None:
+    """The writer dies mid-flight; one or two readers recover the ledger."""
+    rng = world.rng
+    ctx = world.client("w")
+    writer, record = await new_ledger(world, "w", ctx)
+    work = asyncio.ensure_future(write_entries(world, "w", writer, record, rng.randint(3, 25)))
+    await asyncio.sleep(rng.uniform(0.0, 0.2))
+    work.cancel()
+    await world.crash_client(ctx)
+    await asyncio.gather(
+        *(recoverer(world, f"r{i}", record, rng.uniform(0, 0.3)) for i in range(rng.randint(1, 2)))
+    )
+
+
+async def recovery_races_writer(world: World) -> None:
+    """Recoverers fence the ledger while its writer keeps appending and then closes."""
+    rng = world.rng
+    ctx = world.client("w")
+    writer, record = await new_ledger(world, "w", ctx)
+
+    async def write_then_close() -> None:
+        if await write_entries(world, "w", writer, record, rng.randint(5, 30)):
+            await close_writer(world, "w", writer, record)
+
+    await asyncio.gather(
+        write_then_close(),
+        *(recoverer(world, f"r{i}", record, rng.uniform(0, 0.3)) for i in range(rng.randint(1, 3))),
+    )
+
+
+async def tailing_reader(world: World) -> None:
+    """A non-fencing reader tails the ledger while the writer appends, then closes."""
+    rng = world.rng
+    ctx = world.client("w")
+    writer, record = await new_ledger(world, "w", ctx)
+    tail = asyncio.ensure_future(tailer(world, "t", record))
+    if await write_entries(world, "w", writer, record, rng.randint(3, 20)):
+        await close_writer(world, "w", writer, record)
+    else:
+        await recoverer(world, "r", record, 0.0)
+    await tail
+
+
+async def volatile_force(world: World) -> None:
+    """A VOLATILE ledger forced now and then while bookies crash and lose the unsynced."""
+    ctx = world.client("w")
+    writer, record = await new_ledger(world, "w", ctx, Durability.VOLATILE)
+    count = world.rng.randint(3, 20)
+    if await write_entries(world, "w", writer, record, count, force_chance=0.4):
+        synced = await _guard(world, "w", writer.force())
+        if synced is not None:
+            world.history.on_force(record, synced)
+        await close_writer(world, "w", writer, record)
+
+
+Scenario = Callable[[World], Awaitable[None]]
+SCENARIOS: dict[str, Scenario] = {
+    "writer_under_faults": writer_under_faults,
+    "writer_crash": writer_crash,
+    "recovery_races_writer": recovery_races_writer,
+    "tailing_reader": tailing_reader,
+    "volatile_force": volatile_force,
+}
+
+
+# -- one schedule -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    """The result of one schedule."""
+
+    seed: int
+    scenario: str
+    params: str
+    violations: list[Violation]
+    trace: list[tuple[float, str]]
+
+    @property
+    def ok(self) -> bool:
+        """True when no rule broke."""
+        return not self.violations
+
+    def report(self, last_events: int = 200) -> str:
+        """A readable failure report: seed, scenario, violations and the end of the trace."""
+        lines = [f"seed={self.seed} scenario={self.scenario} {self.params}"]
+        lines += [f"  VIOLATION {v}" for v in self.violations]
+        events = self.trace[-last_events:]
+        if len(self.trace) > len(events):
+            lines.append(f"  ... {len(self.trace) - len(events)} earlier events")
+        lines += [f"  {t:11.6f}  {text}" for t, text in events]
+        return "\n".join(lines)
+
+
+async def _final_phase(world: World) -> None:
+    """Heal everything, recover every ledger, read each with two fresh readers, check."""
+    world.trace.log("FINAL heal all, recover and read every ledger")
+    world.heal_all()
+    closed: dict[int, LedgerMetadata] = {}
+    contents: dict[int, list[list[tuple[int, bytes]]]] = {}
+    for ledger_id in sorted(world.history.ledgers):
+        auditor = world.client(f"audit{ledger_id}")
+        result = await _guard(world, "audit", recover(auditor, ledger_id, KEY))
+        if result is None:
+            continue
+        metadata, version = result
+        closed[ledger_id] = metadata
+        contents[ledger_id] = []
+        for i in range(2):
+            reader = AsyncLedgerReader(world.client(f"reader{i}"), metadata, version, KEY)
+            last = metadata.last_entry_id
+            entries = [] if last < 0 else await _guard(world, "reader", reader.read(0, last))
+            if entries is None:
+                world.history.violate("acked_entry_lost", f"L{ledger_id} unreadable to {last}")
+                entries = []
+            contents[ledger_id].append([(e.entry_id, e.data) for e in entries])
+    world.history.check_final(closed, contents)
+
+
+async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: float) -> None:
+    nemesis = Nemesis(world, max_faulty, ["w"])
+    chaos = asyncio.ensure_future(nemesis.run())
+
+    async def calm_down() -> None:
+        await asyncio.sleep(chaos_s)
+        chaos.cancel()
+        world.trace.log("chaos over")
+        world.heal_all()
+
+    calm = asyncio.ensure_future(calm_down())
+    try:
+        await asyncio.wait_for(scenario(world), SCENARIO_LIMIT_S)
+    except TimeoutError:
+        world.history.violate(
+            "stalled",
+            f"the scenario did not finish {SCENARIO_LIMIT_S - chaos_s:.0f}s after every "
+            "fault was healed",
+        )
+    finally:
+        calm.cancel()
+        chaos.cancel()
+        await asyncio.gather(chaos, calm, return_exceptions=True)
+    await asyncio.wait_for(_final_phase(world), FINAL_LIMIT_S)
+
+
+_current_trace: list[World] = []
+
+
+def _to_trace(_logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
+    """structlog processor: protocol log lines go into the schedule's trace, nowhere else."""
+    if _current_trace:
+        text = event.pop("event", "")
+        extra = " ".join(f"{k}={v}" for k, v in sorted(event.items()))
+        _current_trace[-1].trace.log(f"log {method} {text} {extra}")
+    raise structlog.DropEvent
+
+
+@contextmanager
+def _logs_into_trace(world: World) -> Iterator[None]:
+    saved = structlog.get_config()
+    structlog.configure(processors=[_to_trace], cache_logger_on_first_use=False)
+    _current_trace.append(world)
+    try:
+        yield
+    finally:
+        _current_trace.pop()
+        structlog.configure(**saved)
+
+
+def run_schedule(
+    seed: int, scenario: str | None = None, *, mutations_on: frozenset[str] = frozenset()
+) -> Outcome:
+    """Run one schedule: the seed picks the scenario (unless named), sizes and faults."""
+    loop = SimLoop(seed)
+    rng = loop.rng
+    name = scenario or rng.choice(sorted(SCENARIOS))
+    faults = FaultConfig(
+        delay_s=(0.0002, rng.choice([0.002, 0.01, 0.05])),
+        drop=rng.choice([0.0, 0.0, 0.01, 0.05]),
+        duplicate=rng.choice([0.0, 0.02]),
+    )
+    bookies = rng.randint(3, 5)
+    max_faulty = rng.choice([1, 1, 2])
+    chaos_s = rng.uniform(0.1, 3.0)
+    params = (
+        f"bookies={bookies} max_faulty={max_faulty} drop={faults.drop} dup={faults.duplicate} "
+        f"delay<={faults.delay_s[1]} chaos={chaos_s:.2f}s mutations={sorted(mutations_on) or '-'}"
+    )
+    world = World(loop, bookies, faults)
+    world.trace.log(f"START {name} {params}")
+    before = mutations.active()
+    asyncio.set_event_loop(loop)
+    try:
+        mutations.set_enabled(mutations_on)
+        with _logs_into_trace(world):
+            try:
+                loop.run_until_complete(_schedule(world, SCENARIOS[name], max_faulty, chaos_s))
+            except (SimDeadlock, SimStepLimit, TimeoutError) as exc:
+                world.history.violate("stuck", f"{type(exc).__name__}: {exc}")
+            with suppress(SimDeadlock, SimStepLimit):
+                _cancel_all(loop)
+    finally:
+        mutations.set_enabled(before)
+        asyncio.set_event_loop(None)
+        loop.close()
+    return Outcome(seed, name, params, list(world.history.violations), world.trace.events)
+
+
+__all__ = ["SCENARIOS", "Nemesis", "Outcome", "World", "run_schedule"]
