@@ -464,6 +464,10 @@ class AsyncLedgerWriter:
         for index in replacements:
             self._replaced.add(self._ensemble[index])
         self._ensemble = list(new_ensemble)
+        # The replaced indexes are healthy again: _send skips failed indexes, so they must
+        # leave _failed before the pending entries are resent to the replacements.
+        for index in replacements:
+            self._failed.pop(index, None)
         for add in self._pending:
             moved = [i for i in write_set(add.entry_id, self._e, self._qw) if i in replacements]
             add.acked.difference_update(moved)
