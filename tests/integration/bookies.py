@@ -58,6 +58,8 @@ class BookieProcess:
         self.extra_args = list(extra_args)
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.channel_credentials: grpc.ChannelCredentials | None = None
+        """Set for a TLS bookie: :meth:`wait_ready` then connects with these."""
 
     @property
     def bookie_id(self) -> str:
@@ -87,6 +89,12 @@ class BookieProcess:
         """Everything the process wrote so far."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def channel(self) -> grpc.Channel:
+        """A blocking channel to the bookie (TLS when :attr:`channel_credentials` is set)."""
+        if self.channel_credentials is None:
+            return grpc.insecure_channel(self.bookie_id)
+        return grpc.secure_channel(self.bookie_id, self.channel_credentials)
+
     def wait_ready(self, timeout: float = 30.0) -> BookieProcess:
         """Block until the health service reports SERVING.
 
@@ -95,7 +103,7 @@ class BookieProcess:
         """
         assert self.proc is not None, "start() first"
         deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.bookie_id) as channel:
+        with self.channel() as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:

@@ -242,3 +242,40 @@ async def test_long_poll_returns_when_the_lac_passes_previous(stub: pb_grpc.Book
     reply = await asyncio.wait_for(poll, timeout=20)
     assert reply.status == pb.OK and reply.lac == 0
     assert [e.entry_id for e in reply.entries] in ([], [1])
+
+
+async def test_force_covers_the_volatile_adds_of_its_frame(stub: pb_grpc.BookieStub) -> None:
+    ledger = 9
+    adds = [make_add(ledger, e, payload(ledger, e), durability=pb.VOLATILE) for e in range(10)]
+    force = pb.ForceRequest(ledger_id=ledger, request_id=77, master_key=master_key(b""))
+    results, forces = await send_frames(stub, [pb.AddFrame(adds=adds, forces=[force])])
+    assert {r.status for r in results} == {pb.OK}
+    assert [(f.request_id, f.status) for f in forces] == [(77, pb.OK)]
+    # Every add of the frame was synced by the force: the sync cursor covers them all.
+    assert forces[0].last_add_synced == 9
+
+
+async def test_explicit_lac_update_wakes_a_long_poll(stub: pb_grpc.BookieStub) -> None:
+    ledger = 10
+    adds = [make_add(ledger, e, payload(ledger, e), lac=e - 1) for e in range(3)]
+    await send_frames(stub, [pb.AddFrame(adds=adds)])
+    poll = asyncio.ensure_future(
+        stub.Read(
+            pb.ReadRequest(
+                ledger_id=ledger,
+                first_entry_id=2,
+                last_entry_id=2,
+                previous_lac=1,
+                long_poll_timeout_ms=30_000,
+            )
+        )
+    )
+    lac = pb.LacUpdate(ledger_id=ledger, lac=2, master_key=master_key(b""))
+    await send_frames(stub, [pb.AddFrame(lacs=[lac])])
+    reply = await asyncio.wait_for(poll, timeout=20)
+    assert (reply.status, reply.lac) == (pb.OK, 2)
+    lac_reply = await stub.ReadLac(pb.ReadLacRequest(ledger_id=ledger))
+    assert (lac_reply.lac, lac_reply.last_entry_id) == (2, 2)
+    assert lac_reply.last_entry.data == payload(ledger, 2)
+    unknown = await stub.ReadLac(pb.ReadLacRequest(ledger_id=999))
+    assert unknown.status == pb.NO_SUCH_LEDGER

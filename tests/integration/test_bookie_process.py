@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -224,3 +225,157 @@ def test_health_reports_serving(bookie: BookieProcess) -> None:
         stub = health_pb2_grpc.HealthStub(channel)
         reply = stub.Check(health_pb2.HealthCheckRequest(service="walog.bookie.v1.Bookie"))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_adds_over_the_inflight_bound_get_too_many_requests(tmp_path: Path) -> None:
+    bound = 1024 * 1024
+    bookie = BookieProcess(
+        tmp_path / "bookie",
+        f"sqlite:///{tmp_path}/meta.db",
+        extra_args=["--max-inflight-bytes", str(bound), "--max-entry-bytes", str(bound)],
+    )
+
+    async def scenario() -> list[list[int]]:
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            big = [make_add(12, e, bytes(600_000)) for e in range(3)]
+            # One frame: the adds are admitted in order before any completes, so the first
+            # fits and the other two would exceed the bound.
+            first, _ = await send_frames(stub, [pb.AddFrame(adds=big)])
+            # Once answered, the bytes are released: the same adds fit again one by one.
+            again, _ = await send_frames(stub, [pb.AddFrame(adds=[big[1]])])
+            return [
+                sorted((r.entry_id, r.status) for r in first),
+                [r.status for r in again],
+            ]
+
+    try:
+        bookie.start().wait_ready()
+        first, again = asyncio.run(scenario())
+        assert first == [(0, pb.OK), (1, pb.TOO_MANY_REQUESTS), (2, pb.TOO_MANY_REQUESTS)]
+        assert again == [pb.OK]
+    finally:
+        bookie.stop_quietly()
+
+
+async def test_sigterm_ends_open_add_streams_cleanly(tmp_path: Path) -> None:
+    bookie = BookieProcess(tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db")
+    try:
+        bookie.start().wait_ready()
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            call = pb_grpc.BookieStub(channel).Add()
+            await call.write(pb.AddFrame(adds=[make_add(13, 0, b"before drain")]))
+            responses = call.__aiter__()
+            first = await responses.__anext__()
+            assert [r.status for r in first.results] == [pb.OK]
+            # The client keeps its stream open; the drain must end it, not wait forever.
+            bookie.signal(signal.SIGTERM)
+            remaining = [frame async for frame in responses]
+            assert remaining == []
+            assert await call.code() == grpc.StatusCode.OK
+        assert await asyncio.to_thread(bookie.wait) == 0
+    finally:
+        bookie.stop_quietly()
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def certificates(tmp_path: Path) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=walog-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=d,
+    )
+    for name, extra in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "")):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
+        ext = d / f"{name}.ext"
+        ext.write_text(extra + "\n" if extra else "basicConstraints=CA:FALSE\n")
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            f"{name}.pem",
+            "-extfile",
+            str(ext),
+            cwd=d,
+        )
+    return d
+
+
+def test_mutual_tls_requires_a_client_certificate(tmp_path: Path, certificates: Path) -> None:
+    d = certificates
+    bookie = BookieProcess(
+        tmp_path / "bookie",
+        f"sqlite:///{tmp_path}/meta.db",
+        extra_args=[
+            "--tls-cert",
+            str(d / "server.pem"),
+            "--tls-key",
+            str(d / "server.key"),
+            "--tls-ca",
+            str(d / "ca.pem"),
+        ],
+    )
+    ca = (d / "ca.pem").read_bytes()
+    bookie.channel_credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca,
+        private_key=(d / "client.key").read_bytes(),
+        certificate_chain=(d / "client.pem").read_bytes(),
+    )
+    try:
+        bookie.start().wait_ready()
+        with bookie.channel() as channel:
+            info = pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)
+        assert info.bookie_id == bookie.bookie_id
+        anonymous = grpc.ssl_channel_credentials(root_certificates=ca)
+        with (
+            grpc.secure_channel(bookie.bookie_id, anonymous) as channel,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        with (
+            grpc.insecure_channel(bookie.bookie_id) as channel,
+            pytest.raises(grpc.RpcError),
+        ):
+            pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)
+    finally:
+        bookie.stop_quietly()
