@@ -1,7 +1,8 @@
 """The ``walog`` command (also ``python -m walog``).
 
 Every subcommand takes ``--metadata URI`` (default: the ``WALOG_METADATA`` environment
-variable) and answers ``--help``. Errors print one line, ``walog: error: ...``, on stderr
+variable) and answers ``--help``. Log lines of the library go to stderr, from WARNING up
+(``WALOG_LOG_LEVEL=INFO`` shows more). Errors print one line, ``walog: error: ...``, on stderr
 and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from this
 build, 130 on Ctrl-C); never a traceback.
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from walog.client import Client
 
 ENV_METADATA = "WALOG_METADATA"
+ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
 
 # name -> (module, function, what it is): implemented elsewhere, arguments passed unchanged.
 _DELEGATED: dict[str, tuple[str, str, str]] = {
@@ -393,12 +395,31 @@ def _build_parser() -> _Parser:
     return parser
 
 
+def _configure_logging() -> None:
+    """Library log lines go to stderr, WARNING and up (``WALOG_LOG_LEVEL`` to change), so
+    stdout carries only the command's output. An application's own set-up is kept."""
+    import logging
+
+    import structlog
+
+    if structlog.is_configured():
+        return
+    level = logging.getLevelName(os.environ.get(ENV_LOG_LEVEL, "WARNING").upper())
+    if not isinstance(level, int):
+        raise CliError(f"{ENV_LOG_LEVEL} must be DEBUG, INFO, WARNING or ERROR", 2)
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``walog`` command with ``argv`` (default ``sys.argv[1:]``); return the status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         if args_list and args_list[0] in _DELEGATED:
             return _run_delegated(args_list[0], args_list[1:])
+        _configure_logging()
         args = _build_parser().parse_args(args_list)
         status: int = args.func(args)
         return status
@@ -427,4 +448,4 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-__all__ = ["ENV_METADATA", "CliError", "main"]
+__all__ = ["ENV_LOG_LEVEL", "ENV_METADATA", "CliError", "main"]

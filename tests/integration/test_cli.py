@@ -1,0 +1,264 @@
+"""The ``walog`` command: every subcommand answers --help, errors are one line, and the
+ledger and log subcommands work against a real cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+import walog
+from walog import cli
+from walog.testing import LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACT = REPO.parent / "shared" / "CONTRACT.md"
+SUBCOMMANDS = [
+    ["quickstart"],
+    ["bookie"],
+    ["local"],
+    ["append"],
+    ["tail"],
+    ["ledgers"],
+    ["ledger", "show"],
+    ["logs"],
+    ["log", "show"],
+    ["truncate"],
+    ["recover"],
+    ["archive"],
+    ["autorecovery"],
+    ["bench"],
+]
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging_config() -> Iterator[None]:
+    """The CLI configures structlog for its process; keep other tests' configuration."""
+    saved = structlog.get_config()
+    was_configured = structlog.is_configured()
+    yield
+    if was_configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``walog ARGV`` in this process: (status, stdout, stderr)."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:  # --help and --version exit through argparse
+        status = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    env.pop("WALOG_METADATA", None)
+    env.update(extra)
+    return env
+
+
+def test_subcommand_list_matches_the_contract() -> None:
+    if not CONTRACT.is_file():
+        pytest.skip(f"{CONTRACT} is absent")
+    section = CONTRACT.read_text().split("## CLI", 1)[1].split("\n\n")[1]
+    names = re.findall(r"`([a-z]+(?: [a-z]+)?)(?: [A-Z]+)?`", section)
+    assert sorted(names) == sorted(" ".join(words) for words in SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("words", SUBCOMMANDS, ids=" ".join)
+def test_every_subcommand_answers_help_and_takes_metadata(
+    words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _run([*words, "--help"], capsys)
+    assert status == 0, err
+    assert "usage:" in out
+    assert "--metadata" in out
+
+
+def test_python_dash_m_walog_is_the_same_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "walog", "--help"], env=_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    for words in SUBCOMMANDS:
+        assert words[0] in done.stdout
+
+
+def test_bad_metadata_uri_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(["ledgers", "--metadata", "mysql://db/x"], capsys)
+    assert status != 0
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("walog: error: ")
+    assert "Traceback" not in err
+
+
+def test_bad_metadata_uri_from_the_environment_in_a_subprocess() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "walog", "logs"],
+        env=_env(WALOG_METADATA="zk://"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert done.stderr.startswith("walog: error: ")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_missing_metadata_names_the_flag_and_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WALOG_METADATA", raising=False)
+    status, _, err = _run(["ledgers"], capsys)
+    assert status == 2
+    assert "--metadata" in err and "WALOG_METADATA" in err
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run(["ledger", "show", "not-a-number", "--metadata", "sqlite:///x"], capsys)
+    assert status == 2
+    assert err.startswith("walog: error: ") and err.count("\n") == 1
+    status, _, err = _run(["no-such-command"], capsys)
+    assert status == 2
+    assert err.startswith("walog: error: ") and err.count("\n") == 1
+
+
+def test_feature_missing_from_the_build_is_reported_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(cli._DELEGATED, "bench", ("walog.not_built", "main", "benchmarks"))
+    status, _, err = _run(["bench", "--quick"], capsys)
+    assert status == 2
+    assert err == "walog: error: benchmarking is not available in this build\n"
+    status, out, _ = _run(["bench", "--help"], capsys)
+    assert status == 0 and "usage:" in out
+
+
+def test_bookie_subcommand_hands_its_arguments_to_the_bookie(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = _run(["bookie", "--help"], capsys)
+    assert status == 0
+    assert "--data-dir" in out and "--allow-format" in out
+
+
+def test_ledger_commands_against_a_cluster(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WALOG_METADATA", cluster.metadata_uri)
+    with walog.connect(cluster.metadata_uri) as client:
+        closed = client.create_ledger()
+        closed.append(b"a")
+        closed.close()
+        open_ledger = client.create_ledger()
+        open_ledger.append(b"b")
+        open_ledger.append(b"c")
+
+        status, out, err = _run(["ledgers"], capsys)
+        assert status == 0, err
+        assert {closed.ledger_id, open_ledger.ledger_id} <= {int(x) for x in out.split()}
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        assert status == 0, err
+        shown = json.loads(out)
+        assert shown["state"] == "CLOSED" and shown["last_entry_id"] == 0
+        assert len(shown["ensembles"][0][1]) == 3
+
+        status, out, err = _run(["recover", str(open_ledger.ledger_id)], capsys)
+        assert status == 0, err
+        assert out.strip() == f"ledger {open_ledger.ledger_id}: CLOSED, last entry 1"
+        assert client.ledger_metadata(open_ledger.ledger_id).state == "CLOSED"
+
+    status, _, err = _run(["ledger", "show", "999999999"], capsys)
+    assert status == 1
+    assert err.startswith("walog: error: NoSuchLedgerError") and err.count("\n") == 1
+
+
+def test_log_commands_against_a_cluster(
+    cluster: LocalCluster,
+    log_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("walog.log.sync", reason="the log layer is not in this build")
+    monkeypatch.setenv("WALOG_METADATA", cluster.metadata_uri)
+    status, out, err = _run(["append", log_name, "one", "two"], capsys)
+    assert status == 0, err
+    positions = [walog.Position.parse(line) for line in out.split()]
+    assert len(positions) == 2 and positions[0] < positions[1]
+
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"three\nfour\n"))
+    status, out, err = _run(["append", log_name], capsys)
+    assert status == 0, err
+    assert len(out.split()) == 2
+
+    status, out, err = _run(["logs"], capsys)
+    assert status == 0 and log_name in out.split(), err
+
+    status, out, err = _run(["tail", log_name, "--idle-timeout", "2", "-n", "4"], capsys)
+    assert status == 0, err
+    assert [line.split("\t")[1] for line in out.splitlines()] == ["one", "two", "three", "four"]
+    status, out, err = _run(["tail", log_name, "--from", str(positions[1]), "-n", "1"], capsys)
+    assert status == 0, err
+    assert out == f"{positions[1]}\ttwo\n"
+    status, out, err = _run(["tail", log_name, "--json", "-n", "1"], capsys)
+    assert status == 0, err
+    assert json.loads(out)["data"] == "one"
+
+    status, out, err = _run(["log", "show", log_name], capsys)
+    assert status == 0, err
+    segments = json.loads(out)["segments"]
+    assert segments and all("ledger_id" in s for s in segments)
+
+    status, out, err = _run(["truncate", log_name, "--before", str(positions[0])], capsys)
+    assert status == 0, err
+    assert out.startswith("deleted 0 ledger(s)")
+
+    status, _, err = _run(["log", "show", f"{log_name}-absent"], capsys)
+    assert status == 1 and "NoSuchLogError" in err
+
+
+class _Stdin:
+    """Stands in for sys.stdin: the CLI reads bytes from ``sys.stdin.buffer``."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+
+def test_local_runs_a_cluster_until_sigterm(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walog", "local", "--bookies", "2", "--data-dir", str(tmp_path)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        uri = proc.stdout.readline().strip()
+        assert uri == f"sqlite:///{tmp_path / 'meta.db'}", proc.stderr and proc.stderr.read()
+        with walog.connect(uri) as client:
+            assert len(client.bookies()) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (tmp_path / "logs" / "bookie-1.log").exists()
