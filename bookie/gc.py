@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Protocol
 
 import structlog
@@ -88,7 +88,7 @@ class LedgerCollector:
         self,
         core: CollectableCore,
         store: MetadataStore,
-        last_write: Mapping[int, float],
+        last_write: MutableMapping[int, float],
         *,
         interval: float,
         grace: float,
@@ -120,6 +120,8 @@ class LedgerCollector:
         confirmed = [c for c in candidates if await self._store.exists(ledger_path(c)) is None]
         if confirmed:
             await self._core.delete_ledgers(confirmed)
+            for ledger_id in confirmed:
+                self._last_write.pop(ledger_id, None)
             self.deleted_total += len(confirmed)
             log.info("deleted ledgers absent from metadata", ledger_ids=confirmed)
         return confirmed

@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import structlog
 
@@ -39,12 +40,20 @@ log = structlog.get_logger("bookie")
 _DEFAULTS = BookieConfig(data_dir=Path("."), listen="h:1", metadata="sqlite:///x")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags: one line on stderr (no usage block), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the bookie command (flags map 1:1 onto BookieConfig)."""
     d = _DEFAULTS
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="walog bookie",
-        description="Run a walog bookie: the storage server of ledger entries.",
+        description="Run a walog bookie: the storage server of ledger entries. "
+        "See docs/bookies.md.",
     )
     p.add_argument("--data-dir", type=Path, required=True, help="entry logs, index, cookie")
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address = bookie id")
@@ -58,16 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-format", action="store_true", help="format even if disk and metadata disagree"
     )
-    p.add_argument("--group-wait-ms", type=float, default=d.group_wait_ms)
-    p.add_argument("--group-max-bytes", type=int, default=d.group_max_bytes)
-    p.add_argument("--volatile-flush-interval", type=float, default=d.volatile_flush_interval)
-    p.add_argument("--max-inflight-bytes", type=int, default=d.max_inflight_bytes)
-    p.add_argument("--max-entry-bytes", type=int, default=d.max_entry_bytes)
-    p.add_argument("--gc-interval", type=float, default=d.gc_interval)
-    p.add_argument("--gc-grace", type=float, default=d.gc_grace)
-    p.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
-    p.add_argument("--metadata-timeout", type=float, default=d.metadata_timeout)
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    tuning = [
+        ("--group-wait-ms", float, d.group_wait_ms, "longest wait of a journal group commit"),
+        ("--group-max-bytes", int, d.group_max_bytes, "a journal group commits at this size"),
+        ("--volatile-flush-interval", float, d.volatile_flush_interval,
+         "seconds between syncs of VOLATILE entries"),
+        ("--max-inflight-bytes", int, d.max_inflight_bytes,
+         "unanswered add bytes before TOO_MANY_REQUESTS"),
+        ("--max-entry-bytes", int, d.max_entry_bytes, "largest entry payload accepted"),
+        ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
+        ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
+        ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
+        ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
+    ]  # fmt: skip
+    for flag, kind, default, text in tuning:
+        p.add_argument(flag, type=kind, default=default, metavar="N", help=f"{text} [{default}]")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR [INFO]")
     return p
 
 
