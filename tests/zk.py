@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -124,9 +125,20 @@ class ZooKeeperServer:
         self.stop()
         raise ZooKeeperUnavailable(f"ZooKeeper did not start on port {self.port}:\n{log_tail}")
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): clients see a silent, unresponsive peer."""
+        assert self._proc is not None, "server not started"
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server run again (SIGCONT)."""
+        assert self._proc is not None, "server not started"
+        self._proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the server and remove its data."""
         if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=10)

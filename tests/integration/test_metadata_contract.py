@@ -407,3 +407,36 @@ async def test_calls_after_close_raise_metadata_error(store_uri: str) -> None:
     with pytest.raises(MetadataError) as info:
         await closing.get("/a")
     assert not is_retriable(info.value)
+
+
+# -- ZooKeeper connection loss ------------------------------------------------------------
+
+
+@pytest.mark.zk
+async def test_zookeeper_calls_wait_out_a_suspended_connection() -> None:
+    from tests.zk import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        uri = server.uri("/suspend", session_timeout=8)
+        store = await open_store(uri, timeout=15)
+        try:
+            await store.create("/a", b"v0")
+            await store.register("/live/me", b"")
+            probe = Probe()
+            store.watch("/a", probe)
+            await probe.next()
+            session = store._client.client_id  # type: ignore[attr-defined]
+            server.pause()
+            # Long enough for kazoo to drop the connection (about 2/3 of the session
+            # timeout without an answer), short of the session expiring.
+            pending = asyncio.create_task(store.set("/a", b"v1", 0))
+            await asyncio.sleep(6)
+            server.resume()
+            assert await pending == 1
+            assert store._client.client_id == session  # type: ignore[attr-defined]
+            assert await store.exists("/live/me") == 0
+            probe.drain()
+            await store.set("/a", b"v2", 1)
+            await probe.next()
+        finally:
+            await store.close()

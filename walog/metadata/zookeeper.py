@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import logging
 import threading
@@ -101,7 +102,7 @@ class ZooKeeperStore(MetadataStore):
         store = cls(config, timeout=timeout)
         store._client.add_listener(store._on_state)
         try:
-            await store._run(store._start, config.chroot)
+            await store._run(lambda _retried: store._start(), config.chroot)
         except BaseException:
             await asyncio.to_thread(store._shutdown)
             raise
@@ -137,7 +138,10 @@ class ZooKeeperStore(MetadataStore):
             hosts = self._config.connect_string
             raise MetadataError(f"ZooKeeper {hosts} failed on {path}: {exc!r}") from exc
 
-    async def _run(self, fn: Callable[[], T], path: str) -> T:
+    async def _run(self, fn: Callable[[bool], T], path: str) -> T:
+        """Run ``fn(retried)`` on the call pool, retrying connection errors until the
+        timeout; ``retried`` tells ``fn`` that an earlier attempt may have been applied
+        by the server although its reply was lost."""
         if self._closed:
             raise self._closed_error()
         loop = asyncio.get_running_loop()
@@ -148,7 +152,8 @@ class ZooKeeperStore(MetadataStore):
             reraise=True,
         ):
             with attempt:
-                return await loop.run_in_executor(self._calls, self._call, fn, path)
+                call = functools.partial(fn, attempt.retry_state.attempt_number > 1)
+                return await loop.run_in_executor(self._calls, self._call, call, path)
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _wait(self, async_result: Any) -> Any:
@@ -159,21 +164,27 @@ class ZooKeeperStore(MetadataStore):
     async def get(self, path: str) -> tuple[bytes, int]:
         """Return ``(data, version)``; :class:`NodeNotFoundError` if absent."""
         full = self._full(path)
-        data, stat = await self._run(lambda: self._wait(self._client.get_async(full)), path)
+        data, stat = await self._run(
+            lambda _retried: self._wait(self._client.get_async(full)), path
+        )
         return bytes(data), int(stat.version)
 
     async def exists(self, path: str) -> int | None:
         """Return the record's version, or None when it does not exist."""
         full = self._full(path)
-        stat = await self._run(lambda: self._wait(self._client.exists_async(full)), path)
+        stat = await self._run(lambda _retried: self._wait(self._client.exists_async(full)), path)
         return None if stat is None else int(stat.version)
 
     async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
         """Create a record (version 0); :class:`NodeExistsError` if it exists."""
         full, payload = self._full(path), bytes(data)
 
-        def op() -> int:
-            self._wait(self._client.create_async(full, payload, makepath=make_parents))
+        def op(retried: bool) -> int:
+            try:
+                self._wait(self._client.create_async(full, payload, makepath=make_parents))
+            except KazooNodeExistsError:
+                if not (retried and self._is_state(full, payload, 0)):
+                    raise
             return 0
 
         return await self._run(op, path)
@@ -182,8 +193,13 @@ class ZooKeeperStore(MetadataStore):
         """Compare-and-swap the data (``version == -1`` matches any); return the new version."""
         full, payload = self._full(path), bytes(data)
 
-        def op() -> int:
-            return int(self._wait(self._client.set_async(full, payload, version)).version)
+        def op(retried: bool) -> int:
+            try:
+                return int(self._wait(self._client.set_async(full, payload, version)).version)
+            except BadVersionError:
+                if retried and version != -1 and self._is_state(full, payload, version + 1):
+                    return version + 1
+                raise
 
         return await self._run(op, path)
 
@@ -197,9 +213,11 @@ class ZooKeeperStore(MetadataStore):
         if full == (self._root or "/"):
             raise ValueError("the root metadata record cannot be deleted")
 
-        def op() -> None:
+        def op(retried: bool) -> None:
             stat = self._wait(self._client.exists_async(full))
             if stat is None:
+                if retried:
+                    return  # the lost reply was to our own delete (or someone else's)
                 raise NoNodeError()
             if version not in (-1, stat.version):
                 raise BadVersionError()
@@ -211,6 +229,14 @@ class ZooKeeperStore(MetadataStore):
                     self._wait(self._client.delete_async(full, version))
 
         await self._run(op, path)
+
+    def _is_state(self, full: str, data: bytes, version: int) -> bool:
+        """After a lost reply: does the record hold what our own call would have left?"""
+        try:
+            current, stat = self._wait(self._client.get_async(full))
+        except NoNodeError:
+            return False
+        return bool(current == data and stat.version == version)
 
     def _delete_children(self, full: str) -> None:
         try:
@@ -227,7 +253,7 @@ class ZooKeeperStore(MetadataStore):
         """Sorted names of the direct children of ``path``; [] when none or absent."""
         full = self._full(path)
 
-        def op() -> list[str]:
+        def op(_retried: bool) -> list[str]:
             try:
                 return sorted(self._wait(self._client.get_children_async(full)))
             except NoNodeError:
@@ -243,7 +269,7 @@ class ZooKeeperStore(MetadataStore):
         """
         full = f"{self._root}{COUNTERS}/{check_counter(counter)}"
 
-        def op() -> int:
+        def op(_retried: bool) -> int:
             try:
                 return int(self._wait(self._client.set_async(full, b"", -1)).version)
             except NoNodeError:
@@ -271,7 +297,7 @@ class ZooKeeperStore(MetadataStore):
     async def register(self, path: str, data: bytes) -> None:
         """Create an ephemeral record; :class:`NodeExistsError` if the path is taken."""
         full, payload = self._full(path), bytes(data)
-        await self._run(lambda: self._create_ephemeral(full, payload), path)
+        await self._run(lambda _retried: self._create_ephemeral(full, payload), path)
         with self._lock:
             self._registered[path] = payload
 
@@ -281,7 +307,7 @@ class ZooKeeperStore(MetadataStore):
         with self._lock:
             self._registered.pop(path, None)
 
-        def op() -> None:
+        def op(_retried: bool) -> None:
             stat = self._wait(self._client.exists_async(full))
             if stat is not None and stat.ephemeralOwner == self._session_id():
                 with contextlib.suppress(NoNodeError):
@@ -350,7 +376,9 @@ class ZooKeeperStore(MetadataStore):
                 if callbacks is not None:
                     callbacks.pop(token, None)
                     if not callbacks:
+                        # A pending one-shot watch finds no callbacks and is not re-armed.
                         del self._watches[path]
+                        self._handlers.pop(path, None)
 
         return unsubscribe
 
