@@ -1,0 +1,159 @@
+"""Striping and ensemble changes against real bookie processes (seed 000, "Write quorums",
+"Writing to ledgers"). Each test has a cluster of its own: it kills bookies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+import walog.aio as aio
+from walog.errors import BookieUnavailableError, NotEnoughBookiesError
+from walog.ledger.context import ClientConfig, Timeouts
+from walog.ledger.durability import Durability
+from walog.testing import LocalCluster
+from walog.transport.base import Status
+
+CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
+
+
+@pytest.fixture
+async def client(fresh_cluster: LocalCluster) -> AsyncIterator[aio.AsyncClient]:
+    async with await aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as c:
+        yield c
+
+
+async def _holders(
+    client: aio.AsyncClient, bookies: tuple[str, ...], ledger_id: int, entry_id: int
+) -> set[int]:
+    """Ensemble indexes of the bookies that hold the entry (raw per-bookie reads)."""
+    held = set()
+    for index, bookie in enumerate(bookies):
+        reply = await client.ctx.pool.get(bookie).read(ledger_id, entry_id, entry_id)
+        if reply.status is Status.OK and reply.entries:
+            held.add(index)
+    return held
+
+
+async def _eventually(check: Callable[[], Awaitable[None]]) -> None:
+    """Retry an async assertion: copies beyond the ack quorum may still be in flight."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_delay(15),
+        wait=wait_fixed(0.05),
+        retry=retry_if_exception_type(AssertionError),
+        reraise=True,
+    ):
+        with attempt:
+            await check()
+
+
+async def test_entries_are_striped_over_write_quorums_as_in_seed_000(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    fresh_cluster.add_bookie()
+    writer = await client.create_ledger(4, 3, 2)
+    await asyncio.gather(*(writer.append_nowait(b"%d" % i) for i in range(6)))
+    await writer.close()
+    ensemble = writer.metadata.last_ensemble
+    b1, b2, b3, b4 = range(4)
+    table = {
+        0: {b1, b2, b3},
+        1: {b2, b3, b4},
+        2: {b3, b4, b1},
+        3: {b4, b1, b2},
+        4: {b1, b2, b3},
+        5: {b2, b3, b4},
+    }
+
+    async def check() -> None:
+        for entry_id, quorum in table.items():
+            held = await _holders(client, ensemble, writer.ledger_id, entry_id)
+            assert held == quorum, f"entry {entry_id}: held by {held}, write quorum {quorum}"
+
+    await _eventually(check)
+
+
+async def test_killed_bookie_is_replaced_and_no_acked_entry_is_lost(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    fresh_cluster.add_bookie()
+    writer = await client.create_ledger(3, 3, 2)
+    first = writer.metadata.last_ensemble
+    (spare,) = set(fresh_cluster.bookie_ids) - set(first)
+    victim = first[0]
+    acked: list[int] = []
+    killed = asyncio.Event()
+
+    async def write() -> None:
+        for batch in range(30):
+            futures = [writer.append_nowait(b"entry-%d-%d" % (batch, i)) for i in range(20)]
+            if batch == 10:
+                fresh_cluster.kill(victim)  # mid-stream: adds of this batch are in flight
+                killed.set()
+            acked.extend(await asyncio.gather(*futures))
+
+    await write()
+    assert killed.is_set()
+    await writer.close()
+    assert acked == list(range(600))
+
+    metadata = await client.ledger_metadata(writer.ledger_id)
+    assert metadata.last_entry_id == 599
+    assert len(metadata.ensembles) == 2
+    change_at, ensemble = metadata.ensembles[-1]
+    assert 0 < change_at <= 220
+    assert ensemble == tuple(spare if b == victim else b for b in first)
+    replacement = spare
+
+    async def check() -> None:
+        # Every entry of the new fragment reached its whole write quorum, the replacement
+        # included (pending entries were resent to it).
+        for entry_id in range(change_at, 600, 37):
+            held = await _holders(client, ensemble, writer.ledger_id, entry_id)
+            assert held == {0, 1, 2}, f"entry {entry_id} held by {held}"
+
+    await _eventually(check)
+    reply = await client.ctx.pool.get(replacement).read(writer.ledger_id, change_at, 599)
+    assert reply.status is Status.OK
+    assert len(reply.entries) == 600 - change_at
+
+    reader = await client.open_ledger(writer.ledger_id, recovery=False)
+    entries = await reader.read(0, 599)
+    assert [e.data for e in entries] == [b"entry-%d-%d" % (i // 20, i % 20) for i in range(600)]
+
+
+async def test_without_a_replacement_writes_go_on_while_ack_quorum_is_reachable(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    writer = await client.create_ledger(3, 3, 2)
+    await writer.append(b"before")
+    ensemble = writer.metadata.last_ensemble
+    fresh_cluster.kill(ensemble[0])
+    assert await asyncio.gather(*(writer.append_nowait(b"x") for _ in range(20))) == list(
+        range(1, 21)
+    )
+    assert len((await client.ledger_metadata(writer.ledger_id)).ensembles) == 1
+
+    fresh_cluster.kill(ensemble[1])
+    with pytest.raises(NotEnoughBookiesError, match="ack_quorum=2 can no longer be reached"):
+        for _ in range(50):
+            await writer.append(b"y")
+    with pytest.raises(NotEnoughBookiesError):
+        writer.append_nowait(b"z")
+    await writer.close()
+    assert (await client.ledger_metadata(writer.ledger_id)).last_entry_id == 20
+
+
+async def test_volatile_ledger_never_changes_its_ensemble(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    fresh_cluster.add_bookie()
+    writer = await client.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+    await writer.append(b"a")
+    fresh_cluster.kill(writer.metadata.last_ensemble[2])
+    with pytest.raises(BookieUnavailableError, match="VOLATILE"):
+        for _ in range(50):
+            await writer.append(b"b")
+    assert len((await client.ledger_metadata(writer.ledger_id)).ensembles) == 1
