@@ -348,7 +348,7 @@ class SqliteStore(MetadataStore):
         def op(conn: sqlite3.Connection) -> None:
             with self._lock:
                 with _write_txn(conn) as seq:
-                    self._touch_session(conn)
+                    self._refresh_session(conn, seq)
                     _insert(conn, path, payload, seq, self._session, True)
                 self._registered[path] = payload
 
@@ -373,23 +373,27 @@ class SqliteStore(MetadataStore):
     def _heartbeat_once(self, conn: sqlite3.Connection) -> None:
         """Refresh this session (re-creating purged records) and purge expired sessions."""
         with self._lock:
-            registered = dict(self._registered)
-            if not registered:
+            if not self._registered:
                 now = time.time()
                 if conn.execute("SELECT 1 FROM sessions WHERE expires_at <= ?", (now,)).fetchone():
                     with _write_txn(conn):
                         pass  # the transaction purges expired sessions
                 return
             with _write_txn(conn) as seq:
-                if self._touch_session(conn):
-                    return
-                # This process was paused past its expiry and another purged its records.
-                for path, data in registered.items():
-                    try:
-                        _insert(conn, path, data, seq, self._session, True)
-                    except NodeExistsError:
-                        log.warning("liveness record %s was taken by another session", path)
-                log.warning("sqlite metadata session expired; re-registered %s", list(registered))
+                self._refresh_session(conn, seq)
+
+    def _refresh_session(self, conn: sqlite3.Connection, seq: int) -> None:
+        """Inside a write transaction, holding ``_lock``: keep this session alive, and
+        re-create its records if it had expired and another process purged them."""
+        if self._touch_session(conn) or not self._registered:
+            return
+        # This process was paused past its expiry (or its heartbeat starved).
+        for path, data in self._registered.items():
+            try:
+                _insert(conn, path, data, seq, self._session, True)
+            except NodeExistsError:
+                log.warning("liveness record %s was taken by another session", path)
+        log.warning("sqlite metadata session expired; re-registered %s", list(self._registered))
 
     def _thread_main(self, step: Callable[[sqlite3.Connection], None], interval: float) -> None:
         # Periodic worker with its own connection; errors are logged and the next tick retries.
