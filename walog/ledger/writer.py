@@ -376,6 +376,10 @@ class AsyncLedgerWriter:
     def _bookie_failed(self, index: int, bookie: str, reason: str) -> None:
         if self._error is not None or self._state == "closed":
             return
+        if self._state == "closing" and not self._pending:
+            # Every entry is settled and the close CAS may be in flight: an ensemble change
+            # now would write a new fragment into the metadata of a CLOSED ledger.
+            return
         if self._ensemble[index] != bookie or index in self._failed:
             return  # already replaced, or a change for it is under way
         if index in self._unreplaceable:
