@@ -20,6 +20,13 @@ Rule names (used in reports and in docs/correctness.md):
 - ``recovery_failed``: with every bookie back and no faults, recovery completes.
 - ``foreign_error``: protocol code raises only WalogError (and cancellation).
 - ``stalled``: once every fault is healed, the scenario finishes (liveness).
+- ``ledger_state_went_back``: a ledger's state only moves OPEN -> IN_RECOVERY -> CLOSED.
+- ``closed_ledger_changed``: a CLOSED ledger's last entry and fragments never change.
+- ``writer_closed_recovering_ledger``: the writer never closes a ledger that is
+  IN_RECOVERY (seed 000, "Closing a ledger as a writer": it must report an error). Checked
+  on the metadata store's transitions: the session that created the ledger must not be the
+  one that moves it IN_RECOVERY -> CLOSED (scenarios never let a writer's own client
+  recover its ledger).
 - ``stuck``: the event loop deadlocked or spun (every task waits forever, or a livelock).
 """
 
@@ -30,7 +37,9 @@ from collections.abc import Mapping, Sequence
 
 from tests.sim.bookie import SimBookie
 from walog.ledger.durability import Durability
-from walog.metadata.layout import LedgerMetadata
+from walog.metadata.layout import LEDGERS, LedgerMetadata
+
+_STATE_ORDER = {"OPEN": 0, "IN_RECOVERY": 1, "CLOSED": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +75,7 @@ class History:
         self._bookies = bookies
         self.ledgers: dict[int, LedgerRecord] = {}
         self.violations: list[Violation] = []
+        self._creators: dict[str, str] = {}
 
     def violate(self, rule: str, detail: str) -> None:
         """Record a broken rule."""
@@ -129,6 +139,41 @@ class History:
 
         if not isinstance(exc, WalogError):
             self.violate("foreign_error", f"{who}: {type(exc).__name__}: {exc}")
+
+    # -- metadata transitions (an observer of the simulated metadata server) ----------------
+
+    def on_metadata(self, session: str, path: str, old: bytes | None, new: bytes | None) -> None:
+        """Check one change of a ledger record against the state-machine rules."""
+        if not path.startswith(LEDGERS + "/"):
+            return
+        if old is None and new is not None:
+            self._creators[path] = session
+            return
+        if old is None or new is None:
+            return
+        before, after = LedgerMetadata.from_json(old), LedgerMetadata.from_json(new)
+        lid = after.ledger_id
+        if _STATE_ORDER[after.state] < _STATE_ORDER[before.state]:
+            self.violate(
+                "ledger_state_went_back", f"{session} set L{lid} {before.state}->{after.state}"
+            )
+        if before.is_closed and (
+            after.last_entry_id != before.last_entry_id or after.ensembles != before.ensembles
+        ):
+            self.violate(
+                "closed_ledger_changed",
+                f"{session} changed closed L{lid} (last {before.last_entry_id}->"
+                f"{after.last_entry_id})",
+            )
+        if (
+            before.state == "IN_RECOVERY"
+            and after.is_closed
+            and self._creators.get(path) == session
+        ):
+            self.violate(
+                "writer_closed_recovering_ledger",
+                f"{session} (its writer) closed L{lid} at {after.last_entry_id} during recovery",
+            )
 
     # -- the end --------------------------------------------------------------------------
 

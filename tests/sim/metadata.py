@@ -23,6 +23,8 @@ from walog.metadata.store import (
     WatchCallback,
 )
 
+Observer = Callable[[str, str, bytes | None, bytes | None], None]
+
 
 @dataclasses.dataclass
 class _Node:
@@ -43,6 +45,13 @@ class SimMetadataServer:
         self.counters: dict[str, int] = {}
         self._watches: dict[str, dict[int, WatchCallback]] = {}
         self._watch_ids = 0
+        self.observers: list[Observer] = []
+        """Called on every change with (session, path, old data, new data); None = absent."""
+
+    def notify(self, session: str, path: str, old: bytes | None, new: bytes | None) -> None:
+        """Tell the observers (invariant monitors) about a change."""
+        for observer in self.observers:
+            observer(session, path, old, new)
 
     async def hop(self) -> None:
         """One network hop to or from the server."""
@@ -121,6 +130,7 @@ class SimMetadataStore(MetadataStore):
             raise NodeExistsError(path)
         server.nodes[path] = _Node(bytes(data), 0, owner)
         server.trace.log(f"meta {self.session} create {path}")
+        server.notify(self.session, path, None, bytes(data))
         server.changed(path)
 
     async def set(self, path: str, data: bytes, version: int) -> int:
@@ -135,8 +145,10 @@ class SimMetadataStore(MetadataStore):
             server.trace.log(f"meta {self.session} set {path} CONFLICT v{version}!=v{node.version}")
             await self._hop()
             raise MetadataConflictError(f"{path}: version {version} != {node.version}")
+        old = node.data
         node.data = bytes(data)
         node.version += 1
+        server.notify(self.session, path, old, node.data)
         new_version = node.version
         server.trace.log(f"meta {self.session} set {path} v{new_version} {_summary(data)}")
         server.changed(path)
@@ -156,7 +168,7 @@ class SimMetadataStore(MetadataStore):
             raise MetadataConflictError(f"{path}: version {version} != {node.version}")
         prefix = path.rstrip("/") + "/"
         for doomed in [p for p in server.nodes if p == path or p.startswith(prefix)]:
-            del server.nodes[doomed]
+            server.notify(self.session, doomed, server.nodes.pop(doomed).data, None)
             server.changed(doomed)
         server.trace.log(f"meta {self.session} delete {path}")
         await self._hop()

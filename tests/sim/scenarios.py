@@ -56,6 +56,7 @@ class World:
         self.net = SimNetwork(loop, self.bookies, faults)
         self.meta = SimMetadataServer(loop)
         self.history = History(self.bookies)
+        self.meta.observers.append(self.history.on_metadata)
         self.paused: set[str] = set()
         self._clients: list[LedgerContext] = []
         for bookie_id in self.bookies:
@@ -335,6 +336,23 @@ async def volatile_force(world: World) -> None:
         await close_writer(world, "w", writer, record)
 
 
+async def ensemble_change_then_crash(world: World) -> None:
+    """A bookie dies, the writer moves to a new fragment, then the writer dies too and
+    readers recover the ledger while the lost bookie is still down."""
+    rng = world.rng
+    ctx = world.client("w")
+    writer, record = await new_ledger(world, "w", ctx)
+    await write_entries(world, "w", writer, record, rng.randint(1, 8))
+    world.crash(rng.choice(writer.metadata.last_ensemble))
+    work = asyncio.ensure_future(write_entries(world, "w", writer, record, rng.randint(1, 8)))
+    await asyncio.sleep(rng.uniform(0.0, 2.0))
+    work.cancel()
+    await world.crash_client(ctx)
+    await asyncio.gather(
+        *(recoverer(world, f"r{i}", record, rng.uniform(0, 0.3)) for i in range(rng.randint(1, 2)))
+    )
+
+
 Scenario = Callable[[World], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "writer_under_faults": writer_under_faults,
@@ -342,6 +360,7 @@ SCENARIOS: dict[str, Scenario] = {
     "recovery_races_writer": recovery_races_writer,
     "tailing_reader": tailing_reader,
     "volatile_force": volatile_force,
+    "ensemble_change_then_crash": ensemble_change_then_crash,
 }
 
 
