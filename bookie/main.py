@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import structlog
 
@@ -170,10 +171,10 @@ async def _serve(
                 {"bookie": config.bookie_id},
             )
             metrics.start()
-        await registration.register()
-        gc_task = asyncio.create_task(collector.run(stop))
-        log.info("bookie ready", bookie_id=config.bookie_id, port=server.port)
-        await stop.wait()
+        if await _until_stopped(registration.register(), stop):
+            gc_task = asyncio.create_task(collector.run(stop))
+            log.info("bookie ready", bookie_id=config.bookie_id, port=server.port)
+            await stop.wait()
         log.info("bookie stopping")
         await server.mark_not_serving()
         try:
@@ -188,6 +189,22 @@ async def _serve(
         if metrics is not None:
             metrics.close()
         await server.stop_now()
+
+
+async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``step`` unless ``stop`` is set first (a SIGTERM while a restarted bookie waits
+    for its predecessor's registration to expire); True when the step completed."""
+    task = asyncio.create_task(step)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        task.result()  # re-raise a failure of the step
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
