@@ -102,7 +102,9 @@ class ZooKeeperStore(MetadataStore):
         store = cls(config, timeout=timeout)
         store._client.add_listener(store._on_state)
         try:
-            await store._run(lambda _retried: store._start(), config.chroot)
+            # Not retried: kazoo's start() already keeps connecting until the timeout.
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(store._calls, store._call, store._start, config.chroot)
         except BaseException:
             await asyncio.to_thread(store._shutdown)
             raise
