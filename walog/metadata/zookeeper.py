@@ -257,9 +257,12 @@ class ZooKeeperStore(MetadataStore):
 
         def op(_retried: bool) -> list[str]:
             try:
-                return sorted(self._wait(self._client.get_children_async(full)))
+                names = self._wait(self._client.get_children_async(full))
             except NoNodeError:
                 return []
+            if path == "/":  # the counters are not records (as in the SQLite store)
+                names = [n for n in names if n != COUNTERS[1:]]
+            return sorted(names)
 
         return await self._run(op, path)
 
