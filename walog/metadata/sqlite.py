@@ -168,7 +168,10 @@ class SqliteStore(MetadataStore):
             max_workers=1, thread_name_prefix="walog-sqlite"
         )
         self._stop = threading.Event()
-        self._lock = threading.Lock()  # guards _registered and _watches
+        # Held across write transactions (which may wait for the busy timeout), so only
+        # this store's own threads take it, never the event loop.
+        self._lock = threading.Lock()  # guards _registered
+        self._watch_lock = threading.Lock()  # guards _watches and _poller; never held long
         self._registered: dict[str, bytes] = {}
         self._watches: list[_Watch] = []
         self._closed = False
@@ -412,7 +415,7 @@ class SqliteStore(MetadataStore):
         """Call ``callback`` (on the poller thread) once now and after every change."""
         check_path(path)
         entry = _Watch(path, callback)
-        with self._lock:
+        with self._watch_lock:
             if self._closed:
                 raise self._closed_error()
             self._watches.append(entry)
@@ -427,7 +430,7 @@ class SqliteStore(MetadataStore):
 
         def unsubscribe() -> None:
             entry.active = False
-            with self._lock:
+            with self._watch_lock:
                 if entry in self._watches:
                     self._watches.remove(entry)
 
@@ -435,7 +438,7 @@ class SqliteStore(MetadataStore):
 
     def _poll_once(self, conn: sqlite3.Connection) -> None:
         (seq,) = conn.execute("SELECT seq FROM changes WHERE id = 0").fetchone()
-        with self._lock:
+        with self._watch_lock:
             watches = list(self._watches)
         changed_db = seq != getattr(self._local, "seen_seq", None)
         self._local.seen_seq = seq
@@ -466,9 +469,10 @@ class SqliteStore(MetadataStore):
             return
 
         def op(conn: sqlite3.Connection) -> None:
+            with self._watch_lock:
+                self._watches.clear()
             with self._lock:
                 self._registered.clear()
-                self._watches.clear()
                 with _write_txn(conn) as seq:
                     paths = conn.execute("SELECT path FROM nodes WHERE owner = ?", (self._session,))
                     for (p,) in list(paths):
