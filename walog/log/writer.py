@@ -30,6 +30,7 @@ from walog.errors import (
     WalogError,
     WriterFencedError,
 )
+from walog.ledger import mutations
 from walog.ledger.durability import Durability
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
@@ -413,7 +414,9 @@ async def _take_over_once(
     store = client.ctx.store
     meta, _ = await read_log(store, name)
     recovered: dict[int, LedgerInfo] = {}
-    for info in meta.ledgers[-2:]:
+    # The last two: the old writer may still add to the previous ledger while rolling.
+    fenced = 1 if mutations.enabled("log_fences_only_last_ledger") else 2
+    for info in meta.ledgers[-fenced:]:
         recovered[info.ledger_id] = await _recover(client, info, options.password)
     new_writer = await _create_log_ledger(client, name, options)
 
