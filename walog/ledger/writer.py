@@ -101,7 +101,7 @@ class PendingAdd:
     lac: int  # the LAC piggybacked on this entry (covered by its digest)
     digest: int
     future: asyncio.Future[int]
-    acked: set[int] = dataclasses.field(default_factory=set)  # ensemble indexes, OK replies
+    acked: int = 0  # bit i set: the bookie at ensemble index i answered OK
 
 
 def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> list[PendingAdd]:
@@ -112,12 +112,12 @@ def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> li
     (ordered by entry id) completes; an acknowledged add behind a gap waits.
     """
     if mutations.enabled("out_of_order_ack"):
-        ready = [add for add in pending if len(add.acked) >= ack_quorum]
+        ready = [add for add in pending if add.acked.bit_count() >= ack_quorum]
         for add in ready:
             pending.remove(add)
         return ready
     done: list[PendingAdd] = []
-    while pending and len(pending[0].acked) >= ack_quorum:
+    while pending and pending[0].acked.bit_count() >= ack_quorum:
         done.append(pending.popleft())
     return done
 
@@ -153,6 +153,8 @@ class AsyncLedgerWriter:
         self._qa = metadata.ack_quorum
         self._durability = metadata.durability
         self._ensemble = list(metadata.last_ensemble)
+        # Write quorums repeat every E entries (seed 000): entry e uses _write_sets[e % E].
+        self._write_sets = [tuple(write_set(i, self._e, self._qw)) for i in range(self._e)]
 
         self._next_entry_id = 0
         self._completed = -1  # highest entry completed (acked by Qa, all lower completed)
@@ -230,7 +232,7 @@ class AsyncLedgerWriter:
         self._drained.clear()
         self._lac_told = max(self._lac_told, lac)
         self._last_append_time = self._loop.time()
-        self._send(add, write_set(entry_id, self._e, self._qw))
+        self._send(add, self._write_sets[entry_id % self._e])
         return add.future
 
     async def append(self, data: bytes | bytearray | memoryview) -> int:
@@ -289,7 +291,7 @@ class AsyncLedgerWriter:
         if reply.status is Status.OK:
             if self._durability is Durability.VOLATILE:
                 self._las[index] = max(self._las[index], reply.last_add_synced)
-            add.acked.add(index)
+            add.acked |= 1 << index
             self._complete_ready()
         elif reply.status is Status.FENCED:
             self._fail(
@@ -473,8 +475,9 @@ class AsyncLedgerWriter:
         for index in replacements:
             self._failed.pop(index, None)
         for add in self._pending:
-            moved = [i for i in write_set(add.entry_id, self._e, self._qw) if i in replacements]
-            add.acked.difference_update(moved)
+            moved = [i for i in self._write_sets[add.entry_id % self._e] if i in replacements]
+            for index in moved:
+                add.acked &= ~(1 << index)  # an ack of the replaced bookie no longer counts
             self._send(add, moved)
 
     async def _reread_open(self) -> None:

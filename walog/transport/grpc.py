@@ -8,8 +8,9 @@ message, not per byte, so the batching comes from the stream's own back-pressure
 
 Replies are matched by ``(ledger_id, entry_id)`` (forces by request id). A broken stream
 fails every request pending on it with :class:`BookieUnavailableError`; the next request
-opens a new stream. An add or force not answered within ``timeouts.add`` counts as a failure
-of the whole stream (the bookie is stuck). Read, ReadLac and Fence are unary calls bounded by
+opens a new stream. When requests are outstanding and the bookie answers none of them for
+``timeouts.add`` seconds, the stream fails (the bookie is stuck): one timer per stream, not
+per add. Read, ReadLac and Fence are unary calls bounded by
 ``timeouts.read``; the entries they return have their digests verified here, and a mismatch
 is reported as :attr:`Status.DIGEST_MISMATCH` (an *unknown* answer), never as data.
 
@@ -140,13 +141,15 @@ class _AddStream:
         self._adds: collections.deque[QueuedAdd] = collections.deque()
         self._lacs: list[tuple[int, int, bytes]] = []
         self._forces: list[tuple[int, int, bytes]] = []
-        self._add_waiters: dict[tuple[int, int], collections.deque[asyncio.Future[AddReply]]] = {}
+        # The reply to (ledger, entry) goes to the first waiter; a second add of the same
+        # entry on this stream (a resend) waits in _more_waiters.
+        self._add_waiters: dict[tuple[int, int], asyncio.Future[AddReply]] = {}
+        self._more_waiters: dict[tuple[int, int], collections.deque[asyncio.Future[AddReply]]] = {}
         self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
-        # (deadline, future) in send order; the add timeout is constant, so the head is
-        # always the oldest unanswered request.
-        self._deadlines: collections.deque[tuple[float, asyncio.Future[object]]] = (
-            collections.deque()
-        )
+        # Liveness: requests are outstanding and the bookie answered none of them for
+        # ``timeouts.add`` seconds -> the stream (the bookie) has failed.
+        self._outstanding = 0
+        self._waiting_since = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self.broken = False
@@ -156,12 +159,12 @@ class _AddStream:
     def add(self, add: QueuedAdd) -> asyncio.Future[AddReply]:
         future: asyncio.Future[AddReply] = self._loop.create_future()
         key = (add[0], add[1])
-        waiters = self._add_waiters.get(key)
-        if waiters is None:
-            waiters = self._add_waiters[key] = collections.deque()
-        waiters.append(future)
+        if key in self._add_waiters:
+            self._more_waiters.setdefault(key, collections.deque()).append(future)
+        else:
+            self._add_waiters[key] = future
         self._adds.append(add)
-        self._track(future)  # type: ignore[arg-type]
+        self._request_sent()
         self._wake.set()
         return future
 
@@ -175,28 +178,30 @@ class _AddStream:
         future: asyncio.Future[ForceReply] = self._loop.create_future()
         self._force_waiters[request_id] = future
         self._forces.append((ledger_id, request_id, master_key))
-        self._track(future)  # type: ignore[arg-type]
+        self._request_sent()
         self._wake.set()
         return future
 
     # -- timeouts ---------------------------------------------------------------------
 
-    def _track(self, future: asyncio.Future[object]) -> None:
-        self._deadlines.append((self._loop.time() + self._client.add_timeout, future))
-        if self._watchdog is None:
-            self._watchdog = self._loop.call_at(self._deadlines[0][0], self._check_deadlines)
+    def _request_sent(self) -> None:
+        if self._outstanding == 0:
+            self._waiting_since = self._loop.time()
+            if self._watchdog is None:
+                self._watchdog = self._loop.call_at(
+                    self._waiting_since + self._client.add_timeout, self._check_progress
+                )
+        self._outstanding += 1
 
-    def _check_deadlines(self) -> None:
+    def _check_progress(self) -> None:
         self._watchdog = None
-        while self._deadlines and self._deadlines[0][1].done():
-            self._deadlines.popleft()
-        if not self._deadlines:
+        if self._outstanding == 0:
             return
-        deadline = self._deadlines[0][0]
+        deadline = self._waiting_since + self._client.add_timeout
         if deadline <= self._loop.time():
             self.fail(f"no answer within {self._client.add_timeout} seconds")
         else:
-            self._watchdog = self._loop.call_at(deadline, self._check_deadlines)
+            self._watchdog = self._loop.call_at(deadline, self._check_progress)
 
     # -- sending ----------------------------------------------------------------------
 
@@ -235,18 +240,27 @@ class _AddStream:
             self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
 
     def _dispatch(self, frame: pb.AddResponseFrame) -> None:
+        self._waiting_since = self._loop.time()  # the bookie makes progress
+        waiters = self._add_waiters
         for result in frame.results:
-            waiters = self._add_waiters.get((result.ledger_id, result.entry_id))
-            if not waiters:
+            key = (result.ledger_id, result.entry_id)
+            future = waiters.pop(key, None)
+            if future is None:
                 continue  # an answer to a request this client gave up on
-            future = waiters.popleft()
-            if not waiters:
-                del self._add_waiters[(result.ledger_id, result.entry_id)]
+            self._outstanding -= 1
+            more = self._more_waiters.get(key)
+            if more:
+                waiters[key] = more.popleft()
+                if not more:
+                    del self._more_waiters[key]
             if not future.done():
                 future.set_result(AddReply(_status(result.status), result.last_add_synced))
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
-            if force is not None and not force.done():
+            if force is None:
+                continue
+            self._outstanding -= 1
+            if not force.done():
                 force.set_result(ForceReply(_status(forced.status), forced.last_add_synced))
 
     # -- failure ----------------------------------------------------------------------
@@ -264,14 +278,16 @@ class _AddStream:
         message = (
             reason if reason.startswith("bookie ") else f"bookie {self._client.bookie_id}: {reason}"
         )
-        waiters: list[asyncio.Future[Any]] = [f for q in self._add_waiters.values() for f in q]
+        waiters: list[asyncio.Future[Any]] = list(self._add_waiters.values())
+        waiters.extend(f for more in self._more_waiters.values() for f in more)
         waiters.extend(self._force_waiters.values())
         self._add_waiters.clear()
+        self._more_waiters.clear()
         self._force_waiters.clear()
         self._adds.clear()
         self._lacs.clear()
         self._forces.clear()
-        self._deadlines.clear()
+        self._outstanding = 0
         for future in waiters:
             if not future.done():
                 future.set_exception(error_type(message))

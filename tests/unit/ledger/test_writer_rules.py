@@ -16,11 +16,15 @@ from walog.ledger.writer import PendingAdd, as_payload, pop_completed
 from walog.metadata.layout import LedgerMetadata
 
 
+def _mask(indexes: set[int]) -> int:
+    return sum(1 << i for i in indexes)
+
+
 def _pending(acks: dict[int, set[int]]) -> collections.deque[PendingAdd]:
     loop = asyncio.new_event_loop()
     try:
         return collections.deque(
-            PendingAdd(e, b"", e - 1, 0, loop.create_future(), set(a)) for e, a in acks.items()
+            PendingAdd(e, b"", e - 1, 0, loop.create_future(), _mask(a)) for e, a in acks.items()
         )
     finally:
         loop.close()
@@ -31,7 +35,7 @@ def test_add_completes_only_when_every_lower_entry_completed() -> None:
     pending = _pending({0: {0}, 1: {0, 1}, 2: {1, 2}})
     assert pop_completed(pending, 2) == []
     assert [a.entry_id for a in pending] == [0, 1, 2]
-    pending[0].acked.add(2)
+    pending[0].acked |= _mask({2})
     assert [a.entry_id for a in pop_completed(pending, 2)] == [0, 1, 2]
     assert not pending
 
@@ -44,7 +48,7 @@ def test_completed_prefix_stops_at_first_entry_without_ack_quorum() -> None:
 
 def test_ack_quorum_counts_distinct_bookies() -> None:
     pending = _pending({0: {1}})
-    pending[0].acked.add(1)  # the same bookie twice is one ack
+    pending[0].acked |= _mask({1})  # the same bookie twice is one ack
     assert pop_completed(pending, 2) == []
     assert [a.entry_id for a in pop_completed(pending, 1)] == [0]
 
