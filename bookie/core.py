@@ -40,6 +40,7 @@ from bookie.journal import (
     decode_record,
     delete_record,
     fence_record,
+    fsync_dir,
     journal_files,
     key_record,
     lac_record,
@@ -129,12 +130,16 @@ class BookieCore:
             storage = core._require_storage()
             await loop.run_in_executor(core._writer, storage.delete_ledgers, core._replayed_deletes)
         core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
+        if core._cache.bytes >= config.write_cache_bytes:
+            core._checkpoint_wanted.set()  # a long replay: move the mark forward soon
         return core
 
     def _load(self) -> int:
         """Blocking part of :meth:`open`; returns the next journal file number."""
         journal_dir = self.config.journal_path
-        journal_dir.mkdir(parents=True, exist_ok=True)
+        if not journal_dir.exists():
+            journal_dir.mkdir(parents=True)
+            fsync_dir(journal_dir.parent)
         storage = EntryStorage(
             self.config.data_dir, entry_log_file_bytes=self.config.entry_log_file_bytes
         )
@@ -546,18 +551,16 @@ class BookieCore:
             self._flushing = frozen
             self._checkpoint_idle.clear()
             try:
-                report = await self.journal.barrier()
+                mark = await self.journal.barrier()
                 states = {
                     ledger_id: self._states[ledger_id].to_bytes()
                     for ledger_id in dirty
                     if ledger_id in self._states
                 }
                 written = await loop.run_in_executor(
-                    self._writer, storage.checkpoint, _sorted_entries(frozen), states, report.end
+                    self._writer, storage.checkpoint, _sorted_entries(frozen), states, mark
                 )
-                await loop.run_in_executor(
-                    self._writer, self.journal.delete_before, report.end.file_seq
-                )
+                await loop.run_in_executor(self._writer, self.journal.delete_before, mark.file_seq)
             except BaseException:
                 for ledger_id, entries in frozen.ledgers.items():
                     for entry_id, entry in entries.items():
@@ -569,7 +572,7 @@ class BookieCore:
                 self._checkpoint_idle.set()
         self.stats.checkpoints += 1
         self.stats.entries_checkpointed += written
-        _log.debug("checkpoint", entries=written, mark=tuple(report.end))
+        _log.debug("checkpoint", entries=written, mark=tuple(mark))
 
     async def _checkpoint_loop(self) -> None:
         while True:

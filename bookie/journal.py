@@ -81,7 +81,7 @@ GroupListener = Callable[[GroupReport, BaseException | None], None]
 
 
 class _Item:
-    __slots__ = ("enqueued", "parts", "size", "sync", "tag", "waiter")
+    __slots__ = ("end", "enqueued", "mark_waiter", "parts", "size", "sync", "tag", "waiter")
 
     def __init__(
         self,
@@ -91,11 +91,18 @@ class _Item:
         waiter: asyncio.Future[GroupReport] | None,
     ) -> None:
         self.parts = parts
-        self.size = _FRAME.size + sum(len(part) for part in parts)
+        size = _FRAME.size
+        for part in parts:
+            size += len(part)
+        self.size = size
         self.sync = sync
         self.tag = tag
         self.waiter = waiter
         self.enqueued = time.monotonic()
+        #: A barrier's waiter, completed with the journal position right after the records
+        #: queued before it (not the end of its group: later records may share the group).
+        self.mark_waiter: asyncio.Future[JournalMark] | None = None
+        self.end = JournalMark(0, 0)
 
 
 def journal_files(directory: Path) -> list[tuple[int, Path]]:
@@ -261,11 +268,21 @@ class Journal:
             self._cond.notify()
         return waiter
 
-    def barrier(self) -> asyncio.Future[GroupReport]:
-        """A future completed once everything queued so far is written and synced; its
-        report's ``end`` is a position no earlier record lies beyond."""
-        waiter = self.append((), sync=True)
-        assert waiter is not None
+    def barrier(self) -> asyncio.Future[JournalMark]:
+        """A future completed once everything queued so far is written and synced, with
+        the journal position just after those records: every record queued before the
+        barrier lies before it, every record queued after it at or beyond it."""
+        if self._loop is None:
+            raise RuntimeError("journal not started")
+        waiter: asyncio.Future[JournalMark] = self._loop.create_future()
+        if self._failed is not None or self._stopping:
+            waiter.set_exception(self._failed or StorageIOError("journal is closed"))
+            return waiter
+        item = _Item((), True, None, None)
+        item.mark_waiter = waiter
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
         return waiter
 
     async def stop(self, *, sync: bool = True) -> None:
@@ -302,6 +319,16 @@ class Journal:
         try:
             while self._step():
                 pass
+        except BaseException as exc:
+            # A bug, not a disk error: fail loudly rather than leave waiters hanging.
+            _log.exception("journal thread crashed")
+            failure = StorageIOError(f"journal thread crashed: {exc!r}")
+            failure.__cause__ = exc
+            self._failed = failure
+            with self._cond:
+                stranded = list(self._queue)
+                self._queue.clear()
+            self._fail(stranded, failure)
         finally:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -366,14 +393,17 @@ class Journal:
             self._fail(items, self._failed)
             return
         chunks: list[bytes] = []
+        ends: list[int] = []  # each item's end, relative to the start of the group
+        relative = 0
         for item in items:
-            if not item.parts:
-                continue
-            crc = 0
-            for part in item.parts:
-                crc = crc32c.crc32c(part, crc)
-            chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
-            chunks.extend(item.parts)
+            if item.parts:
+                crc = 0
+                for part in item.parts:
+                    crc = crc32c.crc32c(part, crc)
+                chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
+                chunks.extend(item.parts)
+                relative += item.size
+            ends.append(relative)
         buffer = b"".join(chunks)
         must_sync = any(item.sync for item in items) or not items
         must_sync = must_sync or (
@@ -390,6 +420,8 @@ class Journal:
                 self._fd = -1
                 self._open_file(self._file_seq + 1)
                 must_sync = True
+            for item, end in zip(items, ends, strict=True):
+                item.end = JournalMark(self._file_seq, self._offset + end)
             view = memoryview(buffer)
             while view:
                 written = os.write(self._fd, view)
@@ -438,12 +470,17 @@ class Journal:
             listener(report, error)
         for item in items:
             waiter = item.waiter
-            if waiter is None or waiter.done():
-                continue
-            if error is None:
-                waiter.set_result(report)
-            else:
-                waiter.set_exception(error)
+            if waiter is not None and not waiter.done():
+                if error is None:
+                    waiter.set_result(report)
+                else:
+                    waiter.set_exception(error)
+            mark_waiter = item.mark_waiter
+            if mark_waiter is not None and not mark_waiter.done():
+                if error is None:
+                    mark_waiter.set_result(item.end)
+                else:
+                    mark_waiter.set_exception(error)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

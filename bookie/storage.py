@@ -116,8 +116,10 @@ class EntryStorage:
         self.log_dir = data_dir / "entrylogs"
         self.index_dir = data_dir / "index"
         self._log_bytes_limit = entry_log_file_bytes
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.index_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (self.log_dir, self.index_dir):
+            if not directory.exists():
+                directory.mkdir(parents=True)
+                fsync_dir(directory.parent)
         try:
             self._env = lmdb.open(
                 str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
@@ -347,10 +349,17 @@ class EntryStorage:
                 for k, v in txn.cursor(db=self._logs)
             ]
         for log_id, doc in logs:
-            if log_id == self._write_log:
-                continue
             total = doc.get("_total", 0)
             live = sum(size for name, size in doc.items() if name != "_total")
+            if log_id == self._write_log:
+                if live == 0:
+                    # Nothing live in the log being filled: start a new one at the next
+                    # checkpoint and drop this one.
+                    os.close(self._write_fd)
+                    self._write_fd = -1
+                    self._write_log = -1
+                    self._drop_log(log_id)
+                continue
             if live == 0:
                 self._drop_log(log_id)
             elif total and live / total < _COMPACT_BELOW:

@@ -196,3 +196,23 @@ def test_journal_not_started_refuses_appends(tmp_path: Path) -> None:
     )
     with pytest.raises(RuntimeError):
         journal.append((b"x",), sync=False)
+
+
+async def test_barrier_mark_lies_before_records_queued_after_it_in_the_same_group(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(
+        tmp_path, file_bytes=1 << 20, group_wait_s=0.2, group_max_bytes=1 << 20, flush_interval_s=1
+    )
+    journal.start(asyncio.get_running_loop(), 1)
+    before = journal.append((b"\x04before",), sync=True)
+    mark = journal.barrier()
+    after = journal.append((b"\x04after",), sync=True)
+    assert before is not None and after is not None
+    first, position, last = await asyncio.gather(before, mark, after)
+    await journal.stop()
+    # All three shared one group (the test needs that) ...
+    assert first.group_no == last.group_no
+    # ... yet the barrier's mark splits it: replay from the mark sees only the later record.
+    assert position == JournalMark(1, _FRAME.size + len(b"\x04before"))
+    assert [payload for payload, _ in replay(tmp_path, position, 1024)] == [b"\x04after"]
