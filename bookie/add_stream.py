@@ -17,7 +17,6 @@ malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage f
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
@@ -71,13 +70,14 @@ class AddStream:
         self._service = service
         self._core = service.core
         self._on_write = on_write
-        self._results: list[pb.AddResult] = []
-        self._forces: list[pb.ForceResult] = []
+        # Results are appended straight into the next response frame (no second copy).
+        self._frame = pb.AddResponseFrame()
         self._wake = asyncio.Event()
+        # Requests of this stream not answered yet. A force or LAC update waits for the
+        # adds pending when it arrived (frame order: adds, then LAC updates, then forces);
+        # waiting for all of them, not only its ledger's, costs nothing extra: they are in
+        # the same journal groups.
         self._pending: set[asyncio.Task[None]] = set()
-        # Per ledger, the adds of this stream not answered yet: forces and LAC updates of a
-        # ledger wait for them (frame order: adds, then LAC updates, then forces).
-        self._pending_by_ledger: dict[int, set[asyncio.Task[None]]] = {}
         self._reading_done = False
 
     async def run(self, frames: AsyncIterator[pb.AddFrame]) -> AsyncIterator[pb.AddResponseFrame]:
@@ -90,15 +90,16 @@ class AddStream:
         drain.add_done_callback(lambda _: reader.cancel())
         try:
             while True:
-                await self._wake.wait()
-                self._wake.clear()
-                if self._results or self._forces:
-                    frame = pb.AddResponseFrame(results=self._results, forces=self._forces)
-                    self._results, self._forces = [], []
+                # Check the state before sleeping: results that completed while the last
+                # frame was being written go out at once, in one frame.
+                if self._frame.results or self._frame.forces:
+                    frame, self._frame = self._frame, pb.AddResponseFrame()
                     yield frame
                     continue
                 if self._reading_done and not self._pending:
                     return
+                await self._wake.wait()
+                self._wake.clear()
         finally:
             reader.cancel()
             drain.cancel()
@@ -123,81 +124,69 @@ class AddStream:
 
     def _dispatch(self, frame: pb.AddFrame) -> None:
         service = self._service
+        stats = service.stats
+        admission = service.admission
+        max_entry_bytes = service.config.max_entry_bytes
         for add in frame.adds:
             entry = add.entry
-            problem = add_problem(add, service.config.max_entry_bytes)
+            problem = add_problem(add, max_entry_bytes)
             if problem is not None:
-                service.stats.bad_requests += 1
+                stats.bad_requests += 1
                 log.warning(
                     "bad add", ledger_id=entry.ledger_id, entry_id=entry.entry_id, problem=problem
                 )
                 self._answer(entry.ledger_id, entry.entry_id, Status.BAD_REQUEST, -1)
                 continue
             size = len(entry.data)
-            if not service.admission.try_acquire(size):
-                service.stats.rejected_adds += 1
+            if not admission.try_acquire(size):
+                stats.rejected_adds += 1
                 self._answer(entry.ledger_id, entry.entry_id, Status.TOO_MANY_REQUESTS, -1)
                 continue
             self._on_write(entry.ledger_id)
-            self._track(entry.ledger_id, self._add(add, size))
+            self._track(self._add(add, size))
         for lac in frame.lacs:
             if lac.ledger_id < 0 or lac.lac < -1:
-                service.stats.bad_requests += 1
-                continue
-            before = set(self._pending_by_ledger.get(lac.ledger_id, ()))
-            if before:
-                self._track(None, self._update_lac_after(lac, before))
+                stats.bad_requests += 1
+            elif self._pending:
+                self._track(self._update_lac_after(lac, set(self._pending)))
             else:
                 self._update_lac(lac)
         for force in frame.forces:
             if force.ledger_id < 0 or len(force.master_key) != MASTER_KEY_BYTES:
-                service.stats.bad_requests += 1
-                self._forces.append(
-                    pb.ForceResult(
-                        ledger_id=force.ledger_id,
-                        request_id=force.request_id,
-                        status=pb.BAD_REQUEST,
-                        last_add_synced=-1,
-                    )
-                )
-                self._wake.set()
-                continue
-            before = set(self._pending_by_ledger.get(force.ledger_id, ()))
-            self._track(None, self._force(force, before))
+                stats.bad_requests += 1
+                self._answer_force(force, Status.BAD_REQUEST, -1)
+            else:
+                self._track(self._force(force, set(self._pending)))
 
-    def _track(self, ledger_id: int | None, coro: Coroutine[Any, Any, None]) -> None:
+    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._pending.add(task)
-        if ledger_id is not None:
-            self._pending_by_ledger.setdefault(ledger_id, set()).add(task)
+        task.add_done_callback(self._done)
 
-        def done(t: asyncio.Task[None]) -> None:
-            self._pending.discard(t)
-            if ledger_id is not None:
-                waiting = self._pending_by_ledger.get(ledger_id)
-                if waiting is not None:
-                    waiting.discard(t)
-                    if not waiting:
-                        del self._pending_by_ledger[ledger_id]
-            self._wake.set()
-
-        task.add_done_callback(done)
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        self._wake.set()
 
     def _answer(self, ledger_id: int, entry_id: int, status: Status, last_add_synced: int) -> None:
-        self._results.append(
-            pb.AddResult(
-                ledger_id=ledger_id,
-                entry_id=entry_id,
-                status=wire_status(Status(status)),
-                last_add_synced=last_add_synced,
-            )
+        self._frame.results.add(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            status=wire_status(status),
+            last_add_synced=last_add_synced,
+        )
+        self._wake.set()
+
+    def _answer_force(self, force: pb.ForceRequest, status: Status, last_add_synced: int) -> None:
+        self._frame.forces.add(
+            ledger_id=force.ledger_id,
+            request_id=force.request_id,
+            status=wire_status(status),
+            last_add_synced=last_add_synced,
         )
         self._wake.set()
 
     async def _add(self, add: pb.AddEntry, size: int) -> None:
         entry = add.entry
-        stats = self._service.stats
-        started = time.perf_counter()
         try:
             status, last_add_synced = await self._core.add(
                 entry.ledger_id,
@@ -209,19 +198,17 @@ class AddStream:
                 recovery=add.recovery,
                 durability=_DURABILITY[add.durability],
             )
-        except asyncio.CancelledError:
-            raise
         except Exception:
             log.exception("add failed", ledger_id=entry.ledger_id, entry_id=entry.entry_id)
             status, last_add_synced = Status.IO_ERROR, -1
         finally:
             self._service.admission.release(size)
+        stats = self._service.stats
         stats.adds += 1
         stats.add_bytes += size
-        stats.add_seconds += time.perf_counter() - started
         if status != Status.OK:
             stats.failed_adds += 1
-        self._answer(entry.ledger_id, entry.entry_id, Status(status), last_add_synced)
+        self._answer(entry.ledger_id, entry.entry_id, status, last_add_synced)
 
     def _update_lac(self, lac: pb.LacUpdate) -> None:
         try:
@@ -243,21 +230,11 @@ class AddStream:
             await asyncio.wait(before)
         try:
             status, last_add_synced = await self._core.force(force.ledger_id, force.master_key)
-        except asyncio.CancelledError:
-            raise
         except Exception:
             log.exception("force failed", ledger_id=force.ledger_id)
             status, last_add_synced = Status.IO_ERROR, -1
         self._service.stats.forces += 1
-        self._forces.append(
-            pb.ForceResult(
-                ledger_id=force.ledger_id,
-                request_id=force.request_id,
-                status=wire_status(Status(status)),
-                last_add_synced=last_add_synced,
-            )
-        )
-        self._wake.set()
+        self._answer_force(force, status, last_add_synced)
 
 
-__all__ = ["AddStream", "add_problem"]
+__all__ = ["AddStream", "add_problem", "wire_status"]

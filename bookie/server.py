@@ -52,7 +52,6 @@ class ServiceStats:
 
     adds: int = 0
     add_bytes: int = 0
-    add_seconds: float = 0.0
     failed_adds: int = 0
     rejected_adds: int = 0
     bad_requests: int = 0

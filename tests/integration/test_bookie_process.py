@@ -4,6 +4,7 @@ command line, bearer tokens, metrics, GC of deleted ledgers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -106,11 +107,15 @@ def bookie(tmp_path: Path) -> Iterator[BookieProcess]:
 
 def test_garbage_bytes_on_the_port_do_not_crash_the_bookie(bookie: BookieProcess) -> None:
     for junk in (b"\x00\xff" * 5000, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n"):
-        with socket.create_connection(("127.0.0.1", bookie.port), timeout=5) as raw:
+        # The bookie may reset the connection at any point of this exchange (or keep it
+        # waiting for a valid preface); what matters is that it keeps serving.
+        with (
+            socket.create_connection(("127.0.0.1", bookie.port), timeout=5) as raw,
+            contextlib.suppress(OSError),
+        ):
             raw.sendall(junk)
             raw.shutdown(socket.SHUT_WR)
-            raw.settimeout(5)
-            while raw.recv(4096):  # until the bookie closes the connection
+            while raw.recv(4096):
                 pass
     assert bookie.proc is not None and bookie.proc.poll() is None
     with grpc.insecure_channel(bookie.bookie_id) as channel:
