@@ -336,7 +336,8 @@ def _build_parser() -> _Parser:
         p.set_defaults(func=func)
         return p
 
-    command("quickstart", _cmd_quickstart, "a guided tour on a local cluster")
+    quickstart = command("quickstart", _cmd_quickstart, "a guided tour on a local cluster")
+    quickstart.epilog = "It starts (and removes) a cluster of its own; --metadata is not used."
     local = command("local", _cmd_local, "run a local cluster until Ctrl-C; prints its URI")
     local.add_argument("--bookies", type=int, default=3, help="number of bookies [3]")
     local.add_argument("--data-dir", help="keep bookie data here [a temporary directory]")
