@@ -150,6 +150,11 @@ class BookieCore:
         limit = max(self.config.max_entry_bytes, _REPLAY_RECORD_LIMIT) + 1024
         for payload, _ in replay(journal_dir, mark, limit):
             self._replay_record(payload)
+        # A checkpointed state may name entries whose records were lost after its mark
+        # (never acknowledged, or VOLATILE and unsynced): recount from what is stored.
+        for ledger_id, state in self._states.items():
+            cached = self._cache.ledgers.get(ledger_id)
+            state.last_entry_id = max(storage.last_entry_id(ledger_id), max(cached or [-1]))
         files = journal_files(journal_dir)
         for seq, path in files:
             if seq < mark.file_seq:

@@ -43,6 +43,7 @@ _LEDGER_KEY = struct.Struct(">q")
 _LOG_KEY = struct.Struct(">I")
 _LOCATION = struct.Struct(">IQI")
 _MARK = struct.Struct(">QQ")
+_MAX_ID = (1 << 63) - 1
 _MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
 _COMPACT_BELOW = 0.5  # compact an entry log once less than this share of it is live
 
@@ -164,6 +165,16 @@ class EntryStorage:
                 path.unlink()
 
     # -- reads --------------------------------------------------------------------------
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id the index holds for the ledger; -1 if none."""
+        with self._env.begin(db=self._entries) as txn:
+            cursor = txn.cursor()
+            found = ledger_id < _MAX_ID and cursor.set_range(_KEY.pack(ledger_id + 1, 0))
+            if not (cursor.prev() if found else cursor.last()):
+                return -1
+            led, entry_id = _KEY.unpack(bytes(cursor.key()))
+            return int(entry_id) if led == ledger_id else -1
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
         """True when the index has the entry."""

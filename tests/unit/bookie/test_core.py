@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from bookie.journal import JournalMark, journal_file
+from bookie.storage import CachedEntry, EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability
@@ -256,3 +258,41 @@ async def test_acknowledged_entries_survive_sigkill(tmp_path: Path) -> None:
     core = await open_core(tmp_path)
     assert set(await read_all(core, 1, 410)) >= acked
     await core.close()
+
+
+async def test_last_entry_id_after_restart_counts_only_stored_entries(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(10):
+        await add(core, 1, entry_id)
+    # Entries 10 and 11 arrive while the checkpoint runs: the state it stores names them,
+    # but their journal records lie after its mark.
+    await asyncio.gather(core.checkpoint(), add(core, 1, 10), add(core, 1, 11))
+    await core.abandon()
+    storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
+    mark = storage.checkpoint_mark()
+    storage.close()
+    # Lose everything after the mark, as if those records never reached the disk.
+    os.truncate(journal_file(tmp_path / "journal", mark.file_seq), mark.offset)
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 1, 20)) == list(range(10))
+    assert core.last_entry_id(1) == 9
+    await core.close()
+
+
+def test_index_last_entry_id_per_ledger(tmp_path: Path) -> None:
+    storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
+    entries = [
+        (ledger_id, entry_id, CachedEntry(-1, 0, b"x"))
+        for ledger_id in (1, 3, (1 << 63) - 1)
+        for entry_id in range(ledger_id % 7 + 1)
+    ]
+    storage.checkpoint(entries, {}, JournalMark(0, 0))
+    assert [storage.last_entry_id(n) for n in (0, 1, 2, 3, 4, (1 << 63) - 1)] == [
+        -1,
+        1,
+        -1,
+        3,
+        -1,
+        ((1 << 63) - 1) % 7,
+    ]
+    storage.close()
