@@ -1,0 +1,106 @@
+"""Writing to a bookie that requires mutual TLS and a bearer token."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+import walog.aio as aio
+from tests.integration.bookies import BookieProcess
+from walog.errors import UnauthorizedError
+from walog.ledger.context import ClientConfig, Timeouts
+from walog.transport.credentials import TlsConfig
+
+CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def _certificates(d: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, in ``d``."""
+    d.mkdir()
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+        "/CN=walog-test-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=d,
+    )  # fmt: skip
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "")):
+        _openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d,
+        )  # fmt: skip
+        (d / f"{name}.ext").write_text((ext or "basicConstraints=CA:FALSE") + "\n")
+        _openssl(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
+            "-extfile", f"{name}.ext", cwd=d,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[str, TlsConfig]]:
+    """One bookie with mutual TLS and a token; yields the metadata URI and client TLS."""
+    pki = tmp_path / "pki"
+    _certificates(pki)
+    (tmp_path / "token").write_text("s3cret\n")
+    uri = f"sqlite:///{tmp_path}/meta.db"
+    bookie = BookieProcess(
+        tmp_path / "bookie",
+        uri,
+        extra_args=[
+            "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
+            "--tls-ca", str(pki / "ca.pem"), "--auth-token-file", str(tmp_path / "token"),
+        ],
+    )  # fmt: skip
+    tls = TlsConfig(ca=pki / "ca.pem", cert=pki / "client.pem", key=pki / "client.key")
+    bookie.channel_credentials = tls.channel_credentials()
+    try:
+        bookie.start().wait_ready()
+        yield uri, tls
+    finally:
+        bookie.stop_quietly()
+
+
+async def test_client_with_tls_and_token_writes_and_reads(
+    secured: tuple[str, TlsConfig],
+) -> None:
+    uri, tls = secured
+    async with await aio.connect(uri, tls=tls, auth_token="s3cret", config=CONFIG) as client:
+        writer = await client.create_ledger(1, 1, 1)
+        assert await writer.append(b"over tls") == 0
+        await writer.close()
+        reader = await client.open_ledger(writer.ledger_id)
+        assert [e.data for e in await reader.read(0, 0)] == [b"over tls"]
+
+
+async def test_wrong_token_stops_the_writer_with_unauthorized_error(
+    secured: tuple[str, TlsConfig],
+) -> None:
+    uri, tls = secured
+    async with await aio.connect(uri, tls=tls, auth_token="wrong", config=CONFIG) as client:
+        writer = await client.create_ledger(1, 1, 1)
+        with pytest.raises(UnauthorizedError):
+            await writer.append(b"refused")
+        with pytest.raises(UnauthorizedError):
+            writer.append_nowait(b"again")
+
+
+def test_tls_config_needs_both_cert_and_key() -> None:
+    with pytest.raises(ValueError, match="both cert and key"):
+        TlsConfig(ca="ca.pem", cert="client.pem")
+
+
+def test_missing_tls_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="CA file"):
+        TlsConfig(ca=tmp_path / "absent.pem").channel_credentials()
+
+
+def test_channel_credentials_are_grpc_credentials(tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    _certificates(pki)
+    assert isinstance(TlsConfig(ca=pki / "ca.pem").channel_credentials(), grpc.ChannelCredentials)
