@@ -157,3 +157,24 @@ async def test_volatile_ledger_never_changes_its_ensemble(
         for _ in range(50):
             await writer.append(b"b")
     assert len((await client.ledger_metadata(writer.ledger_id)).ensembles) == 1
+
+
+async def test_unresponsive_bookie_is_replaced_after_the_add_timeout(
+    fresh_cluster: LocalCluster,
+) -> None:
+    fresh_cluster.add_bookie()
+    config = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))
+    async with await aio.connect(fresh_cluster.metadata_uri, config=config) as client:
+        # Qa = Qw: no entry can complete while one bookie of the ensemble is frozen.
+        writer = await client.create_ledger(3, 3, 3)
+        await writer.append(b"before")
+        frozen = writer.metadata.last_ensemble[1]
+        fresh_cluster.pause(frozen)
+        try:
+            assert await asyncio.wait_for(writer.append(b"after"), timeout=30) == 1
+        finally:
+            fresh_cluster.resume(frozen)
+        metadata = await client.ledger_metadata(writer.ledger_id)
+        assert [first for first, _ in metadata.ensembles] == [0, 1]
+        assert frozen not in metadata.ensembles[-1][1]
+        await writer.close()
