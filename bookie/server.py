@@ -41,6 +41,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """gRPC message limit both ways: a batched frame holds many entries."""
 DEFAULT_READ_BYTES = 4 * 1024 * 1024
 """A range read answers at most this many payload bytes unless the request asks less."""
+MAX_READ_BYTES = 32 * 1024 * 1024
+"""A range read answers at most this many payload bytes, whatever the request asks, so the
+answer stays under the message limit (a single entry is always served)."""
 MAX_LONG_POLL_S = 600.0
 """Longest long poll a bookie holds, whatever the client asks."""
 SERVICE_NAME = "walog.bookie.v1.Bookie"
@@ -163,7 +166,7 @@ class BookieService(pb_grpc.BookieServicer):
             self.stats.long_polls += 1
             timeout = min(request.long_poll_timeout_ms / 1000.0, MAX_LONG_POLL_S)
             await self.core.wait_lac(ledger_id, request.previous_lac, timeout)
-        max_bytes = request.max_bytes or DEFAULT_READ_BYTES
+        max_bytes = min(request.max_bytes or DEFAULT_READ_BYTES, MAX_READ_BYTES)
         status, records = await self.core.read(
             ledger_id, request.first_entry_id, request.last_entry_id, max_bytes
         )

@@ -37,13 +37,18 @@ async def stub(bookie: BookieProcess) -> AsyncIterator[pb_grpc.BookieStub]:
 
 
 async def read_all(stub: pb_grpc.BookieStub, ledger_id: int, last: int) -> list[pb.Entry]:
-    reply = await stub.Read(
-        pb.ReadRequest(
-            ledger_id=ledger_id, first_entry_id=0, last_entry_id=last, max_bytes=64 * 1024 * 1024
+    """Every consecutive entry from 0 (up to ``last``), page by page."""
+    entries: list[pb.Entry] = []
+    while not entries or entries[-1].entry_id < last:
+        first = len(entries)
+        reply = await stub.Read(
+            pb.ReadRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last)
         )
-    )
-    assert reply.status == pb.OK, reply
-    return list(reply.entries)
+        if reply.status == pb.NO_SUCH_ENTRY and entries:
+            break
+        assert reply.status == pb.OK, reply
+        entries.extend(reply.entries)
+    return entries
 
 
 def check_entries(entries: list[pb.Entry], ledger_id: int, size: int = 100) -> None:
