@@ -119,11 +119,14 @@ class BookieCore:
         loop = asyncio.get_running_loop()
         try:
             next_seq = await loop.run_in_executor(core._writer, core._load)
-        except OSError as exc:
+        except BaseException as exc:
+            if core._storage is not None:
+                core._storage.close()
             core._shutdown_threads()
-            raise StorageIOError(f"cannot open bookie storage in {config.data_dir}: {exc}") from exc
-        except BaseException:
-            core._shutdown_threads()
+            if isinstance(exc, OSError):
+                raise StorageIOError(
+                    f"cannot open bookie storage in {config.data_dir}: {exc}"
+                ) from exc
             raise
         core.journal.start(loop, next_seq)
         if core._replayed_deletes:

@@ -22,6 +22,7 @@ Everything here is blocking; the core runs it in dedicated threads.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import struct
@@ -121,11 +122,13 @@ class EntryStorage:
             if not directory.exists():
                 directory.mkdir(parents=True)
                 fsync_dir(directory.parent)
+        self._lock_fd = _lock_directory(data_dir)
         try:
             self._env = lmdb.open(
                 str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
             )
         except lmdb.Error as exc:
+            os.close(self._lock_fd)
             raise StorageIOError(f"cannot open index {self.index_dir}: {exc}") from exc
         self._entries = self._env.open_db(b"entries")
         self._ledgers = self._env.open_db(b"ledgers")
@@ -414,6 +417,25 @@ class EntryStorage:
             os.close(self._write_fd)
             self._write_fd = -1
         self._env.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = -1
+
+
+def _lock_directory(data_dir: Path) -> int:
+    """Take an exclusive lock on ``data_dir/LOCK`` so two bookies (or a bookie and its
+    not yet dead predecessor) never write the same files. The kernel drops it when the
+    holder exits, however it exits."""
+    path = data_dir / "LOCK"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise StorageIOError(
+            f"bookie storage in {data_dir} is in use by another process (lock on {path})"
+        ) from exc
+    return fd
 
 
 def _check_record(raw: bytes, ledger_id: int, entry_id: int, length: int) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -11,7 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from bookie.journal import JournalMark, journal_file
+import pytest
+
+from bookie.journal import JournalMark, StorageIOError, journal_file
 from bookie.storage import CachedEntry, EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
 from walog.digest import entry_digest
@@ -296,3 +299,49 @@ def test_index_last_entry_id_per_ledger(tmp_path: Path) -> None:
         ((1 << 63) - 1) % 7,
     ]
     storage.close()
+
+
+async def test_a_second_store_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    with pytest.raises(StorageIOError, match="in use by another process"):
+        await open_core(tmp_path)
+    await core.close()
+    again = await open_core(tmp_path)
+    await again.close()
+
+
+async def test_failed_journal_sync_fails_the_add_and_every_later_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    assert (await add(core, 1, 0))[0] is Status.OK
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated disk failure")
+
+    monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+    assert (await add(core, 1, 1))[0] is Status.IO_ERROR
+    monkeypatch.undo()
+    assert (await add(core, 1, 2))[0] is Status.IO_ERROR
+    assert (await core.fence(1, KEY))[0] is Status.IO_ERROR
+    await core.close()
+
+
+async def test_gc_compacts_entry_logs_shared_with_live_ledgers(tmp_path: Path) -> None:
+    core = await open_core(tmp_path, entry_log_file_bytes=8192)
+    for round_no in range(12):
+        for entry_id in (2 * round_no, 2 * round_no + 1):
+            await add(core, 1, entry_id, data=payload(1, entry_id, 500))
+        await add(core, 2, round_no, data=payload(2, round_no, 500))
+        await core.checkpoint()
+    logs = tmp_path / "entrylogs"
+    before = sum(p.stat().st_size for p in logs.iterdir())
+    await core.delete_ledgers([1])
+    assert core.stats.entry_logs_compacted > 0
+    assert sum(p.stat().st_size for p in logs.iterdir()) < before / 2
+    assert sorted(await read_all(core, 2, 20)) == list(range(12))
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 2, 20)) == list(range(12))
+    assert core.ledgers() == [2]
+    await core.close()
