@@ -165,7 +165,7 @@ class BookieService(pb_grpc.BookieServicer):
         if long_poll:
             self.stats.long_polls += 1
             timeout = min(request.long_poll_timeout_ms / 1000.0, MAX_LONG_POLL_S)
-            await self.core.wait_lac(ledger_id, request.previous_lac, timeout)
+            await self._wait_lac_or_drain(ledger_id, request.previous_lac, timeout)
         max_bytes = min(request.max_bytes or DEFAULT_READ_BYTES, MAX_READ_BYTES)
         status, records = await self.core.read(
             ledger_id, request.first_entry_id, request.last_entry_id, max_bytes
@@ -189,6 +189,19 @@ class BookieService(pb_grpc.BookieServicer):
             lac=self.core.lac(ledger_id),
             fenced=self.core.is_fenced(ledger_id),
         )
+
+    async def _wait_lac_or_drain(self, ledger_id: int, previous_lac: int, limit_s: float) -> None:
+        # A drain answers held long polls at once (with the current LAC) instead of letting
+        # the shutdown grace period cancel them.
+        if self.draining.is_set():
+            return
+        poll = asyncio.ensure_future(self.core.wait_lac(ledger_id, previous_lac, limit_s))
+        drained = asyncio.ensure_future(self.draining.wait())
+        try:
+            await asyncio.wait({poll, drained}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            poll.cancel()
+            drained.cancel()
 
     async def ReadLac(
         self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext[Any, Any]
