@@ -87,6 +87,8 @@ async def test_reads_are_bounded_by_the_lac_unconfirmed_reads_are_not(
             )
             assert reply.status is Status.OK
         reader = await client.open_ledger(writer.ledger_id, recovery=False)
+        # Entry 3 carries LAC 2; the writer's idle LAC update brings 3 shortly after.
+        assert await reader.wait_last_add_confirmed(2, 30.0) == 3
         assert await reader.read_last_add_confirmed() == 3
         with pytest.raises(NoSuchEntryError, match="last add confirmed is 3"):
             await reader.read(0, 4)

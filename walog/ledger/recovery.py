@@ -66,10 +66,12 @@ RECOVERY_ATTEMPTS = 8
 """Whole recovery attempts before giving up (the ledger then stays IN_RECOVERY)."""
 ENTRY_READ_ROUNDS = 4
 """Rounds of asking the unknown bookies of one entry again before an attempt restarts."""
-READ_AHEAD = 8
-"""Entries probed concurrently ahead of the one being written back."""
+READ_AHEAD = 16
+"""Entries probed concurrently, ahead of the one whose answer is awaited."""
+WRITE_BACK_BATCH = 64
+"""At most this many found entries are written back together."""
 WRITE_BACK_ROUNDS = 4
-"""Bookie replacements tried for one entry's write-back before the attempt restarts."""
+"""Rounds (with bookie replacements between them) for one write-back batch."""
 
 
 def _wait() -> wait_exponential:
@@ -212,26 +214,50 @@ class _Recovery:
         return max_lac
 
     async def _read_forward(self, start: int) -> int:
-        """Probe entries after ``start`` in order, writing back each one found; return the
-        last entry found (``start`` when none)."""
+        """Probe entries after ``start`` in order and write back each one found; return the
+        last entry found (``start`` when none).
+
+        Probes run ``READ_AHEAD`` entries ahead. Found entries are written back in batches,
+        one batch at a time, while the probes continue.
+        """
         last = start
         next_entry = start + 1
-        window: collections.deque[asyncio.Task[EntryProbe]] = collections.deque()
+        probes: collections.deque[asyncio.Task[EntryProbe]] = collections.deque()
+        batch: list[StoredEntry] = []
+        writing: asyncio.Task[None] | None = None
+
+        async def flush() -> None:
+            nonlocal writing, batch
+            if writing is not None:
+                await writing
+            writing = asyncio.create_task(self._write_back(batch)) if batch else None
+            batch = []
+
         try:
             while True:
-                while len(window) < READ_AHEAD:
-                    window.append(asyncio.create_task(self._probe(next_entry)))
+                while len(probes) < READ_AHEAD:
+                    probes.append(asyncio.create_task(self._probe(next_entry)))
                     next_entry += 1
-                probe = await window.popleft()
+                probe = await probes.popleft()
                 if probe.entry is None:  # absent: the ledger ends before it
-                    return last
-                await self._write_back(probe.entry)
+                    break
+                batch.append(probe.entry)
                 last = probe.entry_id
+                # Hand a batch over when it is full, or when the writing is idle and the next
+                # answer is not in yet.
+                idle = writing is None or writing.done()
+                if len(batch) >= WRITE_BACK_BATCH or (idle and not probes[0].done()):
+                    await flush()
+            await flush()
+            if writing is not None:
+                await writing
+            return last
         finally:
-            for task in window:
+            pending = [t for t in (*probes, writing) if t is not None and not t.done()]
+            for task in pending:
                 task.cancel()
-            if window:
-                await asyncio.gather(*window, return_exceptions=True)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def _probe(self, entry_id: int) -> EntryProbe:
         """Find out with fencing reads whether ``entry_id`` exists."""
@@ -272,12 +298,41 @@ class _Recovery:
                     )
         return probe
 
-    async def _write_back(self, stored: StoredEntry) -> None:
-        """Write ``stored`` to its whole write set (recovery flag) until ``Qa`` acknowledged."""
+    async def _write_back(self, entries: list[StoredEntry]) -> None:
+        """Write ``entries`` (consecutive) to their whole write sets with the recovery flag
+        until each has ``Qa`` acknowledgements from its write set in the local metadata.
+
+        When some entry falls short, the failed bookies are replaced from the first such
+        entry on (a new local fragment); every entry from there is then checked against its
+        new write set, because an acknowledgement from a replaced bookie no longer counts.
+        """
+        md = self._local
+        acked: dict[int, set[str]] = {s.entry_id: set() for s in entries}
+        todo = entries
+        for _round in range(WRITE_BACK_ROUNDS):
+            failed: set[str] = set()
+            await asyncio.gather(*(self._send(s, acked[s.entry_id], failed) for s in todo))
+            short = [s for s in todo if not self._replicated(s.entry_id, acked[s.entry_id])]
+            if not short:
+                return
+            first = short[0].entry_id
+            await self._replace(failed & set(self._local.last_ensemble), first)
+            todo = [s for s in todo if s.entry_id >= first]
+        raise BookieUnavailableError(
+            f"ledger {self._ledger_id}: could not write entry {todo[0].entry_id} back to "
+            f"{md.ack_quorum} bookies of its write set"
+        )
+
+    def _replicated(self, entry_id: int, acked: set[str]) -> bool:
+        """True when ``Qa`` bookies of the entry's current write set acknowledged it."""
+        current = write_set_bookies(self._local, entry_id)
+        return sum(1 for b in current if b in acked) >= self._local.ack_quorum
+
+    async def _send(self, stored: StoredEntry, acked: set[str], failed: set[str]) -> None:
+        """One round of recovery adds of ``stored`` to the bookies of its write set that
+        have not acknowledged it; returns once ``Qa`` have, or every one answered."""
         entry_id = stored.entry_id
         digest = entry_digest(self._ledger_id, entry_id, stored.lac, stored.data)
-        acked: set[str] = set()
-        failed: set[str] = set()
 
         async def add(bookie: str) -> AddReply:
             # Recovered entries are written PERSISTENT whatever the ledger's durability:
@@ -293,8 +348,6 @@ class _Recovery:
                 durability=Durability.PERSISTENT,
             )
 
-        current: set[str] = set()  # the write set of this round, in the local metadata
-
         def on_outcome(bookie: str, outcome: Outcome[AddReply]) -> bool:
             if isinstance(outcome, BookieError) or outcome.status is not Status.OK:
                 if not isinstance(outcome, BookieError) and outcome.status is Status.UNAUTHORIZED:
@@ -304,24 +357,13 @@ class _Recovery:
                 failed.add(bookie)
             else:
                 acked.add(bookie)
-            # Only acknowledgements from the current write set count.
-            return len(acked & current) >= self._local.ack_quorum
+            return self._replicated(entry_id, acked)
 
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(is_retriable),
-            stop=stop_after_attempt(WRITE_BACK_ROUNDS),
-            wait=_wait(),
-            reraise=True,
-        ):
-            with attempt:
-                current = set(write_set_bookies(self._local, entry_id))
-                await fan_out({b: add(b) for b in current - acked}, on_outcome, detach=True)
-                if len(acked & current) < self._local.ack_quorum:
-                    await self._replace(failed & current, entry_id)
-                    raise BookieUnavailableError(
-                        f"ledger {self._ledger_id} entry {entry_id}: write-back reached only "
-                        f"{len(acked & current)} of {self._local.ack_quorum} bookies"
-                    )
+        if self._replicated(entry_id, acked):
+            return
+        targets = [b for b in write_set_bookies(self._local, entry_id) if b not in acked]
+        # Adds still running once the entry is replicated finish on their own.
+        await fan_out({b: add(b) for b in targets}, on_outcome, detach=True)
 
     async def _replace(self, bad: set[str], from_entry: int) -> None:
         """Replace ``bad`` bookies from ``from_entry`` on, in the local metadata only."""
