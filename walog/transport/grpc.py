@@ -221,9 +221,10 @@ class _AddStream:
                     )
                     await self._call.write(frame)
         except grpc.RpcError as exc:
-            self.fail(str(translate_rpc_error(self._client.bookie_id, exc)))
-        except asyncio.InvalidStateError:
-            self.fail("stream closed")
+            error = translate_rpc_error(self._client.bookie_id, exc)
+            self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+        except Exception as exc:  # the call ended under us (UsageError, InvalidStateError)
+            self.fail(f"add stream failed: {exc!r}")
 
     # -- receiving --------------------------------------------------------------------
 
@@ -238,6 +239,8 @@ class _AddStream:
         except grpc.RpcError as exc:
             error = translate_rpc_error(self._client.bookie_id, exc)
             self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+        except Exception as exc:  # a malformed reply must not leave adds waiting forever
+            self.fail(f"add stream failed: {exc!r}")
 
     def _dispatch(self, frame: pb.AddResponseFrame) -> None:
         self._waiting_since = self._loop.time()  # the bookie makes progress
@@ -320,10 +323,10 @@ class GrpcBookieClient(BookieClient):
         self._stub: bookie_pb2_grpc.BookieAsyncStub | None = None
         self._stream: _AddStream | None = None
         self._request_ids = itertools.count(1)
-        self._closed = False
+        self.closed = False
 
     def _open_stub(self) -> bookie_pb2_grpc.BookieAsyncStub:
-        if self._closed:
+        if self.closed:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: the client is closed")
         if self._stub is None:
             options: list[tuple[str, int | str]] = [
@@ -486,7 +489,7 @@ class GrpcBookieClient(BookieClient):
 
     async def close(self) -> None:
         """Fail pending requests and close the channel."""
-        self._closed = True
+        self.closed = True
         if self._stream is not None:
             self._stream.fail("the client is closed")
         if self._channel is not None:
@@ -517,22 +520,28 @@ class GrpcBookiePool(BookiePool):
         auth_metadata(auth_token)  # validate now, not on the first call
         self._auth_token = auth_token
         self._clients: dict[str, GrpcBookieClient] = {}
+        self._closed = False
 
     def get(self, bookie_id: str) -> GrpcBookieClient:
         """The (lazily opened) connection to ``bookie_id``."""
         client = self._clients.get(bookie_id)
         if client is None:
-            client = self._clients[bookie_id] = GrpcBookieClient(
+            client = GrpcBookieClient(
                 bookie_id,
                 self.config,
                 credentials=self._credentials,
                 server_name=self._server_name,
                 auth_token=self._auth_token,
             )
+            if self._closed:
+                client.closed = True  # every request fails: the pool is closed
+            else:
+                self._clients[bookie_id] = client
         return client
 
     async def close(self) -> None:
         """Close every connection; pending requests fail with BookieUnavailableError."""
+        self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
