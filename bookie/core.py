@@ -34,19 +34,21 @@ from bookie.journal import (
     GroupReport,
     Journal,
     JournalMark,
-    RecordKind,
     StorageIOError,
+    fsync_dir,
+    journal_files,
+    replay,
+)
+from bookie.ledgers import LedgerState
+from bookie.records import (
+    RecordKind,
     add_header,
     decode_record,
     delete_record,
     fence_record,
-    fsync_dir,
-    journal_files,
     key_record,
     lac_record,
-    replay,
 )
-from bookie.ledgers import LedgerState
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability

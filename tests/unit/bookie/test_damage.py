@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.journal import RecordKind, decode_record, journal_files
+from bookie.journal import journal_files
+from bookie.records import RecordKind, decode_record
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload
 from walog.ledger.durability import Durability
