@@ -1,0 +1,81 @@
+"""Bookie flags map 1:1 onto BookieConfig, validated with one clear message per problem."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bookie.config import BookieConfig, parse_listen
+from bookie.main import build_parser, parse_config
+
+BASE = ["--data-dir", "/d", "--listen", "127.0.0.1:3181", "--metadata", "sqlite:///m.db"]
+
+
+def test_every_config_field_has_exactly_one_flag() -> None:
+    flags = {action.dest for action in build_parser()._actions if action.dest not in ("help",)}
+    fields = {field.name for field in dataclasses.fields(BookieConfig)}
+    assert fields == flags - {"log_level"}
+
+
+def test_flags_reach_the_config_and_the_storage_settings() -> None:
+    config, level = parse_config(
+        [
+            *BASE,
+            "--journal-dir",
+            "/j",
+            "--group-wait-ms",
+            "2.5",
+            "--group-max-bytes",
+            "4096",
+            "--allow-format",
+            "--log-level",
+            "DEBUG",
+        ]
+    )
+    assert config.bookie_id == "127.0.0.1:3181"
+    assert config.allow_format and level == "DEBUG"
+    storage = config.storage_config()
+    assert storage.journal_path == Path("/j")
+    assert (storage.group_wait_s, storage.group_max_bytes) == (0.0025, 4096)
+
+
+def test_journal_defaults_to_a_directory_inside_the_data_dir() -> None:
+    config, _ = parse_config(BASE)
+    assert config.journal_path == Path("/d/journal")
+
+
+@pytest.mark.parametrize(
+    ("listen", "problem"),
+    [("nohost", "HOST:PORT"), (":3181", "HOST:PORT"), ("h:0", "1..65535"), ("h:x", "HOST:PORT")],
+)
+def test_listen_must_be_host_and_a_real_port(listen: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_listen(listen)
+
+
+def test_ipv6_listen_address_is_accepted() -> None:
+    assert parse_listen("[::1]:3181") == ("::1", 3181)
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"tls_cert": Path("c")}, "--tls-cert and --tls-key"),
+        ({"tls_ca": Path("ca")}, "--tls-ca needs"),
+        ({"metadata": "mysql://x"}, "--metadata"),
+        ({"group_wait_ms": 0}, "--group-wait-ms must be > 0"),
+        ({"volatile_flush_interval": 0.5}, "--volatile-flush-interval must be >= 1"),
+        ({"max_inflight_bytes": 10}, "--max-inflight-bytes must be at least"),
+    ],
+)
+def test_bad_settings_name_the_flag(changes: dict[str, object], problem: str) -> None:
+    settings: dict[str, object] = {
+        "data_dir": Path("/d"),
+        "listen": "h:1",
+        "metadata": "sqlite:///m.db",
+        **changes,
+    }
+    with pytest.raises(ValueError, match=problem):
+        BookieConfig(**settings)  # type: ignore[arg-type]
