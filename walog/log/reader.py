@@ -198,6 +198,10 @@ class AsyncLogReader:
             await self._read_batch()
             return True
         if self._handle.is_closed:
+            if self._handle.last_add_confirmed > self._bound:
+                # The ledger was closed while we read it: its end may lie past our bound.
+                self._bound = self._handle.last_add_confirmed
+                return True
             successor = self._successor(self._ledger_id)
             if successor is not None:
                 await self._enter(successor, 0)
