@@ -226,6 +226,13 @@ def _summary(data: bytes) -> str:
         doc = None
     if isinstance(doc, dict) and "state" in doc:
         return f"{doc['state']} last={doc.get('last_entry_id')} ens={doc.get('ensembles')}"
+    if isinstance(doc, dict) and "ledgers" in doc:
+        listed = [
+            f"{i.get('ledger_id')}:{i.get('state')}:{i.get('last_entry_id')}"
+            for i in doc["ledgers"]
+            if isinstance(i, dict)
+        ]
+        return f"epoch={doc.get('epoch')} ledgers={listed} pending={doc.get('pending_deletion')}"
     text = data.decode(errors="replace")
     return text if len(text) <= 160 else text[:157] + "..."
 

@@ -1,10 +1,9 @@
 """Scenarios: the real protocol code (writer, recovery, reader) driven through faults.
 
-A :class:`World` holds the simulated bookies, network and metadata server of one schedule
-and hands out clients (a :class:`LedgerContext` each, over the simulated store and pool).
-Each scenario is a coroutine over a world; every choice it makes comes from the loop's
-seeded RNG. A :class:`Nemesis` crashes, restarts, pauses and partitions bookies while the
-scenario runs. :func:`run_schedule` runs one seed: the scenario, then the *final phase*
+Each scenario is a coroutine over a :class:`tests.sim.world.World`; every choice it makes
+comes from the loop's seeded RNG, and a :class:`Nemesis` crashes, restarts, pauses and
+partitions bookies while it runs (log scenarios live in tests/sim/log_scenarios.py).
+:func:`run_schedule` runs one seed: the scenario, then the *final phase*
 (heal every fault, recover every ledger with a fresh client, read each one with two fresh
 readers) and the invariant checks of tests/sim/invariants.py.
 """
@@ -20,141 +19,28 @@ from typing import Any
 
 import structlog
 
-from tests.sim.bookie import SimBookie
-from tests.sim.invariants import History, LedgerRecord, Violation
+from tests.sim.invariants import LedgerRecord, Violation
+from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
 from tests.sim.loop import SimDeadlock, SimLoop, SimStepLimit, _cancel_all
-from tests.sim.metadata import SimMetadataServer, SimMetadataStore, _Node
-from tests.sim.network import FaultConfig, SimBookiePool, SimNetwork
-from walog.digest import master_key
+from tests.sim.network import FaultConfig
+from tests.sim.world import KEY, Nemesis, World, guard
 from walog.errors import WalogError
 from walog.ledger import mutations
-from walog.ledger.context import ClientConfig, LedgerContext, Timeouts
+from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger
 from walog.ledger.durability import Durability
-from walog.ledger.ensemble import Placement
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
-from walog.metadata.layout import LedgerMetadata, bookie_path
+from walog.metadata.layout import LedgerMetadata
 
-KEY = master_key(b"")
 SCENARIO_LIMIT_S = 120.0
 """Virtual seconds a scenario may run before its tasks are stopped."""
 FINAL_LIMIT_S = 600.0
 """Virtual seconds the final phase (recover + read everything) may take."""
-TIMEOUTS = Timeouts(add=1.0, read=1.0, metadata=1.0, explicit_lac=0.05)
-
-
-class World:
-    """Bookies, network, metadata and the record of one schedule."""
-
-    def __init__(self, loop: SimLoop, bookies: int, faults: FaultConfig) -> None:
-        self.loop = loop
-        self.rng = loop.rng
-        self.trace = loop.trace
-        self.bookies = {f"b{i}": SimBookie(f"b{i}", loop.trace) for i in range(bookies)}
-        self.net = SimNetwork(loop, self.bookies, faults)
-        self.meta = SimMetadataServer(loop)
-        self.history = History(self.bookies)
-        self.meta.observers.append(self.history.on_metadata)
-        self.paused: set[str] = set()
-        self._clients: list[LedgerContext] = []
-        for bookie_id in self.bookies:
-            self._register(bookie_id)
-
-    def _register(self, bookie_id: str) -> None:
-        path = bookie_path(bookie_id)
-        self.meta.nodes[path] = _Node(b"{}", owner=bookie_id)
-        self.meta.changed(path)
-
-    def client(self, name: str) -> LedgerContext:
-        """A new client process: its own metadata session and bookie connections."""
-        ctx = LedgerContext(
-            SimMetadataStore(self.meta, name),
-            SimBookiePool(self.net, name, TIMEOUTS),
-            ClientConfig(timeouts=TIMEOUTS),
-        )
-        self._clients.append(ctx)
-        return ctx
-
-    def placement(self) -> Placement:
-        """A placement whose choices come from the schedule's seed."""
-        return Placement(random.Random(self.rng.getrandbits(64)))
-
-    async def crash_client(self, ctx: LedgerContext) -> None:
-        """The client process dies: its requests stop, its session ends."""
-        self.trace.log(f"client {ctx.store.session} CRASH")  # type: ignore[attr-defined]
-        await ctx.pool.close()
-        await ctx.store.close()
-
-    def crash(self, bookie_id: str) -> None:
-        """Crash a bookie; its registration goes with its session."""
-        self.paused.discard(bookie_id)
-        self.net.crash(bookie_id)
-        self.meta.expire(bookie_id)
-
-    def restart(self, bookie_id: str) -> None:
-        """Restart a crashed bookie, which registers again."""
-        self.net.restart(bookie_id)
-        self._register(bookie_id)
-
-    def heal_all(self) -> None:
-        """End every fault: restart, resume, reconnect."""
-        self.net.heal()
-        self.net.faults = dataclasses.replace(self.net.faults, drop=0.0, duplicate=0.0)
-        for bookie_id, bookie in self.bookies.items():
-            if not bookie.up:
-                self.restart(bookie_id)
-            if bookie.paused:
-                self.net.resume(bookie_id)
-        self.paused.clear()
-
-
-class Nemesis:
-    """Injects bookie faults at random times, at most ``max_faulty`` bookies at once."""
-
-    def __init__(self, world: World, max_faulty: int, clients: list[str]) -> None:
-        self.world = world
-        self.max_faulty = max_faulty
-        self.clients = clients
-
-    async def run(self) -> None:
-        """Inject faults until cancelled."""
-        world, rng = self.world, self.world.rng
-        while True:
-            await asyncio.sleep(rng.uniform(0.005, 0.25))
-            faulty = [b for b, s in world.bookies.items() if not s.up or s.paused]
-            healthy = [b for b in world.bookies if b not in faulty]
-            action = rng.random()
-            if faulty and (len(faulty) >= self.max_faulty or action < 0.4):
-                victim = rng.choice(faulty)
-                if world.bookies[victim].paused:
-                    world.net.resume(victim)
-                else:
-                    world.restart(victim)
-            elif healthy and action < 0.65:
-                world.crash(rng.choice(healthy))
-            elif healthy and action < 0.85:
-                world.net.pause(rng.choice(healthy))
-            elif self.clients:
-                client, bookie = rng.choice(self.clients), rng.choice(list(world.bookies))
-                world.net.partition(client, bookie)
-                world.loop.call_later(rng.uniform(0.05, 2.0), world.net.heal, client, bookie)
 
 
 # -- actors -------------------------------------------------------------------------------
-
-
-async def _guard(world: World, who: str, call: Awaitable[Any]) -> Any:
-    """Await a protocol call; record a foreign exception; return None on any error."""
-    try:
-        return await call
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        world.trace.log(f"{who} ERROR {type(exc).__name__}: {exc}")
-        world.history.on_error(who, exc)
-        return None
 
 
 def _record_ack(world: World, who: str, record: LedgerRecord, data: bytes) -> Callable[..., None]:
@@ -201,7 +87,7 @@ async def write_entries(
         else:
             await asyncio.sleep(rng.uniform(0.0, 0.1))
         if force_chance and rng.random() < force_chance:
-            synced = await _guard(world, who, writer.force())
+            synced = await guard(world, who, writer.force())
             if synced is not None:
                 world.trace.log(f"{who} FORCE L{record.ledger_id} -> {synced}")
                 world.history.on_force(record, synced)
@@ -228,7 +114,7 @@ async def recoverer(world: World, who: str, record: LedgerRecord, delay: float) 
     """A reader that fences and recovers the ledger after ``delay`` seconds."""
     await asyncio.sleep(delay)
     ctx = world.client(who)
-    result = await _guard(world, who, recover(ctx, record.ledger_id, KEY))
+    result = await guard(world, who, recover(ctx, record.ledger_id, KEY))
     if result is not None:
         metadata, _version = result
         world.trace.log(f"{who} RECOVERED L{record.ledger_id} at {metadata.last_entry_id}")
@@ -238,15 +124,15 @@ async def recoverer(world: World, who: str, record: LedgerRecord, delay: float) 
 async def tailer(world: World, who: str, record: LedgerRecord) -> None:
     """A non-fencing reader that follows the LAC and reads every confirmed entry."""
     ctx = world.client(who)
-    opened = await _guard(world, who, ctx.read_metadata(record.ledger_id))
+    opened = await guard(world, who, ctx.read_metadata(record.ledger_id))
     if opened is None:
         return
     reader = AsyncLedgerReader(ctx, opened[0], opened[1], KEY)
     next_entry = 0
     while True:
-        lac = await _guard(world, who, reader.wait_last_add_confirmed(next_entry - 1, 1.0))
+        lac = await guard(world, who, reader.wait_last_add_confirmed(next_entry - 1, 1.0))
         if lac is not None and lac >= next_entry:
-            entries = await _guard(world, who, reader.read(next_entry, lac))
+            entries = await guard(world, who, reader.read(next_entry, lac))
             for entry in entries or []:
                 world.history.on_read(who, record, entry.entry_id, entry.data)
                 next_entry = entry.entry_id + 1
@@ -330,7 +216,7 @@ async def volatile_force(world: World) -> None:
     writer, record = await new_ledger(world, "w", ctx, Durability.VOLATILE)
     count = world.rng.randint(3, 20)
     if await write_entries(world, "w", writer, record, count, force_chance=0.4):
-        synced = await _guard(world, "w", writer.force())
+        synced = await guard(world, "w", writer.force())
         if synced is not None:
             world.history.on_force(record, synced)
         await close_writer(world, "w", writer, record)
@@ -355,6 +241,7 @@ async def ensemble_change_then_crash(world: World) -> None:
 
 Scenario = Callable[[World], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
+    **LOG_SCENARIOS,
     "writer_under_faults": writer_under_faults,
     "writer_crash": writer_crash,
     "recovery_races_writer": recovery_races_writer,
@@ -401,7 +288,7 @@ async def _final_phase(world: World) -> None:
     contents: dict[int, list[list[tuple[int, bytes]]]] = {}
     for ledger_id in sorted(world.history.ledgers):
         auditor = world.client(f"audit{ledger_id}")
-        result = await _guard(world, "audit", recover(auditor, ledger_id, KEY))
+        result = await guard(world, "audit", recover(auditor, ledger_id, KEY))
         if result is None:
             continue
         metadata, version = result
@@ -410,16 +297,17 @@ async def _final_phase(world: World) -> None:
         for i in range(2):
             reader = AsyncLedgerReader(world.client(f"reader{i}"), metadata, version, KEY)
             last = metadata.last_entry_id
-            entries = [] if last < 0 else await _guard(world, "reader", reader.read(0, last))
+            entries = [] if last < 0 else await guard(world, "reader", reader.read(0, last))
             if entries is None:
                 world.history.violate("acked_entry_lost", f"L{ledger_id} unreadable to {last}")
                 entries = []
             contents[ledger_id].append([(e.entry_id, e.data) for e in entries])
     world.history.check_final(closed, contents)
+    await log_final_phase(world)
 
 
 async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: float) -> None:
-    nemesis = Nemesis(world, max_faulty, ["w"])
+    nemesis = Nemesis(world, max_faulty)
     chaos = asyncio.ensure_future(nemesis.run())
 
     async def calm_down() -> None:
@@ -490,6 +378,9 @@ def run_schedule(
     world = World(loop, bookies, faults)
     world.trace.log(f"START {name} {params}")
     before = mutations.active()
+    # Library code draws jitter from the global RNG (tenacity's random waits): seed it too.
+    global_rng_state = random.getstate()
+    random.seed(seed)
     asyncio.set_event_loop(loop)
     try:
         mutations.set_enabled(mutations_on)
@@ -501,6 +392,7 @@ def run_schedule(
             with suppress(SimDeadlock, SimStepLimit):
                 _cancel_all(loop)
     finally:
+        random.setstate(global_rng_state)
         mutations.set_enabled(before)
         asyncio.set_event_loop(None)
         loop.close()

@@ -1,0 +1,128 @@
+"""What every simulated schedule of the log layer must satisfy (ledgers -> logs, seed 000).
+
+Log scenarios record acknowledged records (with the writer's epoch and append order), the
+records tailing readers returned and truncation points; :meth:`LogHistory.check_final`
+compares that with what two fresh readers read after a final takeover.
+
+Rule names:
+
+- ``log_record_lost``: every acknowledged record not truncated away is read back, same bytes.
+- ``log_ledger_missing``: every ledger holding an acknowledged record (not truncated) is in
+  the log's ledger list.
+- ``log_order``: one writer's acknowledged records sit in the log in the order it appended.
+- ``log_writers_overlap``: at most one writer at a time: every acknowledged record of an
+  earlier takeover (epoch) lies before every one of a later takeover.
+- ``log_readers_disagree``: two fresh readers read the same sequence, in position order.
+- ``log_reader_skipped``: a tailing reader's records are a prefix of the final sequence
+  (nothing skipped, nothing read that the log does not hold).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+
+from walog.log.position import Position
+
+Violate = Callable[[str, str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class LogAck:
+    """One acknowledged record."""
+
+    who: str
+    epoch: int
+    index: int  # append order within its writer
+    position: Position
+    data: bytes
+
+
+class LogHistory:
+    """The record of one schedule's log activity."""
+
+    def __init__(self) -> None:
+        self.acks: list[LogAck] = []
+        self.reads: dict[str, list[tuple[Position, bytes]]] = {}
+        self.truncated_before: Position | None = None
+
+    def on_ack(self, ack: LogAck) -> None:
+        """A record's append completed."""
+        self.acks.append(ack)
+
+    def on_read(self, who: str, position: Position, data: bytes) -> None:
+        """A tailing reader returned a record."""
+        self.reads.setdefault(who, []).append((position, data))
+
+    def on_truncate(self, before: Position) -> None:
+        """A truncation before ``before`` was asked for (records before it may go)."""
+        if self.truncated_before is None or before > self.truncated_before:
+            self.truncated_before = before
+
+    def _kept(self, position: Position) -> bool:
+        return self.truncated_before is None or position >= self.truncated_before
+
+    def check_final(
+        self,
+        ledger_list: Sequence[int],
+        final_reads: Sequence[Sequence[tuple[Position, bytes]]],
+        violate: Violate,
+    ) -> None:
+        """Check the record against the final ledger list and two fresh readers' records."""
+        self._check_writers(violate)
+        if not final_reads:
+            return
+        final = list(final_reads[0])
+        for i, other in enumerate(final_reads[1:], start=1):
+            if list(other) != final:
+                violate("log_readers_disagree", f"reader 0 and reader {i} read differently")
+        positions = [p for p, _ in final]
+        if positions != sorted(set(positions)):
+            violate("log_readers_disagree", "a fresh reader's positions are not increasing")
+        by_position = dict(final)
+        listed = set(ledger_list)
+        for ack in self.acks:
+            if not self._kept(ack.position):
+                continue
+            if ack.position.ledger_id not in listed:
+                violate("log_ledger_missing", f"{ack.who} acked {ack.position}, not listed")
+            got = by_position.get(ack.position)
+            if got != ack.data:
+                violate(
+                    "log_record_lost", f"{ack.who} acked {ack.position}={ack.data!r}, read {got!r}"
+                )
+        for who, records in sorted(self.reads.items()):
+            kept = [(p, d) for p, d in records if self._kept(p)]
+            expected = [(p, d) for p, d in final if self._kept(p)][: len(kept)]
+            if kept != expected:
+                pairs = zip(kept, expected, strict=False)
+                at = next((i for i, (a, b) in enumerate(pairs) if a != b), len(expected))
+                violate(
+                    "log_reader_skipped",
+                    f"{who} read {kept[at : at + 2]} where the log has {expected[at : at + 2]}",
+                )
+
+    def _check_writers(self, violate: Violate) -> None:
+        by_writer: dict[tuple[str, int], list[LogAck]] = {}
+        for ack in self.acks:
+            by_writer.setdefault((ack.who, ack.epoch), []).append(ack)
+        for (who, epoch), acks in sorted(by_writer.items()):
+            ordered = [a.position for a in sorted(acks, key=lambda a: a.index)]
+            if ordered != sorted(ordered):
+                violate("log_order", f"{who} epoch {epoch}: positions not in append order")
+        spans = sorted(
+            (epoch, min(a.position for a in acks), max(a.position for a in acks), who)
+            for (who, epoch), acks in by_writer.items()
+        )
+        for (e1, _lo1, hi1, w1), (e2, lo2, _hi2, w2) in itertools.pairwise(spans):
+            if e1 == e2 and w1 != w2:
+                violate("log_writers_overlap", f"{w1} and {w2} both wrote as epoch {e1}")
+            elif hi1 >= lo2:
+                violate(
+                    "log_writers_overlap",
+                    f"{w1} (epoch {e1}) acked {hi1} at or after {w2} (epoch {e2}) acked {lo2}",
+                )
+
+
+__all__ = ["LogAck", "LogHistory"]

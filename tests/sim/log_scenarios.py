@@ -1,0 +1,190 @@
+"""Log scenarios: the real log layer (walog.log) driven through takeovers, rolls and faults.
+
+Two clients duel for one log (each takes over, appends, may crash or take over again),
+ledgers roll every few entries, a truncator cuts the head, a tailing reader follows. The
+final phase heals everything, takes the log over once more (fencing the last two ledgers)
+and reads it from the start with two fresh readers; tests/sim/log_invariants.py checks the
+outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from tests.sim.log_invariants import LogAck
+from tests.sim.world import World, guard
+from walog.aio import AsyncClient
+from walog.errors import DataLossError, WalogError
+from walog.log.log import AsyncLog
+from walog.log.position import Position
+from walog.log.retention import RollPolicy
+from walog.log.writer import AsyncLogWriter
+
+LOG = "log"
+FINAL_READ_IDLE_S = 3.0
+"""A final reader stops after this long without a new record (everything is closed)."""
+
+
+async def _open_log(world: World, who: str, client: AsyncClient | None = None) -> AsyncLog | None:
+    options = world.log_options
+    client = client or world.async_client(who)
+    log: AsyncLog | None = await guard(
+        world,
+        who,
+        client.open_log(
+            LOG,
+            ensemble_size=options[0],
+            write_quorum=options[1],
+            ack_quorum=options[2],
+            roll_policy=RollPolicy(max_entries=options[3]),
+        ),
+    )
+    return log
+
+
+async def append_records(world: World, who: str, writer: AsyncLogWriter, count: int) -> bool:
+    """Append ``count`` records in random bursts; False once the writer refuses."""
+    rng = world.rng
+    for index in range(count):
+        data = f"{who}@{writer.epoch}:{index}".encode()
+        try:
+            future = writer.append_nowait(data)
+        except WalogError as exc:
+            world.trace.log(f"{who} log append refused: {type(exc).__name__}")
+            return False
+        future.add_done_callback(_on_record_done(world, who, writer.epoch, index, data))
+        if rng.random() < 0.4:
+            await asyncio.wait([future])
+        elif rng.random() < 0.5:
+            await asyncio.sleep(rng.uniform(0.0, 0.05))
+    return True
+
+
+def _on_record_done(
+    world: World, who: str, epoch: int, index: int, data: bytes
+) -> Callable[[asyncio.Future[Position]], None]:
+    def done(future: asyncio.Future[Position]) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None:
+            world.history.on_error(who, exc)
+            return
+        world.trace.log(f"{who} RECORD {future.result()} {data!r}")
+        world.log_history.on_ack(LogAck(who, epoch, index, future.result(), data))
+
+    return done
+
+
+async def log_writer(world: World, who: str, delay: float) -> None:
+    """Take over the log (once or twice, each time as a new client process), append, then
+    close or crash. A new process per takeover keeps the writer-close rule checkable: the
+    client that created a ledger never recovers it (tests/sim/invariants.py)."""
+    rng = world.rng
+    await asyncio.sleep(delay)
+    for term in range(rng.randint(1, 2)):
+        client = world.async_client(f"{who}.{term}")
+        log = await _open_log(world, who, client)
+        writer = await guard(world, who, log.open_writer()) if log else None
+        if writer is None:
+            return
+        world.trace.log(f"{who} TOOK OVER epoch {writer.epoch} ledger {writer.ledger_id}")
+        ok = await append_records(world, who, writer, rng.randint(1, 12))
+        if rng.random() < 0.25:
+            await world.crash_client(client.ctx)
+            return
+        if ok:
+            await guard(world, who, writer.flush())
+        await guard(world, who, writer.close())
+        await asyncio.sleep(rng.uniform(0.0, 0.3))
+
+
+async def log_tailer(world: World, who: str, done: asyncio.Event) -> None:
+    """A reader from the start that records everything it reads until told to stop."""
+    log = await _open_log(world, who)
+    reader = await guard(world, who, log.open_reader("earliest")) if log else None
+    if reader is None:
+        return
+    try:
+        while True:
+            try:
+                record = await reader.read_next(timeout=0.5)
+            except DataLossError:
+                return  # the reader stood in a truncated ledger; nothing to compare
+            except WalogError as exc:
+                world.trace.log(f"{who} read failed: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.2)
+                continue
+            if record is not None:
+                world.log_history.on_read(who, record.position, record.data)
+            elif done.is_set():
+                return
+    finally:
+        await reader.close()
+
+
+async def log_truncator(world: World, who: str) -> None:
+    """Once, at a random time, truncate before a random acknowledged record."""
+    await asyncio.sleep(world.rng.uniform(0.1, 1.5))
+    acks = world.log_history.acks
+    if not acks:
+        return
+    before = world.rng.choice(acks).position
+    log = await _open_log(world, who)
+    if log is None:
+        return
+    world.log_history.on_truncate(before)
+    deleted = await guard(world, who, log.truncate(before))
+    world.trace.log(f"{who} TRUNCATE before {before}: {deleted} ledger(s)")
+
+
+async def log_duel(world: World) -> None:
+    """Two writers take the log over from each other while a tailer follows it."""
+    rng = world.rng
+    ensemble = rng.randint(2, min(3, len(world.bookies)))
+    write = rng.randint(2, ensemble)
+    world.log_options = (ensemble, write, rng.randint(1, write), rng.randint(1, 4))
+    done = asyncio.Event()
+    tail = asyncio.ensure_future(log_tailer(world, "t", done))
+    cutter = asyncio.ensure_future(log_truncator(world, "cut"))
+    await asyncio.gather(
+        log_writer(world, "w1", 0.0), log_writer(world, "w2", rng.uniform(0.0, 0.8))
+    )
+    done.set()
+    await asyncio.gather(tail, cutter)
+
+
+async def log_final_phase(world: World) -> None:
+    """Take the log over once more, read it twice from the start, check the log rules."""
+    if not world.log_history.acks and not world.log_history.reads:
+        return
+    log = await _open_log(world, "final")
+    writer = await guard(world, "final", log.open_writer()) if log else None
+    if log is None or writer is None:
+        world.history.violate("recovery_failed", "the final log takeover failed")
+        return
+    await guard(world, "final", writer.close())
+    reads = []
+    for i in range(2):
+        reads.append(await _read_all(world, f"lreader{i}"))
+    meta = await guard(world, "final", log.metadata())
+    ledger_ids = meta.ledger_ids if meta is not None else []
+    world.log_history.check_final(ledger_ids, reads, world.history.violate)
+
+
+async def _read_all(world: World, who: str) -> list[tuple[Position, bytes]]:
+    log = await _open_log(world, who)
+    reader = await guard(world, who, log.open_reader("earliest")) if log else None
+    out: list[tuple[Position, bytes]] = []
+    if reader is None:
+        return out
+    while (record := await guard(world, who, reader.read_next(FINAL_READ_IDLE_S))) is not None:
+        out.append((record.position, record.data))
+    await reader.close()
+    return out
+
+
+LOG_SCENARIOS: dict[str, Callable[[World], Awaitable[None]]] = {"log_duel": log_duel}
+
+__all__ = ["LOG_SCENARIOS", "append_records", "log_duel", "log_final_phase"]

@@ -1,0 +1,152 @@
+"""The simulated world of one schedule: bookies, network, metadata, clients, a nemesis.
+
+A :class:`World` holds the simulated bookies, network and metadata server of one schedule
+and hands out clients (a :class:`LedgerContext` or an :class:`AsyncClient` each, over the
+simulated store and pool). A :class:`Nemesis` crashes, restarts, pauses and partitions
+bookies at random times. Every choice comes from the loop's seeded RNG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Awaitable
+from typing import Any
+
+from tests.sim.bookie import SimBookie
+from tests.sim.invariants import History
+from tests.sim.log_invariants import LogHistory
+from tests.sim.loop import SimLoop
+from tests.sim.metadata import SimMetadataServer, SimMetadataStore, _Node
+from tests.sim.network import FaultConfig, SimBookiePool, SimNetwork
+from walog.aio import AsyncClient
+from walog.digest import master_key
+from walog.ledger.context import ClientConfig, LedgerContext, Timeouts
+from walog.ledger.ensemble import Placement
+from walog.metadata.layout import bookie_path
+
+KEY = master_key(b"")
+TIMEOUTS = Timeouts(add=1.0, read=1.0, metadata=1.0, explicit_lac=0.05)
+
+
+class World:
+    """Bookies, network, metadata and the record of one schedule."""
+
+    def __init__(self, loop: SimLoop, bookies: int, faults: FaultConfig) -> None:
+        self.loop = loop
+        self.rng = loop.rng
+        self.trace = loop.trace
+        self.bookies = {f"b{i}": SimBookie(f"b{i}", loop.trace) for i in range(bookies)}
+        self.net = SimNetwork(loop, self.bookies, faults)
+        self.meta = SimMetadataServer(loop)
+        self.history = History(self.bookies)
+        self.meta.observers.append(self.history.on_metadata)
+        self.log_history = LogHistory()
+        self.log_options = (3, 3, 2, 2)
+        """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger)."""
+        self.client_names: list[str] = []
+        self.paused: set[str] = set()
+        self._clients: list[LedgerContext] = []
+        for bookie_id in self.bookies:
+            self._register(bookie_id)
+
+    def _register(self, bookie_id: str) -> None:
+        path = bookie_path(bookie_id)
+        self.meta.nodes[path] = _Node(b"{}", owner=bookie_id)
+        self.meta.changed(path)
+
+    def client(self, name: str) -> LedgerContext:
+        """A new client process: its own metadata session and bookie connections."""
+        ctx = LedgerContext(
+            SimMetadataStore(self.meta, name),
+            SimBookiePool(self.net, name, TIMEOUTS),
+            ClientConfig(timeouts=TIMEOUTS),
+        )
+        self._clients.append(ctx)
+        self.client_names.append(name)
+        return ctx
+
+    def async_client(self, name: str) -> AsyncClient:
+        """A new client process as the public async API, with seeded placement."""
+        client = AsyncClient(self.client(name))
+        client._placement = self.placement()  # the default one is seeded from the OS
+        return client
+
+    def placement(self) -> Placement:
+        """A placement whose choices come from the schedule's seed."""
+        return Placement(random.Random(self.rng.getrandbits(64)))
+
+    async def crash_client(self, ctx: LedgerContext) -> None:
+        """The client process dies: its requests stop, its session ends."""
+        self.trace.log(f"client {ctx.store.session} CRASH")  # type: ignore[attr-defined]
+        await ctx.pool.close()
+        await ctx.store.close()
+
+    def crash(self, bookie_id: str) -> None:
+        """Crash a bookie; its registration goes with its session."""
+        self.paused.discard(bookie_id)
+        self.net.crash(bookie_id)
+        self.meta.expire(bookie_id)
+
+    def restart(self, bookie_id: str) -> None:
+        """Restart a crashed bookie, which registers again."""
+        self.net.restart(bookie_id)
+        self._register(bookie_id)
+
+    def heal_all(self) -> None:
+        """End every fault: restart, resume, reconnect."""
+        self.net.heal()
+        self.net.faults = dataclasses.replace(self.net.faults, drop=0.0, duplicate=0.0)
+        for bookie_id, bookie in self.bookies.items():
+            if not bookie.up:
+                self.restart(bookie_id)
+            if bookie.paused:
+                self.net.resume(bookie_id)
+        self.paused.clear()
+
+
+class Nemesis:
+    """Injects bookie faults at random times, at most ``max_faulty`` bookies at once."""
+
+    def __init__(self, world: World, max_faulty: int) -> None:
+        self.world = world
+        self.max_faulty = max_faulty
+
+    async def run(self) -> None:
+        """Inject faults until cancelled."""
+        world, rng = self.world, self.world.rng
+        while True:
+            await asyncio.sleep(rng.uniform(0.005, 0.25))
+            faulty = [b for b, s in world.bookies.items() if not s.up or s.paused]
+            healthy = [b for b in world.bookies if b not in faulty]
+            action = rng.random()
+            if faulty and (len(faulty) >= self.max_faulty or action < 0.4):
+                victim = rng.choice(faulty)
+                if world.bookies[victim].paused:
+                    world.net.resume(victim)
+                else:
+                    world.restart(victim)
+            elif healthy and action < 0.65:
+                world.crash(rng.choice(healthy))
+            elif healthy and action < 0.85:
+                world.net.pause(rng.choice(healthy))
+            elif world.client_names:
+                client, bookie = rng.choice(world.client_names), rng.choice(list(world.bookies))
+                world.net.partition(client, bookie)
+                world.loop.call_later(rng.uniform(0.05, 2.0), world.net.heal, client, bookie)
+
+
+async def guard(world: World, who: str, call: Awaitable[Any]) -> Any:
+    """Await a protocol call; record a foreign exception; return None on any error."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        world.trace.log(f"{who} ERROR {type(exc).__name__}: {exc}")
+        world.history.on_error(who, exc)
+        return None
+
+
+__all__ = ["KEY", "TIMEOUTS", "Nemesis", "World", "guard"]
