@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("bookie.add")
 
+MAX_UNSENT_RESULTS = 65536
+"""A stream stops reading frames while more results than this wait to be sent."""
+
 _DURABILITY = {pb.PERSISTENT: Durability.PERSISTENT, pb.VOLATILE: Durability.VOLATILE}
 
 
@@ -79,6 +82,9 @@ class AddStream:
         # the same journal groups.
         self._pending: set[asyncio.Task[None]] = set()
         self._reading_done = False
+        # Set whenever a response frame went out: a reader ahead of a slow client waits
+        # on it rather than piling up unsent results.
+        self._sent = asyncio.Event()
 
     async def run(self, frames: AsyncIterator[pb.AddFrame]) -> AsyncIterator[pb.AddResponseFrame]:
         """Consume ``frames`` and yield response frames until the client half-closes (or the
@@ -95,6 +101,7 @@ class AddStream:
                 if self._frame.results or self._frame.forces:
                     frame, self._frame = self._frame, pb.AddResponseFrame()
                     yield frame
+                    self._sent.set()
                     continue
                 if self._reading_done and not self._pending:
                     return
@@ -114,6 +121,11 @@ class AddStream:
                 self._dispatch(frame)
                 if draining.is_set():
                     break
+                while len(self._frame.results) > MAX_UNSENT_RESULTS:
+                    # The client does not read its answers: stop reading its requests
+                    # (gRPC flow control then slows the client down).
+                    self._sent.clear()
+                    await self._sent.wait()
         except asyncio.CancelledError:
             pass  # drain or end of the RPC
         except Exception as exc:  # the client vanished mid-stream; nothing to answer
