@@ -35,20 +35,16 @@ from bookie.journal import (
     Journal,
     JournalMark,
     StorageIOError,
-    fsync_dir,
-    journal_files,
-    replay,
 )
 from bookie.ledgers import LedgerState
 from bookie.records import (
-    RecordKind,
     add_header,
-    decode_record,
     delete_record,
     fence_record,
     key_record,
     lac_record,
 )
+from bookie.startup import load_store
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability
@@ -57,7 +53,6 @@ from walog.transport.base import Status
 _log = structlog.get_logger(__name__)
 
 _MIB = 1024 * 1024
-_REPLAY_RECORD_LIMIT = 64 * _MIB  # frame lengths above this are garbage, not big entries
 _BACKPRESSURE_FACTOR = 2  # adds wait for a running checkpoint above this x write_cache_bytes
 
 
@@ -100,7 +95,6 @@ class BookieCore:
         self._checkpoint_idle.set()
         self._storage: EntryStorage | None = None
         self._background: asyncio.Task[None] | None = None
-        self._replayed_deletes: set[int] = set()
         self._closed = False
         self.journal = Journal(
             config.journal_path,
@@ -120,101 +114,28 @@ class BookieCore:
         core = cls(config)
         loop = asyncio.get_running_loop()
         try:
-            next_seq = await loop.run_in_executor(core._writer, core._load)
+            loaded = await loop.run_in_executor(core._writer, load_store, config)
         except BaseException as exc:
-            if core._storage is not None:
-                core._storage.close()
             core._shutdown_threads()
             if isinstance(exc, OSError):
                 raise StorageIOError(
                     f"cannot open bookie storage in {config.data_dir}: {exc}"
                 ) from exc
             raise
-        core.journal.start(loop, next_seq)
-        if core._replayed_deletes:
-            storage = core._require_storage()
-            await loop.run_in_executor(core._writer, storage.delete_ledgers, core._replayed_deletes)
+        core._storage = loaded.storage
+        core._states = loaded.states
+        core._cache = loaded.cache
+        core._dirty = loaded.touched
+        core.stats.replayed_records = loaded.replayed_records
+        core.journal.start(loop, loaded.next_journal_seq)
+        if loaded.deleted:
+            # Before any checkpoint: a ledger recreated after its deletion has its new
+            # entries in the write cache only, so this drops only what came before.
+            await loop.run_in_executor(core._writer, loaded.storage.delete_ledgers, loaded.deleted)
         core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
         if core._cache.bytes >= config.write_cache_bytes:
             core._checkpoint_wanted.set()  # a long replay: move the mark forward soon
         return core
-
-    def _load(self) -> int:
-        """Blocking part of :meth:`open`; returns the next journal file number."""
-        journal_dir = self.config.journal_path
-        if not journal_dir.exists():
-            journal_dir.mkdir(parents=True)
-            fsync_dir(journal_dir.parent)
-        storage = EntryStorage(
-            self.config.data_dir, entry_log_file_bytes=self.config.entry_log_file_bytes
-        )
-        self._storage = storage
-        for ledger_id, raw in storage.ledger_states().items():
-            self._states[ledger_id] = LedgerState.from_bytes(ledger_id, raw)
-        mark = storage.checkpoint_mark()
-        limit = max(self.config.max_entry_bytes, _REPLAY_RECORD_LIMIT) + 1024
-        for payload, _ in replay(journal_dir, mark, limit):
-            self._replay_record(payload)
-        # A checkpointed state may name entries whose records were lost after its mark
-        # (never acknowledged, or VOLATILE and unsynced): recount from what is stored.
-        for ledger_id, state in self._states.items():
-            cached = self._cache.ledgers.get(ledger_id)
-            state.last_entry_id = max(storage.last_entry_id(ledger_id), max(cached or [-1]))
-        files = journal_files(journal_dir)
-        for seq, path in files:
-            if seq < mark.file_seq:
-                path.unlink()
-        _log.info(
-            "bookie storage opened",
-            ledgers=len(self._states),
-            replayed_records=self.stats.replayed_records,
-            checkpoint_mark=tuple(mark),
-        )
-        return max([mark.file_seq, *(seq for seq, _ in files)]) + 1
-
-    def _replay_record(self, payload: bytes) -> None:
-        try:
-            record = decode_record(payload)
-        except ValueError as exc:
-            _log.error("journal record skipped", error=str(exc))
-            return
-        self.stats.replayed_records += 1
-        ledger_id = record.ledger_id
-        state = self._states.get(ledger_id)
-        if record.kind is RecordKind.KEY:
-            if state is None:
-                self._states[ledger_id] = LedgerState(ledger_id, record.data)
-                self._replayed_deletes.discard(ledger_id)
-                self._dirty.add(ledger_id)
-            return
-        if record.kind is RecordKind.DELETE:
-            self._states.pop(ledger_id, None)
-            self._cache.drop_ledger(ledger_id)
-            self._dirty.discard(ledger_id)
-            self._replayed_deletes.add(ledger_id)
-            return
-        if state is None:
-            _log.warning("journal record for an unknown ledger", ledger=ledger_id)
-            return
-        self._dirty.add(ledger_id)
-        if record.kind is RecordKind.FENCE:
-            state.fenced = True
-        elif record.kind is RecordKind.LAC:
-            state.raise_lac(record.lac)
-        else:
-            if entry_digest(ledger_id, record.entry_id, record.lac, record.data) != record.digest:
-                _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
-                return
-            storage = self._require_storage()
-            if not storage.contains(ledger_id, record.entry_id):
-                entry = CachedEntry(record.lac, record.digest, record.data)
-                self._cache.put(ledger_id, record.entry_id, entry)
-            state.note_entry(record.entry_id)
-            state.raise_lac(record.lac)
-            if record.volatile:
-                state.sync.advance_to(record.lac)
-            # replay() synced the file: the entry is durable now.
-            state.sync.mark_synced(record.entry_id)
 
     async def close(self) -> None:
         """Stop accepting requests, checkpoint, sync and close the journal and index."""

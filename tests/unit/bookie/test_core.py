@@ -345,3 +345,27 @@ async def test_gc_compacts_entry_logs_shared_with_live_ledgers(tmp_path: Path) -
     assert sorted(await read_all(core, 2, 20)) == list(range(12))
     assert core.ledgers() == [2]
     await core.close()
+
+
+async def test_replayed_deletion_drops_old_data_and_keeps_a_later_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(5):
+        await add(core, 1, entry_id)
+    await core.checkpoint()
+    # Crash between journaling the deletion and dropping the stored data.
+    monkeypatch.setattr(EntryStorage, "delete_ledgers", lambda self, ids: None)
+    await core.delete_ledgers([1])
+    monkeypatch.undo()
+    # A writer that missed the deletion writes the ledger afresh.
+    await add(core, 1, 0, data=b"new")
+    await add(core, 1, 7, lac=-1, data=b"new7")
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert await read_all(core, 1, 10) == {0: b"new", 7: b"new7"}
+    await core.checkpoint()
+    await core.close()
+    core = await open_core(tmp_path)
+    assert await read_all(core, 1, 10) == {0: b"new", 7: b"new7"}
+    await core.close()

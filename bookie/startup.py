@@ -1,0 +1,139 @@
+"""Opening a bookie's storage: load the index, replay the journal after the checkpoint mark.
+
+Replay applies every intact record after the mark to the ledger states and the write cache,
+in journal order. It is idempotent (bookie/ledgers.py): every piece of state moves one way
+only, entries already in the index are not cached again, and a DELETE record voids the
+ledger's earlier records. Blocking; the core runs it in its storage thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import structlog
+
+from bookie.config import StorageConfig
+from bookie.journal import fsync_dir, journal_files, replay
+from bookie.ledgers import LedgerState
+from bookie.records import Record, RecordKind, decode_record
+from bookie.storage import CachedEntry, EntryStorage, WriteCache
+from walog.digest import entry_digest
+
+_log = structlog.get_logger(__name__)
+
+_REPLAY_RECORD_LIMIT = 64 * 1024 * 1024  # frame lengths above this are garbage, not entries
+
+
+@dataclasses.dataclass
+class LoadedStore:
+    """What :func:`load_store` found.
+
+    Attributes:
+        storage: The open entry storage (the caller closes it).
+        states: Every ledger's state after replay.
+        cache: Entries replayed from the journal and not yet in the index.
+        touched: Ledgers whose state replay changed (to be stored at the next checkpoint).
+        deleted: Ledgers deleted by replayed records (their stored data must be dropped).
+        next_journal_seq: Number of the journal file to write next.
+        replayed_records: Records replayed.
+    """
+
+    storage: EntryStorage
+    states: dict[int, LedgerState]
+    cache: WriteCache = dataclasses.field(default_factory=WriteCache)
+    touched: set[int] = dataclasses.field(default_factory=set)
+    deleted: set[int] = dataclasses.field(default_factory=set)
+    next_journal_seq: int = 1
+    replayed_records: int = 0
+
+
+def load_store(config: StorageConfig) -> LoadedStore:
+    """Open the index, load ledger states, replay the journal from the checkpoint mark
+    (cutting torn tails), recount last entry ids and delete journal files before the mark."""
+    journal_dir = config.journal_path
+    if not journal_dir.exists():
+        journal_dir.mkdir(parents=True)
+        fsync_dir(journal_dir.parent)
+    storage = EntryStorage(config.data_dir, entry_log_file_bytes=config.entry_log_file_bytes)
+    try:
+        states = {
+            ledger_id: LedgerState.from_bytes(ledger_id, raw)
+            for ledger_id, raw in storage.ledger_states().items()
+        }
+        loaded = LoadedStore(storage, states)
+        mark = storage.checkpoint_mark()
+        limit = max(config.max_entry_bytes, _REPLAY_RECORD_LIMIT) + 1024
+        for payload, _ in replay(journal_dir, mark, limit):
+            try:
+                record = decode_record(payload)
+            except ValueError as exc:
+                _log.error("journal record skipped", error=str(exc))
+                continue
+            loaded.replayed_records += 1
+            _apply(loaded, record)
+        # A checkpointed state may name entries whose records were lost after its mark
+        # (never acknowledged, or VOLATILE and unsynced): recount from what is stored.
+        for ledger_id, state in states.items():
+            cached = loaded.cache.ledgers.get(ledger_id)
+            state.last_entry_id = max(storage.last_entry_id(ledger_id), max(cached or [-1]))
+        files = journal_files(journal_dir)
+        for seq, path in files:
+            if seq < mark.file_seq:
+                path.unlink()
+        loaded.next_journal_seq = max([mark.file_seq, *(seq for seq, _ in files)]) + 1
+    except BaseException:
+        storage.close()
+        raise
+    _log.info(
+        "bookie storage opened",
+        ledgers=len(states),
+        replayed_records=loaded.replayed_records,
+        checkpoint_mark=tuple(mark),
+    )
+    return loaded
+
+
+def _apply(loaded: LoadedStore, record: Record) -> None:
+    ledger_id = record.ledger_id
+    states = loaded.states
+    state = states.get(ledger_id)
+    if record.kind is RecordKind.KEY:
+        if state is None:
+            states[ledger_id] = LedgerState(ledger_id, record.data)
+            loaded.touched.add(ledger_id)
+        return
+    if record.kind is RecordKind.DELETE:
+        # Drop what the ledger had before; records after this one (a writer that did not
+        # know of the deletion) start it afresh, in the write cache only.
+        states.pop(ledger_id, None)
+        loaded.cache.drop_ledger(ledger_id)
+        loaded.touched.discard(ledger_id)
+        loaded.deleted.add(ledger_id)
+        return
+    if state is None:
+        _log.warning("journal record for an unknown ledger", ledger=ledger_id)
+        return
+    loaded.touched.add(ledger_id)
+    if record.kind is RecordKind.FENCE:
+        state.fenced = True
+    elif record.kind is RecordKind.LAC:
+        state.raise_lac(record.lac)
+    else:
+        if entry_digest(ledger_id, record.entry_id, record.lac, record.data) != record.digest:
+            _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
+            return
+        in_index = ledger_id not in loaded.deleted and loaded.storage.contains(
+            ledger_id, record.entry_id
+        )
+        if not in_index:
+            entry = CachedEntry(record.lac, record.digest, record.data)
+            loaded.cache.put(ledger_id, record.entry_id, entry)
+        state.note_entry(record.entry_id)
+        state.raise_lac(record.lac)
+        if record.volatile:
+            state.sync.advance_to(record.lac)
+        # replay() synced the file: the entry is durable now.
+        state.sync.mark_synced(record.entry_id)
+
+
+__all__ = ["LoadedStore", "load_store"]
