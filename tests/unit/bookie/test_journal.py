@@ -216,3 +216,18 @@ async def test_barrier_mark_lies_before_records_queued_after_it_in_the_same_grou
     # ... yet the barrier's mark splits it: replay from the mark sees only the later record.
     assert position == JournalMark(1, _FRAME.size + len(b"\x04before"))
     assert [payload for payload, _ in replay(tmp_path, position, 1024)] == [b"\x04after"]
+
+
+async def test_background_flush_syncs_volatile_entries(tmp_path: Path) -> None:
+    core = await open_core(tmp_path, volatile_flush_interval_s=1.0)
+    await add(core, 1, 0, lac=-1, durability=Durability.VOLATILE)
+    reports: asyncio.Queue[GroupReport] = asyncio.Queue()
+    core.journal.listeners.append(lambda report, error: reports.put_nowait(report))
+    for entry_id in range(1, 10):
+        await add(core, 1, entry_id, lac=-1, durability=Durability.VOLATILE)
+    timer_syncs = 0
+    while core.last_add_synced(1) < 9:
+        report = await asyncio.wait_for(reports.get(), 15)
+        timer_syncs += report.synced  # nothing asked for a sync: the flush timer did it
+    assert timer_syncs >= 1
+    await core.close()
