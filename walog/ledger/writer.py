@@ -432,11 +432,12 @@ class AsyncLedgerWriter:
             await self._write_fragment(replacements)
             if self._error is not None:
                 return
-        for index in failed:
-            self._failed.pop(index, None)
-            if index not in replacements:
-                self._unreplaceable.add(index)
         self._unreplaceable -= set(replacements)
+        for index, bookie in failed.items():
+            # A failure recorded meanwhile (of another bookie at this index) stays queued.
+            if index not in replacements and self._failed.get(index) == bookie:
+                del self._failed[index]
+                self._unreplaceable.add(index)
         if not quorum_possible(self._e, self._qw, self._qa, self._unreplaceable):
             dead = sorted(self._ensemble[i] for i in self._unreplaceable)
             raise NotEnoughBookiesError(
@@ -452,6 +453,10 @@ class AsyncLedgerWriter:
         new_ensemble = replace_in_ensemble(self._ensemble, replacements)
         async for attempt in metadata_retrying():
             with attempt:
+                if self._metadata.state != "OPEN":
+                    # Closed meanwhile (close waits for changes, so only by a bug): a
+                    # CLOSED ledger's fragments must never change.
+                    raise LedgerClosedError(f"ledger {self._ledger_id} is {self._metadata.state}")
                 metadata = self._metadata.with_changes(
                     ensembles=with_new_fragment(self._metadata.ensembles, first, new_ensemble)
                 )
@@ -469,11 +474,12 @@ class AsyncLedgerWriter:
         )
         for index in replacements:
             self._replaced.add(self._ensemble[index])
-        self._ensemble = list(new_ensemble)
+        old_ensemble, self._ensemble = self._ensemble, list(new_ensemble)
         # The replaced indexes are healthy again: _send skips failed indexes, so they must
         # leave _failed before the pending entries are resent to the replacements.
         for index in replacements:
-            self._failed.pop(index, None)
+            if self._failed.get(index) == old_ensemble[index]:
+                del self._failed[index]
         for add in self._pending:
             moved = [i for i in self._write_sets[add.entry_id % self._e] if i in replacements]
             for index in moved:
