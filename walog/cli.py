@@ -2,7 +2,8 @@
 
 Every subcommand takes ``--metadata URI`` (default: the ``WALOG_METADATA`` environment
 variable) and answers ``--help``. Log lines of the library go to stderr, from WARNING up
-(``WALOG_LOG_LEVEL=INFO`` shows more). Errors print one line, ``walog: error: ...``, on stderr
+(``WALOG_LOG_LEVEL=INFO`` shows more). An unexpected exception (a bug) is one line too;
+``WALOG_TRACEBACK=1`` shows its traceback. Errors print one line, ``walog: error: ...``, on stderr
 and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from this
 build, 130 on Ctrl-C); never a traceback.
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 ENV_METADATA = "WALOG_METADATA"
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
+ENV_TRACEBACK = "WALOG_TRACEBACK"
 
 # name -> (module, function, what it is): implemented elsewhere, arguments passed unchanged.
 _DELEGATED: dict[str, tuple[str, str, str]] = {
@@ -437,6 +439,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{type(exc).__name__}: {_one_line(exc)}", 1)
     except (ValueError, OSError) as exc:
         return _fail(_one_line(exc), 1)
+    except Exception as exc:
+        # A bug rather than an operational error: still one line, the traceback on request.
+        if os.environ.get(ENV_TRACEBACK) == "1":
+            raise
+        return _fail(
+            f"unexpected {type(exc).__name__}: {_one_line(exc)} "
+            f"(set {ENV_TRACEBACK}=1 to see the traceback)",
+            1,
+        )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -449,4 +460,4 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-__all__ = ["ENV_LOG_LEVEL", "ENV_METADATA", "CliError", "main"]
+__all__ = ["ENV_LOG_LEVEL", "ENV_METADATA", "ENV_TRACEBACK", "CliError", "main"]

@@ -137,6 +137,23 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.startswith("walog: error: ") and err.count("\n") == 1
 
 
+def test_unexpected_exception_is_one_line_unless_traceback_is_asked_for(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(args: object) -> int:
+        raise RuntimeError("kaput\nsecond line")
+
+    monkeypatch.setattr(cli, "_cmd_ledgers", broken)
+    monkeypatch.delenv("WALOG_TRACEBACK", raising=False)
+    status, _, err = _run(["ledgers", "--metadata", "sqlite:///x.db"], capsys)
+    assert status == 1
+    assert err.startswith("walog: error: unexpected RuntimeError: kaput (set WALOG_TRACEBACK=1")
+    assert err.count("\n") == 1
+    monkeypatch.setenv("WALOG_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="kaput"):
+        cli.main(["ledgers", "--metadata", "sqlite:///x.db"])
+
+
 def test_feature_missing_from_the_build_is_reported_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
