@@ -1,0 +1,37 @@
+"""PySpark integration: the ``walog`` data source (batch and streaming) and the archive job.
+
+::
+
+    import walog.spark
+
+    walog.spark.register(spark)
+    df = (
+        spark.read.format("walog")
+        .option("metadata", "sqlite:///var/lib/walog/meta.db")
+        .option("log", "orders")
+        .load()
+    )
+
+Importing this package needs ``pyspark`` and ``pyarrow``; the rest of walog does not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``walog`` data source with a Spark session.
+
+    Afterwards ``spark.read.format("walog")`` and ``spark.readStream.format("walog")`` read
+    logs (see ``docs/spark.md`` for the options).
+    """
+    from walog.spark.source import WalogDataSource
+
+    spark.dataSource.register(WalogDataSource)
+
+
+__all__ = ["register"]

@@ -1,0 +1,222 @@
+"""Batch reads: the driver's snapshot of a log, executors' reads, the DataSourceReader.
+
+The driver snapshots the log once (:func:`take_snapshot`): closed ledgers end at their last
+entry, the open ledger at the last add confirmed asked of its bookies right then. Partitions
+planned from that snapshot (``walog.spark.plan``) name fixed entry ranges, so rerunning a
+job over the same bounds reads the same rows even while a writer appends.
+
+Executors read straight from the bookies (:func:`read_range`): a :class:`ReadRange` is plain
+data, and each Python worker opens its own client (kept for the worker's lifetime, as Spark
+reuses workers across tasks).
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+import walog
+from walog._sync import LoopThread
+from walog.client import Client
+from walog.errors import NoSuchEntryError, NoSuchLedgerError, is_retriable
+from walog.ledger.entry import Entry
+from walog.ledger.reader import AsyncLedgerReader
+from walog.log.metadata import read_log
+from walog.spark.arrow import record_batches
+from walog.spark.options import ReadOptions
+from walog.spark.plan import LedgerSpan, LogSnapshot, ReadRange, check_start, plan_ranges, resolve
+
+READ_BATCH_ENTRIES = 256
+"""Entries asked of the bookies per read call (the next call is in flight meanwhile)."""
+
+# -- driver side -------------------------------------------------------------------------
+
+
+def take_snapshot(client: Client, options: ReadOptions) -> LogSnapshot:
+    """The log's ledgers and how far each can be read now.
+
+    Raises:
+        walog.NoSuchLogError: the log does not exist.
+    """
+
+    async def snapshot() -> LogSnapshot:
+        ctx = client.async_client
+        meta, _ = await read_log(ctx.ctx.store, options.log)
+        spans: list[LedgerSpan] = []
+        for info in meta.ledgers:
+            if info.is_closed:
+                spans.append(LedgerSpan(info.ledger_id, info.last_entry_id, closed=True))
+                continue
+            # The log lists it as OPEN; the ledger itself may be closed already (its writer
+            # crashed after closing it, or a takeover recovered it).
+            try:
+                handle = await ctx.open_ledger(
+                    info.ledger_id, recovery=False, password=options.password
+                )
+            except NoSuchLedgerError:
+                continue  # deleted under us: truncation moved on
+            try:
+                lac = handle.last_add_confirmed
+                if not handle.is_closed:
+                    lac = max(lac, await handle.read_last_add_confirmed())
+                spans.append(LedgerSpan(info.ledger_id, lac, closed=handle.is_closed))
+            finally:
+                await handle.close()
+        return LogSnapshot(tuple(spans), meta.truncated_through)
+
+    return client.loop_thread.run(snapshot())
+
+
+def plan_batch(snapshot: LogSnapshot, options: ReadOptions) -> list[ReadRange]:
+    """The partitions of a batch read with these options."""
+    start = check_start(
+        snapshot, resolve(snapshot, options.start), fail_on_data_loss=options.fail_on_data_loss
+    )
+    end = resolve(snapshot, options.end)
+    return plan_ranges(snapshot, start, end, max_entries=options.max_entries_per_partition)
+
+
+# -- executor side -----------------------------------------------------------------------
+
+_clients: dict[tuple[str, float], Client] = {}
+_clients_lock = threading.Lock()
+
+
+def worker_client(metadata: str, timeout: float) -> Client:
+    """This process's client for a cluster (opened once, closed when the process exits)."""
+    key = (metadata, timeout)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = walog.connect(metadata, timeout=timeout)
+            _clients[key] = client
+            if len(_clients) == 1:
+                atexit.register(_close_clients)
+        return client
+
+
+def _close_clients() -> None:
+    with _clients_lock:
+        for client in _clients.values():
+            # The process is exiting: a failing close changes nothing for anybody.
+            with contextlib.suppress(Exception):
+                client.close()
+        _clients.clear()
+
+
+def _retrying() -> Retrying:
+    return Retrying(
+        retry=retry_if_exception(is_retriable),
+        wait=wait_random_exponential(multiplier=0.05, max=2.0),
+        stop=stop_after_attempt(8),
+        reraise=True,
+    )
+
+
+async def _read_entries(handle: AsyncLedgerReader, first: int, last: int) -> list[Entry]:
+    """Entries ``first..last``, all at or below a LAC some client saw (so they exist)."""
+    try:
+        return await handle.read(first, last)
+    except NoSuchEntryError:
+        # This client's bookies answered with a LAC older than the one the plan captured;
+        # the entries are confirmed all the same, so read them without the LAC bound.
+        entries = await handle.read_unconfirmed(first, last)
+        if len(entries) != last - first + 1:
+            raise
+        return entries
+
+
+def iter_entries(
+    client: Client, rng: ReadRange, password: bytes, batch_entries: int = READ_BATCH_ENTRIES
+) -> Iterator[Entry]:
+    """The entries of a range, in order, with the next read in flight while one is used."""
+    loop = client.loop_thread
+    handle = loop.run(
+        client.async_client.open_ledger(rng.ledger_id, recovery=False, password=password)
+    )
+
+    def submit(first: int) -> concurrent.futures.Future[list[Entry]]:
+        return loop.submit(
+            _read_entries(handle, first, min(rng.last_entry, first + batch_entries - 1))
+        )
+
+    try:
+        first = rng.first_entry
+        pending = submit(first) if first <= rng.last_entry else None
+        while pending is not None:
+            try:
+                entries = pending.result()
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise
+                entries = _reread(loop, handle, first, rng, batch_entries)
+            first += len(entries)
+            pending = submit(first) if first <= rng.last_entry else None
+            yield from entries
+    finally:
+        loop.run(handle.close())
+
+
+def _reread(
+    loop: LoopThread, handle: AsyncLedgerReader, first: int, rng: ReadRange, batch_entries: int
+) -> list[Entry]:
+    """Read one batch again after a retriable failure, with backoff."""
+    last = min(rng.last_entry, first + batch_entries - 1)
+    for attempt in _retrying():
+        with attempt:
+            return loop.run(_read_entries(handle, first, last))
+    raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+
+def read_range(options: ReadOptions, rng: ReadRange) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the records of one planned range, in log order (runs on executors)."""
+    client = worker_client(options.metadata, options.timeout)
+    yield from record_batches(iter_entries(client, rng, options.password), rng)
+
+
+# -- the Spark reader --------------------------------------------------------------------
+
+
+class RangePartition(InputPartition):
+    """A Spark partition carrying one :class:`ReadRange`."""
+
+    def __init__(self, rng: ReadRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+class WalogBatchReader(DataSourceReader):
+    """``spark.read.format("walog")``: one partition per ledger, split by entry range."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Plan from a fresh snapshot of the log (driver)."""
+        client = worker_client(self.options.metadata, self.options.timeout)
+        snapshot = take_snapshot(client, self.options)
+        return [RangePartition(r) for r in plan_batch(snapshot, self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one partition from the bookies (executor)."""
+        assert isinstance(partition, RangePartition)
+        return read_range(self.options, partition.range)
+
+
+__all__ = [
+    "READ_BATCH_ENTRIES",
+    "RangePartition",
+    "WalogBatchReader",
+    "iter_entries",
+    "plan_batch",
+    "read_range",
+    "take_snapshot",
+    "worker_client",
+]
