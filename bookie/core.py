@@ -127,7 +127,12 @@ class BookieCore:
         core._cache = loaded.cache
         core._dirty = loaded.touched
         core.stats.replayed_records = loaded.replayed_records
-        core.journal.start(loop, loaded.next_journal_seq)
+        try:
+            await core.journal.start(loaded.next_journal_seq)
+        except BaseException:
+            await loop.run_in_executor(core._writer, loaded.storage.close)
+            core._shutdown_threads()
+            raise
         if loaded.deleted:
             # Before any checkpoint: a ledger recreated after its deletion has its new
             # entries in the write cache only, so this drops only what came before.

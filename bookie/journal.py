@@ -229,13 +229,18 @@ class Journal:
         """The write or sync error that stopped the journal, if any."""
         return self._failed
 
-    def start(self, loop: asyncio.AbstractEventLoop, file_seq: int) -> None:
-        """Open journal file ``file_seq`` (which must not exist) and start the thread."""
+    async def start(self, file_seq: int) -> None:
+        """Start the thread on journal file ``file_seq`` (which must not exist yet); records
+        are then appended from the running loop. StorageIOError if the file cannot be made."""
+        loop = asyncio.get_running_loop()
         self._loop = loop
         self._done = loop.create_future()
-        self._open_file(file_seq)
-        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        ready: asyncio.Future[None] = loop.create_future()
+        self._thread = threading.Thread(
+            target=self._run, args=(file_seq, ready), name="bookie-journal", daemon=True
+        )
         self._thread.start()
+        await ready
 
     def append(
         self,
@@ -314,7 +319,18 @@ class Journal:
         self._file_seq = file_seq
         self._offset = 0
 
-    def _run(self) -> None:
+    def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
+        assert self._loop is not None and self._done is not None
+        try:
+            self._open_file(file_seq)
+        except OSError as exc:
+            failure = StorageIOError(f"cannot create journal file {file_seq}: {exc}")
+            failure.__cause__ = exc
+            self._failed = failure
+            self._loop.call_soon_threadsafe(ready.set_exception, failure)
+            self._loop.call_soon_threadsafe(_resolve, self._done)
+            return
+        self._loop.call_soon_threadsafe(_resolve, ready)
         try:
             while self._step():
                 pass

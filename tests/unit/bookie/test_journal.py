@@ -204,7 +204,7 @@ async def test_barrier_mark_lies_before_records_queued_after_it_in_the_same_grou
     journal = Journal(
         tmp_path, file_bytes=1 << 20, group_wait_s=0.2, group_max_bytes=1 << 20, flush_interval_s=1
     )
-    journal.start(asyncio.get_running_loop(), 1)
+    await journal.start(1)
     before = journal.append((b"\x04before",), sync=True)
     mark = journal.barrier()
     after = journal.append((b"\x04after",), sync=True)
