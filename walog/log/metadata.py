@@ -11,7 +11,8 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "pending_deletion": [5, 6],         # removed from the list, not yet deleted
  "archived_through": "6:0:0" | null, # every record before it is archived
  "truncated_through": "5:10:0" | null,# every record before it was truncated (deleted)
- "cursors": {"billing": "7:12:0"}}   # consumer -> next position it will read
+ "cursors": {"billing": "7:12:0"},   # consumer -> next position it will read
+ "archive_intent": {...} | null}     # an archive run in progress (walog.spark.archive)
 ```
 
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
@@ -113,6 +114,8 @@ class LogMetadata:
     archived_through: Position | None = None
     cursors: dict[str, Position] = dataclasses.field(default_factory=dict)
     truncated_through: Position | None = None
+    archive_intent: dict[str, Any] | None = None
+    """Opaque to the log layer: the archive job's record of a run in progress."""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -151,6 +154,7 @@ class LogMetadata:
             "archived_through": _text(self.archived_through),
             "cursors": {k: str(v) for k, v in sorted(self.cursors.items())},
             "truncated_through": _text(self.truncated_through),
+            "archive_intent": self.archive_intent,
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -173,6 +177,7 @@ class LogMetadata:
                 archived_through=_position(doc.get("archived_through")),
                 cursors={k: Position.parse(v) for k, v in doc.get("cursors", {}).items()},
                 truncated_through=_position(doc.get("truncated_through")),
+                archive_intent=doc.get("archive_intent"),
             )
         except (TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc
