@@ -194,16 +194,20 @@ class EntryStorage:
         record that failed its checks (logged, never returned).
         """
         locations: list[Location] = []
-        with self._env.begin(db=self._entries) as txn:
-            cursor = txn.cursor()
-            expected = first
-            if cursor.set_key(_KEY.pack(ledger_id, first)):
-                for key, value in cursor:
-                    led, entry_id = _KEY.unpack(bytes(key))
-                    if led != ledger_id or entry_id != expected or entry_id > last:
-                        break
-                    locations.append(Location(*_LOCATION.unpack(bytes(value))))
-                    expected += 1
+        try:
+            with self._env.begin(db=self._entries) as txn:
+                cursor = txn.cursor()
+                expected = first
+                if cursor.set_key(_KEY.pack(ledger_id, first)):
+                    for key, value in cursor:
+                        led, entry_id = _KEY.unpack(bytes(key))
+                        if led != ledger_id or entry_id != expected or entry_id > last:
+                            break
+                        locations.append(Location(*_LOCATION.unpack(bytes(value))))
+                        expected += 1
+        except lmdb.Error as exc:
+            _log.error("index read failed", ledger=ledger_id, entry=first, error=str(exc))
+            return [], True
         records: list[StoredRecord] = []
         size = 0
         files: dict[int, int] = {}
@@ -275,7 +279,7 @@ class EntryStorage:
                 per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + location.length
             if self._write_fd >= 0:
                 os.fsync(self._write_fd)
-        except OSError as exc:
+        except (OSError, lmdb.Error) as exc:
             raise StorageIOError(f"entry log {self._write_log} write failed: {exc}") from exc
         try:
             with self._env.begin(write=True) as txn:
@@ -354,7 +358,10 @@ class EntryStorage:
                         txn.put(bytes(key), json.dumps(doc).encode(), db=self._logs)
         except lmdb.Error as exc:
             raise StorageIOError(f"index update failed: {exc}") from exc
-        self._reclaim()
+        try:
+            self._reclaim()
+        except (OSError, lmdb.Error) as exc:
+            raise StorageIOError(f"reclaiming entry logs failed: {exc}") from exc
 
     def _reclaim(self) -> None:
         with self._env.begin(db=self._logs) as txn:
