@@ -431,6 +431,7 @@ class Journal:
                 # keeps meaning "everything written so far is durable".
                 if self._unsynced_bytes:
                     os.fdatasync(self._fd)
+                    self.syncs += 1
                 os.close(self._fd)
                 self._fd = -1
                 self._open_file(self._file_seq + 1)
@@ -482,7 +483,11 @@ class Journal:
         self, report: GroupReport, items: list[_Item], error: BaseException | None
     ) -> None:
         for listener in self.listeners:
-            listener(report, error)
+            try:
+                listener(report, error)
+            except Exception:
+                # The waiters must complete whatever a listener does.
+                _log.exception("journal group listener failed")
         for item in items:
             waiter = item.waiter
             if waiter is not None and not waiter.done():
