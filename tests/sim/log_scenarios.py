@@ -90,7 +90,7 @@ async def log_writer(world: World, who: str, delay: float) -> None:
         if writer is None:
             return
         world.trace.log(f"{who} TOOK OVER epoch {writer.epoch} ledger {writer.ledger_id}")
-        ok = await append_records(world, who, writer, rng.randint(1, 12))
+        ok = await append_records(world, who, writer, rng.randint(1, 8))
         if rng.random() < 0.25:
             await world.crash_client(client.ctx)
             return

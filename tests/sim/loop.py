@@ -109,6 +109,7 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self._selector = _VirtualSelector(self)
         self._clock_resolution = 1e-9
         self.trace = Trace(loop=self)
+        self.set_exception_handler(_log_unhandled)
 
     def time(self) -> float:
         """The virtual clock, in seconds since the loop was made."""
@@ -128,6 +129,14 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
     def close(self) -> None:
         super().close()
         self._selector.close()
+
+
+def _log_unhandled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Unretrieved task exceptions and the like go into the trace, not to stderr."""
+    exc = context.get("exception")
+    detail = f"{type(exc).__name__}: {exc}" if exc is not None else ""
+    if isinstance(loop, SimLoop):
+        loop.trace.log(f"loop: {context.get('message', '')} {detail}")
 
 
 def run(
