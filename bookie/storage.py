@@ -46,6 +46,7 @@ _LOCATION = struct.Struct(">IQI")
 _MARK = struct.Struct(">QQ")
 _MAX_ID = (1 << 63) - 1
 _MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
+_WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes are batched into chunks of this size
 _COMPACT_BELOW = 0.5  # compact an entry log once less than this share of it is live
 
 
@@ -137,6 +138,8 @@ class EntryStorage:
         self._write_fd = -1
         self._write_log = -1
         self._write_offset = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self.logs_deleted = 0
         self.logs_compacted = 0
         self._remove_orphan_logs()
@@ -277,9 +280,16 @@ class EntryStorage:
                 rows.append((_KEY.pack(ledger_id, entry_id), _LOCATION.pack(*location)))
                 per_ledger = live.setdefault(location.log_id, {})
                 per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + location.length
+            self._flush_pending()
             if self._write_fd >= 0:
                 os.fsync(self._write_fd)
         except (OSError, lmdb.Error) as exc:
+            # The log's tail is unknown now: never append to it again.
+            self._pending.clear()
+            self._pending_bytes = 0
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+                self._write_fd = -1
             raise StorageIOError(f"entry log {self._write_log} write failed: {exc}") from exc
         try:
             with self._env.begin(write=True) as txn:
@@ -306,18 +316,30 @@ class EntryStorage:
     def _append(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> Location:
         if self._write_fd < 0 or self._write_offset >= self._log_bytes_limit:
             self._roll()
-        record = _RECORD.pack(len(entry.data), ledger_id, entry_id, entry.lac, entry.digest)
-        buffer = memoryview(record + entry.data)
+        self._pending.append(
+            _RECORD.pack(len(entry.data), ledger_id, entry_id, entry.lac, entry.digest)
+        )
+        self._pending.append(entry.data)
         offset = self._write_offset
-        while buffer:
-            written = os.write(self._write_fd, buffer)
-            buffer = buffer[written:]
         length = _RECORD.size + len(entry.data)
         self._write_offset += length
+        self._pending_bytes += length
+        if self._pending_bytes >= _WRITE_CHUNK_BYTES:
+            self._flush_pending()
         return Location(self._write_log, offset, length)
+
+    def _flush_pending(self) -> None:
+        """Write the buffered records to the current entry log (one syscall per chunk)."""
+        view = memoryview(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
+        while view:
+            written = os.write(self._write_fd, view)
+            view = view[written:]
 
     def _roll(self) -> None:
         if self._write_fd >= 0:
+            self._flush_pending()
             os.fsync(self._write_fd)
             os.close(self._write_fd)
             self._write_fd = -1
