@@ -185,9 +185,13 @@ async def check_cookie(store: MetadataStore, config: BookieConfig) -> Cookie:
         problems.append(f"the metadata store has no cookie at {path} but the disk has one")
     for directory, cookie in disk.items():
         if cookie is None:
+            holder = (
+                f"the metadata store has a cookie (instance {meta.instance_id})"
+                if meta is not None
+                else "another directory of this bookie has one"
+            )
             problems.append(
-                f"{directory} has no {COOKIE_FILE} but the metadata store has a cookie "
-                f"(instance {meta.instance_id if meta else '?'}): this disk lost its state "
+                f"{directory} has no {COOKIE_FILE} but {holder}: this disk lost its state "
                 f"(wiped or replaced)"
             )
             continue
