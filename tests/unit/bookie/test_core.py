@@ -369,3 +369,31 @@ async def test_replayed_deletion_drops_old_data_and_keeps_a_later_rewrite(
     core = await open_core(tmp_path)
     assert await read_all(core, 1, 10) == {0: b"new", 7: b"new7"}
     await core.close()
+
+
+async def test_failed_checkpoint_keeps_entries_and_the_next_one_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(10):
+        await add(core, 1, entry_id)
+    await core.checkpoint()
+    for entry_id in range(10, 20):
+        await add(core, 1, entry_id)
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated entry log failure")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(StorageIOError, match="entry log"):
+        await core.checkpoint()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert sorted(await read_all(core, 1, 30)) == list(range(20))
+    await core.checkpoint()
+    assert sorted(await read_all(core, 1, 30)) == list(range(20))
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert sorted(await read_all(core, 1, 30)) == list(range(20))
+    assert core.stats.replayed_records == 0
+    await core.close()
