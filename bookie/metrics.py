@@ -24,7 +24,9 @@ def render(samples: list[Sample], labels: Mapping[str, str]) -> bytes:
     lines = []
     for name, kind, value in samples:
         lines.append(f"# TYPE {name} {kind}")
-        lines.append(f"{name}{{{label_text}}} {value:g}")
+        # Full precision: ``:g`` would round a counter of 1234567 to 1.23457e+06.
+        text = str(int(value)) if float(value).is_integer() else repr(float(value))
+        lines.append(f"{name}{{{label_text}}} {text}")
     return ("\n".join(lines) + "\n").encode()
 
 
