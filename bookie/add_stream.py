@@ -3,12 +3,12 @@
 For each incoming :class:`AddFrame` the adds start concurrently (a PERSISTENT add completes
 when its journal group is synced, so the adds of one frame usually share one sync), then the
 frame's LAC updates are applied, then its forces run. A force covers every add of the same
-and earlier frames of its ledger: it waits for them before it syncs.
+and earlier frames: it waits until they are answered, then syncs the journal.
 
-Results travel back as :class:`AddResponseFrame`\\ s. The writer side sends whatever results
+Results travel back in :class:`AddResponseFrame` messages. The writer side sends whatever results
 have completed as soon as the stream can take a message; results that complete while a
 message is being written go into the next one. There are no timers: the batching comes from
-the stream's own back-pressure.
+the stream's own back-pressure. A client that stops reading its answers stops being read.
 
 One bad entry never ends the stream: it is answered with its status (BAD_REQUEST for a
 malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage fails).
