@@ -10,6 +10,7 @@ import pytest
 import walog.aio
 from walog.aio import AsyncClient
 from walog.errors import NoSuchLedgerError
+from walog.log.ledgers import LOG_TAG
 from walog.log.log import AsyncLog
 from walog.log.metadata import update_log
 from walog.log.position import Position
@@ -119,3 +120,19 @@ async def test_pending_deletions_are_collected_by_the_next_writer(
     await assert_deleted(client, ids[:2])
     assert (await log.metadata()).pending_deletion == ()
     await replacement.close()
+
+
+async def test_ledger_of_a_crashed_takeover_is_deleted_by_the_next_writer(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    # A writer created its ledger, then crashed before its CAS added it to the list.
+    lost = await client.create_ledger(custom_metadata={LOG_TAG: log_name})
+    unrelated = await client.create_ledger()
+    writer = await log.open_writer()
+    await assert_deleted(client, [lost.ledger_id])
+    assert (await client.ledger_metadata(unrelated.ledger_id)).ledger_id == unrelated.ledger_id
+    meta = await log.metadata()
+    assert meta.orphans_scanned_below == writer.ledger_id
+    await writer.close()
+    await unrelated.close()

@@ -89,6 +89,8 @@ class LedgerClientLike(Protocol):
 
     async def delete_ledger(self, ledger_id: int) -> None: ...
 
+    async def list_ledgers(self) -> list[int]: ...
+
 
 async def delete_ledger_if_exists(client: LedgerClientLike, ledger_id: int) -> None:
     """Delete a ledger; one that is already gone is fine (deletion is idempotent)."""

@@ -62,8 +62,8 @@ class AsyncLog:
     async def open_writer(self, config: LogWriterConfig | None = None) -> AsyncLogWriter:
         """Take over as the log's writer (fences the last two ledgers, CAS-appends a new one).
 
-        Any earlier writer's next append fails with :class:`walog.WriterFencedError`. Ledgers
-        left pending deletion by an interrupted truncation are deleted afterwards.
+        Any earlier writer's next append fails with :class:`walog.WriterFencedError`.
+        Afterwards it deletes what crashes left behind (see :meth:`collect_orphans`).
         """
         writer = await open_log_writer(
             self._client,
@@ -73,6 +73,7 @@ class AsyncLog:
             config or self.writer_config,
         )
         await truncation.collect_orphans(self._client, self.name)
+        await truncation.scan_orphans(self._client, self.name)
         return writer
 
     async def open_reader(self, start: StartAt = "earliest") -> AsyncLogReader:
@@ -97,8 +98,10 @@ class AsyncLog:
         )
 
     async def collect_orphans(self) -> int:
-        """Delete ledgers an interrupted truncation left pending deletion; return how many."""
-        return await truncation.collect_orphans(self._client, self.name)
+        """Delete ledgers an interrupted truncation left pending deletion, and ledgers a
+        crashed writer created but never got into the list; return how many."""
+        pending = await truncation.collect_orphans(self._client, self.name)
+        return pending + await truncation.scan_orphans(self._client, self.name)
 
     async def commit_cursor(self, consumer: str, position: Position | None) -> None:
         """Record that ``consumer`` has consumed every record before ``position`` (None

@@ -11,6 +11,7 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "pending_deletion": [5, 6],         # removed from the list, not yet deleted
  "archived_through": "6:0:0" | null, # every record before it is archived
  "truncated_through": "5:10:0" | null,# every record before it was truncated (deleted)
+ "orphans_scanned_below": 9,         # ids below were checked for lost-CAS leftovers
  "cursors": {"billing": "7:12:0"},   # consumer -> next position it will read
  "archive_intent": {...} | null}     # an archive run in progress (walog.spark.archive)
 ```
@@ -114,6 +115,8 @@ class LogMetadata:
     archived_through: Position | None = None
     cursors: dict[str, Position] = dataclasses.field(default_factory=dict)
     truncated_through: Position | None = None
+    orphans_scanned_below: int = 0
+    """Ledger ids below this were checked for leftovers of lost CAS writes."""
     archive_intent: dict[str, Any] | None = None
     """Opaque to the log layer: the archive job's record of a run in progress."""
 
@@ -154,6 +157,7 @@ class LogMetadata:
             "archived_through": _text(self.archived_through),
             "cursors": {k: str(v) for k, v in sorted(self.cursors.items())},
             "truncated_through": _text(self.truncated_through),
+            "orphans_scanned_below": self.orphans_scanned_below,
             "archive_intent": self.archive_intent,
         }
         return json.dumps(doc, sort_keys=True).encode()
@@ -177,6 +181,7 @@ class LogMetadata:
                 archived_through=_position(doc.get("archived_through")),
                 cursors={k: Position.parse(v) for k, v in doc.get("cursors", {}).items()},
                 truncated_through=_position(doc.get("truncated_through")),
+                orphans_scanned_below=int(doc.get("orphans_scanned_below", 0)),
                 archive_intent=doc.get("archive_intent"),
             )
         except (TypeError, AttributeError, json.JSONDecodeError) as exc:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
-from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
+from walog.errors import NoSuchLedgerError
+from walog.log.ledgers import LOG_TAG, LedgerClientLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end
 from walog.log.retention import RetentionPolicy, retention_count, truncation_count
@@ -84,6 +85,52 @@ async def refresh_closed(client: LedgerClientLike, name: str) -> LogMetadata:
     return (await update_log(client.ctx.store, name, mutate))[0]
 
 
+def orphan_candidates(ledger_ids: Iterable[int], meta: LogMetadata) -> list[int]:
+    """Ledgers that a writer may have created for this log and then lost the CAS with
+    (it crashed before deleting them): neither listed nor pending deletion, at or above
+    the scan watermark and below the newest listed ledger (pure).
+
+    Only ids below the newest listed ledger are safe: a takeover or roll that created
+    ledger X compares the list it read with the current one, and the list has changed for
+    good once a ledger newer than X was added, so X can never be added any more.
+    """
+    newest = meta.last_ledger_id
+    if newest is None:
+        return []
+    known = {*meta.ledger_ids, *meta.pending_deletion}
+    low = meta.orphans_scanned_below
+    return [i for i in ledger_ids if low <= i < newest and i not in known]
+
+
+async def scan_orphans(client: LedgerClientLike, name: str) -> int:
+    """Delete this log's ledgers left behind by lost CAS writes; return how many.
+
+    Checks only ledgers created since the last scan (a watermark in the log's metadata).
+    """
+    meta, _ = await read_log(client.ctx.store, name)
+    deleted = 0
+    for ledger_id in orphan_candidates(await client.list_ledgers(), meta):
+        try:
+            ledger = await client.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        if (ledger.custom_metadata or {}).get(LOG_TAG) == name:
+            await delete_ledger_if_exists(client, ledger_id)
+            deleted += 1
+    newest = meta.last_ledger_id
+    if newest is not None:
+
+        def mutate(fresh: LogMetadata) -> LogMetadata | None:
+            if fresh.orphans_scanned_below >= newest:
+                return None
+            return fresh.replace(orphans_scanned_below=newest)
+
+        await update_log(client.ctx.store, name, mutate)
+    if deleted:
+        log.info("deleted orphan ledgers of a lost CAS", log=name, count=deleted)
+    return deleted
+
+
 _Decision = Callable[[LogMetadata], int]
 """How many head ledgers to remove, given the current metadata (pure, re-run per CAS)."""
 
@@ -137,6 +184,7 @@ async def enforce_retention(
     the policy limits bytes. Returns how many ledgers this call retired.
     """
     await collect_orphans(client, name)
+    await scan_orphans(client, name)
     meta = await refresh_closed(client, name)
     if policy.max_bytes is not None:
         sizes = {
@@ -171,4 +219,11 @@ async def enforce_retention(
     )
 
 
-__all__ = ["collect_orphans", "enforce_retention", "refresh_closed", "truncate_log"]
+__all__ = [
+    "collect_orphans",
+    "enforce_retention",
+    "orphan_candidates",
+    "refresh_closed",
+    "scan_orphans",
+    "truncate_log",
+]
