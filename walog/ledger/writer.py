@@ -259,33 +259,28 @@ class AsyncLedgerWriter:
             if index in self._failed or index in self._unreplaceable:
                 continue  # resent to the replacement once the ensemble change is done
             bookie = self._ensemble[index]
-            reply = self._ctx.pool.get(bookie).add(
+            self._ctx.pool.get(bookie).add_then(
                 self._ledger_id,
                 add.entry_id,
                 add.lac,
                 add.data,
                 add.digest,
                 self._master_key,
+                functools.partial(self._on_reply, add, index, bookie),
                 durability=self._durability,
             )
-            reply.add_done_callback(functools.partial(self._on_reply, add, index, bookie))
 
     # -- replies and completion -------------------------------------------------------
 
     def _on_reply(
-        self, add: PendingAdd, index: int, bookie: str, fut: asyncio.Future[AddReply]
+        self, add: PendingAdd, index: int, bookie: str, reply: AddReply | BaseException
     ) -> None:
-        if fut.cancelled():
-            self._bookie_failed(index, bookie, "request cancelled")
+        if isinstance(reply, UnauthorizedError):
+            self._fail(UnauthorizedError(str(reply)))
             return
-        exc = fut.exception()
-        if isinstance(exc, UnauthorizedError):
-            self._fail(UnauthorizedError(str(exc)))
+        if isinstance(reply, BaseException):
+            self._bookie_failed(index, bookie, str(reply) or type(reply).__name__)
             return
-        if exc is not None:
-            self._bookie_failed(index, bookie, str(exc) or type(exc).__name__)
-            return
-        reply = fut.result()
         if self._error is not None or self._ensemble[index] != bookie:
             return  # the writer stopped, or this bookie was replaced since
         if reply.status is Status.OK:

@@ -15,7 +15,9 @@ import abc
 import asyncio
 import dataclasses
 import enum
+from collections.abc import Callable
 
+from walog.errors import BookieUnavailableError
 from walog.ledger.durability import Durability
 
 
@@ -89,6 +91,10 @@ class FenceReply:
     last_entry_id: int = -1
 
 
+AddCallback = Callable[[AddReply | BaseException], None]
+"""Receives the reply to one add, or the error that ended it (see BookieClient.add_then)."""
+
+
 class BookieClient(abc.ABC):
     """A connection to one bookie. Adds are queued and sent in batched frames."""
 
@@ -109,6 +115,45 @@ class BookieClient(abc.ABC):
     ) -> asyncio.Future[AddReply]:
         """Queue an add; the future resolves with the bookie's reply or fails with
         BookieUnavailableError. Adds queued on one client reach the bookie in order."""
+
+    def add_then(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        digest: int,
+        master_key: bytes,
+        callback: AddCallback,
+        *,
+        recovery: bool = False,
+        durability: Durability = Durability.PERSISTENT,
+    ) -> None:
+        """Queue an add like :meth:`add`; call ``callback`` (on the event loop) with the
+        reply, or with the error the future of :meth:`add` would fail with.
+
+        The writer's hot path: a transport may override it to call back straight from its
+        reply handling, without a future and a scheduled callback per add.
+        """
+        future = self.add(
+            ledger_id,
+            entry_id,
+            lac,
+            data,
+            digest,
+            master_key,
+            recovery=recovery,
+            durability=durability,
+        )
+
+        def done(f: asyncio.Future[AddReply]) -> None:
+            if f.cancelled():
+                callback(BookieUnavailableError(f"bookie {self.bookie_id}: add cancelled"))
+                return
+            exc = f.exception()
+            callback(f.result() if exc is None else exc)
+
+        future.add_done_callback(done)
 
     @abc.abstractmethod
     def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
@@ -155,6 +200,7 @@ class BookiePool(abc.ABC):
 
 
 __all__ = [
+    "AddCallback",
     "AddReply",
     "BookieClient",
     "BookiePool",

@@ -24,7 +24,6 @@ import collections
 import contextlib
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import grpc
 import grpc.aio
@@ -37,6 +36,7 @@ from walog.ledger.durability import Durability
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc
 from walog.transport.base import (
+    AddCallback,
     AddReply,
     BookieClient,
     BookiePool,
@@ -143,8 +143,8 @@ class _AddStream:
         self._forces: list[tuple[int, int, bytes]] = []
         # The reply to (ledger, entry) goes to the first waiter; a second add of the same
         # entry on this stream (a resend) waits in _more_waiters.
-        self._add_waiters: dict[tuple[int, int], asyncio.Future[AddReply]] = {}
-        self._more_waiters: dict[tuple[int, int], collections.deque[asyncio.Future[AddReply]]] = {}
+        self._add_waiters: dict[tuple[int, int], AddCallback] = {}
+        self._more_waiters: dict[tuple[int, int], collections.deque[AddCallback]] = {}
         self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
         # Liveness: requests are outstanding and the bookie answered none of them for
         # ``timeouts.add`` seconds -> the stream (the bookie) has failed.
@@ -156,17 +156,15 @@ class _AddStream:
         self._sender = self._loop.create_task(self._send_loop())
         self._receiver = self._loop.create_task(self._receive_loop())
 
-    def add(self, add: QueuedAdd) -> asyncio.Future[AddReply]:
-        future: asyncio.Future[AddReply] = self._loop.create_future()
+    def add(self, add: QueuedAdd, callback: AddCallback) -> None:
         key = (add[0], add[1])
         if key in self._add_waiters:
-            self._more_waiters.setdefault(key, collections.deque()).append(future)
+            self._more_waiters.setdefault(key, collections.deque()).append(callback)
         else:
-            self._add_waiters[key] = future
+            self._add_waiters[key] = callback
         self._adds.append(add)
         self._request_sent()
         self._wake.set()
-        return future
 
     def lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
         self._lacs.append((ledger_id, lac, master_key))
@@ -247,8 +245,8 @@ class _AddStream:
         waiters = self._add_waiters
         for result in frame.results:
             key = (result.ledger_id, result.entry_id)
-            future = waiters.pop(key, None)
-            if future is None:
+            callback = waiters.pop(key, None)
+            if callback is None:
                 continue  # an answer to a request this client gave up on
             self._outstanding -= 1
             more = self._more_waiters.get(key)
@@ -256,8 +254,7 @@ class _AddStream:
                 waiters[key] = more.popleft()
                 if not more:
                     del self._more_waiters[key]
-            if not future.done():
-                future.set_result(AddReply(_status(result.status), result.last_add_synced))
+            callback(AddReply(_status(result.status), result.last_add_synced))
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:
@@ -281,9 +278,9 @@ class _AddStream:
         message = (
             reason if reason.startswith("bookie ") else f"bookie {self._client.bookie_id}: {reason}"
         )
-        waiters: list[asyncio.Future[Any]] = list(self._add_waiters.values())
-        waiters.extend(f for more in self._more_waiters.values() for f in more)
-        waiters.extend(self._force_waiters.values())
+        callbacks = list(self._add_waiters.values())
+        callbacks.extend(c for more in self._more_waiters.values() for c in more)
+        forces = list(self._force_waiters.values())
         self._add_waiters.clear()
         self._more_waiters.clear()
         self._force_waiters.clear()
@@ -291,14 +288,17 @@ class _AddStream:
         self._lacs.clear()
         self._forces.clear()
         self._outstanding = 0
-        for future in waiters:
-            if not future.done():
-                future.set_exception(error_type(message))
         self._call.cancel()
         current = asyncio.current_task()
         for task in (self._sender, self._receiver):
             if task is not current:
                 task.cancel()
+        # Last: the callbacks may send again, on a new stream.
+        for future in forces:
+            if not future.done():
+                future.set_exception(error_type(message))
+        for callback in callbacks:
+            callback(error_type(message))
 
 
 class GrpcBookieClient(BookieClient):
@@ -361,11 +361,6 @@ class GrpcBookieClient(BookieClient):
         if self._stream is stream:
             self._stream = None
 
-    def _failed_future(self, exc: WalogError) -> asyncio.Future[AddReply]:
-        future: asyncio.Future[AddReply] = asyncio.get_running_loop().create_future()
-        future.set_exception(exc)
-        return future
-
     def add(
         self,
         ledger_id: int,
@@ -379,11 +374,51 @@ class GrpcBookieClient(BookieClient):
         durability: Durability = Durability.PERSISTENT,
     ) -> asyncio.Future[AddReply]:
         """Queue an add on the bookie's stream (see :class:`BookieClient`)."""
+        future: asyncio.Future[AddReply] = asyncio.get_running_loop().create_future()
+
+        def resolve(result: AddReply | BaseException) -> None:
+            if future.done():
+                return
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        self.add_then(
+            ledger_id,
+            entry_id,
+            lac,
+            data,
+            digest,
+            master_key,
+            resolve,
+            recovery=recovery,
+            durability=durability,
+        )
+        return future
+
+    def add_then(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        digest: int,
+        master_key: bytes,
+        callback: AddCallback,
+        *,
+        recovery: bool = False,
+        durability: Durability = Durability.PERSISTENT,
+    ) -> None:
+        """Queue an add; ``callback`` gets the reply straight from the stream's reply
+        handling (no future, no scheduled callback per add), or the error that ended it."""
         try:
             stream = self._open_stream()
         except WalogError as exc:
-            return self._failed_future(exc)
-        return stream.add(
+            # Never call back from inside the caller: it may still be setting up.
+            asyncio.get_running_loop().call_soon(callback, exc)
+            return
+        stream.add(
             (
                 ledger_id,
                 entry_id,
@@ -393,7 +428,8 @@ class GrpcBookieClient(BookieClient):
                 master_key,
                 recovery,
                 _PB_DURABILITY[durability],
-            )
+            ),
+            callback,
         )
 
     def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
