@@ -23,9 +23,10 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import itertools
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import cast
 
 import structlog
 
@@ -453,17 +454,22 @@ class BookieCore:
     # -- journal reports --------------------------------------------------------------------
 
     def _on_group(self, report: GroupReport, error: BaseException | None) -> None:
-        """Runs on the loop before the group's waiters complete: counters, sync cursor."""
+        """Runs on the loop before the group's waiters complete: counters, sync cursor.
+
+        A synced group makes every record written so far durable, so the entries of
+        earlier unsynced (VOLATILE) groups are marked synced together with its own.
+        """
         if error is not None:
             return
         self.stats.journal_groups = report.group_no
         self.stats.journal_syncs = report.sync_no
         self.stats.journal_bytes += report.byte_count
-        tags: Iterable[Any] = report.tags
+        # Only adds are tagged, always with (ledger id, entry id).
+        tags = cast(list[tuple[int, int]], report.tags)
         if not report.synced:
             self._unsynced.extend(tags)
             return
-        for ledger_id, entry_id in _chain(self._unsynced, tags):
+        for ledger_id, entry_id in itertools.chain(self._unsynced, tags):
             state = self._states.get(ledger_id)
             if state is not None:
                 state.sync.mark_synced(entry_id)
@@ -561,11 +567,6 @@ def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]
         entries = cache.ledgers[ledger_id]
         for entry_id in sorted(entries):
             yield ledger_id, entry_id, entries[entry_id]
-
-
-def _chain(first: list[tuple[int, int]], second: Iterable[Any]) -> Iterator[tuple[int, int]]:
-    yield from first
-    yield from second
 
 
 __all__ = ["BookieCore", "BookieStats", "JournalMark", "StoredRecord"]
