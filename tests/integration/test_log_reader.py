@@ -156,3 +156,21 @@ def test_sync_facade_appends_and_tails(cluster: LocalCluster, log_name: str) -> 
         assert [s.state for s in log.segments()] == ["CLOSED"]
         assert isinstance(positions[0], walog.Position)
         assert Position.parse(str(positions[0])) == positions[0]
+
+
+async def test_reader_survives_a_bookie_failure(
+    cluster: LocalCluster, client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)  # E=3, Qw=3, Qa=2: every entry on every bookie
+    writer = await log.open_writer()
+    for i in range(10):
+        await writer.append(b"%d" % i)
+    await writer.close()
+    cluster.kill(0)
+    try:
+        reader = await log.open_reader("earliest")
+        records = [await reader.read_next(timeout=60) for _ in range(10)]
+        assert [r.data for r in records if r is not None] == [b"%d" % i for i in range(10)]
+        await reader.close()
+    finally:
+        cluster.restart(0)
