@@ -227,6 +227,11 @@ class BookieCore:
             return Status.BAD_REQUEST, -1
         if entry_digest(ledger_id, entry_id, lac, data) != digest:
             return Status.DIGEST_MISMATCH, -1
+        if self._cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
+            # Memory bound: wait for the running checkpoint to free the frozen cache.
+            await self._checkpoint_idle.wait()
+            if self._closed:
+                return Status.IO_ERROR, -1
         state, status = self._ledger_for_write(ledger_id, master_key)
         if state is None:
             return status, -1
@@ -242,10 +247,6 @@ class BookieCore:
                 except StorageIOError:
                     return Status.IO_ERROR, state.last_add_synced
             return Status.OK, state.last_add_synced
-        if self._cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
-            await self._checkpoint_idle.wait()
-            if self._has_entry(state, entry_id):
-                return Status.OK, state.last_add_synced
         data = bytes(data)
         self._cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
         state.note_entry(entry_id)
