@@ -153,6 +153,7 @@ class AsyncLedgerWriter:
         self._qa = metadata.ack_quorum
         self._durability = metadata.durability
         self._ensemble = list(metadata.last_ensemble)
+        self._clients = [ctx.pool.get(b) for b in self._ensemble]  # by ensemble index
         # Write quorums repeat every E entries (seed 000): entry e uses _write_sets[e % E].
         self._write_sets = [tuple(write_set(i, self._e, self._qw)) for i in range(self._e)]
 
@@ -259,7 +260,7 @@ class AsyncLedgerWriter:
             if index in self._failed or index in self._unreplaceable:
                 continue  # resent to the replacement once the ensemble change is done
             bookie = self._ensemble[index]
-            self._ctx.pool.get(bookie).add_then(
+            self._clients[index].add_then(
                 self._ledger_id,
                 add.entry_id,
                 add.lac,
@@ -470,6 +471,7 @@ class AsyncLedgerWriter:
         for index in replacements:
             self._replaced.add(self._ensemble[index])
         old_ensemble, self._ensemble = self._ensemble, list(new_ensemble)
+        self._clients = [self._ctx.pool.get(b) for b in self._ensemble]
         # The replaced indexes are healthy again: _send skips failed indexes, so they must
         # leave _failed before the pending entries are resent to the replacements.
         for index in replacements:

@@ -67,11 +67,12 @@ def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
     return BookieUnavailableError(f"bookie {bookie_id}: {name}: {details}")
 
 
+_STATUS = {int(s): s for s in Status}
+
+
 def _status(value: int) -> Status:
-    try:
-        return Status(value)
-    except ValueError:
-        return Status.IO_ERROR  # a newer bookie's code: an error, never success
+    # An unknown code (a newer bookie's) is an error, never success.
+    return _STATUS.get(value, Status.IO_ERROR)
 
 
 def verified_entries(
