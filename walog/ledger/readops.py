@@ -15,6 +15,7 @@ Timeouts and errors are *unknown* answers: they never count as "no such entry".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -203,6 +204,36 @@ async def fan_out(
             task.add_done_callback(_background.discard)
 
 
+async def fan_out_staggered(
+    calls: Mapping[K, Callable[[], Awaitable[T]]],
+    on_outcome: Callable[[K, Outcome[T]], bool],
+    *,
+    delay: float,
+) -> None:
+    """Like :func:`fan_out`, but only the first call starts at once.
+
+    The others start as soon as an outcome arrives that does not settle the question
+    (``on_outcome`` returned False), or speculatively after ``delay`` seconds without any
+    answer. When the first bookie answers well, it is the only one asked.
+    """
+    hurry = asyncio.Event()
+
+    async def start(make: Callable[[], Awaitable[T]], wait: float) -> T:
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hurry.wait(), wait)
+        return await make()
+
+    def seen(key: K, outcome: Outcome[T]) -> bool:
+        hurry.set()
+        return on_outcome(key, outcome)
+
+    await fan_out(
+        {key: start(make, delay if i else 0.0) for i, (key, make) in enumerate(calls.items())},
+        seen,
+    )
+
+
 def _range_read(
     ledger_id: int, first: int, last: int
 ) -> Callable[[BookieClient], Awaitable[ReadReply]]:
@@ -340,6 +371,7 @@ __all__ = [
     "classify_fence",
     "classify_lac",
     "fan_out",
+    "fan_out_staggered",
     "lac_of",
     "read_entry",
     "read_last_add_confirmed",

@@ -31,6 +31,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -54,6 +57,7 @@ from walog.ledger.readops import (
     ask,
     classify_fence,
     fan_out,
+    fan_out_staggered,
     read_last_add_confirmed,
     write_set_bookies,
 )
@@ -66,10 +70,16 @@ RECOVERY_ATTEMPTS = 8
 """Whole recovery attempts before giving up (the ledger then stays IN_RECOVERY)."""
 ENTRY_READ_ROUNDS = 4
 """Rounds of asking the unknown bookies of one entry again before an attempt restarts."""
-READ_AHEAD = 16
+READ_AHEAD = 64
 """Entries probed concurrently, ahead of the one whose answer is awaited."""
-WRITE_BACK_BATCH = 64
+SPECULATIVE_READ_S = 0.25
+"""A recovery read asks the rest of the write set after this long without an answer."""
+WRITE_BACK_BATCH = 256
 """At most this many found entries are written back together."""
+BULK_READ = 256
+"""Entries asked per fencing range read when every bookie holds every entry."""
+BULK_MIN_RUN = 32
+"""Range reads stop once one returns a shorter run than this."""
 WRITE_BACK_ROUNDS = 4
 """Rounds (with bookie replacements between them) for one write-back batch."""
 
@@ -127,6 +137,44 @@ def replace_in_last_fragment(
     return metadata.with_changes(ensembles=fragments)
 
 
+class _WriteBackPipe:
+    """Found entries in, write-back batches out: one batch written at a time, the next one
+    filling meanwhile; errors surface on the next :meth:`put` or on :meth:`finish`."""
+
+    def __init__(self, write: Callable[[list[StoredEntry]], Coroutine[Any, Any, None]]) -> None:
+        self._write = write
+        self._batch: list[StoredEntry] = []
+        self._writing: asyncio.Task[None] | None = None
+
+    async def put(self, stored: StoredEntry, *, more_ready: bool) -> None:
+        """Queue a found entry. The batch is handed over when full, or when the previous
+        write-back is done and no further entry is ready yet."""
+        self._batch.append(stored)
+        idle = self._writing is None or self._writing.done()
+        if len(self._batch) >= WRITE_BACK_BATCH or (idle and not more_ready):
+            await self._flush()
+
+    async def finish(self) -> None:
+        """Write back everything queued and wait for it."""
+        await self._flush()
+        if self._writing is not None:
+            await self._writing
+
+    async def cancel(self) -> None:
+        """Stop a write-back still running (recovery failed)."""
+        if self._writing is not None and not self._writing.done():
+            self._writing.cancel()
+            await asyncio.gather(self._writing, return_exceptions=True)
+
+    async def _flush(self) -> None:
+        if self._writing is not None:
+            await self._writing
+            self._writing = None
+        if self._batch:
+            self._writing = asyncio.create_task(self._write(self._batch))
+            self._batch = []
+
+
 async def recover(
     ctx: LedgerContext, ledger_id: int, master_key: bytes
 ) -> tuple[LedgerMetadata, int]:
@@ -160,6 +208,7 @@ class _Recovery:
         self._origin: LedgerMetadata
         self._local: LedgerMetadata
         self._version = -1
+        self._fenced: set[str] = set()  # bookies that confirmed this recovery's fence
 
     async def run(self) -> tuple[LedgerMetadata, int]:
         metadata, version = await self._ctx.read_metadata(self._ledger_id)
@@ -193,6 +242,7 @@ class _Recovery:
             coverage.add(index, answer)
             if answer is Answer.POSITIVE and not isinstance(outcome, BookieError):
                 max_lac = max(max_lac, outcome.lac)
+                self._fenced.add(ensemble[index])
             return coverage.covered()
 
         # Fences still running when coverage holds are left to finish: each one more fenced
@@ -214,26 +264,23 @@ class _Recovery:
         return max_lac
 
     async def _read_forward(self, start: int) -> int:
-        """Probe entries after ``start`` in order and write back each one found; return the
-        last entry found (``start`` when none).
+        """Find the entries after ``start`` in order and write back each one found; return
+        the last entry found (``start`` when none).
 
-        Probes run ``READ_AHEAD`` entries ahead. Found entries are written back in batches,
-        one batch at a time, while the probes continue.
+        Without striping (``Qw == E``) every bookie may hold a run of consecutive entries,
+        which fencing range reads fetch in bulk first. Then entries are probed one by one,
+        ``READ_AHEAD`` at a time, until the first absent one. Found entries are written back
+        in batches, one batch at a time, while reading goes on.
         """
         last = start
-        next_entry = start + 1
+        pipe = _WriteBackPipe(self._write_back)
         probes: collections.deque[asyncio.Task[EntryProbe]] = collections.deque()
-        batch: list[StoredEntry] = []
-        writing: asyncio.Task[None] | None = None
-
-        async def flush() -> None:
-            nonlocal writing, batch
-            if writing is not None:
-                await writing
-            writing = asyncio.create_task(self._write_back(batch)) if batch else None
-            batch = []
-
         try:
+            if self._origin.write_quorum == self._origin.ensemble_size:
+                async for stored in self._bulk(start + 1):
+                    await pipe.put(stored, more_ready=True)
+                    last = stored.entry_id
+            next_entry = last + 1
             while True:
                 while len(probes) < READ_AHEAD:
                     probes.append(asyncio.create_task(self._probe(next_entry)))
@@ -241,31 +288,88 @@ class _Recovery:
                 probe = await probes.popleft()
                 if probe.entry is None:  # absent: the ledger ends before it
                     break
-                batch.append(probe.entry)
+                await pipe.put(probe.entry, more_ready=probes[0].done())
                 last = probe.entry_id
-                # Hand a batch over when it is full, or when the writing is idle and the next
-                # answer is not in yet.
-                idle = writing is None or writing.done()
-                if len(batch) >= WRITE_BACK_BATCH or (idle and not probes[0].done()):
-                    await flush()
-            await flush()
-            if writing is not None:
-                await writing
+            await pipe.finish()
             return last
         finally:
-            pending = [t for t in (*probes, writing) if t is not None and not t.done()]
+            pending = [t for t in probes if not t.done()]
             for task in pending:
                 task.cancel()
+            await pipe.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
+    async def _bulk(self, first: int) -> AsyncIterator[StoredEntry]:
+        """Yield consecutive entries from ``first`` fetched by fencing range reads of the
+        last fragment's bookies; stop when none returns ``first``. Says nothing about
+        absence: the per-entry probes decide that."""
+        ensemble = self._origin.last_ensemble
+        while True:
+            start = first % len(ensemble)
+            order = [ensemble[(start + i) % len(ensemble)] for i in range(len(ensemble))]
+            best: list[StoredEntry] = []
+
+            def on_outcome(
+                bookie: str,
+                outcome: Outcome[ReadReply],
+                at: int = first,
+                best: list[StoredEntry] = best,
+            ) -> bool:
+                if isinstance(outcome, BookieError):
+                    return False
+                if outcome.status is Status.UNAUTHORIZED:
+                    raise UnauthorizedError(
+                        f"bookie {bookie} refused the master key of ledger {self._ledger_id}"
+                    )
+                run: list[StoredEntry] = []
+                if outcome.status is Status.OK:
+                    for stored in outcome.entries:
+                        if stored.entry_id != at + len(run):
+                            break
+                        run.append(stored)
+                if len(run) > len(best):
+                    best[:] = run
+                return bool(run)
+
+            await fan_out_staggered(
+                {b: functools.partial(self._read, b, first, first + BULK_READ - 1) for b in order},
+                on_outcome,
+                delay=SPECULATIVE_READ_S,
+            )
+            for stored in best:
+                yield stored
+            first += len(best)
+            if len(best) < BULK_MIN_RUN:
+                # The end of the ledger, or bookies with gaps (each missed entries that an
+                # ack quorum without it took): entry-by-entry probes do better from here.
+                return
+
+    async def _read(self, bookie: str, first: int, last: int) -> ReadReply:
+        """A recovery read: it fences the ledger on the bookie before reading.
+
+        Bookies that already confirmed this recovery's fence are read without the flag:
+        their fence is on disk, and asking again would cost each read another journal sync.
+        """
+        fence = bookie not in self._fenced and not mutations.enabled("no_fence_on_recovery_reads")
+        reply = await self._ctx.pool.get(bookie).read(
+            self._ledger_id, first, last, fence=fence, master_key=self._key
+        )
+        if fence and reply.fenced:
+            self._fenced.add(bookie)
+        return reply
+
     async def _probe(self, entry_id: int) -> EntryProbe:
-        """Find out with fencing reads whether ``entry_id`` exists."""
+        """Find out with fencing reads whether ``entry_id`` exists.
+
+        The first bookie of the write set is asked at once; the others only when it does
+        not settle the question (an error, a timeout, "no such entry"), or speculatively
+        after ``SPECULATIVE_READ_S``. Most entries past the start exist, so one read per
+        entry is the common case.
+        """
         md = self._origin
         bookies = write_set_bookies(md, entry_id)
         probe = EntryProbe(self._ledger_id, entry_id, md.write_quorum, md.ack_quorum)
-        fence = not mutations.enabled("no_fence_on_recovery_reads")
-        key = self._key
 
         def on_outcome(bookie: str, outcome: Outcome[ReadReply]) -> bool:
             probe.record(bookie, outcome)
@@ -278,18 +382,13 @@ class _Recovery:
             reraise=True,
         ):
             with attempt:
-                await fan_out(
+                await fan_out_staggered(
                     {
-                        b: ask(
-                            self._ctx,
-                            b,
-                            lambda c: c.read(
-                                self._ledger_id, entry_id, entry_id, fence=fence, master_key=key
-                            ),
-                        )
+                        b: functools.partial(self._read, b, entry_id, entry_id)
                         for b in probe.unknown(bookies)
                     },
                     on_outcome,
+                    delay=SPECULATIVE_READ_S,
                 )
                 if not probe.decided:
                     raise BookieUnavailableError(
