@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import hmac
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
@@ -97,6 +97,8 @@ class BookieCore:
         self._storage: EntryStorage | None = None
         self._background: asyncio.Task[None] | None = None
         self._closed = False
+        #: Called on the loop after every checkpoint with the number of entries it wrote.
+        self.checkpoint_listeners: list[Callable[[int], None]] = []
         self.journal = Journal(
             config.journal_path,
             file_bytes=config.journal_file_bytes,
@@ -521,6 +523,8 @@ class BookieCore:
                 _log.warning("old journal files not deleted", error=str(exc))
         self.stats.checkpoints += 1
         self.stats.entries_checkpointed += written
+        for listener in self.checkpoint_listeners:
+            listener(written)
         _log.debug("checkpoint", entries=written, mark=tuple(mark))
 
     async def _checkpoint_loop(self) -> None:

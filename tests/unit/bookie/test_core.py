@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -402,16 +401,17 @@ async def test_failed_checkpoint_keeps_entries_and_the_next_one_succeeds(
 
 async def test_full_write_cache_starts_a_checkpoint_by_itself(tmp_path: Path) -> None:
     core = await open_core(tmp_path, write_cache_bytes=4096)
+    checkpointed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def on_checkpoint(written: int) -> None:
+        if not checkpointed.done():
+            checkpointed.set_result(written)
+
+    core.checkpoint_listeners.append(on_checkpoint)
     for batch in range(10):
         entries = range(batch * 20, batch * 20 + 20)
         results = await asyncio.gather(*(add(core, 1, e, data=payload(1, e, 200)) for e in entries))
         assert all(status is Status.OK for status, _ in results)
-    await asyncio.wait_for(_until(lambda: core.stats.checkpoints > 0), 10)
+    assert await asyncio.wait_for(checkpointed, 10) > 0
     assert sorted(await read_all(core, 1, 210)) == list(range(200))
     await core.close()
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """Wait for a condition a background task makes true; it exposes no event to await."""
-    while not condition():
-        await asyncio.sleep(0.01)
