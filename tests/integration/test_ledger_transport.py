@@ -1,0 +1,119 @@
+"""The gRPC transport the writer uses, against real bookie processes: batched frames,
+broken streams, the liveness timeout and lazy reconnection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from walog.digest import entry_digest, master_key
+from walog.errors import BookieUnavailableError
+from walog.ledger.context import ClientConfig, Timeouts
+from walog.testing import LocalCluster
+from walog.transport import grpc as transport
+from walog.transport.base import Status
+from walog.transport.grpc import GrpcBookiePool
+
+KEY = master_key(b"")
+CONFIG = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[GrpcBookiePool]:
+    bookies = GrpcBookiePool(CONFIG)
+    yield bookies
+    await bookies.close()
+
+
+def _add(pool: GrpcBookiePool, bookie: str, ledger_id: int, entry_id: int) -> Any:
+    data = b"entry-%d" % entry_id
+    lac = entry_id - 1
+    return pool.get(bookie).add(
+        ledger_id, entry_id, lac, data, entry_digest(ledger_id, entry_id, lac, data), KEY
+    )
+
+
+async def test_adds_travel_in_batched_frames(
+    cluster: LocalCluster, pool: GrpcBookiePool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames: list[int] = []
+    build = transport.build_frame
+
+    def counting(*args: Any) -> Any:
+        frame = build(*args)
+        frames.append(len(frame.adds))
+        return frame
+
+    monkeypatch.setattr(transport, "build_frame", counting)
+    bookie = cluster.bookie_ids[0]
+    replies = await asyncio.gather(*(_add(pool, bookie, 9_000_001, e) for e in range(2000)))
+    assert all(r.status is Status.OK for r in replies)
+    assert sum(frames) == 2000
+    assert len(frames) <= 200, f"2000 adds took {len(frames)} frames"
+    assert max(frames) <= CONFIG.max_frame_entries
+
+
+async def test_broken_stream_fails_pending_adds_and_reconnects_lazily(
+    fresh_cluster: LocalCluster, pool: GrpcBookiePool
+) -> None:
+    bookie = fresh_cluster.bookie_ids[0]
+    assert (await _add(pool, bookie, 9_000_002, 0)).status is Status.OK
+    fresh_cluster.kill(bookie)
+    with pytest.raises(BookieUnavailableError, match=bookie):
+        await _add(pool, bookie, 9_000_002, 1)
+    fresh_cluster.restart(bookie)
+    # A new stream is opened on the next add; the channel finds the bookie again.
+    async for attempt in _retrying():
+        with attempt:
+            reply = await _add(pool, bookie, 9_000_002, 1)
+    assert reply.status is Status.OK
+    read = await pool.get(bookie).read(9_000_002, 0, 1)
+    assert [e.entry_id for e in read.entries] == [0, 1]
+
+
+async def test_unanswered_adds_fail_after_the_add_timeout(
+    fresh_cluster: LocalCluster, pool: GrpcBookiePool
+) -> None:
+    bookie = fresh_cluster.bookie_ids[1]
+    assert (await _add(pool, bookie, 9_000_003, 0)).status is Status.OK
+    fresh_cluster.pause(bookie)
+    try:
+        with pytest.raises(BookieUnavailableError, match=r"no answer within 1\.0 seconds"):
+            await asyncio.wait_for(_add(pool, bookie, 9_000_003, 1), timeout=30)
+    finally:
+        fresh_cluster.resume(bookie)
+    async for attempt in _retrying():
+        with attempt:
+            reply = await _add(pool, bookie, 9_000_003, 1)
+    assert reply.status is Status.OK
+
+
+async def test_reads_verify_and_return_consecutive_entries(
+    cluster: LocalCluster, pool: GrpcBookiePool
+) -> None:
+    bookie = cluster.bookie_ids[2]
+    await asyncio.gather(*(_add(pool, bookie, 9_000_004, e) for e in range(5)))
+    reply = await pool.get(bookie).read(9_000_004, 1, 3)
+    assert reply.status is Status.OK
+    assert [(e.entry_id, e.data, e.lac) for e in reply.entries] == [
+        (1, b"entry-1", 0),
+        (2, b"entry-2", 1),
+        (3, b"entry-3", 2),
+    ]
+    lac = await pool.get(bookie).read_lac(9_000_004)
+    assert lac.last_entry_id == 4
+    assert lac.last_entry is not None and lac.last_entry.data == b"entry-4"
+
+
+def _retrying() -> AsyncRetrying:
+    """Retry while the restarted or resumed bookie is not reachable yet."""
+    return AsyncRetrying(
+        stop=stop_after_delay(20),
+        wait=wait_fixed(0.1),
+        retry=retry_if_exception_type(BookieUnavailableError),
+        reraise=True,
+    )
