@@ -160,3 +160,16 @@ async def test_list_and_delete_logs(client: AsyncClient, log_name: str) -> None:
         await client.ledger_metadata(position.ledger_id)
     with pytest.raises(WriterFencedError):
         await writer.append(b"y")
+
+
+async def test_takeover_drops_recovered_empty_ledgers(client: AsyncClient, log_name: str) -> None:
+    log = await client.open_log(log_name)
+    idle = await log.open_writer()  # never appends
+    busy = await log.open_writer()
+    assert [s.ledger_id for s in await log.segments()] == [busy.ledger_id]
+    with pytest.raises(NoSuchLedgerError):
+        await client.ledger_metadata(idle.ledger_id)
+    position = await busy.append(b"kept")
+    third = await log.open_writer()
+    assert [s.ledger_id for s in await log.segments()] == [position.ledger_id, third.ledger_id]
+    await third.close()

@@ -3,7 +3,8 @@
 Takeover (:func:`open_log_writer`) follows the seed's order: read the ledger list, fence and
 recover the last two ledgers, create a new ledger, append it to the list, CAS-write the list.
 A lost CAS starts again from the read; the ledger created for it is deleted. No record is
-accepted before the CAS succeeded. Each takeover bumps the log's ``epoch``.
+accepted before the CAS succeeded. Each takeover bumps the log's ``epoch``. Recovered
+ledgers that turn out empty leave the list in the same CAS (as pending deletions).
 
 Records are packed into entries (walog.log.records) by size, count and linger time; a
 record's future resolves with its position once its entry is acknowledged. Rolling follows
@@ -27,6 +28,7 @@ from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
+    NoSuchLedgerError,
     WalogError,
     WriterFencedError,
 )
@@ -400,7 +402,11 @@ class _ListChanged(WalogError):
 
 async def _recover(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
     """Fence and recover one ledger of the list; return its info marked CLOSED."""
-    reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
+    try:
+        reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
+    except NoSuchLedgerError as exc:
+        # A concurrent takeover dropped (empty) or truncation deleted it: the list changed.
+        raise _ListChanged(f"ledger {info.ledger_id} left the list during takeover") from exc
     await reader.close()
     if info.is_closed:
         return info
@@ -425,9 +431,17 @@ async def _take_over_once(
         # truncation of the head) need no new fencing; anything else does.
         if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
             raise _ListChanged(f"log {name!r} changed during takeover")
-        ledgers = tuple(recovered.get(i.ledger_id, i) for i in fresh.ledgers)
+        ledgers = [recovered.get(i.ledger_id, i) for i in fresh.ledgers]
+        # A recovered ledger that turned out empty holds nothing for anyone: drop it from
+        # the list and mark it for deletion in this same CAS (nothing is left undeleted).
+        empty = [i.ledger_id for i in ledgers if i.ledger_id in recovered and i.last_entry_id < 0]
         return fresh.replace(
-            ledgers=(*ledgers, LedgerInfo(new_writer.ledger_id)), epoch=fresh.epoch + 1
+            ledgers=(
+                *(i for i in ledgers if i.ledger_id not in empty),
+                LedgerInfo(new_writer.ledger_id),
+            ),
+            pending_deletion=(*fresh.pending_deletion, *empty),
+            epoch=fresh.epoch + 1,
         )
 
     try:
