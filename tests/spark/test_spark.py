@@ -1,0 +1,241 @@
+"""The walog Spark data source and archive job on a real local Spark and real bookies.
+
+One Spark session (``spark``, session-scoped) and one bookie cluster (``cluster``,
+module-scoped) serve every test; each test writes a log of its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+import walog
+from walog.log.position import Position
+from walog.spark.archive import STAGING, _Archiver, archive_log
+from walog.testing import LocalCluster
+
+pytestmark = pytest.mark.spark
+
+Written = list[tuple[Position, bytes]]
+
+
+def _append(writer: walog.LogWriter, count: int, *, burst: int = 4, tag: str = "r") -> Written:
+    """Append ``count`` records in bursts (records of a burst share entries)."""
+    out: Written = []
+    for start in range(0, count, burst):
+        payloads = [f"{tag}-{i:05d}".encode() for i in range(start, min(count, start + burst))]
+        futures: list[concurrent.futures.Future[Position]] = [
+            writer.append_async(p) for p in payloads
+        ]
+        out.extend((f.result(timeout=30), p) for f, p in zip(futures, payloads, strict=True))
+    return out
+
+
+def _load(spark: SparkSession, uri: str, log: str, **options: Any) -> DataFrame:
+    reader = spark.read.format("walog").option("metadata", uri).option("log", log)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def _rows(frame: DataFrame) -> Written:
+    return [(Position(r.ledger_id, r.entry_id, r.slot), r.data) for r in frame.collect()]
+
+
+def _open(client: walog.Client, name: str, **kw: Any) -> walog.Log:
+    return client.open_log(name, roll_policy=walog.RollPolicy(max_entries=3), **kw)
+
+
+def test_batch_read_returns_every_record_in_log_order_one_partition_per_ledger(
+    spark: SparkSession, cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 60)
+        ledgers = [s.ledger_id for s in log.segments()]
+    assert any(p.slot > 0 for p, _ in written), "bursts should share entries"
+    frame = _load(spark, cluster.metadata_uri, log_name)
+    assert frame.schema.simpleString() == (
+        "struct<ledger_id:bigint,entry_id:bigint,slot:int,timestamp:timestamp,data:binary>"
+    )
+    assert _rows(frame) == written
+    with_records = {p.ledger_id for p, _ in written}
+    assert frame.rdd.getNumPartitions() == len(with_records) >= 2 and len(ledgers) >= 2
+    entries = {(p.ledger_id, p.entry_id) for p, _ in written}
+    split = _load(spark, cluster.metadata_uri, log_name, maxEntriesPerPartition=1)
+    assert split.rdd.getNumPartitions() == len(entries)
+    assert _rows(split) == written
+
+
+def test_start_and_end_positions_bound_the_rows_even_inside_an_entry(
+    spark: SparkSession, cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as client, _open(client, log_name).open_writer() as w:
+        written = _append(w, 40, burst=5)
+    lo = next(i for i, (p, _) in enumerate(written) if p.slot > 0)
+    hi = len(written) - 7
+    frame = _load(
+        spark,
+        cluster.metadata_uri,
+        log_name,
+        startPosition=written[lo][0],
+        endPosition=written[hi][0],
+    )
+    assert _rows(frame) == written[lo:hi]
+    assert _rows(_load(spark, cluster.metadata_uri, log_name, startPosition="latest")) == []
+
+
+def test_open_ledger_is_read_up_to_the_lac_captured_at_planning(
+    spark: SparkSession, cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 30)
+            assert log.segments()[-1].state == "OPEN"
+            first = _rows(_load(spark, cluster.metadata_uri, log_name))
+            # A prefix: everything in closed ledgers, the open one up to its LAC.
+            assert first == written[: len(first)]
+            closed = {s.ledger_id for s in log.segments() if s.state == "CLOSED"}
+            assert {p.ledger_id for p, _ in first} >= closed
+            end = Position(first[-1][0].ledger_id, first[-1][0].entry_id, first[-1][0].slot + 1)
+            _append(writer, 10, tag="more")
+            again = _rows(_load(spark, cluster.metadata_uri, log_name, endPosition=end))
+            assert again == first
+
+
+def test_truncated_start_fails_unless_fail_on_data_loss_is_false(
+    spark: SparkSession, cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 30)
+        second = log.segments()[1].first_position
+        assert log.truncate(second) == 1
+    lost = written[0][0]
+    with pytest.raises(Exception, match="truncated"):
+        _load(spark, cluster.metadata_uri, log_name, startPosition=lost).collect()
+    rows = _rows(
+        _load(spark, cluster.metadata_uri, log_name, startPosition=lost, failOnDataLoss="false")
+    )
+    assert rows == [w for w in written if w[0] >= second]
+
+
+def _stream_once(spark: SparkSession, uri: str, log: str, out: Path, checkpoint: Path) -> int:
+    query = (
+        spark.readStream.format("walog")
+        .option("metadata", uri)
+        .option("log", log)
+        .option("maxRecordsPerTrigger", "25")
+        .option("consumerName", "archiver-test")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180), "AvailableNow query did not finish"
+    assert query.exception() is None
+    return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+
+
+def test_stream_available_now_twice_from_one_checkpoint_reads_each_record_once(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 60)
+        batches = _stream_once(spark, cluster.metadata_uri, log_name, out, checkpoint)
+        assert batches >= 3, "maxRecordsPerTrigger=25 splits 60 records into micro-batches"
+        with log.open_writer() as writer:
+            written += _append(writer, 30, tag="second")
+        _stream_once(spark, cluster.metadata_uri, log_name, out, checkpoint)
+        cursor = log.metadata().cursors.get("archiver-test")
+    rows = sorted(_rows(spark.read.parquet(str(out))))
+    assert rows == written  # every record, none twice
+    assert cursor is not None and cursor > written[59][0]
+
+
+def test_archive_then_retention_deletes_only_archived_ledgers(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    retention = walog.RetentionPolicy(max_age=1e-6, require_archived=True)
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name, retention=retention)
+        with log.open_writer() as writer:
+            written = _append(writer, 40)
+        closed = log.segments()
+        with log.open_writer() as writer:  # a new open ledger, not archivable
+            result = archive_log(spark, cluster.metadata_uri, log_name, root, progress=False)
+            assert result.ledger_ids == tuple(s.ledger_id for s in closed)
+            through = result.archived_through
+            assert through == Position(closed[-1].ledger_id, closed[-1].last_entry_id + 1, 0)
+            assert log.metadata().archived_through == through
+            assert archive_log(spark, cluster.metadata_uri, log_name, root).ledger_ids == ()
+            newer = _append(writer, 20, tag="later")
+        archived = [w for w in written if w[0] < through]
+        back = spark.read.parquet(str(root))
+        assert sorted(_rows(back.drop("ledger"))) == archived
+        assert {p.name for p in root.iterdir()} == {
+            f"ledger={i}" for i in {p.ledger_id for p, _ in archived}
+        } | {STAGING}
+        assert log.enforce_retention() == len(closed)
+        left = log.segments()
+    assert left[0].first_position >= through
+    assert all(w[0] >= left[0].first_position for w in newer)
+
+
+def test_archive_rerun_finishes_an_interrupted_run_without_duplicates(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 30)
+        # A first run crashed after writing and moving one ledger, before the mark.
+        archiver = _Archiver(client, log_name, root)
+        intent, resumed = archiver.claim()
+        assert intent is not None and not resumed
+        archiver.write(spark, cluster.metadata_uri, intent)
+        archiver.move(intent, intent.ledger_ids[0])
+        assert log.metadata().archived_through is None
+        result = archive_log(spark, cluster.metadata_uri, log_name, root, progress=False)
+        assert result.resumed and result.ledger_ids == intent.ledger_ids
+        assert log.metadata().archive_intent is None
+        assert log.metadata().archived_through == intent.through
+    assert not any((root / STAGING).iterdir())
+    rows = sorted(_rows(spark.read.parquet(str(root)).drop("ledger")))
+    assert rows == [w for w in written if w[0] < intent.through]
+
+
+def test_archive_rerun_redoes_a_write_that_did_not_finish(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 20)
+        intent, _ = _Archiver(client, log_name, root).claim()
+        assert intent is not None
+        # Crashed mid-write: a partial file, no _SUCCESS.
+        partial = root / STAGING / intent.intent_id / f"ledger={intent.ledger_ids[0]}"
+        partial.mkdir(parents=True)
+        (partial / "part-00000.parquet").write_bytes(b"not parquet")
+        result = archive_log(spark, cluster.metadata_uri, log_name, root, progress=False)
+    assert result.resumed and result.rows == sum(1 for w in written if w[0] < intent.through)
+    rows = sorted(_rows(spark.read.parquet(str(root)).drop("ledger")))
+    assert rows == [w for w in written if w[0] < intent.through]

@@ -1,0 +1,368 @@
+"""``walog archive``: copy a log's closed ledgers to Parquet, then mark them archived.
+
+Layout: ``DIR/ledger=<id>/part-*.parquet`` with the data source's columns (plus the
+``ledger`` partition column when read back with ``spark.read.parquet(DIR)``).
+
+A run is two-phase so that a crash or a rerun never leaves duplicates or a half-marked
+ledger:
+
+1. **Intent.** The ledgers to archive (the closed ledgers after ``archived_through``, oldest
+   first, stopping at the first one still open) and a fresh id are CAS-written into the log's
+   metadata as ``archive_intent``. A run that finds an intent adopts it instead.
+2. **Write.** Spark writes the intent's records into ``DIR/_staging/<intent id>/``; Spark's
+   ``_SUCCESS`` file there says the write finished. An unfinished staging dir is removed
+   and written again.
+3. **Move.** Each ``ledger=<id>`` directory is renamed into ``DIR`` (a rename within one
+   filesystem is atomic; whatever stood at the target belongs to no finished archive, since
+   the ledger is not marked, and is removed first).
+4. **Mark.** One CAS advances ``archived_through`` past every ledger of the intent and clears
+   the intent; only then is the staging dir deleted.
+
+Retention with ``RetentionPolicy(require_archived=True)`` deletes only ledgers wholly
+before ``archived_through``. ``DIR`` must be one filesystem seen by the driver and every
+executor (local disk for one host, or a shared mount).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+import walog
+from walog.errors import MetadataConflictError, WalogError
+from walog.log.metadata import LogMetadata, read_log, update_log
+from walog.log.position import Position, ledger_end, ledger_start
+from walog.log.truncation import refresh_closed
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+STAGING = "_staging"
+"""Directory under the archive root holding unfinished writes (Spark skips ``_`` paths)."""
+PARTITION_COLUMN = "ledger"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArchiveIntent:
+    """An archive run in progress, as recorded in the log's metadata.
+
+    Attributes:
+        intent_id: unique id; names the staging directory.
+        ledger_ids: the ledgers being archived, oldest first.
+        start: the first position archived.
+        through: the position right after the last archived record; becomes
+            ``archived_through`` when the run completes.
+    """
+
+    intent_id: str
+    ledger_ids: tuple[int, ...]
+    start: Position
+    through: Position
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON-able record stored in the log's metadata."""
+        return {
+            "id": self.intent_id,
+            "ledgers": list(self.ledger_ids),
+            "start": str(self.start),
+            "through": str(self.through),
+            "created_at": time.time(),
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> ArchiveIntent:
+        """Parse :meth:`to_doc`'s record.
+
+        Raises:
+            ValueError: the record is malformed.
+        """
+        try:
+            return cls(
+                intent_id=str(doc["id"]),
+                ledger_ids=tuple(int(x) for x in doc["ledgers"]),
+                start=Position.parse(doc["start"]),
+                through=Position.parse(doc["through"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed archive intent in log metadata: {doc!r}") from exc
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArchiveResult:
+    """What a run did.
+
+    Attributes:
+        ledger_ids: ledgers archived by this run (empty: nothing to do).
+        archived_through: the log's archived-through mark afterwards.
+        resumed: the run finished an intent an earlier run left behind.
+        rows: records written (None when an earlier run had already written them).
+    """
+
+    ledger_ids: tuple[int, ...]
+    archived_through: Position | None
+    resumed: bool
+    rows: int | None
+
+
+def archivable(meta: LogMetadata) -> list[int]:
+    """The ledgers an archive run takes now: closed, after ``archived_through``, oldest first,
+    stopping at the first ledger whose end is not recorded (pure)."""
+    out: list[int] = []
+    for info in meta.ledgers:
+        if not info.is_closed:
+            break
+        end = ledger_end(info.ledger_id, info.last_entry_id)
+        if meta.archived_through is not None and end <= meta.archived_through:
+            continue
+        out.append(info.ledger_id)
+    return out
+
+
+def _new_intent(meta: LogMetadata) -> ArchiveIntent | None:
+    ids = archivable(meta)
+    if not ids:
+        return None
+    last = next(i for i in meta.ledgers if i.ledger_id == ids[-1])
+    return ArchiveIntent(
+        intent_id=uuid.uuid4().hex,
+        ledger_ids=tuple(ids),
+        start=ledger_start(ids[0]),
+        through=ledger_end(last.ledger_id, last.last_entry_id),
+    )
+
+
+class _Archiver:
+    """One run of the archive protocol (see the module doc) for one log."""
+
+    def __init__(self, client: walog.Client, log: str, root: Path) -> None:
+        self.client = client
+        self.log = log
+        self.root = root
+
+    def _run(self, coro: Any) -> Any:
+        return self.client.loop_thread.run(coro)
+
+    def claim(self) -> tuple[ArchiveIntent | None, bool]:
+        """The intent to carry out, and whether an earlier run left it."""
+        self._run(refresh_closed(self.client.async_client, self.log))
+        store = self.client.async_client.ctx.store
+        fresh: list[ArchiveIntent | None] = [None]
+
+        def mutate(meta: LogMetadata) -> LogMetadata | None:
+            if meta.archive_intent is not None:
+                return None
+            fresh[0] = _new_intent(meta)
+            return None if fresh[0] is None else meta.replace(archive_intent=fresh[0].to_doc())
+
+        meta, _ = self._run(update_log(store, self.log, mutate))
+        if meta.archive_intent is None:
+            return None, False
+        intent = ArchiveIntent.from_doc(meta.archive_intent)
+        return intent, fresh[0] is None or fresh[0].intent_id != intent.intent_id
+
+    def staging(self, intent: ArchiveIntent) -> Path:
+        return self.root / STAGING / intent.intent_id
+
+    def drop_stale_staging(self, keep: ArchiveIntent | None) -> None:
+        """Remove staging dirs of runs that finished or were abandoned."""
+        base = self.root / STAGING
+        if not base.is_dir():
+            return
+        for path in base.iterdir():
+            if keep is None or path.name != keep.intent_id:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def write(self, spark: SparkSession, metadata_uri: str, intent: ArchiveIntent) -> int | None:
+        """Write the intent's records into its staging dir unless a finished write is there."""
+        import pyarrow.parquet as pq
+        from pyspark.sql import functions as F
+
+        staging = self.staging(intent)
+        if (staging / "_SUCCESS").exists():
+            return None
+        shutil.rmtree(staging, ignore_errors=True)
+        frame = (
+            spark.read.format("walog")
+            .option("metadata", metadata_uri)
+            .option("log", self.log)
+            .option("startPosition", str(intent.start))
+            .option("endPosition", str(intent.through))
+            .load()
+            .withColumn(PARTITION_COLUMN, F.col("ledger_id"))
+        )
+        frame.write.partitionBy(PARTITION_COLUMN).parquet(str(staging))
+        return sum(int(pq.ParquetFile(p).metadata.num_rows) for p in staging.rglob("*.parquet"))
+
+    def move(self, intent: ArchiveIntent, ledger_id: int) -> None:
+        """Put one ledger's files in place (idempotent)."""
+        name = f"{PARTITION_COLUMN}={ledger_id}"
+        source, target = self.staging(intent) / name, self.root / name
+        if not source.exists():
+            return  # moved by an earlier attempt, or the ledger holds no records
+        if target.exists():
+            # Not marked archived, so no finished run wrote it: leftovers of an aborted one.
+            shutil.rmtree(target)
+        source.rename(target)
+
+    def mark(self, intent: ArchiveIntent) -> Position | None:
+        """One CAS: advance ``archived_through`` past the intent and clear it."""
+        store = self.client.async_client.ctx.store
+
+        def mutate(meta: LogMetadata) -> LogMetadata | None:
+            held = meta.archive_intent
+            if held is None or held.get("id") != intent.intent_id:
+                raise MetadataConflictError(
+                    f"log {self.log!r}: archive intent {intent.intent_id} was replaced "
+                    "by another archive run; run 'walog archive' once at a time"
+                )
+            through = intent.through
+            if meta.archived_through is not None:
+                through = max(through, meta.archived_through)
+            return meta.replace(archived_through=through, archive_intent=None)
+
+        meta, _ = self._run(update_log(store, self.log, mutate))
+        return meta.archived_through  # type: ignore[no-any-return]
+
+
+def archive_log(
+    spark: SparkSession,
+    metadata_uri: str,
+    log: str,
+    to: str | os.PathLike[str],
+    *,
+    progress: bool | None = None,
+) -> ArchiveResult:
+    """Archive every closed, not yet archived ledger of ``log`` to Parquet under ``to``.
+
+    Registers the ``walog`` data source with ``spark`` if needed. Safe to rerun after a
+    failure at any point: it finishes (or redoes) the earlier run's intent first.
+
+    Args:
+        spark: the session to run the job on.
+        metadata_uri: the cluster's metadata store.
+        log: the log's name.
+        to: the archive root (created if missing).
+        progress: show a tqdm progress bar (None: only on a terminal).
+
+    Raises:
+        walog.NoSuchLogError: the log does not exist.
+        walog.MetadataConflictError: another archive run replaced this run's intent.
+    """
+    from walog.spark import register
+
+    register(spark)
+    root = Path(to).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    with walog.connect(metadata_uri) as client:
+        archiver = _Archiver(client, log, root)
+        intent, resumed = archiver.claim()
+        archiver.drop_stale_staging(intent)
+        if intent is None:
+            meta, _ = client.loop_thread.run(read_log(client.async_client.ctx.store, log))
+            return ArchiveResult((), meta.archived_through, resumed=False, rows=None)
+        steps = len(intent.ledger_ids) + 2
+        with tqdm(
+            total=steps,
+            desc=f"archive {log}",
+            unit="step",
+            disable=None if progress is None else not progress,
+        ) as bar:
+            bar.set_postfix_str(f"writing {len(intent.ledger_ids)} ledgers")
+            rows = archiver.write(spark, metadata_uri, intent)
+            bar.update(1)
+            for ledger_id in intent.ledger_ids:
+                bar.set_postfix_str(f"moving ledger {ledger_id}")
+                archiver.move(intent, ledger_id)
+                bar.update(1)
+            bar.set_postfix_str("marking archived")
+            through = archiver.mark(intent)
+            bar.update(1)
+        shutil.rmtree(archiver.staging(intent), ignore_errors=True)
+        return ArchiveResult(intent.ledger_ids, through, resumed=resumed, rows=rows)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="walog archive",
+        description="Archive the closed, not yet archived ledgers of a log to Parquet "
+        "(DIR/ledger=<id>/...) with Spark, then mark them archived.",
+    )
+    parser.add_argument(
+        "--metadata",
+        metavar="URI",
+        default=os.environ.get("WALOG_METADATA"),
+        help="zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env WALOG_METADATA]",
+    )
+    parser.add_argument("--log", required=True, metavar="NAME", help="the log to archive")
+    parser.add_argument("--to", required=True, metavar="DIR", help="archive root directory")
+    parser.add_argument(
+        "--master", default="local[*]", metavar="URL", help="Spark master (default local[*])"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _session(master: str) -> SparkSession:
+    # Executors run Python workers with this interpreter unless the environment says otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("walog-archive")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``walog archive --metadata URI --log NAME --to DIR [--master URL]``; returns the exit
+    status (0 done, 1 failed, 2 bad arguments)."""
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.metadata:
+        parser.error("--metadata URI is required (or set WALOG_METADATA)")
+    try:
+        spark = _session(args.master)
+        try:
+            result = archive_log(
+                spark,
+                args.metadata,
+                args.log,
+                args.to,
+                progress=False if args.no_progress else None,
+            )
+        finally:
+            spark.stop()
+    except (WalogError, ValueError, OSError) as exc:
+        print(f"walog archive: error: {exc}", file=sys.stderr)
+        return 1
+    if not result.ledger_ids:
+        print(f"nothing to archive; archived through {result.archived_through}")
+    else:
+        rows = "" if result.rows is None else f", {result.rows} records"
+        resumed = " (finished an earlier run)" if result.resumed else ""
+        print(
+            f"archived ledgers {', '.join(map(str, result.ledger_ids))}{rows}{resumed}; "
+            f"archived through {result.archived_through}"
+        )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+__all__ = ["ArchiveIntent", "ArchiveResult", "archivable", "archive_log", "main"]
