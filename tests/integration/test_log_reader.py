@@ -174,3 +174,29 @@ async def test_reader_survives_a_bookie_failure(
         await reader.close()
     finally:
         cluster.restart(0)
+
+
+@pytest.mark.zk
+async def test_reader_follows_rolls_and_takeovers_on_zookeeper(
+    zk_cluster: LocalCluster, log_name: str
+) -> None:
+    async with await walog.aio.connect(zk_cluster.metadata_uri) as zk_client:
+        log = await zk_client.open_log(log_name, roll_policy=RollPolicy(max_entries=3))
+        reader = await log.open_reader("earliest")
+        first = await log.open_writer()
+        expected = []
+        for i in range(7):
+            expected.append(b"a%d" % i)
+            await first.append(expected[-1])
+        second = await log.open_writer()
+        for i in range(4):
+            expected.append(b"b%d" % i)
+            await second.append(expected[-1])
+        got = []
+        for _ in expected:
+            record = await reader.read_next(timeout=30)
+            assert record is not None, f"reader stalled after {got}"
+            got.append(record.data)
+        assert got == expected
+        await second.close()
+        await reader.close()

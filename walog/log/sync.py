@@ -2,19 +2,19 @@
 
 Each wraps its ``walog.log`` coroutine counterpart and runs it on the client's event loop
 thread (:class:`walog._sync.LoopThread`). The hot paths do not pay one thread hop per call:
-appends are queued by user threads and drained by the loop in batches, completions go back
-in batches, and a reader fetches every record already available in one hop.
+appends are queued by user threads and drained by the loop in batches, the writer resolves
+the callers' futures directly, and a reader fetches every record already available in one
+hop.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-import functools
 import threading
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from walog._sync import LoopThread
 from walog.log.log import AsyncLog
@@ -59,8 +59,6 @@ class LogWriter(_SyncContext):
         # Records handed over by user threads, drained by the loop (guarded by _lock).
         self._queue: list[tuple[bytes, concurrent.futures.Future[Position]]] = []
         self._drain_scheduled = False
-        # Completions gathered on the loop and handed back together (loop thread only).
-        self._done: list[tuple[concurrent.futures.Future[Position], Any]] = []
 
     @property
     def name(self) -> str:
@@ -131,24 +129,10 @@ class LogWriter(_SyncContext):
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled before it was handed over: never appended
             try:
-                pending = writer.append_nowait(payload)
+                # The writer resolves the future itself when the entry completes: no
+                # asyncio future, callback or thread hop per record.
+                writer.append_into(payload, future)
             except Exception as exc:
-                future.set_exception(exc)
-                continue
-            pending.add_done_callback(functools.partial(self._completed, future))
-
-    def _completed(self, future: concurrent.futures.Future[Position], pending: Any) -> None:
-        if not self._done:
-            self._loop.loop.call_soon(self._hand_back)
-        self._done.append((future, pending))
-
-    def _hand_back(self) -> None:
-        done, self._done = self._done, []
-        for future, pending in done:
-            exc = pending.exception()
-            if exc is None:
-                future.set_result(pending.result())
-            else:
                 future.set_exception(exc)
 
 

@@ -19,6 +19,7 @@ one failed). A fenced or recovered ledger means another writer took over: the er
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import time
 
@@ -41,6 +42,9 @@ from walog.log.records import RecordBatch
 from walog.log.retention import RollPolicy
 
 log = structlog.get_logger(__name__)
+
+PositionSink = asyncio.Future[Position] | concurrent.futures.Future[Position]
+"""Where a record's position (or its failure) goes once its entry completes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +132,7 @@ class AsyncLogWriter:
         self._config = config
         self._loop = asyncio.get_running_loop()
         self._batch = self._new_batch()
-        self._batch_futures: list[asyncio.Future[Position]] = []
+        self._batch_futures: list[PositionSink] = []
         self._flush_handle: asyncio.Handle | None = None
         self._failure: BaseException | None = None
         self._closed = False
@@ -153,6 +157,14 @@ class AsyncLogWriter:
             WriterFencedError: another writer took over.
             LedgerClosedError: this writer is closed.
         """
+        future: asyncio.Future[Position] = self._loop.create_future()
+        self.append_into(data, future)
+        return future
+
+    def append_into(self, data: bytes | bytearray | memoryview, sink: PositionSink) -> None:
+        """Like :meth:`append_nowait`, resolving ``sink`` (an asyncio or a
+        ``concurrent.futures`` future) instead: the sync facade hands its own futures in
+        and saves a future and a callback per record. Call it on the loop thread."""
         self._check_usable()
         if isinstance(data, str):
             raise TypeError("log records are bytes, not str; encode the text first")
@@ -165,8 +177,7 @@ class AsyncLogWriter:
         if not self._batch.fits(len(payload)):
             self._send_batch()
         self._batch.add(time.time(), payload)
-        future: asyncio.Future[Position] = self._loop.create_future()
-        self._batch_futures.append(future)
+        self._batch_futures.append(sink)
         if self._batch.full:
             self._send_batch()
         elif self._flush_handle is None:
@@ -174,7 +185,6 @@ class AsyncLogWriter:
                 self._flush_handle = self._loop.call_later(self._config.linger, self._send_batch)
             else:
                 self._flush_handle = self._loop.call_soon(self._send_batch)
-        return future
 
     async def append(self, data: bytes | bytearray | memoryview) -> Position:
         """Append a record and return its position once it is durable (acked)."""
@@ -220,6 +230,10 @@ class AsyncLogWriter:
             self._fail(_fenced(self.name, ledger.ledger_id, exc))
             self._fail_futures(futures, self._failure or exc)
             return
+        except Exception as exc:  # e.g. an entry over the client's limit: nothing was sent
+            self._fail(exc)
+            self._fail_futures(futures, exc)
+            return
         ledger.entries += 1
         ledger.size_bytes += batch.size
         ledger.inflight.add(entry)
@@ -229,7 +243,7 @@ class AsyncLogWriter:
     def _entry_done(
         self,
         ledger: _ActiveLedger,
-        futures: list[asyncio.Future[Position]],
+        futures: list[PositionSink],
         entry: asyncio.Future[int],
     ) -> None:
         ledger.inflight.discard(entry)
@@ -260,7 +274,7 @@ class AsyncLogWriter:
             self._fail_futures(futures, self._failure)
 
     @staticmethod
-    def _fail_futures(futures: list[asyncio.Future[Position]], exc: BaseException) -> None:
+    def _fail_futures(futures: list[PositionSink], exc: BaseException) -> None:
         for future in futures:
             if not future.done():
                 future.set_exception(exc)
