@@ -1,0 +1,33 @@
+"""A local walog cluster of real bookie processes, for your own tests and for demos.
+
+:class:`LocalCluster` starts ``python -m bookie`` processes on free loopback ports, all
+registered in one metadata store: an SQLite file it creates (the default) or a running
+ZooKeeper you name with a ``zk://`` URI. It gives you the metadata URI to connect with and
+lets a test crash, stop, freeze and restart bookies::
+
+    from walog.testing import LocalCluster
+    import walog
+
+    with LocalCluster(bookies=3) as cluster:
+        with walog.connect(cluster.metadata_uri) as client:
+            with client.create_ledger() as ledger:
+                ledger.append(b"hello")
+            cluster.kill(0)        # SIGKILL: acknowledged entries survive a restart
+            cluster.restart(0)
+
+Bookies are addressed by index (0, 1, ... in start order) or by bookie id (``HOST:PORT``).
+Each bookie keeps its port and data directory for the cluster's life, so a restarted bookie
+comes back with the same id and its data. Every bookie's output goes to
+``<data_dir>/logs/bookie-<n>.log``; a bookie that fails to start raises
+:class:`LocalClusterError` with the tail of that log.
+
+:class:`BookieProcess` is one such bookie on its own, for tests of the bookie itself.
+
+The bookies speak plaintext gRPC without authentication: the cluster is for tests on one
+host, not for production.
+"""
+
+from walog.testing.cluster import BookieRef, LocalCluster
+from walog.testing.process import BookieProcess, LocalClusterError, free_port
+
+__all__ = ["BookieProcess", "BookieRef", "LocalCluster", "LocalClusterError", "free_port"]

@@ -1,0 +1,258 @@
+"""One bookie process on this host: start, wait until it serves, signals, restart."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from walog.errors import WalogError
+
+_LOG_TAIL_LINES = 25
+
+
+class LocalClusterError(WalogError, RuntimeError):
+    """A local bookie failed to start, stop or become ready (the message holds the end of
+    its log)."""
+
+
+class _NotReady(Exception):
+    """The bookie runs but is not ready yet (retried until the timeout)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listened on a moment ago (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _package_root() -> Path:
+    """The directory holding the ``walog`` and ``bookie`` packages (for PYTHONPATH)."""
+    return Path(__file__).resolve().parents[2]
+
+
+class BookieProcess:
+    """One ``python -m bookie`` process (not started until :meth:`start`).
+
+    The port and directories stay the same across restarts, so the bookie id does too.
+    stdout and stderr are appended to :attr:`log_path`.
+
+    Args:
+        data_dir: the bookie's ``--data-dir``.
+        metadata: the ``--metadata`` URI.
+        port: the port to listen on (a free one when None).
+        host: the address to listen on; the bookie id is ``HOST:PORT``.
+        extra_args: more flags for every start, e.g. ``["--group-wait-ms", "2"]``.
+        log_path: where output goes (default: ``<data_dir>.log`` beside the data directory).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        metadata: str,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        extra_args: Sequence[str] = (),
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.metadata = metadata
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.extra_args = list(extra_args)
+        self.log_path = (
+            Path(log_path)
+            if log_path is not None
+            else self.data_dir.with_name(self.data_dir.name + ".log")
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.channel_credentials: grpc.ChannelCredentials | None = None
+        """Set for a TLS bookie: :meth:`channel` and :meth:`wait_ready` then use them."""
+        self.paused = False
+        self.started_at = 0.0
+        """Wall-clock time of the last :meth:`start`."""
+        self._log_offset = 0
+
+    @property
+    def bookie_id(self) -> str:
+        """``HOST:PORT``."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """True while the process exists (also while paused)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self, extra_args: Sequence[str] = ()) -> list[str]:
+        """The command line that starts this bookie."""
+        return [
+            sys.executable, "-m", "bookie",
+            "--data-dir", str(self.data_dir),
+            "--listen", self.bookie_id,
+            "--metadata", self.metadata,
+            *self.extra_args, *extra_args,
+        ]  # fmt: skip
+
+    def start(self, extra_args: Sequence[str] = ()) -> BookieProcess:
+        """Start the process (without waiting for it to serve); ``extra_args`` for this
+        start only (e.g. ``["--allow-format"]``)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_package_root()), env.get("PYTHONPATH", "")) if p
+        )
+        with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
+            self.started_at = time.time()
+            # A session of its own: a Ctrl-C meant for the test run does not reach the
+            # bookie; its owner shuts it down in order instead.
+            self.proc = subprocess.Popen(
+                self.command(extra_args),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.paused = False
+        return self
+
+    def log(self) -> str:
+        """Everything the process (all its starts) wrote so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines written since the last :meth:`start`."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def channel(self) -> grpc.Channel:
+        """A blocking channel to the bookie (TLS when :attr:`channel_credentials` is set)."""
+        if self.channel_credentials is None:
+            return grpc.insecure_channel(self.bookie_id)
+        return grpc.secure_channel(self.bookie_id, self.channel_credentials)
+
+    def wait_ready(
+        self, timeout: float = 30.0, *, until: Callable[[], bool] | None = None
+    ) -> BookieProcess:
+        """Block until the health service reports SERVING (and ``until()`` is true).
+
+        Raises:
+            LocalClusterError: the process is not running, exited, or was not ready in
+                time; the message holds the end of its log.
+        """
+        if self.proc is None:
+            raise LocalClusterError(f"bookie {self.bookie_id} was never started")
+        retrying = Retrying(
+            retry=retry_if_exception_type(_NotReady),
+            stop=stop_after_delay(timeout),
+            wait=wait_exponential(multiplier=0.02, max=0.25),
+            reraise=True,
+        )
+        with self.channel() as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            try:
+                for attempt in retrying:
+                    with attempt:
+                        self._check_ready(health, until)
+            except _NotReady as exc:
+                raise LocalClusterError(
+                    f"bookie {self.bookie_id} was not ready within {timeout}s ({exc})"
+                    f"{self._tail_text()}"
+                ) from None
+        return self
+
+    def _check_ready(
+        self, health: health_pb2_grpc.HealthStub, until: Callable[[], bool] | None
+    ) -> None:
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            raise LocalClusterError(
+                f"bookie {self.bookie_id} exited with status {code} while starting"
+                f"{self._tail_text()}"
+            )
+        if self.paused:
+            raise _NotReady("it is paused")
+        try:
+            # wait_for_ready: the call itself waits for the connection (up to its deadline).
+            reply = health.Check(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            raise _NotReady(f"health check: {exc.code().name}") from None
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            raise _NotReady("health check: not SERVING yet")
+        if until is not None and not until():
+            raise _NotReady("serving but not yet registered in the metadata store")
+
+    def _tail_text(self) -> str:
+        tail = self.log_tail()
+        return f"; log {self.log_path}, last lines:\n{tail}" if tail else f"; log {self.log_path}"
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process."""
+        if self.proc is None:
+            raise LocalClusterError(f"bookie {self.bookie_id} was never started")
+        self.proc.send_signal(sig)
+
+    def kill(self) -> int:
+        """SIGKILL (a crash) and reap; return the exit status."""
+        self.signal(signal.SIGKILL)
+        self.paused = False
+        return self.wait()
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM (clean shutdown) and wait; return the exit status. A paused bookie is
+        resumed first so it can shut down."""
+        if self.paused:
+            self.resume()
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): its port stays open but nothing answers."""
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """Let a paused process run again (SIGCONT)."""
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the process to exit; return its status."""
+        if self.proc is None:
+            raise LocalClusterError(f"bookie {self.bookie_id} was never started")
+        return self.proc.wait(timeout)
+
+    def restart(self, extra_args: Sequence[str] = ()) -> BookieProcess:
+        """Start again on the same port and directories and wait until serving."""
+        return self.start(extra_args).wait_ready()
+
+    def stop_quietly(self) -> None:
+        """Kill the process if it still runs (teardown)."""
+        if self.running and self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+        self.paused = False
+
+
+__all__ = ["BookieProcess", "LocalClusterError", "free_port"]
