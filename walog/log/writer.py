@@ -43,6 +43,9 @@ from walog.log.retention import RollPolicy
 
 log = structlog.get_logger(__name__)
 
+ROLL_RETRY_SECONDS = 1.0
+"""After a failed automatic roll, the next one is tried no sooner than this."""
+
 PositionSink = asyncio.Future[Position] | concurrent.futures.Future[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
 
@@ -136,7 +139,8 @@ class AsyncLogWriter:
         self._flush_handle: asyncio.Handle | None = None
         self._failure: BaseException | None = None
         self._closed = False
-        self._roll_task: asyncio.Task[None] | None = None
+        self._roll_task: asyncio.Task[BaseException | None] | None = None
+        self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
         self._age_timer: asyncio.TimerHandle | None = None
         self._retiring: set[_ActiveLedger] = set()
         self._current = self._activate(ledger)
@@ -293,20 +297,31 @@ class AsyncLogWriter:
     def _maybe_roll(self) -> None:
         if self._roll_task is not None or self._failure is not None or self._closed:
             return
+        if self._loop.time() < self._roll_retry_at:
+            return  # the last roll failed (e.g. too few bookies): do not retry per entry
         led = self._current
         age = time.monotonic() - led.started
         if self._roll_policy.should_roll(entries=led.entries, size_bytes=led.size_bytes, age=age):
             self._roll_task = asyncio.create_task(self._roll())
 
     async def roll(self) -> None:
-        """Close the current ledger and continue in a new one now (waits until switched)."""
+        """Close the current ledger and continue in a new one now (waits until switched).
+
+        Raises:
+            WriterFencedError: another writer took over.
+            WalogError: the roll failed (e.g. NotEnoughBookiesError); the writer goes on
+                in its current ledger.
+        """
         self._check_usable()
         if self._roll_task is None:
             self._roll_task = asyncio.create_task(self._roll())
-        await asyncio.shield(self._roll_task)
+        error = await asyncio.shield(self._roll_task)
         self._check_usable()
+        if error is not None:
+            raise error
 
-    async def _roll(self) -> None:
+    async def _roll(self) -> BaseException | None:
+        """Roll once; return the error of a failed roll (the writer keeps its ledger)."""
         try:
             old = self._current
             new_writer = await _create_log_ledger(self._client, self.name, self._options)
@@ -328,10 +343,14 @@ class AsyncLogWriter:
                 self._retiring.discard(old)
         except WriterFencedError as exc:
             self._fail(exc)
-        except Exception as exc:  # a failed roll keeps the old ledger; the next roll retries
+            return exc
+        except Exception as exc:  # a failed roll keeps the old ledger; a later roll retries
             log.warning("log roll failed", log=self.name, error=str(exc))
+            self._roll_retry_at = self._loop.time() + ROLL_RETRY_SECONDS
+            return exc
         finally:
             self._roll_task = None
+        return None
 
     def _append_ledger(self, meta: LogMetadata, expected_last: int, new_id: int) -> LogMetadata:
         if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
@@ -356,18 +375,19 @@ class AsyncLogWriter:
     async def close(self) -> None:
         """Flush, close the current ledger and record its end. Safe to call twice.
 
-        A fenced writer closes quietly: its ledgers belong to the new writer's recovery.
+        Appends made after close() began are refused. A fenced writer closes quietly: its
+        ledgers belong to the new writer's recovery.
         """
         if self._closed:
             return
+        self._closed = True  # no new records, no new automatic rolls
         try:
             if self._failure is None:
                 await self.flush()
-                if self._roll_task is not None:
+                if self._roll_task is not None:  # a roll under way when close began
                     await asyncio.shield(self._roll_task)
         except WalogError:
             pass
-        self._closed = True
         if self._age_timer is not None:
             self._age_timer.cancel()
         if self._failure is not None:
