@@ -34,6 +34,9 @@ from walog.transport.base import ReadReply, Status, StoredEntry
 
 MAX_CONCURRENT_ENTRY_READS = 32
 """Single-entry reads in flight at once for one striped range read."""
+LONG_POLL_PREFETCH = 64
+"""Entries a long poll asks for (when one bookie holds them all), so tailers need no second
+round trip for what the poll already brought."""
 _POLL_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 """Pauses after failed long polls (or ones that came back early without news), in turn."""
 
@@ -66,6 +69,8 @@ class AsyncLedgerReader:
         self._md_changed = asyncio.Event()
         self._unwatch: Callable[[], None] | None = None
         self._released = False
+        # Confirmed entries that arrived with the last long poll, by entry id.
+        self._prefetched: dict[int, StoredEntry] = {}
 
     @property
     def ledger_id(self) -> int:
@@ -224,11 +229,14 @@ class AsyncLedgerReader:
         """One long poll (racing a metadata change); True when the LAC moved past ``after``
         or the metadata changed."""
         client = self._ctx.pool.get(bookie)
+        # Without striping the bookie holds the following entries too: bring a few along.
+        md = self._md
+        count = LONG_POLL_PREFETCH if md.write_quorum == md.ensemble_size else 1
         poll: asyncio.Future[ReadReply] = asyncio.ensure_future(
             client.read(
                 self.ledger_id,
                 after + 1,
-                after + 1,
+                after + count,
                 previous_lac=after,
                 long_poll_timeout=remaining,
             )
@@ -254,7 +262,12 @@ class AsyncLedgerReader:
         reply = poll.result()
         if reply.status in (Status.OK, Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
             self._lac = max(self._lac, reply.lac)
+            self._keep_prefetched(reply.entries)
         return self._lac > after
+
+    def _keep_prefetched(self, entries: list[StoredEntry]) -> None:
+        """Keep the confirmed entries a long poll brought along: a tailer reads them next."""
+        self._prefetched = {s.entry_id: s for s in entries if s.entry_id <= self._lac}
 
     def _ensure_watch(self) -> None:
         if self._unwatch is not None or self.is_closed:
@@ -290,6 +303,9 @@ class AsyncLedgerReader:
     async def _read(self, first: int, last: int) -> list[Entry]:
         """Read confirmed entries; on failure re-read the metadata once (a reader of an open
         ledger may not know the latest fragments yet) and try again."""
+        cached = [self._prefetched.get(e) for e in range(first, last + 1)]
+        if all(s is not None for s in cached):
+            return [Entry(s.ledger_id, s.entry_id, s.data) for s in cached if s is not None]
         try:
             stored = await self._read_stored(first, last)
         except (NoSuchEntryError, BookieUnavailableError):
@@ -328,4 +344,4 @@ class AsyncLedgerReader:
         return list(await asyncio.gather(*(one(e) for e in range(first, last + 1))))
 
 
-__all__ = ["MAX_CONCURRENT_ENTRY_READS", "AsyncLedgerReader"]
+__all__ = ["LONG_POLL_PREFETCH", "MAX_CONCURRENT_ENTRY_READS", "AsyncLedgerReader"]
