@@ -22,6 +22,7 @@ Everything here is blocking; the core runs it in dedicated threads.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -243,6 +244,9 @@ class EntryStorage:
             with self._env.begin(db=self._entries) as txn:
                 value = txn.get(_KEY.pack(ledger_id, entry_id))
             if value is None or Location(*_LOCATION.unpack(value)) == location:
+                _log.error(
+                    "entry log missing", ledger=ledger_id, entry=entry_id, log=location.log_id
+                )
                 return None
             return self._read_one(files, ledger_id, entry_id, Location(*_LOCATION.unpack(value)))
         except OSError as exc:
@@ -285,12 +289,11 @@ class EntryStorage:
                 os.fsync(self._write_fd)
         except (OSError, lmdb.Error) as exc:
             # The log's tail is unknown now: never append to it again.
+            failed_log = self._write_log
             self._pending.clear()
             self._pending_bytes = 0
-            if self._write_fd >= 0:
-                os.close(self._write_fd)
-                self._write_fd = -1
-            raise StorageIOError(f"entry log {self._write_log} write failed: {exc}") from exc
+            self._close_write_log()
+            raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
         try:
             with self._env.begin(write=True) as txn:
                 for key, value in rows:
@@ -327,6 +330,14 @@ class EntryStorage:
         if self._pending_bytes >= _WRITE_CHUNK_BYTES:
             self._flush_pending()
         return Location(self._write_log, offset, length)
+
+    def _close_write_log(self) -> None:
+        """Stop appending to the current entry log; the next append starts a new one."""
+        if self._write_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._write_fd)
+        self._write_fd = -1
+        self._write_log = -1
 
     def _flush_pending(self) -> None:
         """Write the buffered records to the current entry log (one syscall per chunk)."""
@@ -387,20 +398,22 @@ class EntryStorage:
 
     def _reclaim(self) -> None:
         with self._env.begin(db=self._logs) as txn:
-            logs = [
-                (_LOG_KEY.unpack(bytes(k))[0], json.loads(bytes(v)))
-                for k, v in txn.cursor(db=self._logs)
-            ]
-        for log_id, doc in logs:
+            log_ids = [_LOG_KEY.unpack(bytes(k))[0] for k, _ in txn.cursor(db=self._logs)]
+        for log_id in log_ids:
+            # Read the accounting afresh: a compaction earlier in this loop may have moved
+            # live entries into the log being filled.
+            with self._env.begin(db=self._logs) as txn:
+                raw = txn.get(_LOG_KEY.pack(log_id))
+            if raw is None:
+                continue
+            doc: dict[str, int] = json.loads(bytes(raw))
             total = doc.get("_total", 0)
             live = sum(size for name, size in doc.items() if name != "_total")
             if log_id == self._write_log:
                 if live == 0:
                     # Nothing live in the log being filled: start a new one at the next
                     # checkpoint and drop this one.
-                    os.close(self._write_fd)
-                    self._write_fd = -1
-                    self._write_log = -1
+                    self._close_write_log()
                     self._drop_log(log_id)
                 continue
             if live == 0:

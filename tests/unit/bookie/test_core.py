@@ -415,3 +415,25 @@ async def test_full_write_cache_starts_a_checkpoint_by_itself(tmp_path: Path) ->
     assert await asyncio.wait_for(checkpointed, 10) > 0
     assert sorted(await read_all(core, 1, 210)) == list(range(200))
     await core.close()
+
+
+async def test_compaction_into_the_current_entry_log_keeps_moved_entries(tmp_path: Path) -> None:
+    # Entry log 1: mostly ledger 1, a little of ledger 2. Entry log 2 (being filled):
+    # only ledger 1. Deleting ledger 1 compacts log 1 into log 2, which then holds live
+    # entries again and must not be dropped as "dead".
+    core = await open_core(tmp_path)
+    for entry_id in range(3):
+        await add(core, 1, entry_id, data=payload(1, entry_id, 400))
+    await add(core, 2, 0, data=payload(2, 0, 400))
+    await core.close()
+    core = await open_core(tmp_path)
+    for entry_id in range(3, 6):
+        await add(core, 1, entry_id, data=payload(1, entry_id, 400))
+    await core.checkpoint()
+    await core.delete_ledgers([1])
+    assert core.stats.entry_logs_compacted == 1
+    assert await read_all(core, 2, 0) == {0: payload(2, 0, 400)}
+    await core.close()
+    core = await open_core(tmp_path)
+    assert await read_all(core, 2, 0) == {0: payload(2, 0, 400)}
+    await core.close()
