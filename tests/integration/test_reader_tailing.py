@@ -24,6 +24,17 @@ PROMPT_S = 3.0
 append within ~0.1 s; the machine is shared, so leave plenty of room)."""
 
 
+@pytest.fixture(params=["sqlite", "zookeeper"])
+def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
+    """The module's shared cluster on SQLite, and on ZooKeeper when a server is available."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("cluster")  # type: ignore[no-any-return]
+    try:
+        return request.getfixturevalue("zk_cluster")  # type: ignore[no-any-return]
+    except pytest.FixtureLookupError:
+        pytest.skip("no ZooKeeper fixture in this checkout")
+
+
 @pytest.fixture
 async def raw() -> AsyncIterator[GrpcBookiePool]:
     """A bare bookie connection for partial writes and per-bookie checks."""
@@ -100,10 +111,10 @@ async def test_reads_are_bounded_by_the_lac_unconfirmed_reads_are_not(
         await reader.close()
 
 
-async def test_long_poll_returns_promptly_after_each_append(cluster: LocalCluster) -> None:
-    async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
+async def test_long_poll_returns_promptly_after_each_append(any_cluster: LocalCluster) -> None:
+    async with await aio.connect(any_cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)
-        async with await aio.connect(cluster.metadata_uri, config=FAST) as other:
+        async with await aio.connect(any_cluster.metadata_uri, config=FAST) as other:
             reader = await other.open_ledger(writer.ledger_id, recovery=False)
             loop = asyncio.get_running_loop()
             seen: list[bytes] = []
@@ -138,12 +149,14 @@ async def test_long_poll_returns_the_current_lac_at_the_timeout(cluster: LocalCl
         await writer.close()
 
 
-async def test_tailer_notices_the_close_and_takes_the_last_entry(cluster: LocalCluster) -> None:
-    async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
+async def test_tailer_notices_the_close_and_takes_the_last_entry(
+    any_cluster: LocalCluster,
+) -> None:
+    async with await aio.connect(any_cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)
         for i in range(3):
             await writer.append(f"entry-{i}".encode())
-        async with await aio.connect(cluster.metadata_uri, config=FAST) as other:
+        async with await aio.connect(any_cluster.metadata_uri, config=FAST) as other:
             reader = await other.open_ledger(writer.ledger_id, recovery=False)
             # Wait past anything that will ever exist: only the close can end this early.
             waiting = asyncio.ensure_future(reader.wait_last_add_confirmed(10, 60.0))
