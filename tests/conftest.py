@@ -94,3 +94,18 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
 def zk_uri(zookeeper: ZooKeeperServer) -> str:
     """A ``zk://`` URI with a chroot of this test's own on the session's ZooKeeper."""
     return zookeeper.uri(f"/test-{uuid.uuid4().hex[:12]}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--slow`` runs the tests marked ``slow`` (skipped by default)."""
+    parser.addoption("--slow", action="store_true", default=False, help="run slow tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``slow`` tests unless ``--slow`` is given."""
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow test: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
