@@ -119,15 +119,6 @@ class LedgerState:
         if entry_id > self.last_entry_id:
             self.last_entry_id = entry_id
 
-    def merge(self, other: LedgerState) -> None:
-        """Combine with another view of the same ledger (each field moves one way only)."""
-        self.fenced = self.fenced or other.fenced
-        self.raise_lac(other.lac)
-        self.note_entry(other.last_entry_id)
-        self.sync.advance_to(other.sync.last_add_synced)
-        for first, last in other.sync.ranges:
-            self.sync.mark_run(first, last)
-
     def to_bytes(self) -> bytes:
         """Serialised form stored in the index at checkpoints."""
         doc = {
