@@ -387,8 +387,9 @@ class BookieCore:
                 continue
             if entry_id > state.last_entry_id or self._storage is None:
                 break
+            budget = max(max_bytes - size, 0)
             run, damaged = await loop.run_in_executor(
-                self._readers, self._storage.read_run, ledger_id, entry_id, last, max_bytes
+                self._readers, self._storage.read_run, ledger_id, entry_id, last, budget
             )
             for record in run:
                 if records and size + len(record.data) > max_bytes:
