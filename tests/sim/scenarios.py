@@ -142,13 +142,19 @@ async def tailer(world: World, who: str, record: LedgerRecord) -> None:
 
 
 async def new_ledger(
-    world: World, who: str, ctx: LedgerContext, durability: Durability = Durability.PERSISTENT
+    world: World,
+    who: str,
+    ctx: LedgerContext,
+    durability: Durability = Durability.PERSISTENT,
+    *,
+    full_ack: bool = False,
 ) -> tuple[AsyncLedgerWriter, LedgerRecord]:
-    """Create a ledger with quorums drawn from the seed (E=Qw for VOLATILE)."""
+    """Create a ledger with quorums drawn from the seed (E=Qw for VOLATILE; Qa=Qw for
+    ``full_ack``)."""
     rng = world.rng
     ensemble = rng.randint(2, min(4, len(world.bookies)))
     write = ensemble if durability is Durability.VOLATILE else rng.randint(2, ensemble)
-    ack = rng.randint(1, write) if write > 2 else 2
+    ack = write if full_ack else (rng.randint(1, write) if write > 2 else 2)
     writer = await create_ledger(
         ctx, ensemble, write, ack, durability=durability, placement=world.placement()
     )
@@ -223,20 +229,27 @@ async def volatile_force(world: World) -> None:
 
 
 async def ensemble_change_then_crash(world: World) -> None:
-    """A bookie dies, the writer moves to a new fragment, then the writer dies too and
+    """A bookie dies while a burst of entries is on the wire, the writer moves to a new
+    fragment (resending entries that still carry an old LAC), then the writer dies too and
     readers recover the ledger while the lost bookie is still down."""
     rng = world.rng
     ctx = world.client("w")
-    writer, record = await new_ledger(world, "w", ctx)
-    await write_entries(world, "w", writer, record, rng.randint(1, 8))
-    world.crash(rng.choice(writer.metadata.last_ensemble))
+    # Qa = Qw makes a write-back need the lost bookie whenever it is in the write set.
+    writer, record = await new_ledger(world, "w", ctx, full_ack=rng.random() < 0.5)
+    await write_entries(world, "w", writer, record, rng.randint(0, 6))
     work = asyncio.ensure_future(write_entries(world, "w", writer, record, rng.randint(1, 8)))
-    await asyncio.sleep(rng.uniform(0.0, 2.0))
+    await asyncio.sleep(rng.uniform(0.0, 0.01))
+    victim = rng.choice(writer.metadata.last_ensemble)
+    world.held.add(victim)  # down until the recoveries are over
+    world.crash(victim)
+    await asyncio.sleep(rng.uniform(0.0, 0.5))
     work.cancel()
     await world.crash_client(ctx)
     await asyncio.gather(
         *(recoverer(world, f"r{i}", record, rng.uniform(0, 0.3)) for i in range(rng.randint(1, 2)))
     )
+    world.held.discard(victim)
+    world.restart(victim)
 
 
 Scenario = Callable[[World], Awaitable[None]]
@@ -314,7 +327,7 @@ async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: 
         await asyncio.sleep(chaos_s)
         chaos.cancel()
         world.trace.log("chaos over")
-        world.heal_all()
+        world.heal_all(keep_held=True)
 
     calm = asyncio.ensure_future(calm_down())
     try:

@@ -29,6 +29,11 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
         {"foreign_error", "recovery_failed", "acked_entry_lost", "stalled"},
     ),
     "out_of_order_ack": ("writer_under_faults", 50, {"ack_out_of_order"}),
+    "log_fences_only_last_ledger": (
+        "log_duel",
+        300,
+        {"log_record_lost", "log_reader_skipped", "log_writers_overlap", "log_order", "stalled"},
+    ),
     "close_while_in_recovery": (
         "recovery_races_writer",
         300,

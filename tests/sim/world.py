@@ -46,6 +46,8 @@ class World:
         self.log_options = (3, 3, 2, 2)
         """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger)."""
         self.client_names: list[str] = []
+        self.held: set[str] = set()
+        """Bookies a scenario keeps down: the nemesis and the end of chaos leave them be."""
         self.paused: set[str] = set()
         self._clients: list[LedgerContext] = []
         for bookie_id in self.bookies:
@@ -94,11 +96,16 @@ class World:
         self.net.restart(bookie_id)
         self._register(bookie_id)
 
-    def heal_all(self) -> None:
-        """End every fault: restart, resume, reconnect."""
+    def heal_all(self, *, keep_held: bool = False) -> None:
+        """End every fault: restart, resume, reconnect (``keep_held``: bookies a scenario
+        holds down stay down)."""
         self.net.heal()
         self.net.faults = dataclasses.replace(self.net.faults, drop=0.0, duplicate=0.0)
+        if not keep_held:
+            self.held.clear()
         for bookie_id, bookie in self.bookies.items():
+            if bookie_id in self.held:
+                continue
             if not bookie.up:
                 self.restart(bookie_id)
             if bookie.paused:
@@ -118,15 +125,22 @@ class Nemesis:
         world, rng = self.world, self.world.rng
         while True:
             await asyncio.sleep(rng.uniform(0.005, 0.25))
-            faulty = [b for b, s in world.bookies.items() if not s.up or s.paused]
-            healthy = [b for b in world.bookies if b not in faulty]
+            faulty = [
+                b
+                for b, s in world.bookies.items()
+                if (not s.up or s.paused) and b not in world.held
+            ]
+            down = len(faulty) + len(world.held)
+            healthy = [b for b in world.bookies if b not in faulty and b not in world.held]
             action = rng.random()
-            if faulty and (len(faulty) >= self.max_faulty or action < 0.4):
+            if faulty and (down >= self.max_faulty or action < 0.4):
                 victim = rng.choice(faulty)
                 if world.bookies[victim].paused:
                     world.net.resume(victim)
                 else:
                     world.restart(victim)
+            elif down >= self.max_faulty:
+                continue
             elif healthy and action < 0.65:
                 world.crash(rng.choice(healthy))
             elif healthy and action < 0.85:
