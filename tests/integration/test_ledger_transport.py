@@ -14,7 +14,7 @@ from walog.digest import entry_digest, master_key
 from walog.errors import BookieUnavailableError
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.testing import LocalCluster
-from walog.transport import grpc as transport
+from walog.transport import add_stream, wire
 from walog.transport.base import Status
 from walog.transport.grpc import GrpcBookiePool
 
@@ -41,14 +41,14 @@ async def test_adds_travel_in_batched_frames(
     cluster: LocalCluster, pool: GrpcBookiePool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frames: list[int] = []
-    build = transport.build_frame
+    build = wire.build_frame
 
     def counting(*args: Any) -> Any:
         frame = build(*args)
         frames.append(len(frame.adds))
         return frame
 
-    monkeypatch.setattr(transport, "build_frame", counting)
+    monkeypatch.setattr(add_stream, "build_frame", counting)
     bookie = cluster.bookie_ids[0]
     replies = await asyncio.gather(*(_add(pool, bookie, 9_000_001, e) for e in range(2000)))
     assert all(r.status is Status.OK for r in replies)

@@ -6,7 +6,7 @@ import collections
 
 from walog.digest import entry_digest
 from walog.proto import bookie_pb2 as pb
-from walog.transport.grpc import QueuedAdd, build_frame, verified_entries
+from walog.transport.wire import QueuedAdd, build_frame, verified_entries
 
 
 def _adds(count: int, size: int = 10) -> collections.deque[QueuedAdd]:

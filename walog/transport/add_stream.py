@@ -1,0 +1,214 @@
+"""One client's ``Add`` stream to one bookie: batched frames out, matched replies in.
+
+Adds, explicit LAC updates and forces are queued and flushed as :class:`AddFrame` messages
+of up to ``max_frame_entries`` / ``max_frame_bytes`` whenever the stream can take a
+message: while one frame is being written, the next one fills up. There are no flush
+timers; Python pays per message, not per byte, so the batching comes from the stream's own
+back-pressure.
+
+Replies are matched by ``(ledger_id, entry_id)`` (forces by request id) and handed straight
+to the waiting callbacks. A broken stream fails every request pending on it with
+:class:`BookieUnavailableError` (:class:`UnauthorizedError` for refused credentials); its
+owner opens a new stream for the next request. When requests are outstanding and the bookie
+answers none of them for ``timeouts.add`` seconds, the stream fails (the bookie is stuck):
+one timer per stream, not per add.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Protocol
+
+import grpc
+import grpc.aio
+
+from walog.errors import BookieUnavailableError, UnauthorizedError
+from walog.ledger.context import ClientConfig
+from walog.proto import bookie_pb2 as pb
+from walog.transport.base import AddCallback, AddReply, ForceReply
+from walog.transport.wire import QueuedAdd, build_frame, status_of, translate_rpc_error
+
+
+class StreamOwner(Protocol):
+    """What a stream needs from the connection that owns it."""
+
+    bookie_id: str
+    config: ClientConfig
+    add_timeout: float
+
+    def stream_broken(self, stream: AddStream) -> None:
+        """Forget a broken stream."""
+
+
+class AddStream:
+    """One ``Add`` stream: the send queue, the requests awaiting replies, the watchdog."""
+
+    def __init__(self, client: StreamOwner, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
+        self._client = client
+        self._call = call
+        self._loop = asyncio.get_running_loop()
+        self._adds: collections.deque[QueuedAdd] = collections.deque()
+        self._lacs: list[tuple[int, int, bytes]] = []
+        self._forces: list[tuple[int, int, bytes]] = []
+        # The reply to (ledger, entry) goes to the first waiter; a second add of the same
+        # entry on this stream (a resend) waits in _more_waiters.
+        self._add_waiters: dict[tuple[int, int], AddCallback] = {}
+        self._more_waiters: dict[tuple[int, int], collections.deque[AddCallback]] = {}
+        self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
+        # Liveness: requests are outstanding and the bookie answered none of them for
+        # ``timeouts.add`` seconds -> the stream (the bookie) has failed.
+        self._outstanding = 0
+        self._waiting_since = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._wake = asyncio.Event()
+        self.broken = False
+        self._sender = self._loop.create_task(self._send_loop())
+        self._receiver = self._loop.create_task(self._receive_loop())
+
+    def add(self, add: QueuedAdd, callback: AddCallback) -> None:
+        key = (add[0], add[1])
+        if key in self._add_waiters:
+            self._more_waiters.setdefault(key, collections.deque()).append(callback)
+        else:
+            self._add_waiters[key] = callback
+        self._adds.append(add)
+        self._request_sent()
+        self._wake.set()
+
+    def lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
+        self._lacs.append((ledger_id, lac, master_key))
+        self._wake.set()
+
+    def force(
+        self, ledger_id: int, request_id: int, master_key: bytes
+    ) -> asyncio.Future[ForceReply]:
+        future: asyncio.Future[ForceReply] = self._loop.create_future()
+        self._force_waiters[request_id] = future
+        self._forces.append((ledger_id, request_id, master_key))
+        self._request_sent()
+        self._wake.set()
+        return future
+
+    # -- timeouts ---------------------------------------------------------------------
+
+    def _request_sent(self) -> None:
+        if self._outstanding == 0:
+            self._waiting_since = self._loop.time()
+            if self._watchdog is None:
+                self._watchdog = self._loop.call_at(
+                    self._waiting_since + self._client.add_timeout, self._check_progress
+                )
+        self._outstanding += 1
+
+    def _check_progress(self) -> None:
+        self._watchdog = None
+        if self._outstanding == 0:
+            return
+        deadline = self._waiting_since + self._client.add_timeout
+        if deadline <= self._loop.time():
+            self.fail(f"no answer within {self._client.add_timeout} seconds")
+        else:
+            self._watchdog = self._loop.call_at(deadline, self._check_progress)
+
+    # -- sending ----------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        config = self._client.config
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._adds or self._lacs or self._forces:
+                    frame = build_frame(
+                        self._adds,
+                        self._lacs,
+                        self._forces,
+                        config.max_frame_entries,
+                        config.max_frame_bytes,
+                    )
+                    await self._call.write(frame)
+        except grpc.RpcError as exc:
+            error = translate_rpc_error(self._client.bookie_id, exc)
+            self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+        except Exception as exc:  # the call ended under us (UsageError, InvalidStateError)
+            self.fail(f"add stream failed: {exc!r}")
+
+    # -- receiving --------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        try:
+            while True:
+                frame = await self._call.read()
+                if not isinstance(frame, pb.AddResponseFrame):  # grpc.aio.EOF
+                    self.fail("the bookie ended the add stream")
+                    return
+                self._dispatch(frame)
+        except grpc.RpcError as exc:
+            error = translate_rpc_error(self._client.bookie_id, exc)
+            self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+        except Exception as exc:  # a malformed reply must not leave adds waiting forever
+            self.fail(f"add stream failed: {exc!r}")
+
+    def _dispatch(self, frame: pb.AddResponseFrame) -> None:
+        self._waiting_since = self._loop.time()  # the bookie makes progress
+        waiters = self._add_waiters
+        for result in frame.results:
+            key = (result.ledger_id, result.entry_id)
+            callback = waiters.pop(key, None)
+            if callback is None:
+                continue  # an answer to a request this client gave up on
+            self._outstanding -= 1
+            more = self._more_waiters.get(key)
+            if more:
+                waiters[key] = more.popleft()
+                if not more:
+                    del self._more_waiters[key]
+            callback(AddReply(status_of(result.status), result.last_add_synced))
+        for forced in frame.forces:
+            force = self._force_waiters.pop(forced.request_id, None)
+            if force is None:
+                continue
+            self._outstanding -= 1
+            if not force.done():
+                force.set_result(ForceReply(status_of(forced.status), forced.last_add_synced))
+
+    # -- failure ----------------------------------------------------------------------
+
+    def fail(self, reason: str, *, unauthorized: bool = False) -> None:
+        """Break the stream: every pending request fails, the next one opens a new stream."""
+        if self.broken:
+            return
+        self.broken = True
+        self._client.stream_broken(self)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        error_type = UnauthorizedError if unauthorized else BookieUnavailableError
+        message = (
+            reason if reason.startswith("bookie ") else f"bookie {self._client.bookie_id}: {reason}"
+        )
+        callbacks = list(self._add_waiters.values())
+        callbacks.extend(c for more in self._more_waiters.values() for c in more)
+        forces = list(self._force_waiters.values())
+        self._add_waiters.clear()
+        self._more_waiters.clear()
+        self._force_waiters.clear()
+        self._adds.clear()
+        self._lacs.clear()
+        self._forces.clear()
+        self._outstanding = 0
+        self._call.cancel()
+        current = asyncio.current_task()
+        for task in (self._sender, self._receiver):
+            if task is not current:
+                task.cancel()
+        # Last: the callbacks may send again, on a new stream.
+        for future in forces:
+            if not future.done():
+                future.set_exception(error_type(message))
+        for callback in callbacks:
+            callback(error_type(message))
+
+
+__all__ = ["AddStream", "StreamOwner"]
