@@ -7,9 +7,12 @@ module-scoped) serve every test; each test writes a log of its own.
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -239,3 +242,36 @@ def test_archive_rerun_redoes_a_write_that_did_not_finish(
     assert result.resumed and result.rows == sum(1 for w in written if w[0] < intent.through)
     rows = sorted(_rows(spark.read.parquet(str(root)).drop("ledger")))
     assert rows == [w for w in written if w[0] < intent.through]
+
+
+def test_archive_command_runs_on_a_standalone_spark_cluster(
+    cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    from tests.spark.standalone import StandaloneSpark
+
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            written = _append(writer, 24)
+        with StandaloneSpark(tmp_path / "spark") as standalone:
+            command = [
+                sys.executable, "-m", "walog", "archive",
+                "--metadata", cluster.metadata_uri, "--log", log_name,
+                "--to", str(tmp_path / "archive"), "--master", standalone.master_url,
+                "--no-progress",
+            ]  # fmt: skip
+            done = subprocess.run(
+                command, env=standalone.env(), capture_output=True, timeout=300, check=False
+            )
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+        assert b"archived ledgers" in done.stdout
+        through = log.metadata().archived_through
+        last = log.segments()[-1]
+    assert through == Position(last.ledger_id, last.last_entry_id + 1, 0)
+    files = list((tmp_path / "archive").glob("ledger=*/*.parquet"))
+    rows = sorted(
+        (Position(r["ledger_id"], r["entry_id"], r["slot"]), r["data"])
+        for f in files
+        for r in pq.read_table(f).to_pylist()
+    )
+    assert rows == written

@@ -334,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
     try:
         spark = _session(args.master)
         try:
@@ -346,8 +349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         finally:
             spark.stop()
-    except (WalogError, ValueError, OSError) as exc:
-        print(f"walog archive: error: {exc}", file=sys.stderr)
+    except (WalogError, ValueError, OSError, PySparkException, Py4JError) as exc:
+        # Spark's messages carry a JVM stack trace: its first line says what failed.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"walog archive: error: {first}", file=sys.stderr)
         return 1
     if not result.ledger_ids:
         print(f"nothing to archive; archived through {result.archived_through}")
