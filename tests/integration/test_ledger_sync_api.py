@@ -130,3 +130,23 @@ def test_sync_fenced_writer_raises_ledger_fenced_error(
     with pytest.raises(walog.LedgerFencedError):
         writer.append(b"b")
     writer.close()
+
+
+def test_appends_from_many_threads_get_distinct_ids_in_call_order(client: walog.Client) -> None:
+    with client.create_ledger() as writer:
+        results: dict[int, list[int]] = {}
+
+        def worker(n: int) -> None:
+            futures = [writer.append_async(b"t%d-%d" % (n, i)) for i in range(500)]
+            results[n] = [f.result(timeout=60) for f in futures]
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ids = sorted(i for r in results.values() for i in r)
+        assert ids == list(range(2000))
+        # Each thread's appends keep their call order.
+        assert all(r == sorted(r) for r in results.values())
+        assert writer.last_add_confirmed == 1999
