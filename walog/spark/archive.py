@@ -312,14 +312,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _session(master: str) -> SparkSession:
-    # Executors run Python workers with this interpreter unless the environment says otherwise.
+def spark_session(master: str, app_name: str) -> SparkSession:
+    """A Spark session whose Python workers can run walog.
+
+    Unless the environment says otherwise, workers run this interpreter, and the directory
+    walog is imported from is put on their ``PYTHONPATH`` (a no-op when walog is installed
+    in site-packages; needed when it runs from a checkout).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    home = str(Path(walog.__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if home not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([home, *paths])
     from pyspark.sql import SparkSession
 
     spark = (
         SparkSession.builder.master(master)
-        .appName("walog-archive")
+        .appName(app_name)
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
@@ -338,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.errors import PySparkException
 
     try:
-        spark = _session(args.master)
+        spark = spark_session(args.master, "walog-archive")
         try:
             result = archive_log(
                 spark,
@@ -370,4 +379,11 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["ArchiveIntent", "ArchiveResult", "archivable", "archive_log", "main"]
+__all__ = [
+    "ArchiveIntent",
+    "ArchiveResult",
+    "archivable",
+    "archive_log",
+    "main",
+    "spark_session",
+]

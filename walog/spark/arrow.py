@@ -7,9 +7,11 @@ types here are pinned: ``int64`` (long), ``int32`` (int), ``binary`` (never
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from walog.ledger.entry import Entry
 from walog.log.position import Position
@@ -34,7 +36,11 @@ DEFAULT_BATCH_ROWS = 8192
 
 
 class BatchBuilder:
-    """Collects rows column by column and hands them out as Arrow record batches."""
+    """Collects rows column by column and hands them out as Arrow record batches.
+
+    The data column is built from one joined buffer plus offsets: converting a list of
+    ``bytes`` with ``pa.array`` costs ten times as much (measured: 70 vs 690 MB/s).
+    """
 
     __slots__ = ("_data", "_entry", "_ledger", "_slot", "_ts", "bytes")
 
@@ -45,7 +51,7 @@ class BatchBuilder:
         self._ledger: list[int] = []
         self._entry: list[int] = []
         self._slot: list[int] = []
-        self._ts: list[int] = []
+        self._ts: list[float] = []
         self._data: list[bytes] = []
         self.bytes = 0
 
@@ -57,30 +63,53 @@ class BatchBuilder:
         self._ledger.append(ledger_id)
         self._entry.append(entry_id)
         self._slot.append(slot)
-        self._ts.append(round(timestamp * 1_000_000))
+        self._ts.append(timestamp)
         self._data.append(data)
         self.bytes += len(data)
 
     def add_entry(self, entry: Entry, keep: ReadRange | None = None) -> int:
         """Add the records of a log entry (those ``keep`` admits); return how many."""
-        added = 0
         ledger_id, entry_id = entry.ledger_id, entry.entry_id
+        # Only the entries holding a range's bounds can lose slots to them.
+        low, high = 0, None
+        if keep is not None:
+            here = (ledger_id, entry_id)
+            if here == (keep.start.ledger_id, keep.start.entry_id):
+                low = keep.start.slot
+            if here == (keep.end.ledger_id, keep.end.entry_id):
+                high = keep.end.slot
+            if Position(ledger_id, entry_id, 0) < keep.start.entry_start() or (
+                Position(ledger_id, entry_id, 0) > keep.end
+            ):
+                return 0
+        added = 0
         for slot, (timestamp, data) in enumerate(iter_records(entry.data)):
-            if keep is not None and not keep.keeps(Position(ledger_id, entry_id, slot)):
+            if slot < low or (high is not None and slot >= high):
                 continue
-            self.add(ledger_id, entry_id, slot, timestamp, data)
+            self._ledger.append(ledger_id)
+            self._entry.append(entry_id)
+            self._slot.append(slot)
+            self._ts.append(timestamp)
+            self._data.append(data)
+            self.bytes += len(data)
             added += 1
         return added
 
     def flush(self) -> pa.RecordBatch:
         """The rows collected so far as one batch (then the builder is empty)."""
+        count = len(self._data)
+        offsets = pa.array(list(itertools.accumulate(map(len, self._data), initial=0)), pa.int32())
+        data = pa.Array.from_buffers(
+            pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(b"".join(self._data))]
+        )
+        micros = pc.cast(pc.round(pc.multiply(pa.array(self._ts, pa.float64()), 1e6)), pa.int64())
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array(self._ledger, pa.int64()),
                 pa.array(self._entry, pa.int64()),
                 pa.array(self._slot, pa.int32()),
-                pa.array(self._ts, pa.timestamp("us", tz="UTC")),
-                pa.array(self._data, pa.binary()),
+                micros.cast(pa.timestamp("us", tz="UTC")),
+                data,
             ],
             schema=ARROW_SCHEMA,
         )
@@ -93,7 +122,7 @@ def record_batches(
     keep: ReadRange | None = None,
     *,
     batch_rows: int = DEFAULT_BATCH_ROWS,
-    batch_bytes: int = 64 * 1024 * 1024,
+    batch_bytes: int = 32 * 1024 * 1024,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records held by ``entries`` (in order), bounded in rows and bytes.
 

@@ -1,0 +1,144 @@
+"""Batch scan throughput of the ``walog`` data source on a local Spark.
+
+``walog bench`` calls :func:`scan_mb_s`; it can also run alone::
+
+    python -m walog.spark.bench --total-mb 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import walog
+from walog.log.writer import LogWriterConfig
+from walog.spark import register
+from walog.spark.archive import spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MB = 1_000_000
+_WINDOW = 512  # appends in flight while filling the log
+
+
+def fill_log(
+    metadata_uri: str, log: str, *, total_mb: float, record_bytes: int, ledger_mb: float = 16.0
+) -> int:
+    """Append ``total_mb`` of ``record_bytes`` records to ``log``, rolling ledgers every
+    ``ledger_mb``; return the payload bytes written."""
+    payload = bytes(range(256)) * (record_bytes // 256) + bytes(record_bytes % 256)
+    count = max(1, int(total_mb * MB) // record_bytes)
+    with walog.connect(metadata_uri) as client:
+        handle = client.open_log(
+            log,
+            ensemble_size=3,
+            write_quorum=2,
+            ack_quorum=2,
+            roll_policy=walog.RollPolicy(max_bytes=int(ledger_mb * MB)),
+            writer_config=LogWriterConfig(linger=0.002),
+        )
+        with handle.open_writer() as writer:
+            inflight: list[concurrent.futures.Future[walog.Position]] = []
+            for _ in range(count):
+                inflight.append(writer.append_async(payload))
+                if len(inflight) >= _WINDOW:
+                    for future in inflight:
+                        future.result()
+                    inflight.clear()
+            for future in inflight:
+                future.result()
+    return count * record_bytes
+
+
+def _scan_seconds(spark: SparkSession, metadata_uri: str, log: str) -> tuple[float, int]:
+    frame = spark.read.format("walog").option("metadata", metadata_uri).option("log", log).load()
+    started = time.perf_counter()
+    row = frame.selectExpr("sum(length(data)) AS bytes", "count(*) AS n").collect()[0]
+    return time.perf_counter() - started, int(row["bytes"] or 0)
+
+
+def scan_mb_s(
+    metadata_uri: str | None = None,
+    *,
+    log: str | None = None,
+    total_mb: float = 64.0,
+    record_bytes: int = 4096,
+    spark: SparkSession | None = None,
+    master: str = "local[2]",
+    repeats: int = 2,
+) -> float:
+    """Batch scan throughput in MB/s (10^6 bytes of record payload per second).
+
+    Args:
+        metadata_uri: a running cluster; None starts a 3-bookie ``LocalCluster`` for the run.
+        log: an existing log to scan; None writes a fresh one of ``total_mb`` first.
+        total_mb: payload megabytes to write when ``log`` is None.
+        record_bytes: size of each written record.
+        spark: a session to use; None starts one on ``master`` (stopped afterwards).
+        master: Spark master when starting a session.
+        repeats: scans to run; the fastest counts (the first also warms Spark's workers).
+
+    Returns:
+        Payload bytes read divided by the wall time of the scan query, in MB/s.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if metadata_uri is None:
+        from walog.testing import LocalCluster
+
+        with LocalCluster(bookies=3) as cluster:
+            return scan_mb_s(
+                cluster.metadata_uri,
+                log=log,
+                total_mb=total_mb,
+                record_bytes=record_bytes,
+                spark=spark,
+                master=master,
+                repeats=repeats,
+            )
+    if log is None:
+        log = f"spark-scan-{uuid.uuid4().hex[:8]}"
+        fill_log(metadata_uri, log, total_mb=total_mb, record_bytes=record_bytes)
+    session = spark or spark_session(master, "walog-scan-bench")
+    try:
+        register(session)
+        best = 0.0
+        for _ in range(repeats):
+            seconds, size = _scan_seconds(session, metadata_uri, log)
+            best = max(best, size / MB / seconds)
+        return best
+    finally:
+        if spark is None:
+            session.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the measured scan throughput."""
+    parser = argparse.ArgumentParser(prog="python -m walog.spark.bench")
+    parser.add_argument("--metadata", default=None, help="cluster (default: a local one)")
+    parser.add_argument("--log", default=None, help="log to scan (default: write one)")
+    parser.add_argument("--total-mb", type=float, default=64.0)
+    parser.add_argument("--record-bytes", type=int, default=4096)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args(argv)
+    rate = scan_mb_s(
+        args.metadata,
+        log=args.log,
+        total_mb=args.total_mb,
+        record_bytes=args.record_bytes,
+        master=args.master,
+    )
+    print(f"spark batch scan: {rate:.1f} MB/s")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
+
+__all__ = ["fill_log", "scan_mb_s"]
