@@ -355,7 +355,8 @@ class _Recovery:
         reply = await self._ctx.pool.get(bookie).read(
             self._ledger_id, first, last, fence=fence, master_key=self._key
         )
-        if fence and reply.fenced:
+        # The bookie reads only after its fence succeeded: a read answer means fenced.
+        if fence and reply.fenced and reply.status in (Status.OK, Status.NO_SUCH_ENTRY):
             self._fenced.add(bookie)
         return reply
 
