@@ -9,9 +9,9 @@ back-pressure.
 Replies are matched by ``(ledger_id, entry_id)`` (forces by request id) and handed straight
 to the waiting callbacks. A broken stream fails every request pending on it with
 :class:`BookieUnavailableError` (:class:`UnauthorizedError` for refused credentials); its
-owner opens a new stream for the next request. When requests are outstanding and the bookie
-answers none of them for ``timeouts.add`` seconds, the stream fails (the bookie is stuck):
-one timer per stream, not per add.
+owner opens a new stream for the next request. A request not answered within
+``timeouts.add`` seconds fails the stream (the bookie is stuck or gone); one timer per
+stream watches the oldest unanswered request, not one timer per add.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ class AddStream:
         self._add_waiters: dict[tuple[int, int], AddCallback] = {}
         self._more_waiters: dict[tuple[int, int], collections.deque[AddCallback]] = {}
         self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
-        # Liveness: requests are outstanding and the bookie answered none of them for
-        # ``timeouts.add`` seconds -> the stream (the bookie) has failed.
-        self._outstanding = 0
-        self._waiting_since = 0.0
+        # When each unanswered request was queued, oldest first (dicts keep insertion
+        # order): one not answered within ``timeouts.add`` fails the stream (the bookie).
+        self._add_sent_at: dict[tuple[int, int], float] = {}
+        self._force_sent_at: dict[int, float] = {}
         self._watchdog: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self.broken = False
@@ -72,8 +72,8 @@ class AddStream:
             self._more_waiters.setdefault(key, collections.deque()).append(callback)
         else:
             self._add_waiters[key] = callback
+            self._add_sent_at[key] = self._arm_watchdog()
         self._adds.append(add)
-        self._request_sent()
         self._wake.set()
 
     def lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
@@ -86,30 +86,33 @@ class AddStream:
         future: asyncio.Future[ForceReply] = self._loop.create_future()
         self._force_waiters[request_id] = future
         self._forces.append((ledger_id, request_id, master_key))
-        self._request_sent()
+        self._force_sent_at[request_id] = self._arm_watchdog()
         self._wake.set()
         return future
 
     # -- timeouts ---------------------------------------------------------------------
 
-    def _request_sent(self) -> None:
-        if self._outstanding == 0:
-            self._waiting_since = self._loop.time()
-            if self._watchdog is None:
-                self._watchdog = self._loop.call_at(
-                    self._waiting_since + self._client.add_timeout, self._check_progress
-                )
-        self._outstanding += 1
+    def _arm_watchdog(self) -> float:
+        """The time now; the watchdog runs while requests are unanswered (one timer)."""
+        now = self._loop.time()
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_at(now + self._client.add_timeout, self._check)
+        return now
 
-    def _check_progress(self) -> None:
+    def _check(self) -> None:
         self._watchdog = None
-        if self._outstanding == 0:
-            return
-        deadline = self._waiting_since + self._client.add_timeout
+        never = float("inf")
+        oldest = min(
+            next(iter(self._add_sent_at.values()), never),
+            next(iter(self._force_sent_at.values()), never),
+        )
+        if oldest == never:
+            return  # everything answered
+        deadline = oldest + self._client.add_timeout
         if deadline <= self._loop.time():
             self.fail(f"no answer within {self._client.add_timeout} seconds")
         else:
-            self._watchdog = self._loop.call_at(deadline, self._check_progress)
+            self._watchdog = self._loop.call_at(deadline, self._check)
 
     # -- sending ----------------------------------------------------------------------
 
@@ -151,17 +154,18 @@ class AddStream:
             self.fail(f"add stream failed: {exc!r}")
 
     def _dispatch(self, frame: pb.AddResponseFrame) -> None:
-        self._waiting_since = self._loop.time()  # the bookie makes progress
         waiters = self._add_waiters
         for result in frame.results:
             key = (result.ledger_id, result.entry_id)
             callback = waiters.pop(key, None)
             if callback is None:
                 continue  # an answer to a request this client gave up on
-            self._outstanding -= 1
+            sent_at = self._add_sent_at.pop(key)
             more = self._more_waiters.get(key)
             if more:
+                # A resend of the same entry: it was queued after the first one.
                 waiters[key] = more.popleft()
+                self._add_sent_at[key] = sent_at
                 if not more:
                     del self._more_waiters[key]
             callback(AddReply(status_of(result.status), result.last_add_synced))
@@ -169,7 +173,7 @@ class AddStream:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:
                 continue
-            self._outstanding -= 1
+            self._force_sent_at.pop(forced.request_id, None)
             if not force.done():
                 force.set_result(ForceReply(status_of(forced.status), forced.last_add_synced))
 
@@ -197,7 +201,8 @@ class AddStream:
         self._adds.clear()
         self._lacs.clear()
         self._forces.clear()
-        self._outstanding = 0
+        self._add_sent_at.clear()
+        self._force_sent_at.clear()
         self._call.cancel()
         current = asyncio.current_task()
         for task in (self._sender, self._receiver):
