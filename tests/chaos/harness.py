@@ -127,8 +127,12 @@ class WriterPool:
         self.crashes: list[str] = []
         self._logs: list[IO[bytes]] = []
 
-    def start(self, writer: int) -> None:
-        """Start the writer's next incarnation."""
+    def start(self, writer: int) -> bool:
+        """Start the writer's next incarnation; False when one still runs (at most one
+        process per writer, or its sequence numbers would interleave)."""
+        running = self.procs[writer]
+        if running is not None and running.poll() is None:
+            return False
         self.incarnations[writer] += 1
         self.starts += 1
         events = (self._out / f"events-{writer}.log").open("ab")
@@ -143,6 +147,7 @@ class WriterPool:
         self.procs[writer] = subprocess.Popen(
             cmd, stdout=events, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
         )
+        return True
 
     def kill(self, writer: int) -> None:
         """SIGKILL the writer (noting it if it had already died on its own)."""
@@ -220,7 +225,8 @@ class Nemesis:
             return "paused"
         if fault.kind == "kill_writer":
             if heal:
-                self.writers.start(target)
+                if not self.writers.start(target):
+                    return "still running"
                 return f"incarnation {self.writers.incarnations[target]} started"
             self.writers.kill(target)
             return "killed"

@@ -59,6 +59,7 @@ def make_schedule(
         raise ValueError("make_schedule needs bookies >= 1, writers >= 1, seconds > 0")
     rng = random.Random(seed)
     busy_until = [0.0] * bookies
+    writer_down_until = [0.0] * writers
     schedule: list[Fault] = []
     t = rng.uniform(1.0, 3.0)
     while t < seconds:
@@ -79,8 +80,13 @@ def make_schedule(
             margin = RESTART_MARGIN_S if kind in ("kill_bookie", "stop_bookie") else 1.0
             busy_until[target] = t + duration + margin
         else:
-            target = rng.randrange(writers)
+            # A writer is not killed again while it is down (one process per writer).
+            target = rng.choice([w for w in range(writers) if writer_down_until[w] <= t] or [-1])
+            if target < 0:
+                t += rng.uniform(0.5, 3.0)
+                continue
             duration = rng.uniform(0.2, 3.0) if kind == "kill_writer" else 0.0
+            writer_down_until[target] = t + duration
         schedule.append(Fault(round(t, 3), kind, target, round(duration, 3)))
         t += rng.uniform(0.5, 3.0)
     return schedule

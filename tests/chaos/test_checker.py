@@ -93,3 +93,8 @@ def test_schedule_is_a_function_of_the_seed_and_bounds_faulty_bookies() -> None:
     for step in timeline([f for f in first if f.kind.endswith("_bookie")]):
         faulty += -1 if step.heal else 1
         assert faulty <= 2
+    for writer in range(3):
+        down = 0
+        for step in timeline([f for f in first if f.kind == "kill_writer" and f.target == writer]):
+            down += -1 if step.heal else 1
+            assert down <= 1, "a writer killed again while down would run twice after healing"
