@@ -38,29 +38,38 @@ class SimStepLimit(RuntimeError):
     """The loop ran more iterations than allowed (a livelock, or a runaway scenario)."""
 
 
+Event = tuple[float, str, tuple[Any, ...]]
+"""One trace event: virtual time, %-format and its arguments (formatted only to print)."""
+
+
 @dataclasses.dataclass
 class Trace:
-    """The event log of one schedule: ``(virtual time, text)`` lines, in order."""
+    """The event log of one schedule, in order.
 
-    events: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    Events keep their format and arguments apart: thousands of schedules are run for every
+    one that is printed, so formatting waits until a trace is shown.
+    """
+
+    events: list[Event] = dataclasses.field(default_factory=list)
     loop: SimLoop | None = None
 
-    def log(self, text: str) -> None:
-        """Append one event stamped with the loop's virtual time."""
+    def log(self, text: str, *args: Any) -> None:
+        """Append one event (``text % args``) stamped with the loop's virtual time."""
         now = self.loop.time() if self.loop is not None else 0.0
-        self.events.append((now, text))
+        self.events.append((now, text, args))
 
     def render(self, last: int | None = None) -> str:
         """The trace as text, one event per line (the last ``last`` events if given)."""
-        events = self.events if last is None else self.events[-last:]
-        skipped = len(self.events) - len(events)
-        lines = [f"... {skipped} earlier events"] if skipped else []
-        lines += [f"{t:12.6f}  {text}" for t, text in events]
-        return "\n".join(lines)
+        return render_events(self.events, last)
 
-    def fingerprint(self) -> int:
-        """A hash of the whole trace, to compare two runs of one seed."""
-        return hash(tuple(self.events))
+
+def render_events(events: list[Event], last: int | None = None) -> str:
+    """Events as text lines ``time  text`` (the last ``last`` of them when given)."""
+    shown = events if last is None else events[-last:]
+    skipped = len(events) - len(shown)
+    lines = [f"... {skipped} earlier events"] if skipped else []
+    lines += [f"{t:12.6f}  {text % args if args else text}" for t, text, args in shown]
+    return "\n".join(lines)
 
 
 class _VirtualSelector:
@@ -91,6 +100,34 @@ class _VirtualSelector:
         pass
 
 
+class _SimFuture(asyncio.Future[Any]):
+    """A future whose hash is its creation number on the loop, not its address: sets of
+    futures (``asyncio.wait`` hands them out) then iterate in the same order every run."""
+
+    def __init__(self, *, loop: SimLoop) -> None:
+        self._sim_number = loop.next_number()  # before __init__, which may hash it
+        super().__init__(loop=loop)
+
+    def __hash__(self) -> int:
+        return self._sim_number
+
+
+class _SimTask(asyncio.Task[Any]):
+    """A task with a deterministic hash (see :class:`_SimFuture`)."""
+
+    def __init__(self, coro: Any, *, loop: SimLoop, context: Any = None) -> None:
+        self._sim_number = loop.next_number()  # before __init__, which may hash it
+        super().__init__(coro, loop=loop, context=context)
+
+    def __hash__(self) -> int:
+        return self._sim_number
+
+
+def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, context: Any = None) -> Any:
+    assert isinstance(loop, SimLoop)
+    return _SimTask(coro, loop=loop, context=context)
+
+
 class SimLoop(asyncio.base_events.BaseEventLoop):
     """An asyncio loop with virtual time and no I/O (see the module docstring).
 
@@ -110,6 +147,17 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self._clock_resolution = 1e-9
         self.trace = Trace(loop=self)
         self.set_exception_handler(_log_unhandled)
+        self.set_task_factory(_task_factory)
+        self._numbers = 0
+
+    def next_number(self) -> int:
+        """A fresh number for a future or task made on this loop (deterministic hashes)."""
+        self._numbers += 1
+        return self._numbers
+
+    def create_future(self) -> asyncio.Future[Any]:
+        """A future with a deterministic hash."""
+        return _SimFuture(loop=self)
 
     def time(self) -> float:
         """The virtual clock, in seconds since the loop was made."""

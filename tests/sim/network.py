@@ -38,6 +38,8 @@ from walog.transport.base import (
 )
 
 R = TypeVar("R")
+Label = tuple[str, tuple[Any, ...]]
+"""A request's description for the trace: %-format and arguments, formatted lazily."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +120,7 @@ class SimNetwork:
         self,
         client: str,
         bookie_id: str,
-        what: str,
+        what: Label,
         handler: Callable[[SimBookie], Any],
         reply_to: asyncio.Future[Any],
         *,
@@ -148,13 +150,13 @@ class SimNetwork:
         self,
         client: str,
         bookie_id: str,
-        what: str,
+        what: Label,
         handler: Callable[[SimBookie], Any],
         reply_to: asyncio.Future[Any] | None,
         lost: bool,
     ) -> None:
         if lost:
-            self.trace.log(f"{client}->{bookie_id} LOST {what}")
+            self.trace.log("%s->%s LOST " + what[0], client, bookie_id, *what[1])
             return
         bookie = self.bookies[bookie_id]
         if not bookie.up:
@@ -166,7 +168,8 @@ class SimNetwork:
                 lambda: self._arrive(client, bookie_id, what, handler, reply_to, False)
             )
             return
-        self.trace.log(f"{client}->{bookie_id} {what}{'' if reply_to else ' (dup)'}")
+        dup = "" if reply_to is not None else " (dup)"
+        self.trace.log("%s->%s " + what[0] + dup, client, bookie_id, *what[1])
         result = handler(bookie)
         if isinstance(result, Awaitable):
             task = asyncio.ensure_future(result)
@@ -180,7 +183,7 @@ class SimNetwork:
         self,
         client: str,
         bookie_id: str,
-        what: str,
+        what: Label,
         task: asyncio.Future[Any],
         reply_to: asyncio.Future[Any] | None,
     ) -> None:
@@ -192,21 +195,19 @@ class SimNetwork:
         self,
         client: str,
         bookie_id: str,
-        what: str,
+        what: Label,
         reply: Any,
         reply_to: asyncio.Future[Any] | None,
     ) -> None:
         if reply_to is None:
             return
         if self._lost(client, bookie_id):
-            self.trace.log(f"{bookie_id}->{client} LOST reply {what}")
+            self.trace.log("%s->%s LOST reply " + what[0], bookie_id, client, *what[1])
             return
-        status = getattr(reply, "status", None)
-        label = f" {status.name}" if status is not None else ""
-        self.loop.call_later(self._delay(), _resolve, reply_to, reply, f"{what}{label}")
+        self.loop.call_later(self._delay(), _resolve, reply_to, reply)
 
 
-def _resolve(future: asyncio.Future[Any], reply: Any, _what: str) -> None:
+def _resolve(future: asyncio.Future[Any], reply: Any) -> None:
     if not future.done():
         future.set_result(reply)
 
@@ -252,7 +253,7 @@ class SimBookieClient(BookieClient):
         """Queue an add on this client's stream to the bookie."""
         future = self._request(self._pool.timeouts.add)
         payload = bytes(data)
-        what = f"add L{ledger_id} e{entry_id} lac={lac}{' R' if recovery else ''}"
+        what = ("add L%d e%d lac=%d%s", (ledger_id, entry_id, lac, " R" if recovery else ""))
         self._net.send(
             self._pool.name,
             self.bookie_id,
@@ -275,7 +276,7 @@ class SimBookieClient(BookieClient):
         self._net.send(
             self._pool.name,
             self.bookie_id,
-            f"lac L{ledger_id} lac={lac}",
+            ("lac L%d lac=%d", (ledger_id, lac)),
             lambda b: b.send_lac(ledger_id, lac, master_key),
             done,
             stream=True,
@@ -287,7 +288,7 @@ class SimBookieClient(BookieClient):
         self._net.send(
             self._pool.name,
             self.bookie_id,
-            f"force L{ledger_id}",
+            ("force L%d", (ledger_id,)),
             lambda b: b.force(ledger_id, master_key),
             future,
             stream=True,
@@ -312,7 +313,7 @@ class SimBookieClient(BookieClient):
         self._net.send(
             self._pool.name,
             self.bookie_id,
-            f"{kind} L{ledger_id} e{first_entry_id}..{last_entry_id}",
+            (kind + " L%d e%d..%d", (ledger_id, first_entry_id, last_entry_id)),
             lambda b: b.read(
                 ledger_id,
                 first_entry_id,
@@ -329,13 +330,15 @@ class SimBookieClient(BookieClient):
 
     async def read_lac(self, ledger_id: int) -> ReadLacReply:
         """The bookie's LAC and last entry for the ledger."""
-        return await self._unary(f"readlac L{ledger_id}", lambda b: b.read_lac(ledger_id))
+        return await self._unary(("readlac L%d", (ledger_id,)), lambda b: b.read_lac(ledger_id))
 
     async def fence(self, ledger_id: int, master_key: bytes) -> FenceReply:
         """Fence the ledger on the bookie."""
-        return await self._unary(f"fence L{ledger_id}", lambda b: b.fence(ledger_id, master_key))
+        return await self._unary(
+            ("fence L%d", (ledger_id,)), lambda b: b.fence(ledger_id, master_key)
+        )
 
-    async def _unary(self, what: str, handler: Callable[[SimBookie], R]) -> R:
+    async def _unary(self, what: Label, handler: Callable[[SimBookie], R]) -> R:
         future = self._request(self._pool.timeouts.read)
         self._net.send(self._pool.name, self.bookie_id, what, handler, future)
         reply: R = await future

@@ -21,7 +21,7 @@ import structlog
 
 from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
-from tests.sim.loop import SimDeadlock, SimLoop, SimStepLimit, _cancel_all
+from tests.sim.loop import Event, SimDeadlock, SimLoop, SimStepLimit, _cancel_all
 from tests.sim.network import FaultConfig
 from tests.sim.world import KEY, Nemesis, World, guard
 from walog.errors import WalogError
@@ -199,7 +199,7 @@ async def recovery_races_writer(world: World) -> None:
 
     await asyncio.gather(
         write_then_close(),
-        *(recoverer(world, f"r{i}", record, rng.uniform(0, 0.3)) for i in range(rng.randint(1, 3))),
+        *(recoverer(world, f"r{i}", record, rng.uniform(0, 0.3)) for i in range(rng.randint(1, 2))),
     )
 
 
@@ -275,7 +275,7 @@ class Outcome:
     scenario: str
     params: str
     violations: list[Violation]
-    trace: list[tuple[float, str]]
+    trace: list[Event]
 
     @property
     def ok(self) -> bool:
@@ -289,7 +289,7 @@ class Outcome:
         events = self.trace[-last_events:]
         if len(self.trace) > len(events):
             lines.append(f"  ... {len(self.trace) - len(events)} earlier events")
-        lines += [f"  {t:11.6f}  {text}" for t, text in events]
+        lines += [f"  {t:11.6f}  {text % args if args else text}" for t, text, args in events]
         return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
     ),
     "recovery_starts_at_lac": (
         "ensemble_change_then_crash",
-        1500,
+        600,
         {"foreign_error", "recovery_failed", "acked_entry_lost", "stalled"},
     ),
     "out_of_order_ack": ("writer_under_faults", 50, {"ack_out_of_order"}),
