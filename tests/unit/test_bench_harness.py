@@ -1,0 +1,134 @@
+"""The benchmark harness: result keys, profile folding, report rendering (no timing checks)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from walog.bench import main
+from walog.bench.profile import summarise
+from walog.bench.report import print_table, rows, write_report
+from walog.bench.stats import Latency, payload
+
+CONTRACT_KEYS = {
+    "ledger_append_eps",
+    "log_append_rps",
+    "append_p50_ms",
+    "append_p99_ms",
+    "tail_lag_p99_ms",
+    "recovery_s",
+}
+
+
+def test_quick_json_run_prints_contract_keys_as_last_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status = main(
+        [
+            "--quick",
+            "--json",
+            "--seconds",
+            "0.3",
+            "--no-progress",
+            "--output",
+            str(tmp_path / "r.json"),
+        ]
+    )
+    assert status == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    results = json.loads(last)
+    assert results.keys() >= CONTRACT_KEYS
+    assert results["ledger_append_eps"] > 0 and results["log_append_rps"] > 0
+    assert [p["entries"] for p in results["recovery"]] == [10, 100]
+    assert json.loads((tmp_path / "r.json").read_text())["recovery_s"] == results["recovery_s"]
+
+
+def test_latency_percentiles_come_from_the_histogram() -> None:
+    latency = Latency()
+    for ms in range(1, 101):
+        latency.record(ms / 1000)
+    summary = latency.summary()
+    assert summary["count"] == 100
+    assert summary["p50_ms"] == pytest.approx(50, rel=0.01)
+    assert summary["p99_ms"] == pytest.approx(99, rel=0.01)
+    assert Latency().percentile_ms(50) == 0.0
+
+
+def test_payload_has_the_requested_size_and_is_not_constant() -> None:
+    assert len(payload(1024)) == 1024 and len(set(payload(1024))) > 100
+    with pytest.raises(ValueError, match="payload size"):
+        payload(-1)
+
+
+def test_profile_charges_self_time_to_the_innermost_frame() -> None:
+    lines = [
+        "process 1:python;thread (0x1);run (asyncio/base_events.py:600);"
+        "_send (walog/ledger/writer.py:260);write (grpc/aio/_call.py:10) 3",
+        "process 1:python;thread (0x1);run (asyncio/base_events.py:600) 1",
+        "garbage line",
+    ]
+    profile = summarise("client", lines)
+    assert profile.samples == 4
+    assert profile.by_function[0] == ("write (grpc/aio/_call.py)", 75.0)
+    assert dict(profile.by_area) == {"grpc (Cython + C core)": 75.0, "asyncio event loop": 25.0}
+
+
+def _results() -> dict[str, Any]:
+    return {
+        "ledger_append_eps": 60_000,
+        "log_append_rps": 100_000,
+        "append_p50_ms": 0.5,
+        "append_p99_ms": 4.0,
+        "append_p999_ms": 6.0,
+        "tail_lag_p50_ms": 1.0,
+        "tail_lag_p99_ms": 2.0,
+        "tail_lag_p999_ms": 3.0,
+        "recovery_s": 0.2,
+        "recovery": [{"entries": 10, "seconds": 0.1}, {"entries": 100, "seconds": 0.2}],
+        "grpc_echo_eps": {"1": 5000, "10": 40000},
+        "skipped": {"etcd": "etcd is not installed"},
+        "command": "walog bench --quick",
+        "started_utc": "2026-01-01 00:00:00",
+        "wall_s": 1.0,
+        "seconds_per_scenario": 0.3,
+        "machine": {
+            "cpus": 2,
+            "load_average_at_start": [1.0, 1.0, 1.0],
+            "python": "3.11",
+            "platform": "Linux",
+        },
+        "profile": [
+            {
+                "process": "client",
+                "samples": 4,
+                "by_area": [["grpc", 75.0]],
+                "by_function": [["write (grpc/aio/_call.py)", 75.0]],
+            }
+        ],
+    }
+
+
+def test_targets_are_judged_in_their_direction() -> None:
+    verdicts = {label: verdict for label, _, _, _, verdict in rows(_results())}
+    assert verdicts["ledger append, PERSISTENT, pipelined"] == "met"
+    assert verdicts["log append, 100 B records"] == "MISSED"
+    assert verdicts["append, one in flight, p50"] == "met"
+    assert verdicts["append, one in flight, p99"] == "MISSED"
+    out = io.StringIO()
+    print_table(_results(), out)
+    assert "skipped: etcd is not installed" in out.getvalue()
+
+
+def test_report_writes_markdown_plots_and_json(tmp_path: Path) -> None:
+    report = tmp_path / "docs" / "benchmarks.md"
+    write_report(_results(), report)
+    text = report.read_text()
+    assert "walog bench --quick" in text and "| 100 | 0.200 |" in text
+    for name in ("bench-throughput.png", "bench-latency.png", "bench-recovery.png"):
+        assert (tmp_path / "docs" / "img" / name).stat().st_size > 0
+        assert f"img/{name}" in text
+    assert json.loads((tmp_path / "docs" / "benchmarks.json").read_text())["recovery_s"] == 0.2

@@ -1,0 +1,329 @@
+"""``walog bench``: run the scenarios on a local cluster, print a table and JSON, write a report.
+
+Usage::
+
+    walog bench --quick --json                 # ~1 minute; the last stdout line is JSON
+    walog bench --peers --profile --report docs/benchmarks.md
+
+Every number printed or written comes from this run. A scenario that cannot run (no Spark,
+no peer binaries) is reported as skipped with the reason, never filled in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import importlib.util
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+from tqdm import tqdm
+
+import walog.aio
+from walog.bench import floors, peers, scenarios
+from walog.bench.profile import Profile, sampling
+from walog.bench.report import print_table, write_report
+from walog.ledger.durability import Durability
+from walog.testing import LocalCluster
+
+T = TypeVar("T")
+
+
+class _Plan:
+    """Sizes of one run: quick (about a minute) or full."""
+
+    def __init__(self, quick: bool, seconds: float | None) -> None:
+        self.quick = quick
+        self.seconds = seconds if seconds is not None else (3.0 if quick else 10.0)
+        tiny = self.seconds < 1.0
+        self.recovery_lengths = (
+            [10, 100] if tiny else [100, 1000, 5000] if quick else [1000, 10_000, 100_000]
+        )
+        self.restart_mb = 1.0 if tiny else 8.0 if quick else 64.0
+        self.peer_seconds = max(2.0, self.seconds)
+        self.echo_batches = [1, 10, 100] if quick else [1, 10, 100, 1000]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="walog bench",
+        description="Measure walog on a local 3-bookie cluster (E3/Qw3/Qa2, 1 KiB entries, "
+        "100-byte log records).",
+    )
+    parser.add_argument("--quick", action="store_true", help="short run (about a minute)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON last")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per scenario")
+    parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
+    parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
+    parser.add_argument(
+        "--spark",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="Spark batch scan (auto: in full runs when PySpark is present)",
+    )
+    parser.add_argument("--output", type=Path, default=None, help="write the JSON here")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="write a Markdown report here, plots under img/ next to it",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the local cluster keeps its files (default: a temp dir)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--metadata", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+class _Run:
+    """One benchmark run: the cluster, the results so far, progress bars."""
+
+    def __init__(self, args: argparse.Namespace, plan: _Plan, cluster: LocalCluster) -> None:
+        self.args = args
+        self.plan = plan
+        self.cluster = cluster
+        self.uri = cluster.metadata_uri
+        self.results: dict[str, Any] = {}
+        self.skipped: dict[str, str] = {}
+        self.profiles: list[Profile] = []
+
+    @contextlib.contextmanager
+    def bar(self, name: str, unit: str = "op") -> Iterator[Callable[[int], None]]:
+        with tqdm(
+            desc=f"{name:<26}",
+            unit=unit,
+            file=sys.stderr,
+            leave=False,
+            disable=self.args.no_progress,
+            dynamic_ncols=True,
+        ) as progress:
+            yield progress.update
+
+    def aio(self, body: Callable[[walog.aio.AsyncClient], Coroutine[Any, Any, T]]) -> T:
+        async def run() -> T:
+            client = await walog.aio.connect(self.uri)
+            try:
+                return await body(client)
+            finally:
+                await client.close()
+
+        return asyncio.run(run())
+
+    def walog_scenarios(self) -> None:
+        seconds = self.plan.seconds
+        r = self.results
+        bookie_pids = {f"bookie-{i}": self.cluster.pid(i) for i in range(3)}
+        pids = {"client": os.getpid(), **{k: v for k, v in bookie_pids.items() if v}}
+        profiling: contextlib.AbstractContextManager[list[Profile]] = (
+            sampling(pids, self.cluster.data_dir / "profiles", seconds)
+            if self.args.profile
+            else contextlib.nullcontext([])
+        )
+        with self.bar("ledger append PERSISTENT") as tick, profiling as profiles:
+            rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
+        self.profiles = list(profiles)
+        r["ledger_append_eps"] = round(rate.per_second)
+        r["ledger_append_mb_s"] = round(rate.mb_per_second, 2)
+        with self.bar("ledger append VOLATILE") as tick:
+            rate = self.aio(
+                lambda c: scenarios.ledger_append(
+                    c, seconds, durability=Durability.VOLATILE, progress=tick
+                )
+            )
+        r["ledger_append_volatile_eps"] = round(rate.per_second)
+        with self.bar("append, one in flight") as tick:
+            latency = self.aio(lambda c: scenarios.append_latency(c, seconds, progress=tick))
+        summary = latency.summary()
+        r["append_p50_ms"], r["append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
+        r["append_p999_ms"] = summary["p999_ms"]
+        r["append_latency_samples"] = int(summary["count"])
+        with self.bar("log append 100 B records", unit="rec") as tick:
+            rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
+        r["log_append_rps"] = round(rate.per_second)
+        with self.bar("sync API ledger append") as tick:
+            rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
+        r["sync_append_eps"] = round(rate.per_second)
+        r["aio_append_eps"] = r["ledger_append_eps"]
+        with self.bar("tail lag writer->reader", unit="rec") as tick:
+            latency = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
+        summary = latency.summary()
+        r["tail_lag_p50_ms"], r["tail_lag_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
+        r["tail_lag_p999_ms"] = summary["p999_ms"]
+        with self.bar("recovery vs length", unit="ledger") as tick:
+            points = asyncio.run(
+                scenarios.recovery_time(self.uri, self.plan.recovery_lengths, progress=tick)
+            )
+        r["recovery"] = [{"entries": p.entries, "seconds": round(p.seconds, 4)} for p in points]
+        r["recovery_s"] = round(max(p.seconds for p in points), 4)
+
+    def spark(self) -> None:
+        wanted = self.args.spark == "yes" or (self.args.spark == "auto" and not self.plan.quick)
+        if not wanted:
+            return
+        if importlib.util.find_spec("pyspark") is None:
+            self.skipped["spark_scan_mb_s"] = "PySpark is not installed"
+            return
+        try:
+            from walog.spark.bench import scan_mb_s
+        except ImportError as exc:
+            self.skipped["spark_scan_mb_s"] = f"the Spark scan benchmark is missing: {exc}"
+            return
+        with self.bar("spark batch scan", unit="run") as tick:
+            total = 16.0 if self.plan.quick else 64.0
+            self.results["spark_scan_mb_s"] = round(scan_mb_s(self.uri, total_mb=total), 1)
+            self.results["spark_scan_total_mb"] = total
+            tick(1)
+
+    def bookie_restart(self) -> None:
+        """Fill the bookies, SIGKILL one, time its restart (journal replay + registration)."""
+        with self.bar("bookie restart", unit="step") as tick:
+            written = self.aio(lambda c: scenarios.fill_ledger(c, self.plan.restart_mb))
+            tick(1)
+            journal = _journal_bytes(self.cluster.bookie_dir(0))
+            self.cluster.kill(0)
+            started = time.perf_counter()
+            self.cluster.restart(0)
+            elapsed = time.perf_counter() - started
+            tick(1)
+        self.results["bookie_restart_s"] = round(elapsed, 3)
+        self.results["journal_mb"] = round(journal / 1e6, 2)
+        self.results["journal_replay_mb_s"] = round(journal / 1e6 / elapsed, 1)
+        self.results["restart_written_mb"] = round(written / 1e6, 2)
+
+    def peer_scenarios(self) -> None:
+        seconds = self.plan.peer_seconds
+        r = self.results
+        with self.bar("floor: fdatasync 4 KiB", unit="sync"):
+            fsync = floors.fdatasync_floor(self.cluster.data_dir, min(seconds, 3.0))
+        r["fsync_floor_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
+        r["fsync_floor_p99_us"] = round(fsync.percentile_ms(99.0) * 1000.0, 1)
+        with self.bar("floor: grpc.aio echo", unit="batch"):
+            echo = floors.grpc_echo_floor(self.plan.echo_batches, min(seconds, 3.0))
+        r["grpc_echo_eps"] = {str(batch): round(rate.per_second) for batch, rate in echo.items()}
+        for name, measure, key in (
+            ("etcd 3 members", peers.etcd, "etcd"),
+            ("NATS JetStream R3", peers.nats, "nats"),
+        ):
+            with self.bar(name, unit="run") as tick:
+                try:
+                    result = measure(seconds)
+                except peers.PeerUnavailable as exc:
+                    self.skipped[key] = str(exc)
+                    continue
+                tick(1)
+            if key == "etcd":
+                r["etcd_put_ops"] = round(result["put_ops"])
+                r["etcd_put_p50_ms"] = result["latency"]["p50_ms"]
+                r["etcd_put_p99_ms"] = result["latency"]["p99_ms"]
+            else:
+                r["nats_r3_sync_ops"] = round(result["sync_ops"])
+                r["nats_p50_ms"] = result["latency"]["p50_ms"]
+                r["nats_p99_ms"] = result["latency"]["p99_ms"]
+        if r.get("nats_r3_sync_ops"):
+            r["vs_nats_x"] = round(r["ledger_append_eps"] / r["nats_r3_sync_ops"], 2)
+        if r.get("etcd_put_ops"):
+            r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
+
+
+def _journal_bytes(bookie_dir: Path) -> int:
+    return sum(
+        path.stat().st_size
+        for path in bookie_dir.rglob("*")
+        if path.is_file() and "journal" in str(path.relative_to(bookie_dir)).lower()
+    )
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+def _quiet_logging() -> None:
+    """Library log lines to stderr, WARNING and up (``WALOG_LOG_LEVEL`` to change), so that
+    stdout carries only the table and the JSON line. An application's own set-up is kept."""
+    if structlog.is_configured():
+        return
+    level = logging.getLevelName(os.environ.get("WALOG_LOG_LEVEL", "WARNING").upper())
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(
+            level if isinstance(level, int) else logging.WARNING
+        ),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``walog bench``; returns the exit status."""
+    arg_list = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(arg_list)
+    _quiet_logging()
+    if args.metadata:
+        print(
+            "walog bench: --metadata is ignored; the benchmark starts its own local cluster",
+            file=sys.stderr,
+        )
+    if args.seconds is not None and args.seconds <= 0:
+        _parser().error(f"--seconds must be > 0, got {args.seconds}")
+    plan = _Plan(args.quick, args.seconds)
+    started = datetime.datetime.now(datetime.UTC)
+    machine = _machine()
+    data_dir = args.data_dir
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="walog-bench-")))
+        cluster = stack.enter_context(LocalCluster(bookies=3, data_dir=data_dir / "cluster"))
+        run = _Run(args, plan, cluster)
+        run.walog_scenarios()
+        run.spark()
+        if args.peers:
+            run.peer_scenarios()
+        run.bookie_restart()
+    results: dict[str, Any] = {
+        **run.results,
+        "skipped": run.skipped,
+        "quick": plan.quick,
+        "seconds_per_scenario": plan.seconds,
+        "command": shlex.join(["walog", "bench", *arg_list]),
+        "started_utc": started.strftime("%Y-%m-%d %H:%M:%S"),
+        "wall_s": round((datetime.datetime.now(datetime.UTC) - started).total_seconds(), 1),
+        "machine": machine,
+    }
+    if run.profiles:
+        results["profile"] = [
+            {
+                "process": p.label,
+                "samples": p.samples,
+                "by_area": p.by_area,
+                "by_function": p.by_function,
+            }
+            for p in run.profiles
+        ]
+    print_table(results, sys.stdout)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=2) + "\n")
+    if args.report is not None:
+        write_report(results, args.report)
+    if args.json:
+        print(json.dumps(results), flush=True)
+    return 0

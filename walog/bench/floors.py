@@ -1,0 +1,135 @@
+"""Physical floors: what the disk and a bare gRPC stream can do on this machine.
+
+* :func:`fdatasync_floor` - 4 KiB ``write`` + ``fdatasync`` one at a time, the cost a
+  PERSISTENT acknowledgement pays at least once per journal group commit.
+* :func:`grpc_echo_floor` - a grpc.aio bidirectional stream between two Python processes,
+  carrying 1 KiB entries packed ``batch`` to a message and acknowledged per message: the
+  ceiling of any Python client/server pair that batches the same way, before a bookie does
+  any work.
+
+``python -m walog.bench.floors serve`` runs the echo server (used by :func:`grpc_echo_floor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import grpc
+
+from walog.bench.stats import Latency, Rate, payload
+
+_METHOD = "/walog.bench.Echo/Stream"
+_ACK = struct.Struct("<I")
+FRAMES_IN_FLIGHT = 64
+"""Messages the echo client keeps unacknowledged."""
+
+
+def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int = 4096) -> Latency:
+    """Time ``size``-byte appends, each followed by ``fdatasync``, for ``seconds``."""
+    block = payload(size)
+    latency = Latency()
+    fd, name = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
+    try:
+        deadline = time.perf_counter() + seconds
+        while (now := time.perf_counter()) < deadline:
+            os.write(fd, block)
+            os.fdatasync(fd)
+            latency.record(time.perf_counter() - now)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return latency
+
+
+async def _serve(port_file: Path) -> None:
+    async def stream(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
+        async for frame in requests:
+            yield _ACK.pack(len(frame))
+
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "walog.bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(stream)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    # Written once, before serving: a tiny write, not worth a thread.
+    port_file.write_text(str(port))  # noqa: ASYNC240
+    await server.wait_for_termination()
+
+
+async def _pump(target: str, batch: int, seconds: float, entry_bytes: int) -> Rate:
+    frame = payload(entry_bytes) * batch
+    async with grpc.aio.insecure_channel(target) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 10.0)
+        call = channel.stream_stream(_METHOD, None, None)(None)
+        credit = asyncio.Semaphore(FRAMES_IN_FLIGHT)
+        acked = 0
+        stop = asyncio.Event()
+
+        async def receive() -> None:
+            nonlocal acked
+            async for _ in call:
+                acked += 1
+                credit.release()
+
+        receiver = asyncio.create_task(receive())
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        loop.call_later(seconds, stop.set)
+        sent = 0
+        while not stop.is_set():
+            await credit.acquire()
+            await call.write(frame)
+            sent += 1
+        await call.done_writing()
+        await receiver
+        elapsed = time.perf_counter() - started
+    return Rate(ops=acked * batch, seconds=elapsed, payload_bytes=acked * batch * entry_bytes)
+
+
+def grpc_echo_floor(
+    batches: Sequence[int], seconds: float, entry_bytes: int = 1024
+) -> dict[int, Rate]:
+    """Entries per second through a bare grpc.aio stream to another process, per batch size."""
+    with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
+        port_file = Path(tmp) / "port"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "walog.bench.floors", "serve", str(port_file)],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        try:
+            deadline = time.monotonic() + 30.0
+            while not port_file.exists() or not port_file.read_text():
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the gRPC echo server did not start")
+                time.sleep(0.05)
+            target = f"127.0.0.1:{port_file.read_text()}"
+            return {
+                batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
+            }
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``serve PORT_FILE``: run the echo server, writing its port to PORT_FILE."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "serve":
+        print("usage: python -m walog.bench.floors serve PORT_FILE", file=sys.stderr)
+        return 2
+    asyncio.run(_serve(Path(args[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,256 @@
+"""Render benchmark results: a text table, plots (matplotlib, PNG) and a Markdown report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+# key -> (label, unit, target, higher is better)
+TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
+    "ledger_append_eps": ("ledger append, PERSISTENT, pipelined", "entries/s", 50_000, True),
+    "ledger_append_volatile_eps": ("ledger append, VOLATILE, pipelined", "entries/s", None, True),
+    "sync_append_eps": ("ledger append, sync API", "entries/s", None, True),
+    "log_append_rps": ("log append, 100 B records", "records/s", 300_000, True),
+    "append_p50_ms": ("append, one in flight, p50", "ms", 0.8, False),
+    "append_p99_ms": ("append, one in flight, p99", "ms", 3.0, False),
+    "append_p999_ms": ("append, one in flight, p99.9", "ms", None, False),
+    "tail_lag_p50_ms": ("tail lag writer->reader, p50", "ms", None, False),
+    "tail_lag_p99_ms": ("tail lag writer->reader, p99", "ms", 5.0, False),
+    "recovery_s": ("recovery of an open ledger (worst)", "s", 0.5, False),
+    "bookie_restart_s": ("bookie restart after SIGKILL", "s", None, False),
+    "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
+    "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", None, True),
+    "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
+    "etcd_put_ops": ("etcd 3 members, 1 KiB puts", "ops/s", None, True),
+    "etcd_put_p50_ms": ("etcd put, one in flight, p50", "ms", None, False),
+    "nats_r3_sync_ops": ("NATS R3 sync always, 1 KiB", "ops/s", None, True),
+    "nats_p50_ms": ("NATS publish, one in flight, p50", "ms", None, False),
+    "vs_nats_x": ("walog ledger append / NATS R3", "x", 3.0, True),
+    "vs_etcd_x": ("walog ledger append / etcd", "x", 20.0, True),
+}
+
+
+def _verdict(value: float, target: float | None, higher: bool) -> str:
+    if target is None:
+        return ""
+    met = value >= target if higher else value <= target
+    return "met" if met else "MISSED"
+
+
+def _fmt(value: float) -> str:
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(label, value, unit, target, verdict) for every measured key, in a fixed order."""
+    out = []
+    for key, (label, unit, target, higher) in TARGETS.items():
+        if key not in results:
+            continue
+        value = float(results[key])
+        goal = "" if target is None else (">= " if higher else "<= ") + _fmt(target)
+        out.append((label, _fmt(value), unit, goal, _verdict(value, target, higher)))
+    return out
+
+
+def print_table(results: dict[str, Any], out: IO[str]) -> None:
+    """The results as an aligned text table."""
+    table = rows(results)
+    width = max((len(r[0]) for r in table), default=10)
+    for label, value, unit, goal, verdict in table:
+        print(f"{label:<{width}}  {value:>12} {unit:<10} {goal:<12} {verdict}", file=out)
+    for name, reason in results.get("skipped", {}).items():
+        print(f"{name:<{width}}  skipped: {reason}", file=out)
+
+
+def plot(results: dict[str, Any], directory: Path) -> list[tuple[str, str]]:
+    """Write the PNG plots; return (title, file name) pairs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    made: list[tuple[str, str]] = []
+
+    bars = [
+        (name, results[key])
+        for name, key in (
+            ("walog ledger\nPERSISTENT", "ledger_append_eps"),
+            ("walog ledger\nVOLATILE", "ledger_append_volatile_eps"),
+            ("walog ledger\nsync API", "sync_append_eps"),
+            ("walog log\n100 B records", "log_append_rps"),
+            ("NATS R3\nsync always", "nats_r3_sync_ops"),
+            ("etcd\n3 members", "etcd_put_ops"),
+        )
+        if key in results
+    ]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color="#4c72b0")
+    ax.set_yscale("log")
+    ax.set_ylabel("operations / s (log scale)")
+    ax.set_title("Throughput, 3 nodes on loopback, durable acknowledgements")
+    for i, (_, value) in enumerate(bars):
+        ax.text(i, value, f"{value:,.0f}", ha="center", va="bottom", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(directory / "bench-throughput.png", dpi=100)
+    plt.close(fig)
+    made.append(("Throughput", "bench-throughput.png"))
+
+    groups = [
+        (name, [results.get(f"{prefix}_{p}_ms", 0.0) for p in ("p50", "p99", "p999")])
+        for name, prefix in (("append, 1 in flight", "append"), ("tail lag", "tail_lag"))
+        if f"{prefix}_p50_ms" in results
+    ]
+    for name, prefix in (("etcd put", "etcd_put"), ("NATS publish", "nats")):
+        if f"{prefix}_p50_ms" in results:
+            groups.append((name, [results[f"{prefix}_p50_ms"], results[f"{prefix}_p99_ms"], 0.0]))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.25
+    for j, pct in enumerate(("p50", "p99", "p99.9")):
+        xs = [i + (j - 1) * width for i in range(len(groups))]
+        ax.bar(xs, [g[1][j] for g in groups], width, label=pct)
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups])
+    ax.set_ylabel("milliseconds")
+    ax.set_title("Latency (HdrHistogram)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(directory / "bench-latency.png", dpi=100)
+    plt.close(fig)
+    made.append(("Latency", "bench-latency.png"))
+
+    if results.get("recovery"):
+        points = results["recovery"]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot([p["entries"] for p in points], [p["seconds"] for p in points], "o-")
+        ax.set_xscale("log")
+        ax.set_xlabel("entries in the open ledger (log scale)")
+        ax.set_ylabel("seconds to fence, recover and close")
+        ax.set_ylim(bottom=0)
+        ax.set_title("Recovery time vs ledger length")
+        fig.tight_layout()
+        fig.savefig(directory / "bench-recovery.png", dpi=100)
+        plt.close(fig)
+        made.append(("Recovery", "bench-recovery.png"))
+
+    if results.get("grpc_echo_eps"):
+        echo = results["grpc_echo_eps"]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot([int(b) for b in echo], list(echo.values()), "o-", label="bare grpc.aio echo")
+        ax.axhline(
+            results["ledger_append_eps"],
+            color="#c44e52",
+            linestyle="--",
+            label="walog ledger append (3 bookies)",
+        )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("1 KiB entries per gRPC message")
+        ax.set_ylabel("entries / s")
+        ax.set_title("The RPC floor: per-message cost dominates")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(directory / "bench-rpc-floor.png", dpi=100)
+        plt.close(fig)
+        made.append(("RPC floor", "bench-rpc-floor.png"))
+    return made
+
+
+_SCENARIOS = """\
+All scenarios run against a `walog.testing.LocalCluster`: three real bookie processes on
+loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this one machine
+(client and bookies share its cores). Each scenario runs for a fixed wall-clock budget.
+
+* **ledger append, pipelined** - 1 KiB entries, 2048 appends in flight, `append_nowait` of
+  the asyncio API; PERSISTENT (bookies acknowledge after the journal fdatasync) and VOLATILE
+  (after the write, seed 004).
+* **sync API** - the same through `walog.connect(...)` and `append_async` (the event loop
+  runs in a background thread; appends are handed over in batches).
+* **one in flight** - `await append()` one at a time: the latency of a durable append.
+* **log append** - 100-byte records through a `LogWriter`, which packs the records appended
+  in one event-loop turn into one entry.
+* **tail lag** - one record per millisecond from a log writer to a tailing `LogReader` in the
+  same process (same clock): append, LAC propagation and the reader's long poll.
+* **recovery** - an open ledger of N entries is fenced, recovered and closed by
+  `open_ledger(recovery=True)` from a second client.
+* **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time
+  covers process start, journal replay and registration. "journal on disk" is the size of its
+  journal files at the kill (an upper bound of what replay reads).
+* **peers** (with `--peers`) - etcd 3.4 with three members (1 KiB puts, blocking Python client
+  in a subprocess, 32 threads) and NATS JetStream 2.x with three servers, an R3 file stream
+  and `sync_interval: always` (1 KiB publishes, 256 in flight), both on loopback;
+  the floors are a 4 KiB write + fdatasync loop on the cluster's disk and a bare grpc.aio
+  stream between two Python processes carrying 1 KiB entries N to a message.
+"""
+
+_PROFILE_HELP = """\
+py-spy sampled the benchmark process (the client) and the three bookies at 200 Hz during the
+pipelined PERSISTENT ledger append. "Self" time is charged to the innermost Python frame of
+each sample; the area is the innermost frame that belongs to a known area, so time inside a C
+extension (gRPC core, protobuf, crc32c, lmdb) is charged to the Python code that called it
+when the extension has no frames of its own. Idle threads are not sampled.
+"""
+
+
+def _profile_section(results: dict[str, Any]) -> list[str]:
+    lines = ["## Where the time goes", "", _PROFILE_HELP]
+    for proc in results.get("profile", []):
+        lines += [f"### {proc['process']} ({proc['samples']} samples)", ""]
+        lines += ["| area | share of samples |", "|---|---:|"]
+        lines += [f"| {name} | {share:.1f} % |" for name, share in proc["by_area"]]
+        lines += ["", "| hottest functions (self time) | share |", "|---|---:|"]
+        lines += [f"| `{name}` | {share:.1f} % |" for name, share in proc["by_function"]]
+        lines.append("")
+    return lines
+
+
+def write_report(results: dict[str, Any], path: Path) -> None:
+    """Write ``path`` (Markdown), its plots under ``img/`` and the JSON next to it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = plot(results, path.parent / "img")
+    json_path = path.with_suffix(".json")
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    machine = results["machine"]
+    load = ", ".join(str(x) for x in machine["load_average_at_start"])
+    lines = [
+        "# Benchmarks",
+        "",
+        "This page is generated; every number on it was measured by the command below.",
+        "Regenerate it with the same command (results vary with the machine and its load).",
+        "",
+        "```",
+        results["command"],
+        "```",
+        "",
+        f"Run {results['started_utc']} UTC, {results['wall_s']} s wall time, "
+        f"{results['seconds_per_scenario']} s per scenario. Machine: {machine['cpus']} CPUs, "
+        f"load average at start {load} (1, 5, 15 min), Python {machine['python']}, "
+        f"{machine['platform']}. Raw results: [`{json_path.name}`]({json_path.name}).",
+        "",
+        "## Results",
+        "",
+        "| measurement | value | unit | target | |",
+        "|---|---:|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in rows(results)]
+    for name, reason in results.get("skipped", {}).items():
+        lines.append(f"| {name} | skipped | | | {reason} |")
+    lines += ["", "## Plots", ""]
+    lines += [f"![{title}](img/{name})\n" for title, name in made]
+    if results.get("recovery"):
+        lines += ["## Recovery time by ledger length", "", "| entries | seconds |", "|---:|---:|"]
+        lines += [f"| {p['entries']:,} | {p['seconds']:.3f} |" for p in results["recovery"]]
+        lines.append("")
+    if results.get("grpc_echo_eps"):
+        lines += ["## RPC floor", "", "| 1 KiB entries per message | entries/s |", "|---:|---:|"]
+        lines += [f"| {b} | {v:,} |" for b, v in results["grpc_echo_eps"].items()]
+        lines.append("")
+    lines += ["## Scenarios", "", _SCENARIOS]
+    if results.get("profile"):
+        lines += _profile_section(results)
+    path.write_text("\n".join(lines).rstrip() + "\n")

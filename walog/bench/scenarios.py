@@ -1,0 +1,289 @@
+"""The walog benchmark scenarios, each measured against a running cluster.
+
+Every scenario runs for a wall-clock budget (``seconds``) rather than a fixed count, so the
+same command finishes in predictable time on a fast or a busy machine. Throughput scenarios
+keep a window of appends in flight; latency scenarios keep exactly one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import struct
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import walog
+import walog.aio
+from walog.aio import AsyncClient
+from walog.bench.stats import Latency, Rate, payload
+from walog.errors import WalogError
+from walog.ledger.durability import Durability
+from walog.log.position import Position
+
+Progress = Callable[[int], None]
+"""Called with a count of operations just completed (drives a progress bar)."""
+
+ENTRY_BYTES = 1024
+RECORD_BYTES = 100
+ENSEMBLE = (3, 3, 2)  # E, Qw, Qa for every scenario
+LEDGER_WINDOW = 2048  # ledger appends in flight in the throughput scenarios
+LOG_WINDOW = 32768  # log records in flight
+LOG_BATCH = 1024  # records handed to the log writer per event-loop turn
+_STAMP = struct.Struct("<q")
+
+
+def _noop(_: int) -> None:
+    pass
+
+
+async def ledger_append(
+    client: AsyncClient,
+    seconds: float,
+    *,
+    durability: Durability = Durability.PERSISTENT,
+    window: int = LEDGER_WINDOW,
+    progress: Progress = _noop,
+) -> Rate:
+    """Pipelined 1 KiB appends to one E3/Qw3/Qa2 ledger, ``window`` in flight.
+
+    Returns:
+        Entries confirmed and the time from the first append to the last confirmation.
+    """
+    data = payload(ENTRY_BYTES)
+    writer = await client.create_ledger(*ENSEMBLE, durability=durability)
+    inflight: collections.deque[asyncio.Future[int]] = collections.deque()
+    done = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    try:
+        while time.perf_counter() < deadline:
+            while len(inflight) < window:
+                inflight.append(writer.append_nowait(data))
+            # Completion is in entry order: the oldest append finishes first.
+            await inflight.popleft()
+            done += 1
+            if done % 256 == 0:
+                progress(256)
+        while inflight:
+            await inflight.popleft()
+            done += 1
+        elapsed = time.perf_counter() - started
+        progress(done % 256)
+    finally:
+        with contextlib.suppress(WalogError):
+            await writer.close()
+    return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
+
+
+async def append_latency(
+    client: AsyncClient, seconds: float, progress: Progress = _noop
+) -> Latency:
+    """One 1 KiB append in flight at a time on a PERSISTENT E3/Qw3/Qa2 ledger."""
+    data = payload(ENTRY_BYTES)
+    latency = Latency()
+    async with await client.create_ledger(*ENSEMBLE) as writer:
+        for _ in range(20):  # warm the streams to every bookie
+            await writer.append(data)
+        deadline = time.perf_counter() + seconds
+        while (now := time.perf_counter()) < deadline:
+            await writer.append(data)
+            latency.record(time.perf_counter() - now)
+            progress(1)
+    return latency
+
+
+async def log_append(
+    client: AsyncClient,
+    seconds: float,
+    *,
+    window: int = LOG_WINDOW,
+    progress: Progress = _noop,
+) -> Rate:
+    """Pipelined 100-byte records through a log writer, which batches them into entries."""
+    data = payload(RECORD_BYTES)
+    log = await client.open_log(
+        f"bench-append-{uuid.uuid4().hex[:8]}",
+        ensemble_size=ENSEMBLE[0],
+        write_quorum=ENSEMBLE[1],
+        ack_quorum=ENSEMBLE[2],
+    )
+    writer = await log.open_writer()
+    batches: collections.deque[list[asyncio.Future[Position]]] = collections.deque()
+    inflight = done = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    try:
+        while True:
+            if time.perf_counter() < deadline and inflight < window:
+                batches.append([writer.append_nowait(data) for _ in range(LOG_BATCH)])
+                inflight += LOG_BATCH
+                await asyncio.sleep(0)  # let the writer seal this turn's records into entries
+                continue
+            if not batches:
+                break
+            oldest = batches.popleft()
+            await oldest[-1]
+            for future in oldest:  # records complete in order; surface any failure
+                future.result()
+            inflight -= len(oldest)
+            done += len(oldest)
+            progress(len(oldest))
+        elapsed = time.perf_counter() - started
+    finally:
+        await writer.close()
+    return Rate(ops=done, seconds=elapsed, payload_bytes=done * RECORD_BYTES)
+
+
+def sync_ledger_append(
+    metadata_uri: str,
+    seconds: float,
+    *,
+    window: int = LEDGER_WINDOW,
+    progress: Progress = _noop,
+) -> Rate:
+    """The blocking API (``walog.connect``): pipelined 1 KiB ``append_async`` calls.
+
+    Must run in a thread without a running event loop (the sync client runs its own).
+    """
+    data = payload(ENTRY_BYTES)
+    with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
+        inflight: collections.deque[concurrent.futures.Future[int]] = collections.deque()
+        done = 0
+        started = time.perf_counter()
+        deadline = started + seconds
+        while time.perf_counter() < deadline:
+            while len(inflight) < window:
+                inflight.append(writer.append_async(data))
+            inflight.popleft().result()
+            done += 1
+            if done % 256 == 0:
+                progress(256)
+        while inflight:
+            inflight.popleft().result()
+            done += 1
+        elapsed = time.perf_counter() - started
+        progress(done % 256)
+    return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
+
+
+async def tail_lag(
+    client: AsyncClient,
+    seconds: float,
+    *,
+    interval: float = 0.001,
+    progress: Progress = _noop,
+) -> Latency:
+    """Time from a log append to the same record coming out of a tailing reader.
+
+    One 100-byte record, stamped with the monotonic clock, is appended every ``interval``
+    seconds (writer and reader share this process, so they share the clock). The lag covers
+    the append round trip, the last-add-confirmed reaching the bookies and the reader's
+    long poll.
+    """
+    log = await client.open_log(
+        f"bench-tail-{uuid.uuid4().hex[:8]}",
+        ensemble_size=ENSEMBLE[0],
+        write_quorum=ENSEMBLE[1],
+        ack_quorum=ENSEMBLE[2],
+    )
+    writer = await log.open_writer()
+    reader = await log.open_reader("earliest")
+    latency = Latency()
+    pad = payload(RECORD_BYTES - _STAMP.size)
+    written = 0
+
+    async def produce() -> None:
+        nonlocal written
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            writer.append_nowait(_STAMP.pack(time.perf_counter_ns()) + pad)
+            written += 1
+            await asyncio.sleep(interval)
+        await writer.flush()
+
+    producer = asyncio.create_task(produce())
+    seen = 0
+    try:
+        while not producer.done() or seen < written:
+            record = await reader.read_next(timeout=5.0)
+            if record is None:
+                if producer.done():
+                    break
+                continue
+            (stamp,) = _STAMP.unpack_from(record.data)
+            latency.record((time.perf_counter_ns() - stamp) / 1e9)
+            seen += 1
+            progress(1)
+        await producer
+    finally:
+        producer.cancel()
+        await reader.close()
+        await writer.close()
+    return latency
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryPoint:
+    """Recovery of one open ledger: how long it was and how long recovery took."""
+
+    entries: int
+    seconds: float
+
+
+async def recovery_time(
+    metadata_uri: str, lengths: Sequence[int], progress: Progress = _noop
+) -> list[RecoveryPoint]:
+    """For each length: fill an open ledger, then time ``open_ledger(recovery=True)`` from
+    another client (fence, read forward from the last add confirmed, write back, CAS close).
+    """
+    points = []
+    data = payload(ENTRY_BYTES)
+    writer_client = await walog.aio.connect(metadata_uri)
+    recoverer = await walog.aio.connect(metadata_uri)
+    try:
+        for length in lengths:
+            writer = await writer_client.create_ledger(*ENSEMBLE)
+            inflight: collections.deque[asyncio.Future[int]] = collections.deque()
+            for _ in range(length):
+                inflight.append(writer.append_nowait(data))
+                if len(inflight) >= LEDGER_WINDOW:
+                    await inflight.popleft()
+            while inflight:
+                await inflight.popleft()
+            started = time.perf_counter()
+            reader = await recoverer.open_ledger(writer.ledger_id, recovery=True)
+            elapsed = time.perf_counter() - started
+            if reader.last_add_confirmed != length - 1:
+                raise WalogError(
+                    f"recovery closed ledger {writer.ledger_id} at entry "
+                    f"{reader.last_add_confirmed}, expected {length - 1}"
+                )
+            await reader.close()
+            with contextlib.suppress(WalogError):  # fenced by the recovery, as intended
+                await writer.close()
+            points.append(RecoveryPoint(entries=length, seconds=elapsed))
+            progress(1)
+    finally:
+        await recoverer.close()
+        await writer_client.close()
+    return points
+
+
+async def fill_ledger(client: AsyncClient, megabytes: float) -> int:
+    """Write ``megabytes`` of 1 KiB entries to a closed E3/Qw3/Qa2 ledger; return bytes."""
+    data = payload(ENTRY_BYTES)
+    count = max(1, int(megabytes * 1e6) // ENTRY_BYTES)
+    async with await client.create_ledger(*ENSEMBLE) as writer:
+        inflight: collections.deque[asyncio.Future[int]] = collections.deque()
+        for _ in range(count):
+            inflight.append(writer.append_nowait(data))
+            if len(inflight) >= LEDGER_WINDOW:
+                await inflight.popleft()
+        while inflight:
+            await inflight.popleft()
+    return count * ENTRY_BYTES
