@@ -407,9 +407,13 @@ def _configure_logging() -> None:
 
     if structlog.is_configured():
         return
-    level = logging.getLevelName(os.environ.get(ENV_LOG_LEVEL, "WARNING").upper())
+    chosen = os.environ.get(ENV_LOG_LEVEL)
+    level = logging.getLevelName((chosen or "WARNING").upper())
     if not isinstance(level, int):
         raise CliError(f"{ENV_LOG_LEVEL} must be DEBUG, INFO, WARNING or ERROR", 2)
+    # kazoo logs every reconnect attempt; its failures reach the user as one MetadataError
+    # line, so its own lines show only when a level was asked for.
+    logging.getLogger("kazoo").setLevel(level if chosen else logging.CRITICAL)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),

@@ -4,6 +4,7 @@ ledger and log subcommands work against a real cluster."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -44,7 +45,9 @@ def _restore_logging_config() -> Iterator[None]:
     """The CLI configures structlog for its process; keep other tests' configuration."""
     saved = structlog.get_config()
     was_configured = structlog.is_configured()
+    kazoo_level = logging.getLogger("kazoo").level
     yield
+    logging.getLogger("kazoo").setLevel(kazoo_level)
     if was_configured:
         structlog.configure(**saved)
     else:
@@ -85,7 +88,7 @@ def test_every_subcommand_answers_help_and_takes_metadata(
     status, out, err = _run([*words, "--help"], capsys)
     assert status == 0, err
     assert "usage:" in out
-    assert "--metadata" in out
+    assert "--metadata" in out, f"CONTRACT.md: every subcommand takes --metadata ({words})"
 
 
 def test_python_dash_m_walog_is_the_same_command() -> None:
@@ -116,6 +119,21 @@ def test_bad_metadata_uri_from_the_environment_in_a_subprocess() -> None:
     )
     assert done.returncode != 0
     assert done.stderr.startswith("walog: error: ")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_unreachable_zookeeper_is_one_error_line_after_the_timeout() -> None:
+    from walog.testing import free_port
+
+    done = subprocess.run(
+        [sys.executable, "-m", "walog", "ledgers", "--timeout", "2"],
+        env=_env(WALOG_METADATA=f"zk://127.0.0.1:{free_port()}/walog"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("walog: error: MetadataError: "), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
 
 

@@ -117,15 +117,15 @@ class BookieProcess:
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
             self.started_at = time.time()
-            # A session of its own: a Ctrl-C meant for the test run does not reach the
-            # bookie; its owner shuts it down in order instead.
+            # Same process group as its owner: a Ctrl-C or a group-wide SIGTERM (`timeout`,
+            # CI cancellation) reaches the bookie too, which shuts down cleanly on either,
+            # instead of being left running when the owner dies without cleaning up.
             self.proc = subprocess.Popen(
                 self.command(extra_args),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                start_new_session=True,
             )
         self.paused = False
         return self
