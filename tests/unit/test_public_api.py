@@ -1,16 +1,13 @@
 """The public API matches shared/CONTRACT.md: names, classes' methods, key signatures.
 
 CONTRACT.md lives beside the repository (``<repo>/../shared/CONTRACT.md``); without it
-these checks are skipped. While a part of the library is still being written, a name it
-does not provide yet is an expected failure (xfail) naming what is missing; with
-``WALOG_CONTRACT_STRICT=1`` every name must resolve.
+these checks are skipped. Every name it lists must resolve.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -69,24 +66,11 @@ def _class_methods() -> dict[str, list[str]]:
     return out
 
 
-STRICT = os.environ.get("WALOG_CONTRACT_STRICT") == "1"
-
-
 def _resolve(dotted: str) -> Any:
-    """``walog.<dotted>``; xfail (unless STRICT) when a part of walog it needs is missing."""
+    """``walog.<dotted>``, attribute by attribute."""
     value: Any = walog
     for part in dotted.split("."):
-        try:
-            value = getattr(value, part)
-        except ModuleNotFoundError as exc:
-            if STRICT or not (exc.name or "").startswith("walog."):
-                raise
-            pytest.xfail(f"walog.{dotted}: module {exc.name} does not exist yet")
-        except AttributeError:
-            owner = str(getattr(value, "__module__", None) or getattr(value, "__name__", ""))
-            if STRICT or not owner.startswith("walog"):
-                raise
-            pytest.xfail(f"walog.{dotted}: {value.__name__} has no {part!r} yet")
+        value = getattr(value, part)
     return value
 
 
