@@ -29,7 +29,11 @@ from walog import __version__
 from walog.errors import NoSuchLogError, WalogError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from walog.client import Client
+    from walog.log.position import Position
+    from walog.log.sync import Log
 
 ENV_METADATA = "WALOG_METADATA"
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
@@ -78,7 +82,7 @@ def _connect(args: argparse.Namespace) -> Client:
     return connect(_metadata(args), timeout=args.timeout)
 
 
-def _existing_log(client: Client, name: str) -> Any:
+def _existing_log(client: Client, name: str) -> Log:
     """The log ``name``; never creates it (``open_log`` would)."""
     if name not in client.list_logs():
         raise NoSuchLogError(f"log {name!r} does not exist")
@@ -184,7 +188,7 @@ def _cmd_append(args: argparse.Namespace) -> int:
         )
         with log.open_writer() as writer:
             # Pipelined: up to _APPEND_WINDOW appends in flight, positions printed in order.
-            pending: collections.deque[Any] = collections.deque()
+            pending: collections.deque[Future[Position]] = collections.deque()
             for record in _records_from(args, stdin):
                 pending.append(writer.append_async(record))
                 if len(pending) >= _APPEND_WINDOW:
