@@ -125,17 +125,22 @@ class EntryStorage:
                 directory.mkdir(parents=True)
                 fsync_dir(directory.parent)
         self._lock_fd = _lock_directory(data_dir)
+        env: lmdb.Environment | None = None
         try:
-            self._env = lmdb.open(
+            env = lmdb.open(
                 str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
             )
+            # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
+            self._entries = env.open_db(b"entries")
+            self._ledgers = env.open_db(b"ledgers")
+            self._logs = env.open_db(b"logs")
+            self._meta = env.open_db(b"meta")
         except lmdb.Error as exc:
+            if env is not None:
+                env.close()
             os.close(self._lock_fd)
             raise StorageIOError(f"cannot open index {self.index_dir}: {exc}") from exc
-        self._entries = self._env.open_db(b"entries")
-        self._ledgers = self._env.open_db(b"ledgers")
-        self._logs = self._env.open_db(b"logs")
-        self._meta = self._env.open_db(b"meta")
+        self._env = env
         self._write_fd = -1
         self._write_log = -1
         self._write_offset = 0
