@@ -1,0 +1,1 @@
+"""Hypothesis fuzzers: the bookie's wire decoding against a real process, and storage replay."""

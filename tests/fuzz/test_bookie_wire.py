@@ -1,0 +1,340 @@
+"""Fuzzing a real bookie process on the wire: it never crashes and keeps serving.
+
+Every example goes to one bookie process (SQLite metadata) shared by this module:
+
+- raw bytes on every unary method and on the add stream (malformed protobuf),
+- read / read-LAC / fence requests with absurd ids, reversed, negative and huge ranges,
+  negative and huge byte limits, long polls,
+- add frames with wrong digests, wrong or malformed master keys, absurd ids and LACs,
+  unknown durabilities.
+
+After every example the process must still run and answer ``Info``. Adds the bookie
+acknowledged must be well formed with a correct digest; what it serves must carry a digest
+that matches its bytes; an entry it refused is never served.
+
+Example counts are modest here; ``--slow`` runs the same properties with many more.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from walog.digest import MASTER_KEY_BYTES, entry_digest, master_key
+from walog.proto import bookie_pb2 as pb
+from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.testing import LocalCluster
+
+SERVICE = "/walog.bookie.v1.Bookie/"
+UNARY = ("Read", "ReadLac", "Fence", "Info", "ListLedgers")
+KEY = master_key(b"fuzz")
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+ODD_INT64 = st.one_of(st.sampled_from([-(2**63), -1, 0, 1, 2**31, 2**32, 2**62, 2**63 - 1]), INT64)
+STORED_LEDGER = 7
+STORED_ENTRIES = 12
+VALID_STATUSES = set(pb.Status.values())
+_ledger_ids = itertools.count(1_000_000)
+
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+MANY = settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+class Target:
+    """The bookie under test and a channel to it."""
+
+    def __init__(self, cluster: LocalCluster, channel: grpc.Channel) -> None:
+        self.cluster = cluster
+        self.channel = channel
+        self.stub = pb_grpc.BookieStub(channel)
+        self.refused: dict[tuple[int, int], set[bytes]] = {}
+        """Payloads the bookie refused, by (ledger, entry): must never be served."""
+        self.acknowledged = 0
+        """Hostile-frame adds the bookie acknowledged (shows the accepting path ran)."""
+
+    def raw_unary(self, method: str, body: bytes) -> None:
+        """Call ``method`` with ``body`` as the serialized request."""
+        call = self.channel.unary_unary(SERVICE + method, None, None)
+        try:
+            call(body, timeout=10.0)
+        except grpc.RpcError as exc:
+            _check_refusal(exc)
+
+    def add(self, frames: list[pb.AddFrame]) -> list[pb.AddResult]:
+        """Send frames on one add stream, half-close, collect the results."""
+        results: list[pb.AddResult] = []
+        for response in self.stub.Add(iter(frames), timeout=20.0):
+            results.extend(response.results)
+        return results
+
+    def check_alive(self) -> None:
+        """The process runs and answers."""
+        bookie = self.cluster.bookie(0)
+        assert bookie.running, f"the bookie died:\n{bookie.log_tail()}"
+        info = self.stub.Info(pb.InfoRequest(), timeout=10.0)
+        assert info.bookie_id == bookie.bookie_id
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    data_dir = tmp_path_factory.mktemp("fuzz-bookie")
+    cluster = LocalCluster(bookies=1, metadata="sqlite", data_dir=data_dir)
+    with cluster, cluster.bookie(0).channel() as channel:
+        target = Target(cluster, channel)
+        adds = [
+            _add(STORED_LEDGER, entry_id, f"stored-{entry_id}".encode() * 20, lac=entry_id - 1)
+            for entry_id in range(STORED_ENTRIES)
+        ]
+        results = target.add([pb.AddFrame(adds=adds)])
+        assert [r.status for r in results] == [pb.OK] * STORED_ENTRIES
+        yield target
+        target.check_alive()
+        assert "Traceback" not in _log_text(cluster), "the bookie logged an unexpected error"
+
+
+def _check_refusal(exc: grpc.RpcError) -> None:
+    """Refusing undecodable bytes is fine (grpc's server reports a request it cannot
+    deserialize as UNKNOWN "DecodeError"); an unreachable bookie or another error is not."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.UNKNOWN:
+        assert "DecodeError" in details or "deserializ" in details.lower(), details
+    else:
+        assert code != grpc.StatusCode.UNAVAILABLE, details
+
+
+def _log_text(cluster: LocalCluster) -> str:
+    return Path(cluster.log_path(0)).read_text(errors="replace")
+
+
+def _add(
+    ledger_id: int,
+    entry_id: int,
+    data: bytes,
+    *,
+    lac: int = -1,
+    key: bytes = KEY,
+    digest: int | None = None,
+    durability: int = pb.PERSISTENT,
+    recovery: bool = False,
+) -> pb.AddEntry:
+    right = entry_digest(ledger_id, entry_id, lac, data)
+    return pb.AddEntry(
+        entry=pb.Entry(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            lac=lac,
+            data=data,
+            digest=right if digest is None else digest,
+        ),
+        master_key=key,
+        recovery=recovery,
+        durability=durability,  # type: ignore[arg-type]
+    )
+
+
+def _check_served(target: Target, entries: list[pb.Entry], ledger_id: int) -> None:
+    for entry in entries:
+        assert entry.ledger_id == ledger_id
+        assert entry.digest == entry_digest(entry.ledger_id, entry.entry_id, entry.lac, entry.data)
+        refused = target.refused.get((entry.ledger_id, entry.entry_id), set())
+        assert entry.data not in refused, f"served a refused entry {ledger_id}:{entry.entry_id}"
+
+
+# -- malformed bytes ---------------------------------------------------------------------
+
+
+def _raw_bytes_on_every_method(target: Target, method: str, body: bytes) -> None:
+    target.raw_unary(method, body)
+    target.check_alive()
+
+
+@FAST
+@given(method=st.sampled_from(UNARY), body=st.binary(max_size=300))
+def test_malformed_protobuf_on_unary_methods_never_stops_the_bookie(
+    target: Target, method: str, body: bytes
+) -> None:
+    _raw_bytes_on_every_method(target, method, body)
+
+
+def _raw_frames(target: Target, frames: list[bytes]) -> None:
+    call = target.channel.stream_stream(SERVICE + "Add", None, None)
+    try:
+        for _ in call(iter(frames), timeout=10.0):
+            pass
+    except grpc.RpcError as exc:
+        _check_refusal(exc)
+    target.check_alive()
+
+
+@FAST
+@given(frames=st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+def test_malformed_protobuf_on_the_add_stream_never_stops_the_bookie(
+    target: Target, frames: list[bytes]
+) -> None:
+    _raw_frames(target, frames)
+
+
+# -- absurd reads ------------------------------------------------------------------------
+
+READS = st.builds(
+    pb.ReadRequest,
+    ledger_id=st.one_of(st.just(STORED_LEDGER), ODD_INT64),
+    first_entry_id=st.one_of(st.integers(-2, STORED_ENTRIES + 2), ODD_INT64),
+    last_entry_id=st.one_of(st.integers(-2, STORED_ENTRIES + 2), ODD_INT64),
+    max_bytes=st.one_of(st.integers(-5, 5000), ODD_INT64),
+    previous_lac=ODD_INT64,
+    long_poll_timeout_ms=st.one_of(st.just(0), st.integers(-(2**63), 300)),
+)
+
+
+def _absurd_read(target: Target, request: pb.ReadRequest) -> None:
+    reply = target.stub.Read(request, timeout=10.0)
+    assert reply.status in VALID_STATUSES
+    if reply.status == pb.OK and reply.entries:
+        ids = [entry.entry_id for entry in reply.entries]
+        assert ids == list(range(request.first_entry_id, request.first_entry_id + len(ids)))
+        assert ids[-1] <= request.last_entry_id
+    _check_served(target, list(reply.entries), request.ledger_id)
+    lac = target.stub.ReadLac(pb.ReadLacRequest(ledger_id=request.ledger_id), timeout=10.0)
+    assert lac.status in VALID_STATUSES
+    if lac.HasField("last_entry"):
+        _check_served(target, [lac.last_entry], request.ledger_id)
+    target.check_alive()
+
+
+@FAST
+@given(request=READS)
+def test_absurd_read_ranges_are_answered_with_a_status_and_valid_entries(
+    target: Target, request: pb.ReadRequest
+) -> None:
+    _absurd_read(target, request)
+
+
+# -- hostile adds ------------------------------------------------------------------------
+
+
+FLAWS = ("key", "digest", "durability", "lac", "ids")
+
+
+@st.composite
+def hostile_frames(draw: st.DrawFn) -> tuple[int, list[pb.AddEntry]]:
+    """Adds for a fresh ledger, about half of them wrong in one or more ways (absurd ids,
+    LACs outside -1..entry-1, wrong digests, wrong or malformed keys, unknown durability)."""
+    ledger_id = next(_ledger_ids)
+    entry_ids = draw(st.lists(st.integers(0, 20), min_size=1, max_size=8, unique=True))
+    adds = []
+    for entry_id in entry_ids:
+        flaws = draw(st.sets(st.sampled_from(FLAWS)) if draw(st.booleans()) else st.just(set()))
+        data = draw(st.binary(max_size=64))
+        ledger, entry, lac = ledger_id, entry_id, entry_id - 1
+        if "ids" in flaws:
+            ledger = draw(st.one_of(st.just(ledger_id), ODD_INT64))
+            entry = draw(ODD_INT64)
+            lac = max(entry - 1, -(2**63))
+        if "lac" in flaws:
+            lac = draw(ODD_INT64)
+        key = KEY
+        if "key" in flaws:
+            key = draw(st.sampled_from([master_key(b"other"), b"", b"x" * MASTER_KEY_BYTES]))
+        digest = None
+        if "digest" in flaws:
+            digest = draw(st.integers(0, 2**32 - 1))
+        durability = draw(st.sampled_from([2, 77])) if "durability" in flaws else pb.PERSISTENT
+        adds.append(
+            _add(
+                ledger,
+                entry,
+                data,
+                lac=lac,
+                key=key,
+                digest=digest,
+                durability=durability,
+                recovery=draw(st.booleans()),
+            )
+        )
+    return ledger_id, adds
+
+
+def _well_formed(add: pb.AddEntry) -> bool:
+    entry = add.entry
+    return (
+        entry.ledger_id >= 0
+        and entry.entry_id >= 0
+        and -1 <= entry.lac < entry.entry_id
+        and entry.digest == entry_digest(entry.ledger_id, entry.entry_id, entry.lac, entry.data)
+        and len(add.master_key) == MASTER_KEY_BYTES
+        and add.durability in (pb.PERSISTENT, pb.VOLATILE)
+    )
+
+
+def _hostile_adds(target: Target, ledger_id: int, adds: list[pb.AddEntry]) -> None:
+    results = target.add([pb.AddFrame(adds=adds)])
+    assert all(result.status in VALID_STATUSES for result in results)
+    by_id = {(r.ledger_id, r.entry_id): r.status for r in results}
+    accepted = []
+    for add in adds:
+        where = (add.entry.ledger_id, add.entry.entry_id)
+        if by_id.get(where) == pb.OK:
+            assert _well_formed(add), f"acknowledged a malformed add: {add}"
+            accepted.append((where, add.entry.data))
+        elif add.entry.entry_id >= 0 and add.entry.ledger_id >= 0:
+            target.refused.setdefault(where, set()).add(add.entry.data)
+    for where, data in accepted:  # the same bytes may have been refused in another add
+        target.refused.get(where, set()).discard(data)
+    target.acknowledged += len(accepted)
+    if ledger_id >= 0:
+        reply = target.stub.Read(
+            pb.ReadRequest(ledger_id=ledger_id, first_entry_id=0, last_entry_id=2**63 - 1),
+            timeout=10.0,
+        )
+        _check_served(target, list(reply.entries), ledger_id)
+        for add in adds:
+            entry = add.entry
+            if by_id.get((entry.ledger_id, entry.entry_id)) == pb.OK and entry.entry_id < 2**62:
+                one = target.stub.Read(
+                    pb.ReadRequest(
+                        ledger_id=ledger_id,
+                        first_entry_id=entry.entry_id,
+                        last_entry_id=entry.entry_id,
+                    ),
+                    timeout=10.0,
+                )
+                assert [e.data for e in one.entries] == [entry.data], "acknowledged entry lost"
+    target.check_alive()
+
+
+@FAST
+@given(frame=hostile_frames())
+def test_hostile_adds_are_refused_unless_well_formed_and_refused_ones_never_served(
+    target: Target, frame: tuple[int, list[pb.AddEntry]]
+) -> None:
+    _hostile_adds(target, *frame)
+
+
+# -- long variants -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@MANY
+@given(method=st.sampled_from(UNARY), body=st.binary(max_size=2000))
+def test_many_malformed_unary_requests(target: Target, method: str, body: bytes) -> None:
+    _raw_bytes_on_every_method(target, method, body)
+
+
+@pytest.mark.slow
+@MANY
+@given(request=READS)
+def test_many_absurd_reads(target: Target, request: pb.ReadRequest) -> None:
+    _absurd_read(target, request)
+
+
+@pytest.mark.slow
+@MANY
+@given(frame=hostile_frames())
+def test_many_hostile_adds(target: Target, frame: tuple[int, list[pb.AddEntry]]) -> None:
+    _hostile_adds(target, *frame)
