@@ -18,6 +18,7 @@ from tests.zk import ZooKeeperServer
 SEED = int(os.environ.get("WALOG_CHAOS_SEED", "0")) or int(time.time()) % 100_000
 
 
+@pytest.mark.timeout(400)  # ~60 s alone; a loaded machine slows every process down
 def test_acknowledged_records_survive_process_chaos(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
