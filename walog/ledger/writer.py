@@ -10,6 +10,14 @@ at the first entry not yet completed, CAS on the metadata), then the pending ent
 fragment are resent to the replacement. No add completes while a change is in flight: an
 ack from the bookie being replaced must not count for the new fragment.
 
+Each pending add records, per ensemble index, whether the bookie now at that index was sent
+it (``sent``) and acknowledged it (``acked``). A replacement clears both bits of its index;
+after every change, each pending add goes to every index of its write quorum that is
+healthy and has neither bit set. So however many changes happen (and whatever was skipped
+while an index was failed or had no replacement), no pending entry misses a bookie of its
+write quorum: a request in flight to a bookie that stays is either answered or times out,
+and the timeout replaces that bookie.
+
 Only :class:`LedgerContext` (store, pool, config) and the event loop are used here: no
 sockets, threads or wall clock, so the simulator runs this code unchanged.
 """
@@ -102,6 +110,7 @@ class PendingAdd:
     digest: int
     future: asyncio.Future[int]
     acked: int = 0  # bit i set: the bookie at ensemble index i answered OK
+    sent: int = 0  # bit i set: the add was sent to the bookie now at ensemble index i
 
 
 def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> list[PendingAdd]:
@@ -258,8 +267,9 @@ class AsyncLedgerWriter:
     def _send(self, add: PendingAdd, indexes: Iterable[int]) -> None:
         for index in indexes:
             if index in self._failed or index in self._unreplaceable:
-                continue  # resent to the replacement once the ensemble change is done
+                continue  # sent to the replacement once the ensemble change is done
             bookie = self._ensemble[index]
+            add.sent |= 1 << index
             self._clients[index].add_then(
                 self._ledger_id,
                 add.entry_id,
@@ -428,7 +438,6 @@ class AsyncLedgerWriter:
             await self._write_fragment(replacements)
             if self._error is not None:
                 return
-        self._unreplaceable -= set(replacements)
         for index, bookie in failed.items():
             # A failure recorded meanwhile (of another bookie at this index) stays queued.
             if index not in replacements and self._failed.get(index) == bookie:
@@ -472,16 +481,28 @@ class AsyncLedgerWriter:
             self._replaced.add(self._ensemble[index])
         old_ensemble, self._ensemble = self._ensemble, list(new_ensemble)
         self._clients = [self._ctx.pool.get(b) for b in self._ensemble]
-        # The replaced indexes are healthy again: _send skips failed indexes, so they must
-        # leave _failed before the pending entries are resent to the replacements.
+        # The replaced indexes are healthy again: _send skips failed and unreplaceable
+        # indexes, so they must leave both sets before the pending entries are resent.
+        moved = 0
         for index in replacements:
             if self._failed.get(index) == old_ensemble[index]:
                 del self._failed[index]
+            self._unreplaceable.discard(index)
+            moved |= 1 << index
         for add in self._pending:
-            moved = [i for i in self._write_sets[add.entry_id % self._e] if i in replacements]
-            for index in moved:
-                add.acked &= ~(1 << index)  # an ack of the replaced bookie no longer counts
-            self._send(add, moved)
+            # What the replaced bookie acked or was sent no longer counts for the new one.
+            add.acked &= ~moved
+            add.sent &= ~moved
+        self._resend_pending()
+
+    def _resend_pending(self) -> None:
+        """Send every pending add to each healthy index of its write quorum that neither
+        acknowledged it nor was sent it since its bookie joined the ensemble."""
+        for add in self._pending:
+            unsent = ~(add.acked | add.sent)
+            self._send(
+                add, [i for i in self._write_sets[add.entry_id % self._e] if unsent >> i & 1]
+            )
 
     async def _reread_open(self) -> None:
         """After a lost CAS: adopt the current metadata if still OPEN, else stop."""
