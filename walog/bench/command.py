@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 import walog.aio
 from walog.bench import floors, peers, scenarios
-from walog.bench.profile import Profile, sampling
+from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.ledger.durability import Durability
 from walog.testing import LocalCluster
@@ -115,6 +115,23 @@ class _Run:
         ) as progress:
             yield progress.update
 
+    def pids(self) -> dict[str, int]:
+        """The client (this process) and the running bookies, by label."""
+        pids = {"client": os.getpid()}
+        pids.update({f"bookie-{i}": pid for i in range(3) if (pid := self.cluster.pid(i))})
+        return pids
+
+    @contextlib.contextmanager
+    def cpu(self) -> Iterator[dict[str, float]]:
+        """Yield a dict that holds, after the block, the CPU seconds (user + system, all
+        threads) each process of :meth:`pids` used during the block."""
+        pids = self.pids()
+        before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        used: dict[str, float] = {}
+        yield used
+        for name, pid in pids.items():
+            used[name] = _cpu_seconds(pid) - before[name]
+
     def aio(self, body: Callable[[walog.aio.AsyncClient], Coroutine[Any, Any, T]]) -> T:
         async def run() -> T:
             client = await walog.aio.connect(self.uri)
@@ -128,17 +145,10 @@ class _Run:
     def walog_scenarios(self) -> None:
         seconds = self.plan.seconds
         r = self.results
-        bookie_pids = {f"bookie-{i}": self.cluster.pid(i) for i in range(3)}
-        pids = {"client": os.getpid(), **{k: v for k, v in bookie_pids.items() if v}}
-        profiling: contextlib.AbstractContextManager[list[Profile]] = (
-            sampling(pids, self.cluster.data_dir / "profiles", seconds)
-            if self.args.profile
-            else contextlib.nullcontext([])
-        )
-        with self.bar("ledger append PERSISTENT") as tick, profiling as profiles:
+        with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
             rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
-        self.profiles = list(profiles)
         r["ledger_append_eps"] = round(rate.per_second)
+        r["cpu_us_per_entry"] = {name: round(s * 1e6 / rate.ops, 1) for name, s in cpu.items()}
         r["ledger_append_mb_s"] = round(rate.mb_per_second, 2)
         with self.bar("ledger append VOLATILE") as tick:
             rate = self.aio(
@@ -153,9 +163,10 @@ class _Run:
         r["append_p50_ms"], r["append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
         r["append_p999_ms"] = summary["p999_ms"]
         r["append_latency_samples"] = int(summary["count"])
-        with self.bar("log append 100 B records", unit="rec") as tick:
+        with self.bar("log append 100 B records", unit="rec") as tick, self.cpu() as cpu:
             rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
         r["log_append_rps"] = round(rate.per_second)
+        r["cpu_us_per_record"] = {name: round(s * 1e6 / rate.ops, 2) for name, s in cpu.items()}
         with self.bar("sync API ledger append") as tick:
             rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
         r["sync_append_eps"] = round(rate.per_second)
@@ -171,6 +182,29 @@ class _Run:
             )
         r["recovery"] = [{"entries": p.entries, "seconds": round(p.seconds, 4)} for p in points]
         r["recovery_s"] = round(max(p.seconds for p in points), 4)
+
+    def profile(self) -> None:
+        """Sample the client and the bookies with py-spy during a second run of the
+        pipelined ledger append and of the log append (the measured runs stay unprofiled)."""
+        if py_spy() is None:
+            self.skipped["profile"] = "py-spy is not installed (pip install 'walog[bench]')"
+            return
+        seconds = min(self.plan.seconds, 5.0)
+        pids = self.pids()
+        directory = self.cluster.data_dir / "profiles"
+        runs: tuple[tuple[str, Callable[[walog.aio.AsyncClient], Coroutine[Any, Any, Any]]], ...]
+        runs = (
+            ("ledger append", lambda c: scenarios.ledger_append(c, seconds)),
+            ("log append", lambda c: scenarios.log_append(c, seconds)),
+        )
+        for name, body in runs:
+            with self.bar(f"profile: {name}", unit="run") as tick:
+                with sampling(pids, directory / name.replace(" ", "-"), seconds) as profiles:
+                    self.aio(body)
+                tick(1)
+            for profile in profiles:
+                profile.label = f"{name}: {profile.label}"
+                self.profiles.append(profile)
 
     def spark(self) -> None:
         wanted = self.args.spark == "yes" or (self.args.spark == "auto" and not self.plan.quick)
@@ -241,6 +275,16 @@ class _Run:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # Fields 14 and 15 of stat(5) (utime, stime), counted after the "(comm)" field.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _journal_bytes(bookie_dir: Path) -> int:
     return sum(
         path.stat().st_size
@@ -294,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = stack.enter_context(LocalCluster(bookies=3, data_dir=data_dir / "cluster"))
         run = _Run(args, plan, cluster)
         run.walog_scenarios()
+        if args.profile:
+            run.profile()
         run.spark()
         if args.peers:
             run.peer_scenarios()

@@ -7,27 +7,25 @@
   ceiling of any Python client/server pair that batches the same way, before a bookie does
   any work.
 
-``python -m walog.bench.floors serve`` runs the echo server (used by :func:`grpc_echo_floor`).
+The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
 
+from walog.bench.echo_server import METHOD
 from walog.bench.stats import Latency, Rate, payload
 
-_METHOD = "/walog.bench.Echo/Stream"
-_ACK = struct.Struct("<I")
 FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""
 
@@ -49,28 +47,11 @@ def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int
     return latency
 
 
-async def _serve(port_file: Path) -> None:
-    async def stream(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
-        async for frame in requests:
-            yield _ACK.pack(len(frame))
-
-    server = grpc.aio.server()
-    handler = grpc.method_handlers_generic_handler(
-        "walog.bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(stream)}
-    )
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    # Written once, before serving: a tiny write, not worth a thread.
-    port_file.write_text(str(port))  # noqa: ASYNC240
-    await server.wait_for_termination()
-
-
 async def _pump(target: str, batch: int, seconds: float, entry_bytes: int) -> Rate:
     frame = payload(entry_bytes) * batch
     async with grpc.aio.insecure_channel(target) as channel:
         await asyncio.wait_for(channel.channel_ready(), 10.0)
-        call = channel.stream_stream(_METHOD, None, None)(None)
+        call = channel.stream_stream(METHOD, None, None)(None)
         credit = asyncio.Semaphore(FRAMES_IN_FLIGHT)
         acked = 0
         stop = asyncio.Event()
@@ -103,7 +84,7 @@ def grpc_echo_floor(
     with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen(
-            [sys.executable, "-m", "walog.bench.floors", "serve", str(port_file)],
+            [sys.executable, "-m", "walog.bench.echo_server", str(port_file)],
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
         try:
@@ -119,17 +100,3 @@ def grpc_echo_floor(
         finally:
             server.terminate()
             server.wait(10)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``serve PORT_FILE``: run the echo server, writing its port to PORT_FILE."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[0] != "serve":
-        print("usage: python -m walog.bench.floors serve PORT_FILE", file=sys.stderr)
-        return 2
-    asyncio.run(_serve(Path(args[1])))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
