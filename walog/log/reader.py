@@ -184,6 +184,12 @@ class AsyncLogReader:
         if self._changed.is_set():
             self._changed.clear()
             self._meta, _ = await read_log(self._store, self.name)
+            if self._handle is not None and not self._handle.is_closed:
+                # The list changes when the ledger's writer rolls (it closes the ledger
+                # next and records that) or a new writer took over (after recovery closed
+                # it): a fresh open sees the ledger's end without relying on the handle
+                # having noticed the close.
+                self._stale = True
         if self._ledger_id is None:
             if self._meta.ledgers:
                 await self._enter(self._meta.ledgers[0].ledger_id, 0)
