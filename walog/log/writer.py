@@ -263,9 +263,10 @@ class AsyncLogWriter:
             self._fail_futures(futures, exc)
             return
         entry_id = entry.result()
+        ledger_id = ledger.ledger_id  # a property chain: read once per entry, not per record
         for slot, future in enumerate(futures):
             if not future.done():
-                future.set_result(Position(ledger.ledger_id, entry_id, slot))
+                future.set_result(Position(ledger_id, entry_id, slot))
 
     def _fail(self, exc: BaseException) -> None:
         """End the writer: the first failure is what every later call raises."""
