@@ -69,6 +69,8 @@ def test_profile_charges_self_time_to_the_innermost_frame() -> None:
         "process 1:python;thread (0x1);run (asyncio/base_events.py:600);"
         "_send (walog/ledger/writer.py:260);write (grpc/aio/_call.py:10) 3",
         "process 1:python;thread (0x1);run (asyncio/base_events.py:600) 1",
+        "process 1:python;thread (0x1);run (asyncio/base_events.py:600);"
+        "EpollSelector.select (/usr/lib/python3.11/selectors.py:468) 5",
         "garbage line",
     ]
     profile = summarise("client", lines)

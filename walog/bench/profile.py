@@ -40,6 +40,25 @@ _AREAS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Leaf frames that are a thread waiting, not working (py-spy's idle detection misses some
+# when sampling without stopping the process): the event loop's select, lock and condition
+# waits, the profiler's own wait for py-spy.
+_IDLE_LEAVES = frozenset(
+    {
+        ("select", "selectors.py"),
+        ("wait", "threading.py"),
+        ("_wait_for_tstate_lock", "threading.py"),
+        ("run", "threading.py"),
+        ("_wait", "subprocess.py"),
+        ("get", "queue.py"),
+    }
+)
+
+
+def _idle(func: str, path: str) -> bool:
+    return (func.rsplit(".", 1)[-1], path.rsplit("/", 1)[-1]) in _IDLE_LEAVES
+
+
 def py_spy() -> str | None:
     """Path of the py-spy binary, or None when it is not installed."""
     here = Path(sys.executable).parent / "py-spy"
@@ -112,9 +131,10 @@ def _short(path: str) -> str:
 def summarise(label: str, lines: Sequence[str], top: int = 12) -> Profile:
     """Fold py-spy's raw (collapsed) stacks into self-time shares by function and area.
 
-    A sample's self time goes to its innermost frame; the area is that of the innermost
-    frame that belongs to a known area, so time in a C extension called from walog code is
-    charged to the C extension's caller area only when the extension has no Python frames.
+    Samples whose innermost frame is a known wait (select, lock and condition waits) are
+    idle and left out. A sample's self time goes to its innermost frame; its area is that
+    of the innermost frame belonging to a known area, so time in a C extension (no Python
+    frames of its own) is charged to the area of the Python code that called it.
     """
     functions: collections.Counter[str] = collections.Counter()
     areas: collections.Counter[str] = collections.Counter()
@@ -128,8 +148,10 @@ def summarise(label: str, lines: Sequence[str], top: int = 12) -> Profile:
         frames = [f for f in frames if not f.startswith("thread ")]
         if not frames:
             continue
-        total += count
         func, path = _where(frames[-1])
+        if _idle(func, path):
+            continue
+        total += count
         functions[f"{func} ({_short(path)})"] += count
         area = "other (interpreter, libraries)"
         for frame in reversed(frames):

@@ -194,7 +194,8 @@ separate runs of the pipelined PERSISTENT ledger append and of the log append (t
 in the results table come from runs without the profiler attached). "Self" time is charged
 to the innermost Python frame of each sample; the area is the innermost frame that belongs to
 a known area, so time inside a C extension (gRPC core, protobuf, crc32c, lmdb, the fdatasync
-system call) is charged to the Python code that called it. Idle threads are not sampled.
+system call) is charged to the Python code that called it. Idle threads and samples
+waiting in `select` or on a lock are left out.
 """
 
 
