@@ -11,6 +11,8 @@ the rule it breaks and the records involved. Rules:
 - ``ack_moved``: an acknowledged record is in the log at another position than acknowledged.
 - ``writer_order``: one writer's records are not in (incarnation, seq) order in the log.
 - ``unknown_record``: the log holds a record no writer ever appended (key out of range).
+- ``tail_not_prefix``: what a reader tailing the log during the faults returned is not a
+  prefix of the final log (it saw a record that later vanished or moved, or skipped one).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class History:
     reads: dict[str, list[ReadRecord]]
     sent: Mapping[tuple[int, int], int] = dataclasses.field(default_factory=dict)
     """Upper bound of sequence numbers sent per (writer, incarnation), when known."""
+    tail: list[ReadRecord] | None = None
+    """What a reader tailing during the faults read, when one ran."""
 
 
 MAX_REPORTED = 10
@@ -75,7 +79,32 @@ def check(history: History) -> list[Violation]:
     for name in names:
         found += _check_sequence(name, history.reads[name], history.sent)
     found += _check_acks(history.acks, reference)
+    if history.tail is not None:
+        found += _check_prefix(history.tail, reference)
     return _cap(found)
+
+
+def _check_prefix(tail: Sequence[ReadRecord], final: Sequence[ReadRecord]) -> list[Violation]:
+    for index, record in enumerate(tail):
+        if index >= len(final):
+            return [
+                Violation(
+                    "tail_not_prefix",
+                    f"tail read {record.key}@{record.position} "
+                    f"past the end of the final log ({len(final)} records)",
+                )
+            ]
+        expected = final[index]
+        if (record.position, record.key) != (expected.position, expected.key):
+            return [
+                Violation(
+                    "tail_not_prefix",
+                    f"tail record {index} is "
+                    f"{record.key}@{record.position}, the final log has "
+                    f"{expected.key}@{expected.position}",
+                )
+            ]
+    return []
 
 
 def _compare_readers(

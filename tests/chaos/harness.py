@@ -82,6 +82,8 @@ class ChaosResult:
     records_read: int = 0
     ledgers: int = 0
     writer_starts: int = 0
+    tail_read: int = 0
+    tail_errors: int = 0
     nemesis_log: list[str] = dataclasses.field(default_factory=list)
     work_dir: Path | None = None
 
@@ -95,7 +97,8 @@ class ChaosResult:
         return (
             f"seed={self.config.seed} seconds={self.config.seconds:g} faults={len(self.schedule)} "
             f"acks={self.acks} read={self.records_read} ledgers={self.ledgers} "
-            f"writer_starts={self.writer_starts} violations={len(self.violations)}"
+            f"writer_starts={self.writer_starts} tail={self.tail_read}/{self.tail_errors}err "
+            f"violations={len(self.violations)}"
         )
 
     def report(self) -> str:
@@ -264,6 +267,15 @@ def final_takeover(uri: str, log_name: str) -> Position | None:
     return Position(ends[-1].ledger_id, ends[-1].last_entry_id, 0)
 
 
+def start_tail_reader(uri: str, log_name: str, out: Path) -> subprocess.Popen[bytes]:
+    """A reader process that follows the log during the faults (killed afterwards)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    cmd = [sys.executable, "-m", "tests.chaos.reader", "--tail", uri, log_name, "-",
+           str(out / "tail.jsonl")]  # fmt: skip
+    with (out / "tail.log").open("ab") as log:
+        return subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
 def run_readers(uri: str, log_name: str, end: Position | None, out: Path) -> dict[str, Path]:
     """Two fresh reader processes in parallel; their output files."""
     end_arg = "-" if end is None else f"{end.ledger_id}:{end.entry_id}"
@@ -308,7 +320,15 @@ def load_history(out: Path, writers: int, readers: dict[str, Path]) -> History:
         ]
         for name, path in readers.items()
     }
-    return History(acks, reads, sent)
+    tail_rows = list(read_json_lines(out / "tail.jsonl"))
+    tail = [
+        ReadRecord(
+            Position.parse(str(row["pos"])), RecordKey.parse(str(row["key"])), bool(row["intact"])
+        )
+        for row in tail_rows
+        if "pos" in row
+    ]
+    return History(acks, reads, sent, tail=tail)
 
 
 def run_chaos(config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer) -> ChaosResult:
@@ -331,6 +351,7 @@ def run_chaos(config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer) -
             )
         pool = WriterPool(uri, log_name, out, config)
         chaos = Nemesis(cluster, pool, zookeeper.connect_string, out)
+        tail = start_tail_reader(uri, log_name, out)
         try:
             for writer in range(config.writers):
                 pool.start(writer)
@@ -338,6 +359,8 @@ def run_chaos(config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer) -
             chaos.heal_all()
         finally:
             pool.kill_all()
+            tail.kill()
+            tail.wait()
             result.nemesis_log = chaos.log
         result.writer_starts = pool.starts
         result.violations += [Violation("writer_crashed", crash) for crash in pool.crashes]
@@ -354,6 +377,8 @@ def run_chaos(config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer) -
     history = load_history(out, config.writers, readers)
     result.acks = len(history.acks)
     result.records_read = len(history.reads.get("reader-a", []))
+    result.tail_read = len(history.tail or [])
+    result.tail_errors = sum(1 for row in read_json_lines(out / "tail.jsonl") if "error" in row)
     result.violations += check(history)
     return result
 

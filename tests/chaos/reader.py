@@ -5,6 +5,10 @@ until it has read the last entry ``END`` (``LEDGER:ENTRY``, or ``-`` for an empt
 then nothing more arrives for a moment; it writes one JSON line per record to ``OUT``:
 ``{"pos": POSITION, "key": KEY, "intact": BOOL}``. Exit status 3 when the end was not
 reached within the time limit (the log is then incomplete for this reader).
+
+With ``--tail`` it instead follows the log while the writers write and the nemesis strikes,
+appending each record to ``OUT`` as soon as it is read, until it is killed; what it read must
+be a prefix of the final log.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 import walog.aio
 from tests.chaos.records import JsonLines, decode
 from tests.chaos.worker import CHAOS_CLIENT
+from walog.errors import WalogError, is_retriable
 from walog.log.position import Position
 
 READ_LIMIT_S = 300.0
@@ -48,6 +53,29 @@ async def read_log(uri: str, name: str, end: Position | None) -> list[dict[str, 
     raise TimeoutError(f"did not reach {end} within {READ_LIMIT_S:g}s ({len(rows)} records)")
 
 
+async def tail_log(uri: str, name: str, out: JsonLines) -> None:
+    """Follow the log from the start while the writers write, until killed; every record
+    goes to ``out`` at once. A failed read is noted and the reader goes on."""
+    async with await walog.aio.connect(uri, config=CHAOS_CLIENT) as client:
+        log = await client.open_log(name)
+        reader = await log.open_reader("earliest")
+        while True:
+            try:
+                records = await reader.read_available(timeout=1.0)
+            except WalogError as exc:
+                out.write([{"error": f"{type(exc).__name__}: {exc}"}])
+                if not is_retriable(exc):
+                    raise
+                continue
+            out.write(
+                [
+                    {"pos": str(r.position), "key": str(key), "intact": intact}
+                    for r in records
+                    for key, intact in [decode(r.data)]
+                ]
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, read, write the output file."""
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.reader")
@@ -55,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("log")
     parser.add_argument("end", help="LEDGER:ENTRY of the last entry, or - for an empty log")
     parser.add_argument("out", type=Path)
+    parser.add_argument("--tail", action="store_true", help="follow the log until killed")
     args = parser.parse_args(argv)
+    if args.tail:
+        asyncio.run(tail_log(args.uri, args.log, JsonLines(args.out)))
+        return 0
     end = None if args.end == "-" else Position.parse(f"{args.end}:0")
     try:
         rows = asyncio.run(read_log(args.uri, args.log, end))

@@ -98,3 +98,11 @@ def test_schedule_is_a_function_of_the_seed_and_bounds_faulty_bookies() -> None:
         for step in timeline([f for f in first if f.kind == "kill_writer" and f.target == writer]):
             down += -1 if step.heal else 1
             assert down <= 1, "a writer killed again while down would run twice after healing"
+
+
+def test_tailing_reader_must_have_read_a_prefix_of_the_final_log() -> None:
+    history = _history(_log())
+    history.tail = _log()[:3]
+    assert check(history) == []
+    history.tail = [*_log()[:2], _log()[3]]
+    assert _rules(history) == {"tail_not_prefix"}
