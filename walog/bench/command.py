@@ -87,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
         help="where the local cluster keeps its files (default: a temp dir)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="measure nothing: render --report from the results of an earlier run",
+    )
     parser.add_argument("--metadata", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -321,6 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arg_list = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(arg_list)
     _quiet_logging()
+    if args.from_json is not None:
+        if args.report is None:
+            _parser().error("--from-json needs --report")
+        write_report(json.loads(args.from_json.read_text()), args.report)
+        return 0
     if args.metadata:
         print(
             "walog bench: --metadata is ignored; the benchmark starts its own local cluster",

@@ -175,7 +175,10 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
 * **log append** - 100-byte records through a `LogWriter`, which packs the records appended
   in one event-loop turn into one entry.
 * **tail lag** - one record per millisecond from a log writer to a tailing `LogReader` in the
-  same process (same clock): append, LAC propagation and the reader's long poll.
+  same process (same clock). A record becomes readable once its entry is confirmed and the
+  bookies learn the new last add confirmed, which travels on the writer's next entry (or in
+  an explicit update once the writer idles); the reader's long poll then returns. So the lag
+  is about two append round trips plus one read round trip.
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
 * **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time
@@ -185,7 +188,13 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
   in a subprocess, 32 threads) and NATS JetStream 2.x with three servers, an R3 file stream
   and `sync_interval: always` (1 KiB publishes, 256 in flight), both on loopback;
   the floors are a 4 KiB write + fdatasync loop on the cluster's disk and a bare grpc.aio
-  stream between two Python processes carrying 1 KiB entries N to a message.
+  stream between two Python processes carrying 1 KiB entries N to a message. The peers need
+  `apt-get install -y etcd-server` and `pip install 'walog[peers]'`; a missing one is
+  reported as skipped.
+
+The report can be re-rendered from its JSON without measuring again:
+`walog bench --from-json docs/benchmarks.json --report docs/benchmarks.md` (the command line
+at the top stays the one that measured).
 """
 
 _PROFILE_HELP = """\
