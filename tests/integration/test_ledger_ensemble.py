@@ -181,3 +181,51 @@ async def test_unresponsive_bookie_is_replaced_after_the_add_timeout(
         assert [first for first, _ in metadata.ensembles] == [0, 1]
         assert frozen not in metadata.ensembles[-1][1]
         await writer.close()
+
+
+async def test_pending_entries_reach_every_replacement_after_two_ensemble_changes(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    # Qa = Qw: no entry completes unless the entries pending at each change are resent to
+    # that change's replacement. The second kill takes the first replacement, so one
+    # ensemble index is replaced twice.
+    fresh_cluster.add_bookie()
+    fresh_cluster.add_bookie()
+    writer = await client.create_ledger(3, 3, 3)
+    first = writer.metadata.last_ensemble
+    acked: list[int] = []
+    victims: list[str] = []
+
+    for batch in range(16):
+        futures = [writer.append_nowait(b"entry-%d-%d" % (batch, i)) for i in range(20)]
+        if batch == 4:
+            victims.append(first[0])
+            fresh_cluster.kill(first[0])  # adds of this batch are in flight
+        elif batch == 10:
+            second = writer.metadata.last_ensemble
+            assert second[0] != first[0], "the first kill did not change the ensemble yet"
+            victims.append(second[0])
+            fresh_cluster.kill(second[0])
+        acked.extend(await asyncio.wait_for(asyncio.gather(*futures), timeout=60))
+    await writer.close()
+    assert acked == list(range(320))
+
+    metadata = await client.ledger_metadata(writer.ledger_id)
+    assert metadata.last_entry_id == 319
+    assert len(metadata.ensembles) == 3
+    assert not set(victims) & set(metadata.ensembles[-1][1])
+    bounds = [start for start, _ in metadata.ensembles] + [320]
+
+    async def check() -> None:
+        # Every entry of each later fragment reached every live bookie of its write quorum,
+        # the bookie that joined in that change included.
+        for (start, ensemble), end in zip(metadata.ensembles[1:], bounds[2:], strict=True):
+            live = tuple(b for b in ensemble if b not in victims)
+            for entry_id in range(start, end, 13):
+                held = await _holders(client, live, writer.ledger_id, entry_id)
+                assert held == set(range(len(live))), f"entry {entry_id} held by {held} of {live}"
+
+    await _eventually(check)
+    reader = await client.open_ledger(writer.ledger_id, recovery=False)
+    entries = await reader.read(0, 319)
+    assert [e.data for e in entries] == [b"entry-%d-%d" % (i // 20, i % 20) for i in range(320)]
