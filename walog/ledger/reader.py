@@ -286,7 +286,13 @@ class AsyncLedgerReader:
     async def _refresh_if_changed(self) -> None:
         if self._md_changed.is_set():
             self._md_changed.clear()
-            await self._refresh()
+            try:
+                await self._refresh()
+            except BaseException:
+                # Cancelled or failed before the new metadata was taken in: the change is
+                # still unseen, so look again next time rather than believe the old state.
+                self._md_changed.set()
+                raise
 
     async def _refresh(self) -> None:
         metadata, version = await self._ctx.read_metadata(self.ledger_id)
