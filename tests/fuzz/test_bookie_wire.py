@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bookie.server import MAX_MESSAGE_BYTES
 from walog.digest import MASTER_KEY_BYTES, entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
@@ -316,6 +317,28 @@ def test_hostile_adds_are_refused_unless_well_formed_and_refused_ones_never_serv
     target: Target, frame: tuple[int, list[pb.AddEntry]]
 ) -> None:
     _hostile_adds(target, *frame)
+
+
+def test_oversized_entries_and_frames_are_refused_and_the_bookie_keeps_serving(
+    target: Target,
+) -> None:
+    limit = target.stub.Info(pb.InfoRequest(), timeout=10.0).max_entry_bytes
+    assert limit > 0
+    ledger_id = next(_ledger_ids)
+    too_big = _add(ledger_id, 0, b"x" * (limit + 1))
+    (result,) = target.add([pb.AddFrame(adds=[too_big])])
+    assert result.status == pb.BAD_REQUEST
+    # A frame over the bookie's gRPC message limit is refused by the transport.
+    chunk = min(limit, 1 << 20)
+    count = MAX_MESSAGE_BYTES // chunk + 2
+    huge = pb.AddFrame(adds=[_add(ledger_id, i, b"y" * chunk) for i in range(count)])
+    assert huge.ByteSize() > MAX_MESSAGE_BYTES
+    with pytest.raises(grpc.RpcError) as refused:
+        target.add([huge])
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    ok = target.add([pb.AddFrame(adds=[_add(ledger_id, 0, b"fits")])])
+    assert [r.status for r in ok] == [pb.OK]
+    target.check_alive()
 
 
 # -- long variants -----------------------------------------------------------------------
