@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bookie.server import MAX_MESSAGE_BYTES
@@ -228,7 +228,7 @@ def hostile_frames(draw: st.DrawFn) -> tuple[int, list[pb.AddEntry]]:
     LACs outside -1..entry-1, wrong digests, wrong or malformed keys, unknown durability)."""
     ledger_id = next(_ledger_ids)
     entry_ids = draw(st.lists(st.integers(0, 20), min_size=1, max_size=8, unique=True))
-    adds = []
+    adds: list[pb.AddEntry] = []
     for entry_id in entry_ids:
         flaws = draw(st.sets(st.sampled_from(FLAWS)) if draw(st.booleans()) else st.just(set()))
         data = draw(st.binary(max_size=64))
@@ -246,6 +246,8 @@ def hostile_frames(draw: st.DrawFn) -> tuple[int, list[pb.AddEntry]]:
         if "digest" in flaws:
             digest = draw(st.integers(0, 2**32 - 1))
         durability = draw(st.sampled_from([2, 77])) if "durability" in flaws else pb.PERSISTENT
+        if any((a.entry.ledger_id, a.entry.entry_id) == (ledger, entry) for a in adds):
+            continue  # results are matched to adds by (ledger, entry): keep them unique
         adds.append(
             _add(
                 ledger,
@@ -258,6 +260,7 @@ def hostile_frames(draw: st.DrawFn) -> tuple[int, list[pb.AddEntry]]:
                 recovery=draw(st.booleans()),
             )
         )
+    assume(adds)
     return ledger_id, adds
 
 
