@@ -75,29 +75,16 @@ class StandaloneSpark:
             master = self._launch(
                 "master",
                 "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--webui-port",
-                "0",
-            )
-            self._wait_for(master, "I have been elected leader")
+                "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", "0",
+            )  # fmt: skip
+            # The worker retries until the master listens: start both JVMs at once.
             self._launch(
                 "worker",
                 "org.apache.spark.deploy.worker.Worker",
                 self.master_url,
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--webui-port",
-                "0",
-                "--work-dir",
-                str(self.work_dir / "work"),
-            )
+                "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0",
+                "--work-dir", str(self.work_dir / "work"),
+            )  # fmt: skip
             self._wait_for(master, "Registering worker")
         except BaseException:
             self.close()

@@ -244,6 +244,7 @@ def test_archive_rerun_redoes_a_write_that_did_not_finish(
     assert rows == [w for w in written if w[0] < intent.through]
 
 
+@pytest.mark.timeout(420)  # three JVMs and an executor start on a busy 2-core machine
 def test_archive_command_runs_on_a_standalone_spark_cluster(
     cluster: LocalCluster, log_name: str, tmp_path: Path
 ) -> None:
@@ -261,7 +262,7 @@ def test_archive_command_runs_on_a_standalone_spark_cluster(
                 "--no-progress",
             ]  # fmt: skip
             done = subprocess.run(
-                command, env=standalone.env(), capture_output=True, timeout=300, check=False
+                command, env=standalone.env(), capture_output=True, timeout=360, check=False
             )
         assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
         assert b"archived ledgers" in done.stdout
