@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bookies", type=int, default=5)
     parser.add_argument("--writers", type=int, default=3)
     parser.add_argument("--quorum", default="3,3,2", help="E,Qw,Qa (e.g. 3,2,2)")
+    parser.add_argument(
+        "--mutation",
+        action="append",
+        default=[],
+        help="plant a test-only protocol bug in the writers (repeatable)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dirs of passed rounds")
     args = parser.parse_args(argv)
     ensemble, write, ack = (int(part) for part in args.quorum.split(","))
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 ensemble_size=ensemble,
                 write_quorum=write,
                 ack_quorum=ack,
+                mutations=tuple(args.mutation),
             )
             work = Path(tempfile.mkdtemp(prefix=f"walog-chaos-{seed}-"))
             result = run_chaos(config, work, zookeeper)

@@ -27,7 +27,7 @@ import walog
 from tests.chaos import nemesis
 from tests.chaos.checker import Ack, History, ReadRecord, Violation, check
 from tests.chaos.records import RecordKey, read_json_lines
-from tests.chaos.worker import CHAOS_CLIENT
+from tests.chaos.worker import CHAOS_CLIENT, MUTATIONS_ENV
 from tests.zk import ZooKeeperServer
 from walog.errors import is_retriable
 from walog.log.position import Position
@@ -58,6 +58,9 @@ class ChaosConfig:
     ack_quorum: int = 2
     session_timeout: float = 4.0
     max_faulty_bookies: int = 2
+    mutations: tuple[str, ...] = ()
+    """Test-only protocol mutations (walog.ledger.mutations) switched on in the writers, to
+    show that the checker catches the bug each one plants."""
 
     def schedule(self) -> list[nemesis.Fault]:
         """The run's fault schedule."""
@@ -105,9 +108,11 @@ class ChaosResult:
         """The summary, violations, the seed and the nemesis schedule as carried out."""
         lines = [self.summary(), f"work dir: {self.work_dir}"]
         lines += [f"VIOLATION {violation}" for violation in self.violations]
+        mutation = "".join(f" --mutation {name}" for name in self.config.mutations)
         lines.append(
             f"replay: python -m tests.chaos --seconds {self.config.seconds:g} "
-            f"--seed {self.config.seed}"
+            f"--seed {self.config.seed} --quorum {self.config.ensemble_size},"
+            f"{self.config.write_quorum},{self.config.ack_quorum}{mutation}"
         )
         lines.append("nemesis schedule:")
         lines.append(nemesis.format_schedule(self.schedule))
@@ -147,6 +152,7 @@ class WriterPool:
             f"{self._config.ack_quorum}",
         ]  # fmt: skip
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+        env[MUTATIONS_ENV] = ",".join(self._config.mutations)
         self.procs[writer] = subprocess.Popen(
             cmd, stdout=events, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
         )

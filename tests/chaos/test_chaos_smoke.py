@@ -45,3 +45,16 @@ def test_acknowledged_records_survive_long_chaos(
         result = run_chaos(config, tmp_path / str(seed), zookeeper)
         assert result.ok, result.report()
         seed += 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_chaos_checker_catches_a_planted_fencing_bug(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """With recovery reads that do not fence (a planted bug), a writer that was taken over
+    keeps getting acknowledgements for records the log then drops: ``ack_lost``."""
+    config = ChaosConfig(seed=SEED, seconds=20.0, mutations=("no_fence_on_recovery_reads",))
+    result = run_chaos(config, tmp_path, zookeeper)
+    rules = {violation.rule for violation in result.violations}
+    assert "ack_lost" in rules, f"the planted bug went unnoticed:\n{result.report()}"

@@ -31,10 +31,14 @@ from typing import Any
 import walog.aio
 from tests.chaos.records import JsonLines, RecordKey, payload
 from walog.errors import WalogError, WriterFencedError
+from walog.ledger import mutations
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.log.log import AsyncLog
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
+
+MUTATIONS_ENV = "WALOG_CHAOS_MUTATIONS"
+"""Comma-separated test-only protocol mutations to switch on in this writer process."""
 
 # Short client time limits: a paused bookie is replaced within seconds, not tens of them.
 CHAOS_CLIENT = ClientConfig(timeouts=Timeouts(add=2.0, read=2.0, metadata=5.0))
@@ -133,6 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quorum", default="3,3,2", help="E,Qw,Qa of new ledgers")
     args = parser.parse_args(argv)
     ensemble, write, ack = (int(part) for part in args.quorum.split(","))
+    planted = [name for name in os.environ.get(MUTATIONS_ENV, "").split(",") if name]
+    if planted:
+        mutations.set_enabled(planted)
+        _emit("mutations", names=planted)
     state = ChaosWriter(args.writer, args.incarnation, args.out_dir, args.seed)
     asyncio.run(run(args.uri, args.log, state, (ensemble, write, ack)))
 
