@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import itertools
 from collections.abc import Callable, Iterable, Iterator
@@ -88,6 +89,10 @@ class BookieCore:
         self._dirty: set[int] = set()
         self._unsynced: list[tuple[int, int]] = []
         self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        # Ledgers whose FENCE record is queued but not synced yet: every fence of such a
+        # ledger waits for that one record. A fenced ledger absent from here is durably
+        # fenced (its record synced, or replayed from disk on open).
+        self._fencing: dict[int, asyncio.Future[GroupReport]] = {}
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="bookie-read")
         self._checkpoint_lock = asyncio.Lock()
@@ -337,22 +342,40 @@ class BookieCore:
     async def fence(self, ledger_id: int, master_key: bytes) -> tuple[Status, int, int]:
         """Fence the ledger, durably, before answering ``(status, lac, last_entry_id)``.
 
-        An unknown ledger is created with ``master_key``; another key is UNAUTHORIZED.
+        Only the first fence writes (and syncs) a FENCE record; fences arriving while it is
+        in the journal wait for that same sync, and fences of a durably fenced ledger
+        answer at once. An unknown ledger is created with ``master_key``; another key is
+        UNAUTHORIZED.
         """
         if self._closed or self.journal.failed is not None:
             return Status.IO_ERROR, -1, -1
         state, status = self._ledger_for_write(ledger_id, master_key)
         if state is None:
             return status, -1, -1
-        state.fenced = True
-        self._dirty.add(ledger_id)
-        waiter = self.journal.append((fence_record(ledger_id),), sync=True)
-        assert waiter is not None
-        try:
-            await waiter
-        except StorageIOError:
-            return Status.IO_ERROR, -1, -1
+        waiter = self._fencing.get(ledger_id)
+        if waiter is None and not state.fenced:
+            state.fenced = True  # plain adds are refused from now on, before the sync
+            self._dirty.add(ledger_id)
+            waiter = self.journal.append((fence_record(ledger_id),), sync=True)
+            assert waiter is not None
+            self._fencing[ledger_id] = waiter
+            waiter.add_done_callback(functools.partial(self._fence_synced, ledger_id))
+        if waiter is not None:
+            try:
+                # Shared by every fence of the ledger: one cancelled request must not
+                # cancel the others' wait.
+                await asyncio.shield(waiter)
+            except StorageIOError:
+                return Status.IO_ERROR, -1, -1
         return Status.OK, state.lac, state.last_entry_id
+
+    def _fence_synced(self, ledger_id: int, waiter: asyncio.Future[GroupReport]) -> None:
+        # Only a synced record makes the ledger durably fenced. After a failed sync the
+        # future stays here, so a later fence of this ledger waits on it and answers
+        # IO_ERROR too (the journal has failed: nothing can be persisted any more).
+        synced = not waiter.cancelled() and waiter.exception() is None
+        if synced and self._fencing.get(ledger_id) is waiter:
+            del self._fencing[ledger_id]
 
     # -- reads ------------------------------------------------------------------------------
 

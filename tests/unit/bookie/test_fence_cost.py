@@ -1,0 +1,129 @@
+"""Fencing costs one journal record and one sync per ledger (seed 002, "Fencing").
+
+A fence is persisted before it is first acknowledged; fences of a ledger whose fence is
+already durable answer without touching the journal, and fences that arrive while the first
+one is being persisted wait for that same sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from bookie.core import BookieCore
+from bookie.records import fence_record
+from tests.unit.bookie.helpers import KEY, add, open_core
+from walog.transport.base import Status
+
+
+class SyncCounter:
+    """Counts ``os.fdatasync`` calls; while ``hold`` is cleared, syncs block until set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.hold = threading.Event()
+        self.hold.set()
+        real = os.fdatasync
+
+        def fdatasync(fd: int) -> None:
+            self.calls += 1
+            self.entered.set()
+            if not self.hold.wait(timeout=30):
+                raise OSError("test gate never opened")
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def count_fence_records(core: BookieCore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Ledger ids of the FENCE records queued to the core's journal from now on."""
+    fenced: list[int] = []
+    append = core.journal.append
+
+    def counting_append(parts: Sequence[bytes], **kwargs: object) -> object:
+        for ledger_id in (1, 2):
+            if parts and parts[0] == fence_record(ledger_id):
+                fenced.append(ledger_id)
+        return append(parts, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core.journal, "append", counting_append)
+    return fenced
+
+
+async def test_fence_of_a_durably_fenced_ledger_neither_writes_nor_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in range(3):
+        await add(core, 1, entry_id)
+    syncs = SyncCounter(monkeypatch)
+    records = count_fence_records(core, monkeypatch)
+    assert await core.fence(1, KEY) == (Status.OK, 1, 2)
+    assert records == [1]
+    assert syncs.calls == 1
+    written = core.stats.journal_bytes
+    for _ in range(5):
+        assert await core.fence(1, KEY) == (Status.OK, 1, 2)
+    assert records == [1]
+    assert syncs.calls == 1
+    assert core.stats.journal_bytes == written
+    assert (await add(core, 1, 3))[0] is Status.FENCED
+    await core.abandon()
+
+    # A fence replayed from disk is durable too.
+    monkeypatch.undo()
+    core = await open_core(tmp_path)
+    syncs = SyncCounter(monkeypatch)
+    records = count_fence_records(core, monkeypatch)
+    assert await core.fence(1, KEY) == (Status.OK, 1, 2)
+    assert records == []
+    assert syncs.calls == 0
+    await core.close()
+
+
+async def test_concurrent_first_fences_all_wait_for_the_one_persisting_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 1, 0)  # the master key is journaled and synced before the fences
+    syncs = SyncCounter(monkeypatch)
+    records = count_fence_records(core, monkeypatch)
+    syncs.hold.clear()
+    fences = [asyncio.ensure_future(core.fence(1, KEY)) for _ in range(3)]
+    # The first fence's record is being synced: the journal thread is inside fdatasync.
+    assert await asyncio.to_thread(syncs.entered.wait, 30)
+    late = asyncio.ensure_future(core.fence(1, KEY))
+    done, _ = await asyncio.wait([*fences, late], timeout=0.05)
+    assert not done, "a fence was acknowledged before the fence record was synced"
+    assert records == [1]
+    assert (await add(core, 1, 1))[0] is Status.FENCED  # refused from the first fence on
+    syncs.hold.set()
+    assert await asyncio.gather(*fences, late) == [(Status.OK, -1, 0)] * 4
+    assert records == [1]
+    assert syncs.calls == 1
+    await core.close()
+
+
+async def test_cancelled_fence_does_not_cancel_the_others_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 2, 0)
+    syncs = SyncCounter(monkeypatch)
+    syncs.hold.clear()
+    first = asyncio.ensure_future(core.fence(2, KEY))
+    second = asyncio.ensure_future(core.fence(2, KEY))
+    assert await asyncio.to_thread(syncs.entered.wait, 30)
+    first.cancel()
+    syncs.hold.set()
+    assert await second == (Status.OK, -1, 0)
+    assert first.cancelled()
+    assert await core.fence(2, KEY) == (Status.OK, -1, 0)
+    assert syncs.calls == 1
+    await core.close()
