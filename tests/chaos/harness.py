@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -338,9 +339,25 @@ def load_history(out: Path, writers: int, readers: dict[str, Path]) -> History:
 
 
 def run_chaos(config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer) -> ChaosResult:
-    """Run the whole scenario once (see the module docstring) and check it."""
-    schedule = config.schedule()
-    result = ChaosResult(config, schedule, [], work_dir=work_dir)
+    """Run the whole scenario once (see the module docstring) and check it.
+
+    An exception in any phase (a cluster that does not heal, a final takeover that keeps
+    failing) becomes a ``run_failed`` violation, so the report still names the seed and the
+    schedule.
+    """
+    result = ChaosResult(config, config.schedule(), [], work_dir=work_dir)
+    try:
+        _run(config, work_dir, zookeeper, result)
+    except Exception as exc:  # reported with the seed instead of a bare traceback
+        detail = "".join(traceback.format_exception(exc)[-6:])
+        result.violations.append(Violation("run_failed", f"{type(exc).__name__}: {detail}"))
+    return result
+
+
+def _run(
+    config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer, result: ChaosResult
+) -> None:
+    schedule = result.schedule
     out = work_dir / "history"
     out.mkdir(parents=True, exist_ok=True)
     uri = zookeeper.uri(
@@ -386,7 +403,6 @@ def run_chaos(config: ChaosConfig, work_dir: Path, zookeeper: ZooKeeperServer) -
     result.tail_read = len(history.tail or [])
     result.tail_errors = sum(1 for row in read_json_lines(out / "tail.jsonl") if "error" in row)
     result.violations += check(history)
-    return result
 
 
 @contextlib.contextmanager
