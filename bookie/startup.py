@@ -9,11 +9,13 @@ ledger's earlier records. Blocking; the core runs it in its storage thread.
 from __future__ import annotations
 
 import dataclasses
+import struct
 
+import lmdb
 import structlog
 
 from bookie.config import StorageConfig
-from bookie.journal import fsync_dir, journal_files, replay
+from bookie.journal import StorageIOError, fsync_dir, journal_files, replay
 from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import CachedEntry, EntryStorage, WriteCache
@@ -81,6 +83,11 @@ def load_store(config: StorageConfig) -> LoadedStore:
             if seq < mark.file_seq:
                 path.unlink()
         loaded.next_journal_seq = max([mark.file_seq, *(seq for seq, _ in files)]) + 1
+    except (ValueError, struct.error, lmdb.Error) as exc:
+        # Damaged index records (ledger states, keys, locations): refuse to start with one
+        # clear error rather than a raw decoding error.
+        storage.close()
+        raise StorageIOError(f"cannot load the store in {config.data_dir}: {exc}") from exc
     except BaseException:
         storage.close()
         raise
