@@ -121,7 +121,7 @@ async def _after_index_damage(path: Path) -> None:
         core = await open_core(path)
     except StorageIOError as exc:
         # Refusing to start on an index it cannot read is safe; it must say so clearly.
-        assert "cannot open index" in str(exc), exc
+        assert "cannot open index" in str(exc) or "cannot load the store" in str(exc), exc
         return
     try:
         for entry_id in range(ENTRIES + 1):
