@@ -352,14 +352,14 @@ class BookieCore:
         state, status = self._ledger_for_write(ledger_id, master_key)
         if state is None:
             return status, -1, -1
-        waiter = self._fencing.get(ledger_id)
-        if waiter is None and not state.fenced:
+        if not state.fenced:
             state.fenced = True  # plain adds are refused from now on, before the sync
             self._dirty.add(ledger_id)
-            waiter = self.journal.append((fence_record(ledger_id),), sync=True)
-            assert waiter is not None
-            self._fencing[ledger_id] = waiter
-            waiter.add_done_callback(functools.partial(self._fence_synced, ledger_id))
+            record = self.journal.append((fence_record(ledger_id),), sync=True)
+            assert record is not None
+            self._fencing[ledger_id] = record
+            record.add_done_callback(functools.partial(self._fence_synced, ledger_id))
+        waiter = self._fencing.get(ledger_id)
         if waiter is not None:
             try:
                 # Shared by every fence of the ledger: one cancelled request must not
@@ -580,6 +580,7 @@ class BookieCore:
             waiters = []
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
+                self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
                 self._cache.drop_ledger(ledger_id)
                 self._dirty.discard(ledger_id)
                 self._wake(ledger_id)

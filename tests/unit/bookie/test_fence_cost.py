@@ -127,3 +127,29 @@ async def test_cancelled_fence_does_not_cancel_the_others_wait(
     assert await core.fence(2, KEY) == (Status.OK, -1, 0)
     assert syncs.calls == 1
     await core.close()
+
+
+async def test_ledger_deleted_while_its_fence_syncs_is_fenced_anew_when_recreated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 1, 0)
+    syncs = SyncCounter(monkeypatch)
+    records = count_fence_records(core, monkeypatch)
+    syncs.hold.clear()
+    first = asyncio.ensure_future(core.fence(1, KEY))
+    assert await asyncio.to_thread(syncs.entered.wait, 30)
+    deleted = asyncio.ensure_future(core.delete_ledgers([1]))
+    while core.ledgers():  # the deletion forgets the ledger before its record is synced
+        await asyncio.wait([deleted], timeout=0.01)
+    second = asyncio.ensure_future(core.fence(1, KEY))  # recreates the ledger
+    done, _ = await asyncio.wait([second], timeout=0.05)
+    assert not done
+    assert core.is_fenced(1)
+    assert records == [1, 1]
+    syncs.hold.set()
+    assert await first == (Status.OK, -1, 0)
+    await deleted
+    assert await second == (Status.OK, -1, -1)
+    assert (await add(core, 1, 0))[0] is Status.FENCED
+    await core.close()
