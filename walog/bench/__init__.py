@@ -5,6 +5,30 @@
 Debian's ``etcd-server``.
 """
 
-from walog.bench.command import main
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``walog bench`` with ``argv`` (default: the process arguments); return the status.
+
+    The harness is imported here, not with the package, so that helper modules run with
+    ``python -m walog.bench.<module>`` (the echo server, the etcd load generator) load
+    only what they use.
+    """
+    try:
+        from walog.bench.command import main as run
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.startswith("walog"):
+            raise
+        print(
+            f"walog: error: benchmarking needs {exc.name!r}: pip install 'walog[bench]'",
+            file=sys.stderr,
+        )
+        return 2
+    return run(argv)
+
 
 __all__ = ["main"]

@@ -290,10 +290,12 @@ class _Run:
                 r["etcd_put_ops"] = round(result["put_ops"])
                 r["etcd_put_p50_ms"] = result["latency"]["p50_ms"]
                 r["etcd_put_p99_ms"] = result["latency"]["p99_ms"]
+                r["etcd_put_p999_ms"] = result["latency"]["p999_ms"]
             else:
                 r["nats_r3_sync_ops"] = round(result["sync_ops"])
                 r["nats_p50_ms"] = result["latency"]["p50_ms"]
                 r["nats_p99_ms"] = result["latency"]["p99_ms"]
+                r["nats_p999_ms"] = result["latency"]["p999_ms"]
         if r.get("nats_r3_sync_ops"):
             r["vs_nats_x"] = round(r["ledger_append_eps"] / r["nats_r3_sync_ops"], 2)
         if r.get("etcd_put_ops"):
@@ -377,6 +379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {
         **run.results,
         "skipped": run.skipped,
+        "config": {
+            "ledger_window": scenarios.LEDGER_WINDOW,
+            "log_window": scenarios.LOG_WINDOW,
+            "entry_bytes": scenarios.ENTRY_BYTES,
+            "record_bytes": scenarios.RECORD_BYTES,
+        },
         "quick": plan.quick,
         "seconds_per_scenario": plan.seconds,
         "command": shlex.join(["walog", "bench", *arg_list]),

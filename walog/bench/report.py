@@ -102,21 +102,25 @@ def plot(results: dict[str, Any], directory: Path) -> list[tuple[str, str]]:
     plt.close(fig)
     made.append(("Throughput", "bench-throughput.png"))
 
+    nan = float("nan")  # a percentile the run did not measure: no bar
     groups = [
-        (name, [results.get(f"{prefix}_{p}_ms", 0.0) for p in ("p50", "p99", "p999")])
-        for name, prefix in (("append, 1 in flight", "append"), ("tail lag", "tail_lag"))
+        (name, [results.get(f"{prefix}_{p}_ms", nan) for p in ("p50", "p99", "p999")])
+        for name, prefix in (
+            ("append, 1 in flight", "append"),
+            ("tail lag", "tail_lag"),
+            ("etcd put, 1 in flight", "etcd_put"),
+            ("NATS publish, 1 in flight", "nats"),
+        )
         if f"{prefix}_p50_ms" in results
     ]
-    for name, prefix in (("etcd put", "etcd_put"), ("NATS publish", "nats")):
-        if f"{prefix}_p50_ms" in results:
-            groups.append((name, [results[f"{prefix}_p50_ms"], results[f"{prefix}_p99_ms"], 0.0]))
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.25
     for j, pct in enumerate(("p50", "p99", "p99.9")):
         xs = [i + (j - 1) * width for i in range(len(groups))]
         ax.bar(xs, [g[1][j] for g in groups], width, label=pct)
-    ax.set_xticks(range(len(groups)), [g[0] for g in groups])
-    ax.set_ylabel("milliseconds")
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("milliseconds (log scale)")
     ax.set_title("Latency (HdrHistogram)")
     ax.legend()
     fig.tight_layout()
@@ -166,9 +170,9 @@ All scenarios run against a `walog.testing.LocalCluster`: three real bookie proc
 loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this one machine
 (client and bookies share its cores). Each scenario runs for a fixed wall-clock budget.
 
-* **ledger append, pipelined** - 1 KiB entries, 2048 appends in flight, `append_nowait` of
-  the asyncio API; PERSISTENT (bookies acknowledge after the journal fdatasync) and VOLATILE
-  (after the write, seed 004).
+* **ledger append, pipelined** - 1 KiB entries, {ledger_window} appends in flight,
+  `append_nowait` of the asyncio API; PERSISTENT (bookies acknowledge after the journal
+  fdatasync) and VOLATILE (after the write, seed 004).
 * **sync API** - the same through `walog.connect(...)` and `append_async` (the event loop
   runs in a background thread; appends are handed over in batches).
 * **one in flight** - `await append()` one at a time: the latency of a durable append.
@@ -296,7 +300,8 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         lines += [f"| {b} | {v:,} |" for b, v in results["grpc_echo_eps"].items()]
         lines.append("")
     lines += _cpu_section(results)
-    lines += ["## Scenarios", "", _SCENARIOS]
+    config = {"ledger_window": "?", **results.get("config", {})}
+    lines += ["## Scenarios", "", _SCENARIOS.format(**config)]
     if results.get("profile"):
         lines += _profile_section(results)
     path.write_text("\n".join(lines).rstrip() + "\n")

@@ -15,7 +15,8 @@ import dataclasses
 import struct
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import walog
 import walog.aio
@@ -31,7 +32,7 @@ Progress = Callable[[int], None]
 ENTRY_BYTES = 1024
 RECORD_BYTES = 100
 ENSEMBLE = (3, 3, 2)  # E, Qw, Qa for every scenario
-LEDGER_WINDOW = 2048  # ledger appends in flight in the throughput scenarios
+LEDGER_WINDOW = 256  # ledger appends in flight in the throughput scenarios
 LOG_WINDOW = 32768  # log records in flight
 LOG_BATCH = 1024  # records handed to the log writer per event-loop turn
 _STAMP = struct.Struct("<q")
@@ -39,6 +40,20 @@ _STAMP = struct.Struct("<q")
 
 def _noop(_: int) -> None:
     pass
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # marks a failure as seen: the scenario already raised the first
+
+
+def _abandon(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Appends left in flight when a scenario fails: consume their outcomes quietly."""
+    for future in futures:
+        if future.done():
+            _retrieve(future)
+        else:
+            future.add_done_callback(_retrieve)
 
 
 async def ledger_append(
@@ -75,6 +90,7 @@ async def ledger_append(
         elapsed = time.perf_counter() - started
         progress(done % 256)
     finally:
+        _abandon(inflight)
         with contextlib.suppress(WalogError):
             await writer.close()
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
@@ -135,7 +151,10 @@ async def log_append(
             progress(len(oldest))
         elapsed = time.perf_counter() - started
     finally:
-        await writer.close()
+        for batch in batches:
+            _abandon(batch)
+        with contextlib.suppress(WalogError):
+            await writer.close()
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * RECORD_BYTES)
 
 
