@@ -95,18 +95,32 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="measure nothing: render --report from the results of an earlier run",
     )
-    parser.add_argument("--metadata", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--metadata",
+        default=None,
+        metavar="URI",
+        help="measure this running cluster instead of starting a local one (no bookie "
+        "restart, no bookie CPU or profiles then)",
+    )
     return parser
 
 
 class _Run:
     """One benchmark run: the cluster, the results so far, progress bars."""
 
-    def __init__(self, args: argparse.Namespace, plan: _Plan, cluster: LocalCluster) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        plan: _Plan,
+        uri: str,
+        cluster: LocalCluster | None,
+        data_dir: Path,
+    ) -> None:
         self.args = args
         self.plan = plan
         self.cluster = cluster
-        self.uri = cluster.metadata_uri
+        self.uri = uri
+        self.data_dir = data_dir
         self.results: dict[str, Any] = {}
         self.skipped: dict[str, str] = {}
         self.profiles: list[Profile] = []
@@ -126,7 +140,10 @@ class _Run:
     def pids(self) -> dict[str, int]:
         """The client (this process) and the running bookies, by label."""
         pids = {"client": os.getpid()}
-        pids.update({f"bookie-{i}": pid for i in range(3) if (pid := self.cluster.pid(i))})
+        if self.cluster is not None:
+            for i in range(len(self.cluster.bookie_ids)):
+                if pid := self.cluster.pid(i):
+                    pids[f"bookie-{i}"] = pid
         return pids
 
     @contextlib.contextmanager
@@ -199,7 +216,7 @@ class _Run:
             return
         seconds = min(self.plan.seconds, 5.0)
         pids = self.pids()
-        directory = self.cluster.data_dir / "profiles"
+        directory = self.data_dir / "profiles"
         runs: tuple[tuple[str, Callable[[walog.aio.AsyncClient], Coroutine[Any, Any, Any]]], ...]
         runs = (
             ("ledger append", lambda c: scenarios.ledger_append(c, seconds)),
@@ -248,6 +265,9 @@ class _Run:
 
     def bookie_restart(self) -> None:
         """Fill the bookies, SIGKILL one, time its restart (journal replay + registration)."""
+        if self.cluster is None:
+            self.skipped["bookie_restart_s"] = "needs the local cluster (not with --metadata)"
+            return
         with self.bar("bookie restart", unit="step") as tick:
             written = self.aio(lambda c: scenarios.fill_ledger(c, self.plan.restart_mb))
             tick(1)
@@ -266,7 +286,7 @@ class _Run:
         seconds = self.plan.peer_seconds
         r = self.results
         with self.bar("floor: fdatasync 4 KiB", unit="sync"):
-            fsync = floors.fdatasync_floor(self.cluster.data_dir, min(seconds, 3.0))
+            fsync = floors.fdatasync_floor(self.data_dir, min(seconds, 3.0))
         r["fsync_floor_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
         r["fsync_floor_p99_us"] = round(fsync.percentile_ms(99.0) * 1000.0, 1)
         with self.bar("floor: grpc.aio echo", unit="batch"):
@@ -353,11 +373,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             _parser().error("--from-json needs --report")
         write_report(json.loads(args.from_json.read_text()), args.report)
         return 0
-    if args.metadata:
-        print(
-            "walog bench: --metadata is ignored; the benchmark starts its own local cluster",
-            file=sys.stderr,
-        )
     if args.seconds is not None and args.seconds <= 0:
         _parser().error(f"--seconds must be > 0, got {args.seconds}")
     plan = _Plan(args.quick, args.seconds)
@@ -367,8 +382,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="walog-bench-")))
-        cluster = stack.enter_context(LocalCluster(bookies=3, data_dir=data_dir / "cluster"))
-        run = _Run(args, plan, cluster)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        cluster = None
+        uri = args.metadata
+        if uri is None:
+            cluster = stack.enter_context(LocalCluster(bookies=3, data_dir=data_dir / "cluster"))
+            uri = cluster.metadata_uri
+        run = _Run(args, plan, uri, cluster, data_dir)
         run.walog_scenarios()
         if args.profile:
             run.profile()
