@@ -34,7 +34,11 @@ from walog.spark.options import ReadOptions
 from walog.spark.plan import LedgerSpan, LogSnapshot, ReadRange, check_start, plan_ranges, resolve
 
 READ_BATCH_ENTRIES = 256
-"""Entries asked of the bookies per read call (the next call is in flight meanwhile)."""
+"""Entries asked of the bookies per read call at most (the next call is in flight meanwhile)."""
+READ_BATCH_BYTES = 32 * 1024 * 1024
+"""Bytes a read call aims at, so memory stays bounded when entries are large."""
+FIRST_BATCH_ENTRIES = 16
+"""The first read of a range, before entry sizes are known."""
 
 # -- driver side -------------------------------------------------------------------------
 
@@ -133,42 +137,50 @@ async def _read_entries(handle: AsyncLedgerReader, first: int, last: int) -> lis
         return entries
 
 
+def _batch_size(entries: Sequence[Entry], most: int) -> int:
+    """Entries to ask for next: about READ_BATCH_BYTES at the sizes seen, within 1..most."""
+    size = sum(len(e.data) for e in entries) // max(1, len(entries))
+    return max(1, min(most, READ_BATCH_BYTES // max(1, size)))
+
+
 def iter_entries(
     client: Client, rng: ReadRange, password: bytes, batch_entries: int = READ_BATCH_ENTRIES
 ) -> Iterator[Entry]:
-    """The entries of a range, in order, with the next read in flight while one is used."""
+    """The entries of a range, in order, with the next read in flight while one is used.
+
+    Reads are sized to about ``READ_BATCH_BYTES`` (at most ``batch_entries`` entries), so
+    two batches in memory stay bounded whatever the entry size.
+    """
     loop = client.loop_thread
     handle = loop.run(
         client.async_client.open_ledger(rng.ledger_id, recovery=False, password=password)
     )
 
-    def submit(first: int) -> concurrent.futures.Future[list[Entry]]:
-        return loop.submit(
-            _read_entries(handle, first, min(rng.last_entry, first + batch_entries - 1))
-        )
+    def submit(first: int, count: int) -> concurrent.futures.Future[list[Entry]]:
+        return loop.submit(_read_entries(handle, first, min(rng.last_entry, first + count - 1)))
 
     try:
-        first = rng.first_entry
-        pending = submit(first) if first <= rng.last_entry else None
+        first, count = rng.first_entry, min(FIRST_BATCH_ENTRIES, batch_entries)
+        pending = submit(first, count) if first <= rng.last_entry else None
         while pending is not None:
             try:
                 entries = pending.result()
             except Exception as exc:
                 if not is_retriable(exc):
                     raise
-                entries = _reread(loop, handle, first, rng, batch_entries)
+                entries = _reread(loop, handle, first, min(rng.last_entry, first + count - 1))
+            if not entries:
+                raise NoSuchEntryError(f"ledger {rng.ledger_id}: entry {first} could not be read")
             first += len(entries)
-            pending = submit(first) if first <= rng.last_entry else None
+            count = _batch_size(entries, batch_entries)
+            pending = submit(first, count) if first <= rng.last_entry else None
             yield from entries
     finally:
         loop.run(handle.close())
 
 
-def _reread(
-    loop: LoopThread, handle: AsyncLedgerReader, first: int, rng: ReadRange, batch_entries: int
-) -> list[Entry]:
+def _reread(loop: LoopThread, handle: AsyncLedgerReader, first: int, last: int) -> list[Entry]:
     """Read one batch again after a retriable failure, with backoff."""
-    last = min(rng.last_entry, first + batch_entries - 1)
     for attempt in _retrying():
         with attempt:
             return loop.run(_read_entries(handle, first, last))
