@@ -220,7 +220,10 @@ async def tail_lag(
         nonlocal written
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
-            writer.append_nowait(_STAMP.pack(time.perf_counter_ns()) + pad)
+            # A failure surfaces in flush() below; each record's own outcome is consumed.
+            writer.append_nowait(_STAMP.pack(time.perf_counter_ns()) + pad).add_done_callback(
+                _retrieve
+            )
             written += 1
             await asyncio.sleep(interval)
         await writer.flush()
