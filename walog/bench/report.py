@@ -281,6 +281,18 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         f"load average at start {load} (1, 5, 15 min), Python {machine['python']}, "
         f"{machine['platform']}. Raw results: [`{json_path.name}`]({json_path.name}).",
         "",
+    ]
+    busy = machine["load_average_at_start"][0]
+    if machine["cpus"] and busy > machine["cpus"]:
+        lines += [
+            f"The machine was busy with other work: a load average of {busy} on "
+            f"{machine['cpus']} CPUs means a runnable process got roughly "
+            f"{100 * machine['cpus'] / busy:.0f} % of a CPU. Throughput and tail latencies "
+            "below are lower than on an idle machine; the CPU cost per operation "
+            "(further down) depends much less on it.",
+            "",
+        ]
+    lines += [
         "## Results",
         "",
         "| measurement | value | unit | target | |",
