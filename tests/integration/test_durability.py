@@ -1,0 +1,119 @@
+"""Relaxed durability end to end (seed 004) on real bookie processes: VOLATILE adds never
+sync by themselves, ``force()`` does, the LAC never passes unsynced entries, and what was
+forced (or written PERSISTENT) survives a SIGKILL of every bookie."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import walog.aio as aio
+from walog.ledger.context import ClientConfig, Timeouts
+from walog.ledger.durability import Durability
+from walog.proto import bookie_pb2 as pb
+from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.testing import LocalCluster
+
+CONFIG = ClientConfig(timeouts=Timeouts(add=10.0, read=5.0, explicit_lac=0.05))
+# Background flushes of VOLATILE data are pushed far out so every sync a test sees comes
+# from a force or a PERSISTENT add.
+SLOW_FLUSH = ["--volatile-flush-interval", "3600"]
+
+
+@pytest.fixture
+def quiet_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(3, "sqlite", data_dir=tmp_path / "c", bookie_args=SLOW_FLUSH) as local:
+        yield local
+
+
+def journal_syncs(cluster: LocalCluster) -> list[int]:
+    """The journal fdatasync counter of every bookie (Info RPC)."""
+    counts = []
+    for i in range(len(cluster.bookie_ids)):
+        with cluster.bookie(i).channel() as channel:
+            info = pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)
+            counts.append(info.journal_syncs)
+    return counts
+
+
+def kill_and_restart_every_bookie(cluster: LocalCluster) -> None:
+    for i in range(len(cluster.bookie_ids)):
+        cluster.kill(i)
+    for i in range(len(cluster.bookie_ids)):
+        cluster.restart(i, wait=False)
+    for i in range(len(cluster.bookie_ids)):
+        cluster.wait_ready(i)
+
+
+async def test_volatile_appends_do_not_sync_and_force_does(quiet_cluster: LocalCluster) -> None:
+    async with await aio.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        writer = await client.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+        # The first add of a ledger persists its master key (one sync, by rule); after it,
+        # VOLATILE adds must not sync.
+        await writer.append(b"v0")
+        before = journal_syncs(quiet_cluster)
+        for i in range(1, 200):
+            await writer.append(b"v%d" % i)
+        assert journal_syncs(quiet_cluster) == before, "a VOLATILE add triggered a sync"
+        # Only entry 0 was synced (with the master key), so the LAC cannot pass it although
+        # 200 adds were acknowledged (seed 004's LAC rule).
+        assert writer.last_add_confirmed <= 0
+        assert await writer.force() == 199
+        after = journal_syncs(quiet_cluster)
+        assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+        assert writer.last_add_confirmed == 199
+        await writer.close()
+
+
+async def test_forced_entries_survive_sigkill_of_every_bookie(
+    quiet_cluster: LocalCluster,
+) -> None:
+    async with await aio.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        writer = await client.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+        ledger_id = writer.ledger_id
+        for i in range(300):
+            await writer.append(b"forced-%d" % i)
+        forced = await writer.force()
+        assert forced == 299
+        for i in range(300, 320):  # never forced: may or may not survive
+            await writer.append(b"loose-%d" % i)
+
+    kill_and_restart_every_bookie(quiet_cluster)
+
+    async with await aio.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        reader = await client.open_ledger(ledger_id, recovery=True)
+        assert reader.is_closed
+        last = reader.last_add_confirmed
+        assert last >= forced
+        entries = await reader.read(0, last)
+        # A gap-free prefix containing every forced entry.
+        assert [e.entry_id for e in entries] == list(range(last + 1))
+        assert [e.data for e in entries[: forced + 1]] == [b"forced-%d" % i for i in range(300)]
+
+
+async def test_mixed_traffic_keeps_each_ledgers_promise(quiet_cluster: LocalCluster) -> None:
+    async with await aio.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        persistent = await client.create_ledger(3, 3, 2)
+        volatile = await client.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+        for i in range(100):
+            volatile.append_nowait(b"v%d" % i)
+            await persistent.append(b"p%d" % i)
+        await volatile.append(b"v-last")
+        # PERSISTENT entries are durable on their acks; VOLATILE ones only once synced.
+        assert persistent.last_add_confirmed == 99
+        ids = (persistent.ledger_id, volatile.ledger_id)
+
+    kill_and_restart_every_bookie(quiet_cluster)
+
+    async with await aio.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        reader = await client.open_ledger(ids[0], recovery=True)
+        assert reader.last_add_confirmed >= 99
+        assert [e.data for e in await reader.read(0, 99)] == [b"p%d" % i for i in range(100)]
+        # The unforced VOLATILE ledger recovers to some gap-free prefix (maybe empty).
+        vreader = await client.open_ledger(ids[1], recovery=True)
+        last = vreader.last_add_confirmed
+        if last >= 0:
+            got = [e.entry_id for e in await vreader.read(0, last)]
+            assert got == list(range(last + 1))
