@@ -355,6 +355,11 @@ def _quiet_logging() -> None:
     if structlog.is_configured():
         return
     level = logging.getLevelName(os.environ.get("WALOG_LOG_LEVEL", "WARNING").upper())
+    logging.basicConfig(
+        level=level if isinstance(level, int) else logging.WARNING,
+        stream=sys.stderr,
+        format="%(name)s: %(message)s",
+    )
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(
             level if isinstance(level, int) else logging.WARNING

@@ -35,9 +35,9 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from walog._log import get_logger
 from walog.digest import entry_digest
 from walog.errors import (
     BookieError,
@@ -64,7 +64,7 @@ from walog.ledger.readops import (
 from walog.metadata.layout import AVAILABLE_BOOKIES, LedgerMetadata
 from walog.transport.base import AddReply, FenceReply, ReadReply, Status, StoredEntry
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RECOVERY_ATTEMPTS = 8
 """Whole recovery attempts before giving up (the ledger then stays IN_RECOVERY)."""

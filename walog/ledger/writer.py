@@ -32,9 +32,9 @@ import functools
 from collections.abc import Iterable
 from typing import Literal
 
-import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from walog._log import get_logger
 from walog.digest import entry_digest
 from walog.errors import (
     BookieUnavailableError,
@@ -60,7 +60,7 @@ from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.base import AddReply, ForceReply, Status
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 METADATA_ATTEMPTS = 10
 

@@ -20,9 +20,9 @@ import contextlib
 from collections.abc import Sequence
 from typing import Literal
 
-import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from walog._log import get_logger
 from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
@@ -31,7 +31,7 @@ from walog.log.position import Position, Record
 from walog.log.records import iter_records
 from walog.metadata.layout import log_path
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 StartAt = Literal["earliest", "latest"] | Position
 LONG_POLL_SECONDS = 10.0

@@ -13,15 +13,14 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
-import structlog
-
+from walog._log import get_logger
 from walog.errors import NoSuchLedgerError
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end
 from walog.log.retention import RetentionPolicy, retention_count, truncation_count
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 MEASURE_BATCH_ENTRIES = 256
 
 

@@ -23,8 +23,7 @@ import concurrent.futures
 import dataclasses
 import time
 
-import structlog
-
+from walog._log import get_logger
 from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -41,7 +40,7 @@ from walog.log.position import Position
 from walog.log.records import RecordBatch
 from walog.log.retention import RollPolicy
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ROLL_RETRY_SECONDS = 1.0
 """After a failed automatic roll, the next one is tried no sooner than this."""

@@ -11,14 +11,14 @@ from collections.abc import Sequence
 
 import grpc
 import grpc.aio
-import structlog
 
+from walog._log import get_logger
 from walog.digest import entry_digest
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import Status, StoredEntry
 
-log = structlog.get_logger("walog.transport")
+log = get_logger("walog.transport")
 
 QueuedAdd = tuple[int, int, int, bytes, int, bytes, bool, int]
 """An add waiting for its frame: ledger, entry, lac, data, digest, key, recovery, durability."""
