@@ -5,8 +5,8 @@
 
 Schedule ``i`` of a search runs seed ``--seed + i``. A failing schedule prints its seed, the
 scenario, the broken rules and the end of its trace; ``--replay SEED`` (with the same
-``--scenario`` / ``--mutation`` flags) runs that schedule again, prints its whole trace and
-checks that the run is identical to a second one.
+``--scenario`` / ``--mutation`` / ``--production-tunables`` flags) runs that schedule again,
+prints its whole trace and checks that the run is identical to a second one.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(mutations.KNOWN),
         help="plant a known protocol bug (repeatable); the search should find it",
     )
+    parser.add_argument(
+        "--production-tunables",
+        action="store_true",
+        help="keep recovery's read-ahead and batch sizes at their defaults (not drawn)",
+    )
     parser.add_argument("--replay", type=int, metavar="SEED", help="run one seed, full trace")
     parser.add_argument(
         "--trace-lines", type=int, default=120, help="trace lines shown per failure"
@@ -46,10 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def replay(seed: int, scenario: str | None, mutations_on: frozenset[str]) -> int:
+def replay(
+    seed: int, scenario: str | None, mutations_on: frozenset[str], draw_tunables: bool = True
+) -> int:
     """Run one schedule twice, print its full trace; 1 when it fails or is not repeatable."""
-    first = run_schedule(seed, scenario, mutations_on=mutations_on)
-    second = run_schedule(seed, scenario, mutations_on=mutations_on)
+    first = run_schedule(seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables)
+    second = run_schedule(seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables)
     print(first.report(last_events=len(first.trace)))
     same = first.trace == second.trace
     print(f"\nresult: {'FAIL' if first.violations else 'ok'}; replay identical: {same}")
@@ -64,6 +71,7 @@ def search(
     mutations_on: frozenset[str],
     trace_lines: int,
     stop_on_failure: bool,
+    draw_tunables: bool = True,
 ) -> list[Outcome]:
     """Run schedules from ``first_seed``; print failures as they come and a summary."""
     started = time.monotonic()
@@ -75,7 +83,9 @@ def search(
     for seed in range(first_seed, first_seed + schedules):
         if deadline is not None and time.monotonic() > deadline:
             break
-        outcome = run_schedule(seed, scenario, mutations_on=mutations_on)
+        outcome = run_schedule(
+            seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables
+        )
         ran += 1
         per_scenario[outcome.scenario] += 1
         if not outcome.ok:
@@ -103,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     mutations_on = frozenset(args.mutation)
     if args.replay is not None:
-        return replay(args.replay, args.scenario, mutations_on)
+        return replay(args.replay, args.scenario, mutations_on, not args.production_tunables)
     failures = search(
         args.seed,
         args.schedules,
@@ -112,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mutations_on,
         args.trace_lines,
         args.stop_on_failure,
+        not args.production_tunables,
     )
     return 1 if failures else 0
 

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
 import structlog
@@ -26,6 +26,7 @@ from tests.sim.network import FaultConfig
 from tests.sim.world import KEY, Nemesis, World, guard
 from walog.errors import WalogError
 from walog.ledger import mutations
+from walog.ledger import recovery as recovery_module
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger
 from walog.ledger.durability import Durability
@@ -345,6 +346,31 @@ async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: 
     await asyncio.wait_for(_final_phase(world), FINAL_LIMIT_S)
 
 
+# Protocol tunables drawn per schedule: small windows and batches put their boundaries
+# inside the simulator's small ledgers (and cost less), the defaults are tried too.
+TUNABLES: dict[str, tuple[int, ...]] = {
+    # The last value of each is the production one. READ_AHEAD must be at least 2.
+    "READ_AHEAD": (2, 3, 8, recovery_module.READ_AHEAD),
+    "WRITE_BACK_BATCH": (1, 4, recovery_module.WRITE_BACK_BATCH),
+    "BULK_READ": (1, 4, recovery_module.BULK_READ),
+}
+
+
+@contextmanager
+def _tunables(rng: random.Random, drawn: bool) -> Iterator[str]:
+    chosen = {name: rng.choice(values) for name, values in TUNABLES.items()}
+    if not drawn:
+        chosen = {name: values[-1] for name, values in TUNABLES.items()}
+    saved = {name: getattr(recovery_module, name) for name in chosen}
+    for name, value in chosen.items():
+        setattr(recovery_module, name, value)
+    try:
+        yield " ".join(f"{k.lower()}={v}" for k, v in chosen.items())
+    finally:
+        for name, value in saved.items():
+            setattr(recovery_module, name, value)
+
+
 _current_trace: list[World] = []
 
 
@@ -370,9 +396,15 @@ def _logs_into_trace(world: World) -> Iterator[None]:
 
 
 def run_schedule(
-    seed: int, scenario: str | None = None, *, mutations_on: frozenset[str] = frozenset()
+    seed: int,
+    scenario: str | None = None,
+    *,
+    mutations_on: frozenset[str] = frozenset(),
+    draw_tunables: bool = True,
 ) -> Outcome:
-    """Run one schedule: the seed picks the scenario (unless named), sizes and faults."""
+    """Run one schedule: the seed picks the scenario (unless named), sizes, faults and the
+    protocol tunables of :data:`TUNABLES` (the production values when not
+    ``draw_tunables``)."""
     loop = SimLoop(seed)
     rng = loop.rng
     name = scenario or rng.choice(sorted(SCENARIOS))
@@ -387,21 +419,23 @@ def run_schedule(
     bookies = rng.randint(3, 5)
     max_faulty = rng.choice([1, 1, 2])
     chaos_s = rng.uniform(0.1, 3.0)
-    params = (
-        f"bookies={bookies} max_faulty={max_faulty} drop={faults.drop} dup={faults.duplicate} "
-        f"reorder={faults.reorder} "
-        f"delay<={faults.delay_s[1]} chaos={chaos_s:.2f}s mutations={sorted(mutations_on) or '-'}"
-    )
     world = World(loop, bookies, faults)
-    world.trace.log(f"START {name} {params}")
     before = mutations.active()
     # Library code draws jitter from the global RNG (tenacity's random waits): seed it too.
     global_rng_state = random.getstate()
     random.seed(seed)
     asyncio.set_event_loop(loop)
     try:
-        mutations.set_enabled(mutations_on)
-        with _logs_into_trace(world):
+        with ExitStack() as stack:
+            tunables = stack.enter_context(_tunables(rng, draw_tunables))
+            params = (
+                f"bookies={bookies} max_faulty={max_faulty} drop={faults.drop} "
+                f"dup={faults.duplicate} reorder={faults.reorder} delay<={faults.delay_s[1]} "
+                f"chaos={chaos_s:.2f}s {tunables} mutations={sorted(mutations_on) or '-'}"
+            )
+            world.trace.log(f"START {name} {params}")
+            mutations.set_enabled(mutations_on)
+            stack.enter_context(_logs_into_trace(world))
             try:
                 loop.run_until_complete(_schedule(world, SCENARIOS[name], max_faulty, chaos_s))
             except (SimDeadlock, SimStepLimit, TimeoutError) as exc:
