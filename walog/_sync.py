@@ -13,7 +13,8 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar, TypeVar
+from types import TracebackType
+from typing import Any, ClassVar, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -96,4 +97,23 @@ class LoopThread:
         self.loop.close()
 
 
-__all__ = ["LoopThread"]
+class SyncContext:
+    """Base of the sync facades: a context manager whose exit calls ``close()``."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release what this object holds."""
+        raise NotImplementedError
+
+
+__all__ = ["LoopThread", "SyncContext"]

@@ -12,11 +12,10 @@ import concurrent.futures
 import functools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from walog import aio
-from walog._sync import LoopThread
+from walog._sync import LoopThread, SyncContext
 from walog.ledger.context import ClientConfig
 from walog.ledger.durability import Durability
 from walog.ledger.entry import Entry
@@ -31,23 +30,7 @@ from walog.transport.credentials import TlsConfig
 T = TypeVar("T")
 
 
-class _SyncContext:
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class LedgerWriter(_SyncContext):
+class LedgerWriter(SyncContext):
     """Appends to a ledger this client created (a context manager: ``close()`` on exit).
 
     Attributes:
@@ -144,7 +127,7 @@ class LedgerWriter(_SyncContext):
                 future.set_exception(exc)
 
 
-class LedgerReader(_SyncContext):
+class LedgerReader(SyncContext):
     """Reads a ledger (a context manager: ``close()`` on exit).
 
     Attributes:
@@ -210,7 +193,7 @@ def connect(
     return Client(client, loop)
 
 
-class Client(_SyncContext):
+class Client(SyncContext):
     """A connection to a walog cluster (a context manager: ``close()`` on exit).
 
     Attributes:

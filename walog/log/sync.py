@@ -13,10 +13,8 @@ import collections
 import concurrent.futures
 import threading
 from collections.abc import Iterator
-from types import TracebackType
-from typing import Self
 
-from walog._sync import LoopThread
+from walog._sync import LoopThread, SyncContext
 from walog.log.log import AsyncLog
 from walog.log.metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
@@ -25,23 +23,7 @@ from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 
 
-class _SyncContext:
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class LogWriter(_SyncContext):
+class LogWriter(SyncContext):
     """The log's single writer (a context manager: ``close()`` on exit).
 
     Made by :meth:`Log.open_writer`. Once another writer takes over, every call raises
@@ -136,7 +118,7 @@ class LogWriter(_SyncContext):
                 future.set_exception(exc)
 
 
-class LogReader(_SyncContext):
+class LogReader(SyncContext):
     """A tailing reader (a context manager and an iterator; iteration blocks while tailing).
 
     Never fences the writer. Made by :meth:`Log.open_reader`.
