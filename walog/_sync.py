@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -116,4 +116,52 @@ class SyncContext:
         raise NotImplementedError
 
 
-__all__ = ["LoopThread", "SyncContext"]
+R = TypeVar("R")
+
+
+class Handoff(Generic[R]):
+    """Hands payloads from user threads to the loop in batches: one wake-up per batch.
+
+    :meth:`put` (any thread) queues a payload with a fresh ``concurrent.futures.Future`` and
+    wakes the loop only when no drain is scheduled yet; :meth:`drain` (loop thread) calls
+    ``submit(payload, future)`` for every queued payload, in queue order. ``submit`` must
+    resolve the future eventually; an exception it raises fails that future.
+    """
+
+    def __init__(
+        self,
+        loop: LoopThread,
+        submit: Callable[[bytes, concurrent.futures.Future[R]], None],
+    ) -> None:
+        self._loop = loop
+        self._submit = submit
+        self._lock = threading.Lock()
+        self._queue: list[tuple[bytes, concurrent.futures.Future[R]]] = []  # guarded by _lock
+        self._drain_scheduled = False
+
+    def put(self, payload: bytes) -> concurrent.futures.Future[R]:
+        """Queue ``payload``; the returned future resolves as ``submit`` decides."""
+        future: concurrent.futures.Future[R] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((payload, future))
+            wake = not self._drain_scheduled
+            self._drain_scheduled = True
+        if wake:
+            self._loop.call_soon(self.drain)
+        return future
+
+    def drain(self) -> None:
+        """Loop thread: submit every queued payload, in queue order."""
+        with self._lock:
+            batch, self._queue = self._queue, []
+            self._drain_scheduled = False
+        for payload, future in batch:
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before it was handed over: never submitted
+            try:
+                self._submit(payload, future)
+            except Exception as exc:
+                future.set_exception(exc)
+
+
+__all__ = ["Handoff", "LoopThread", "SyncContext"]

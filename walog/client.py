@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from walog import aio
-from walog._sync import LoopThread, SyncContext
+from walog._sync import Handoff, LoopThread, SyncContext
 from walog.ledger.context import ClientConfig
 from walog.ledger.durability import Durability
 from walog.ledger.entry import Entry
@@ -41,10 +40,7 @@ class LedgerWriter(SyncContext):
         self.async_writer = writer
         self._loop = loop
         self._max_entry_bytes = max_entry_bytes
-        self._lock = threading.Lock()
-        # Appends handed over by user threads, drained by the loop (guarded by _lock).
-        self._queue: list[tuple[bytes, concurrent.futures.Future[int]]] = []
-        self._drain_scheduled = False
+        self._handoff: Handoff[int] = Handoff(loop, self._submit)
         # Completions gathered on the loop and handed back together (loop thread only).
         self._done: list[tuple[concurrent.futures.Future[int], Any]] = []
 
@@ -71,14 +67,7 @@ class LedgerWriter(SyncContext):
             ValueError: the entry exceeds the configured maximum (no id is taken).
         """
         payload = as_payload(data, self._max_entry_bytes)
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
-        with self._lock:
-            self._queue.append((payload, future))
-            wake = not self._drain_scheduled
-            self._drain_scheduled = True
-        if wake:
-            self._loop.call_soon(self._drain)
-        return future
+        return self._handoff.put(payload)
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append one entry; return its id once it and every lower entry are confirmed."""
@@ -93,24 +82,13 @@ class LedgerWriter(SyncContext):
         self._loop.run(self._after_drain(self.async_writer.close))
 
     async def _after_drain(self, step: Callable[[], Awaitable[T]]) -> T:
-        self._drain()  # appends queued before this call go first
+        self._handoff.drain()  # appends queued before this call go first
         return await step()
 
-    def _drain(self) -> None:
-        """Loop thread: hand every queued append to the async writer, in queue order."""
-        with self._lock:
-            batch, self._queue = self._queue, []
-            self._drain_scheduled = False
-        writer = self.async_writer
-        for payload, future in batch:
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled before it was handed over: never appended
-            try:
-                pending = writer.append_nowait(payload)
-            except Exception as exc:
-                future.set_exception(exc)
-                continue
-            pending.add_done_callback(functools.partial(self._completed, future))
+    def _submit(self, payload: bytes, future: concurrent.futures.Future[int]) -> None:
+        """Loop thread: append, and resolve ``future`` with the entry id later."""
+        pending = self.async_writer.append_nowait(payload)
+        pending.add_done_callback(functools.partial(self._completed, future))
 
     def _completed(self, future: concurrent.futures.Future[int], pending: Any) -> None:
         if not self._done:

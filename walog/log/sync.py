@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import threading
 from collections.abc import Iterator
 
-from walog._sync import LoopThread, SyncContext
+from walog._sync import Handoff, LoopThread, SyncContext
 from walog.log.log import AsyncLog
 from walog.log.metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
@@ -37,10 +36,9 @@ class LogWriter(SyncContext):
         self.async_writer = writer
         self._loop = loop
         self._max_payload = config.max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
-        self._lock = threading.Lock()
-        # Records handed over by user threads, drained by the loop (guarded by _lock).
-        self._queue: list[tuple[bytes, concurrent.futures.Future[Position]]] = []
-        self._drain_scheduled = False
+        # The async writer resolves each future itself when its entry completes: no asyncio
+        # future, callback or thread hop per record.
+        self._handoff: Handoff[Position] = Handoff(loop, writer.append_into)
 
     @property
     def name(self) -> str:
@@ -64,14 +62,7 @@ class LogWriter(SyncContext):
                 f"record of {len(payload)} bytes exceeds the largest that fits an entry "
                 f"({self._max_payload}); raise LogWriterConfig.max_entry_bytes"
             )
-        future: concurrent.futures.Future[Position] = concurrent.futures.Future()
-        with self._lock:
-            self._queue.append((payload, future))
-            wake = not self._drain_scheduled
-            self._drain_scheduled = True
-        if wake:
-            self._loop.call_soon(self._drain)
-        return future
+        return self._handoff.put(payload)
 
     def append(self, data: bytes | bytearray | memoryview) -> Position:
         """Append a record; return its position once it is durable (its entry acked)."""
@@ -90,32 +81,16 @@ class LogWriter(SyncContext):
         self._loop.run(self._after_drain_close())
 
     async def _after_drain_flush(self) -> None:
-        self._drain()  # records queued before this call go first
+        self._handoff.drain()  # records queued before this call go first
         await self.async_writer.flush()
 
     async def _after_drain_roll(self) -> None:
-        self._drain()
+        self._handoff.drain()
         await self.async_writer.roll()
 
     async def _after_drain_close(self) -> None:
-        self._drain()
+        self._handoff.drain()
         await self.async_writer.close()
-
-    def _drain(self) -> None:
-        """Loop thread: hand every queued record to the async writer, in queue order."""
-        with self._lock:
-            batch, self._queue = self._queue, []
-            self._drain_scheduled = False
-        writer = self.async_writer
-        for payload, future in batch:
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled before it was handed over: never appended
-            try:
-                # The writer resolves the future itself when the entry completes: no
-                # asyncio future, callback or thread hop per record.
-                writer.append_into(payload, future)
-            except Exception as exc:
-                future.set_exception(exc)
 
 
 class LogReader(SyncContext):
