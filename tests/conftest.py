@@ -66,6 +66,15 @@ def zk_cluster(zookeeper: ZooKeeperServer) -> Iterator[LocalCluster]:
         yield local
 
 
+@pytest.fixture(params=["sqlite", "zookeeper"])
+def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
+    """The module's shared cluster, once on SQLite (``cluster``) and once on ZooKeeper
+    (``zk_cluster``): a test taking it runs against both metadata stores."""
+    name = "cluster" if request.param == "sqlite" else "zk_cluster"
+    cluster: LocalCluster = request.getfixturevalue(name)
+    return cluster
+
+
 @pytest.fixture
 def fresh_cluster(tmp_path: Any) -> Iterator[LocalCluster]:
     """3 real bookies with SQLite metadata for one test only (free to break them)."""

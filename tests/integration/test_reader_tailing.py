@@ -24,17 +24,6 @@ PROMPT_S = 3.0
 append within ~0.1 s; the machine is shared, so leave plenty of room)."""
 
 
-@pytest.fixture(params=["sqlite", "zookeeper"])
-def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
-    """The module's shared cluster on SQLite, and on ZooKeeper when a server is available."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("cluster")  # type: ignore[no-any-return]
-    try:
-        return request.getfixturevalue("zk_cluster")  # type: ignore[no-any-return]
-    except pytest.FixtureLookupError:
-        pytest.skip("no ZooKeeper fixture in this checkout")
-
-
 @pytest.fixture
 async def raw() -> AsyncIterator[GrpcBookiePool]:
     """A bare bookie connection for partial writes and per-bookie checks."""

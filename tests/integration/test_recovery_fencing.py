@@ -27,17 +27,6 @@ KEY = master_key(b"")
 FAST = ClientConfig(timeouts=Timeouts(add=2.0, read=1.0))
 
 
-@pytest.fixture(params=["sqlite", "zookeeper"])
-def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
-    """The module's shared cluster on SQLite, and on ZooKeeper when a server is available."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("cluster")  # type: ignore[no-any-return]
-    try:
-        return request.getfixturevalue("zk_cluster")  # type: ignore[no-any-return]
-    except pytest.FixtureLookupError:
-        pytest.skip("no ZooKeeper fixture in this checkout")
-
-
 @pytest.fixture
 async def raw() -> AsyncIterator[GrpcBookiePool]:
     """A bare bookie connection for partial writes and per-bookie reads."""
