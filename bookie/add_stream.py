@@ -1,9 +1,10 @@
-"""One client's add stream: many entries per frame in, batched results out.
+"""One client's add stream: batches of entries per frame in, batched results out.
 
-For each incoming :class:`AddFrame` the adds start concurrently (a PERSISTENT add completes
-when its journal group is synced, so the adds of one frame usually share one sync), then the
-frame's LAC updates are applied, then its forces run. A force covers every add of the same
-and earlier frames: it waits until they are answered, then syncs the journal.
+For each incoming :class:`AddFrame` the batches start concurrently, each as one storage
+call (:meth:`BookieCore.add_batch`: its new entries are one journal item, so a PERSISTENT
+batch completes with one group sync), then the frame's LAC updates are applied, then its
+forces run. A force covers every add of the same and earlier frames: it waits until they
+are answered, then syncs the journal.
 
 Results travel back in :class:`AddResponseFrame` messages. The writer side sends whatever results
 have completed as soon as the stream can take a message; results that complete while a
@@ -11,7 +12,9 @@ message is being written go into the next one. There are no timers: the batching
 the stream's own back-pressure. A client that stops reading its answers stops being read.
 
 One bad entry never ends the stream: it is answered with its status (BAD_REQUEST for a
-malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage fails).
+malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage fails). A
+batch whose packed entries end in garbage gets BAD_REQUEST for the entries before it; the
+rest cannot be named, so the client's timeout ends them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from walog.digest import MASTER_KEY_BYTES
 from walog.ledger.durability import Durability
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import Status
+from walog.transport.wire import PackedEntry, unpack_entries
 
 if TYPE_CHECKING:
     from bookie.server import BookieService
@@ -43,21 +47,14 @@ def wire_status(status: Status) -> pb.Status.ValueType:
     return cast("pb.Status.ValueType", int(status))
 
 
-def add_problem(add: pb.AddEntry, max_entry_bytes: int) -> str | None:
-    """Why an add is malformed (BAD_REQUEST), or None when it is well formed."""
-    if not add.HasField("entry"):
-        return "no entry"
-    entry = add.entry
-    if entry.ledger_id < 0 or entry.entry_id < 0:
-        return f"negative id (ledger {entry.ledger_id}, entry {entry.entry_id})"
-    if entry.lac < -1 or entry.lac >= entry.entry_id:
-        return f"lac {entry.lac} is not in -1..entry_id-1 for entry {entry.entry_id}"
-    if len(entry.data) > max_entry_bytes:
-        return f"entry of {len(entry.data)} bytes exceeds the maximum of {max_entry_bytes}"
-    if len(add.master_key) != MASTER_KEY_BYTES:
-        return f"master key of {len(add.master_key)} bytes, expected {MASTER_KEY_BYTES}"
-    if add.durability not in _DURABILITY:
-        return f"unknown durability {add.durability}"
+def batch_problem(batch: pb.AddBatch) -> str | None:
+    """Why a batch as a whole is malformed (BAD_REQUEST), or None."""
+    if batch.ledger_id < 0:
+        return f"negative ledger id {batch.ledger_id}"
+    if len(batch.master_key) != MASTER_KEY_BYTES:
+        return f"master key of {len(batch.master_key)} bytes, expected {MASTER_KEY_BYTES}"
+    if batch.durability not in _DURABILITY:
+        return f"unknown durability {batch.durability}"
     return None
 
 
@@ -138,24 +135,25 @@ class AddStream:
         service = self._service
         stats = service.stats
         admission = service.admission
-        max_entry_bytes = service.config.max_entry_bytes
-        for add in frame.adds:
-            entry = add.entry
-            problem = add_problem(add, max_entry_bytes)
+        for batch in frame.batches:
+            ledger_id = batch.ledger_id
+            blob = batch.entries
+            entries, garbage = unpack_entries(blob)
+            problem = garbage or batch_problem(batch)
             if problem is not None:
-                stats.bad_requests += 1
-                log.warning(
-                    "bad add", ledger_id=entry.ledger_id, entry_id=entry.entry_id, problem=problem
-                )
-                self._answer(entry.ledger_id, entry.entry_id, Status.BAD_REQUEST, -1)
+                stats.bad_requests += len(entries)
+                log.warning("bad add batch", ledger_id=ledger_id, problem=problem)
+                self._answer(ledger_id, [e[0] for e in entries], Status.BAD_REQUEST, -1)
                 continue
-            size = len(entry.data)
+            if not entries:
+                continue
+            size = len(blob)
             if not admission.try_acquire(size):
-                stats.rejected_adds += 1
-                self._answer(entry.ledger_id, entry.entry_id, Status.TOO_MANY_REQUESTS, -1)
+                stats.rejected_adds += len(entries)
+                self._answer(ledger_id, [e[0] for e in entries], Status.TOO_MANY_REQUESTS, -1)
                 continue
-            self._on_write(entry.ledger_id)
-            self._track(self._add(add, size))
+            self._on_write(ledger_id)
+            self._track(self._add(batch, entries, size))
         for lac in frame.lacs:
             if lac.ledger_id < 0 or lac.lac < -1:
                 stats.bad_requests += 1
@@ -179,10 +177,12 @@ class AddStream:
         self._pending.discard(task)
         self._wake.set()
 
-    def _answer(self, ledger_id: int, entry_id: int, status: Status, last_add_synced: int) -> None:
+    def _answer(
+        self, ledger_id: int, entry_ids: list[int], status: Status, last_add_synced: int
+    ) -> None:
         self._frame.results.add(
             ledger_id=ledger_id,
-            entry_id=entry_id,
+            entry_ids=entry_ids,
             status=wire_status(status),
             last_add_synced=last_add_synced,
         )
@@ -197,30 +197,31 @@ class AddStream:
         )
         self._wake.set()
 
-    async def _add(self, add: pb.AddEntry, size: int) -> None:
-        entry = add.entry
+    async def _add(self, batch: pb.AddBatch, entries: list[PackedEntry], size: int) -> None:
+        ledger_id = batch.ledger_id
         try:
-            status, last_add_synced = await self._core.add(
-                entry.ledger_id,
-                entry.entry_id,
-                entry.lac,
-                entry.data,
-                entry.digest,
-                add.master_key,
-                recovery=add.recovery,
-                durability=_DURABILITY[add.durability],
+            answers = await self._core.add_batch(
+                ledger_id,
+                batch.master_key,
+                entries,
+                recovery=batch.recovery,
+                durability=_DURABILITY[batch.durability],
             )
         except Exception:
-            log.exception("add failed", ledger_id=entry.ledger_id, entry_id=entry.entry_id)
-            status, last_add_synced = Status.IO_ERROR, -1
+            log.exception("add failed", ledger_id=ledger_id, entries=len(entries))
+            answers = [(Status.IO_ERROR, [e[0] for e in entries], -1)]
         finally:
             self._service.admission.release(size)
         stats = self._service.stats
-        stats.adds += 1
+        stats.adds += len(entries)
         stats.add_bytes += size
-        if status != Status.OK:
-            stats.failed_adds += 1
-        self._answer(entry.ledger_id, entry.entry_id, status, last_add_synced)
+        for status, entry_ids, last_add_synced in answers:
+            if status != Status.OK:
+                stats.failed_adds += len(entry_ids)
+                if status == Status.BAD_REQUEST:
+                    stats.bad_requests += len(entry_ids)
+                    log.warning("bad adds", ledger_id=ledger_id, entry_ids=entry_ids[:8])
+            self._answer(ledger_id, entry_ids, status, last_add_synced)
 
     def _update_lac(self, lac: pb.LacUpdate) -> None:
         try:
@@ -249,4 +250,4 @@ class AddStream:
         self._answer_force(force, status, last_add_synced)
 
 
-__all__ = ["AddStream", "add_problem", "wire_status"]
+__all__ = ["AddStream", "batch_problem", "wire_status"]

@@ -25,9 +25,9 @@ import dataclasses
 import functools
 import hmac
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import cast
+from typing import Any, cast
 
 import structlog
 
@@ -87,7 +87,7 @@ class BookieCore:
         self._cache = WriteCache()
         self._flushing: WriteCache | None = None
         self._dirty: set[int] = set()
-        self._unsynced: list[tuple[int, int]] = []
+        self._unsynced: list[tuple[int, list[int]]] = []
         self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
         # Ledgers whose FENCE record is queued but not synced yet: every fence of such a
         # ledger waits for that one record. A fenced ledger absent from here is durably
@@ -215,68 +215,117 @@ class BookieCore:
         recovery: bool,
         durability: Durability,
     ) -> tuple[Status, int]:
-        """Store an entry; returns ``(status, last_add_synced)``.
+        """Store one entry; returns ``(status, last_add_synced)`` (see :meth:`add_batch`)."""
+        ((status, _, last_add_synced),) = await self.add_batch(
+            ledger_id,
+            master_key,
+            [(entry_id, lac, digest, data)],
+            recovery=recovery,
+            durability=durability,
+        )
+        return status, last_add_synced
 
-        PERSISTENT adds return after the journal group holding the entry was synced,
-        VOLATILE ones after it was written. A duplicate of a stored entry is OK and keeps
-        the first copy. Refusals: BAD_REQUEST (negative ids, ``lac >= entry_id``, payload
-        over ``max_entry_bytes``), DIGEST_MISMATCH, UNAUTHORIZED (another master key),
-        FENCED (fenced ledger, not a recovery write), IO_ERROR (disk failure or closed).
+    async def add_batch(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[tuple[int, int, int, bytes]],
+        *,
+        recovery: bool,
+        durability: Durability,
+    ) -> list[tuple[Status, list[int], int]]:
+        """Store entries ``(entry_id, lac, digest, data)`` of one ledger; returns answers
+        ``(status, entry_ids, last_add_synced)``, each entry in exactly one of them.
+
+        The new entries share one journal item: PERSISTENT ones are answered after the
+        group holding them was synced, VOLATILE ones after it was written. A duplicate of a
+        stored entry is OK and keeps the first copy (a PERSISTENT one still waits for a
+        sync, since the first copy may not be synced yet). Refusals: BAD_REQUEST (negative
+        ids, ``lac`` not below ``entry_id``, payload over ``max_entry_bytes``),
+        DIGEST_MISMATCH, UNAUTHORIZED (another master key), FENCED (fenced ledger, not a
+        recovery write), IO_ERROR (disk failure or closed).
         """
+        answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
-            return Status.IO_ERROR, -1
-        if (
-            ledger_id < 0
-            or entry_id < 0
-            or not -1 <= lac < entry_id
-            or len(data) > self.config.max_entry_bytes
-        ):
-            return Status.BAD_REQUEST, -1
-        if entry_digest(ledger_id, entry_id, lac, data) != digest:
-            return Status.DIGEST_MISMATCH, -1
+            return [(Status.IO_ERROR, [e[0] for e in entries], -1)]
+        max_entry_bytes = self.config.max_entry_bytes
+        valid: list[tuple[int, int, int, bytes]] = []
+        for entry in entries:
+            entry_id, lac, digest, data = entry
+            if (
+                ledger_id < 0
+                or entry_id < 0
+                or not -1 <= lac < entry_id
+                or len(data) > max_entry_bytes
+            ):
+                answers.setdefault(Status.BAD_REQUEST, []).append(entry_id)
+            elif entry_digest(ledger_id, entry_id, lac, data) != digest:
+                answers.setdefault(Status.DIGEST_MISMATCH, []).append(entry_id)
+            else:
+                valid.append(entry)
+        refused = [(status, ids, -1) for status, ids in answers.items()]
+        if not valid:
+            return refused
+        ids = [e[0] for e in valid]
         if self._cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
             # Memory bound: wait for the running checkpoint to free the frozen cache.
             await self._checkpoint_idle.wait()
             if self._closed:
-                return Status.IO_ERROR, -1
+                return [*refused, (Status.IO_ERROR, ids, -1)]
         state, status = self._ledger_for_write(ledger_id, master_key)
         if state is None:
-            return status, -1
+            return [*refused, (status, ids, -1)]
         if state.fenced and not recovery:
-            return Status.FENCED, state.last_add_synced
-        volatile = durability is Durability.VOLATILE
-        if self._has_entry(state, entry_id):
-            self.stats.duplicate_adds += 1
-            if not volatile:
-                # The first copy may still wait for its sync: do not ack before it.
-                try:
-                    await self.journal.barrier()
-                except StorageIOError:
-                    return Status.IO_ERROR, state.last_add_synced
-            return Status.OK, state.last_add_synced
-        data = bytes(data)
-        self._cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
-        state.note_entry(entry_id)
-        if volatile:
-            state.sync.advance_to(lac)
-        self._dirty.add(ledger_id)
-        waiter = self.journal.append(
-            (add_header(ledger_id, entry_id, lac, digest, volatile), data),
-            sync=not volatile,
-            tag=(ledger_id, entry_id),
-        )
-        if state.raise_lac(lac):
+            return [*refused, (Status.FENCED, ids, state.last_add_synced)]
+        waiter = self._store(state, valid, volatile=durability is Durability.VOLATILE)
+        if waiter is not None:
+            try:
+                await waiter
+            except StorageIOError:
+                return [*refused, (Status.IO_ERROR, ids, state.last_add_synced)]
+        return [*refused, (Status.OK, ids, state.last_add_synced)]
+
+    def _store(
+        self, state: LedgerState, entries: list[tuple[int, int, int, bytes]], *, volatile: bool
+    ) -> asyncio.Future[Any] | None:
+        """Put valid entries in the write cache and queue their journal records, in one
+        synchronous step (see the ordering rules above); the future to await before they
+        may be acknowledged, if any."""
+        ledger_id = state.ledger_id
+        cache = self._cache
+        records: list[tuple[bytes, bytes]] = []
+        stored: list[int] = []
+        duplicates = 0
+        lac_grew = False
+        for entry_id, lac, digest, data in entries:
+            if self._has_entry(state, entry_id):
+                duplicates += 1
+                continue
+            data = bytes(data)
+            cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
+            state.note_entry(entry_id)
+            if volatile:
+                state.sync.advance_to(lac)
+            records.append((add_header(ledger_id, entry_id, lac, digest, volatile), data))
+            stored.append(entry_id)
+            if state.raise_lac(lac):
+                lac_grew = True
+            self.stats.bytes_written += len(data)
+        self.stats.duplicate_adds += duplicates
+        self.stats.entries_added += len(stored)
+        if lac_grew:
             self._wake(ledger_id)
-        self.stats.entries_added += 1
-        self.stats.bytes_written += len(data)
-        if self._cache.bytes >= self.config.write_cache_bytes:
+        if cache.bytes >= self.config.write_cache_bytes:
             self._checkpoint_wanted.set()
-        assert waiter is not None
-        try:
-            await waiter
-        except StorageIOError:
-            return Status.IO_ERROR, state.last_add_synced
-        return Status.OK, state.last_add_synced
+        if records:
+            self._dirty.add(ledger_id)
+            # Tagged for the sync cursor: the group report says when these were synced.
+            return self.journal.append_many(records, sync=not volatile, tag=(ledger_id, stored))
+        if duplicates and not volatile:
+            # The first copies may still wait for their sync: do not ack before it. (With
+            # new records, their sync covers every earlier record too.)
+            return self.journal.barrier()
+        return None
 
     def _ledger_for_write(
         self, ledger_id: int, master_key: bytes
@@ -491,16 +540,22 @@ class BookieCore:
         self.stats.journal_groups = report.group_no
         self.stats.journal_syncs = report.sync_no
         self.stats.journal_bytes += report.byte_count
-        # Only adds are tagged, always with (ledger id, entry id).
-        tags = cast(list[tuple[int, int]], report.tags)
+        # Only adds are tagged, always with (ledger id, [entry ids]).
+        tags = cast(list[tuple[int, list[int]]], report.tags)
         if not report.synced:
             self._unsynced.extend(tags)
             return
-        for ledger_id, entry_id in itertools.chain(self._unsynced, tags):
+        for ledger_id, entry_ids in itertools.chain(self._unsynced, tags):
             state = self._states.get(ledger_id)
-            if state is not None:
-                state.sync.mark_synced(entry_id)
-                self._dirty.add(ledger_id)
+            if state is None:
+                continue
+            first, last = min(entry_ids), max(entry_ids)
+            if last - first + 1 == len(entry_ids):  # distinct ids: exactly first..last
+                state.sync.mark_run(first, last)
+            else:
+                for entry_id in entry_ids:
+                    state.sync.mark_synced(entry_id)
+            self._dirty.add(ledger_id)
         self._unsynced.clear()
 
     # -- checkpoints and GC -----------------------------------------------------------------

@@ -80,19 +80,23 @@ GroupListener = Callable[[GroupReport, BaseException | None], None]
 
 
 class _Item:
-    __slots__ = ("end", "enqueued", "mark_waiter", "parts", "size", "sync", "tag", "waiter")
+    """What one :meth:`Journal.append` queued: records sharing one waiter (none: a barrier)."""
+
+    __slots__ = ("end", "enqueued", "mark_waiter", "records", "size", "sync", "tag", "waiter")
 
     def __init__(
         self,
-        parts: Sequence[bytes],
+        records: Sequence[Sequence[bytes]],
         sync: bool,
         tag: object,
         waiter: asyncio.Future[GroupReport] | None,
     ) -> None:
-        self.parts = parts
-        size = _FRAME.size
-        for part in parts:
-            size += len(part)
+        self.records = records
+        size = 0
+        for parts in records:
+            size += _FRAME.size
+            for part in parts:
+                size += len(part)
         self.size = size
         self.sync = sync
         self.tag = tag
@@ -259,6 +263,18 @@ class Journal:
             wait: Return a future completed with the group's report (after its sync when
                 the group syncs), or failed with :class:`StorageIOError`.
         """
+        return self.append_many((parts,), sync=sync, tag=tag, wait=wait)
+
+    def append_many(
+        self,
+        records: Sequence[Sequence[bytes]],
+        *,
+        sync: bool,
+        tag: object = None,
+        wait: bool = True,
+    ) -> asyncio.Future[GroupReport] | None:
+        """Queue several records (each given in pieces, framed one by one) that always
+        land in the same group and share one waiter; otherwise as :meth:`append`."""
         if self._loop is None:
             raise RuntimeError("journal not started")
         waiter = self._loop.create_future() if wait else None
@@ -266,7 +282,7 @@ class Journal:
             if waiter is not None:
                 waiter.set_exception(self._failed or StorageIOError("journal is closed"))
             return waiter
-        item = _Item(parts, sync, tag, waiter)
+        item = _Item(records, sync, tag, waiter)
         with self._cond:
             self._queue.append(item)
             self._cond.notify()
@@ -411,13 +427,14 @@ class Journal:
         ends: list[int] = []  # each item's end, relative to the start of the group
         relative = 0
         for item in items:
-            if item.parts:
-                crc = 0
-                for part in item.parts:
+            for parts in item.records:
+                crc = length = 0
+                for part in parts:
                     crc = crc32c.crc32c(part, crc)
-                chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
-                chunks.extend(item.parts)
-                relative += item.size
+                    length += len(part)
+                chunks.append(_FRAME.pack(length, crc))
+                chunks.extend(parts)
+            relative += item.size
             ends.append(relative)
         buffer = b"".join(chunks)
         must_sync = any(item.sync for item in items) or not items
@@ -464,7 +481,7 @@ class Journal:
             sync_no=self.syncs,
             end=JournalMark(self._file_seq, self._offset),
             tags=[item.tag for item in items if item.tag is not None],
-            record_count=sum(1 for item in items if item.parts),
+            record_count=sum(len(item.records) for item in items),
             byte_count=len(buffer),
         )
         assert self._loop is not None

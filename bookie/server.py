@@ -78,8 +78,9 @@ class Admission:
         self.in_flight = 0
 
     def try_acquire(self, size: int) -> bool:
-        """Take ``size`` bytes if they fit under the limit."""
-        if self.in_flight + size > self.limit:
+        """Take ``size`` bytes if they fit under the limit, or if nothing is in flight (a
+        batch larger than the limit must not be refused forever)."""
+        if self.in_flight and self.in_flight + size > self.limit:
             return False
         self.in_flight += size
         return True

@@ -17,6 +17,7 @@ Example counts are modest here; ``--slow`` runs the same properties with many mo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +28,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bookie.server import MAX_MESSAGE_BYTES
+from tests.integration.bookies import Answer, answers
 from walog.digest import MASTER_KEY_BYTES, entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster
+from walog.transport.wire import ENTRY_HEADER
 
 SERVICE = "/walog.bookie.v1.Bookie/"
 UNARY = ("Read", "ReadLac", "Fence", "Info", "ListLedgers")
@@ -66,11 +69,11 @@ class Target:
         except grpc.RpcError as exc:
             _check_refusal(exc)
 
-    def add(self, frames: list[pb.AddFrame]) -> list[pb.AddResult]:
-        """Send frames on one add stream, half-close, collect the results."""
-        results: list[pb.AddResult] = []
+    def add(self, frames: list[pb.AddFrame]) -> list[Answer]:
+        """Send frames on one add stream, half-close, collect the answer to each entry."""
+        results: list[Answer] = []
         for response in self.stub.Add(iter(frames), timeout=20.0):
-            results.extend(response.results)
+            results.extend(answers(response.results))
         return results
 
     def check_alive(self) -> None:
@@ -91,7 +94,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             _add(STORED_LEDGER, entry_id, f"stored-{entry_id}".encode() * 20, lac=entry_id - 1)
             for entry_id in range(STORED_ENTRIES)
         ]
-        results = target.add([pb.AddFrame(adds=adds)])
+        results = target.add([_frame(adds)])
         assert [r.status for r in results] == [pb.OK] * STORED_ENTRIES
         yield target
         target.check_alive()
@@ -112,6 +115,16 @@ def _log_text(cluster: LocalCluster) -> str:
     return Path(cluster.log_path(0)).read_text(errors="replace")
 
 
+@dataclasses.dataclass
+class HostileAdd:
+    """One add as a client may send it, right or wrong; sent as a batch of its own."""
+
+    entry: pb.Entry
+    master_key: bytes
+    recovery: bool
+    durability: int
+
+
 def _add(
     ledger_id: int,
     entry_id: int,
@@ -122,19 +135,34 @@ def _add(
     digest: int | None = None,
     durability: int = pb.PERSISTENT,
     recovery: bool = False,
-) -> pb.AddEntry:
+) -> HostileAdd:
     right = entry_digest(ledger_id, entry_id, lac, data)
-    return pb.AddEntry(
-        entry=pb.Entry(
-            ledger_id=ledger_id,
-            entry_id=entry_id,
-            lac=lac,
-            data=data,
-            digest=right if digest is None else digest,
-        ),
-        master_key=key,
-        recovery=recovery,
-        durability=durability,  # type: ignore[arg-type]
+    entry = pb.Entry(
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        lac=lac,
+        data=data,
+        digest=right if digest is None else digest,
+    )
+    return HostileAdd(entry, key, recovery, durability)
+
+
+def _frame(adds: list[HostileAdd]) -> pb.AddFrame:
+    """A frame with one batch per add."""
+    return pb.AddFrame(
+        batches=[
+            pb.AddBatch(
+                ledger_id=add.entry.ledger_id,
+                master_key=add.master_key,
+                recovery=add.recovery,
+                durability=add.durability,  # type: ignore[arg-type]
+                entries=ENTRY_HEADER.pack(
+                    add.entry.entry_id, add.entry.lac, add.entry.digest, len(add.entry.data)
+                )
+                + add.entry.data,
+            )
+            for add in adds
+        ]
     )
 
 
@@ -223,12 +251,12 @@ FLAWS = ("key", "digest", "durability", "lac", "ids")
 
 
 @st.composite
-def hostile_frames(draw: st.DrawFn) -> tuple[int, list[pb.AddEntry]]:
+def hostile_frames(draw: st.DrawFn) -> tuple[int, list[HostileAdd]]:
     """Adds for a fresh ledger, about half of them wrong in one or more ways (absurd ids,
     LACs outside -1..entry-1, wrong digests, wrong or malformed keys, unknown durability)."""
     ledger_id = next(_ledger_ids)
     entry_ids = draw(st.lists(st.integers(0, 20), min_size=1, max_size=8, unique=True))
-    adds: list[pb.AddEntry] = []
+    adds: list[HostileAdd] = []
     for entry_id in entry_ids:
         flaws = draw(st.sets(st.sampled_from(FLAWS)) if draw(st.booleans()) else st.just(set()))
         data = draw(st.binary(max_size=64))
@@ -264,7 +292,7 @@ def hostile_frames(draw: st.DrawFn) -> tuple[int, list[pb.AddEntry]]:
     return ledger_id, adds
 
 
-def _well_formed(add: pb.AddEntry) -> bool:
+def _well_formed(add: HostileAdd) -> bool:
     entry = add.entry
     return (
         entry.ledger_id >= 0
@@ -276,8 +304,8 @@ def _well_formed(add: pb.AddEntry) -> bool:
     )
 
 
-def _hostile_adds(target: Target, ledger_id: int, adds: list[pb.AddEntry]) -> None:
-    results = target.add([pb.AddFrame(adds=adds)])
+def _hostile_adds(target: Target, ledger_id: int, adds: list[HostileAdd]) -> None:
+    results = target.add([_frame(adds)])
     assert all(result.status in VALID_STATUSES for result in results)
     by_id = {(r.ledger_id, r.entry_id): r.status for r in results}
     accepted = []
@@ -317,7 +345,7 @@ def _hostile_adds(target: Target, ledger_id: int, adds: list[pb.AddEntry]) -> No
 @FAST
 @given(frame=hostile_frames())
 def test_hostile_adds_are_refused_unless_well_formed_and_refused_ones_never_served(
-    target: Target, frame: tuple[int, list[pb.AddEntry]]
+    target: Target, frame: tuple[int, list[HostileAdd]]
 ) -> None:
     _hostile_adds(target, *frame)
 
@@ -329,17 +357,17 @@ def test_oversized_entries_and_frames_are_refused_and_the_bookie_keeps_serving(
     assert limit > 0
     ledger_id = next(_ledger_ids)
     too_big = _add(ledger_id, 0, b"x" * (limit + 1))
-    (result,) = target.add([pb.AddFrame(adds=[too_big])])
+    (result,) = target.add([_frame([too_big])])
     assert result.status == pb.BAD_REQUEST
     # A frame over the bookie's gRPC message limit is refused by the transport.
     chunk = min(limit, 1 << 20)
     count = MAX_MESSAGE_BYTES // chunk + 2
-    huge = pb.AddFrame(adds=[_add(ledger_id, i, b"y" * chunk) for i in range(count)])
+    huge = _frame([_add(ledger_id, i, b"y" * chunk) for i in range(count)])
     assert huge.ByteSize() > MAX_MESSAGE_BYTES
     with pytest.raises(grpc.RpcError) as refused:
         target.add([huge])
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    ok = target.add([pb.AddFrame(adds=[_add(ledger_id, 0, b"fits")])])
+    ok = target.add([_frame([_add(ledger_id, 0, b"fits")])])
     assert [r.status for r in ok] == [pb.OK]
     target.check_alive()
 
@@ -364,5 +392,5 @@ def test_many_absurd_reads(target: Target, request: pb.ReadRequest) -> None:
 @pytest.mark.slow
 @MANY
 @given(frame=hostile_frames())
-def test_many_hostile_adds(target: Target, frame: tuple[int, list[pb.AddEntry]]) -> None:
+def test_many_hostile_adds(target: Target, frame: tuple[int, list[HostileAdd]]) -> None:
     _hostile_adds(target, *frame)

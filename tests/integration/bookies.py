@@ -9,13 +9,15 @@ protocol helpers to build adds and drive an add stream.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from walog.digest import entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import BookieProcess, free_port
+from walog.transport.wire import ENTRY_HEADER
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,41 +44,58 @@ def make_add(
     durability: int = pb.PERSISTENT,
     recovery: bool = False,
     digest: int | None = None,
-) -> pb.AddEntry:
-    """An add request with a correct digest (unless ``digest`` is given)."""
-    return pb.AddEntry(
-        entry=pb.Entry(
-            ledger_id=ledger_id,
-            entry_id=entry_id,
-            lac=lac,
-            data=data,
-            digest=entry_digest(ledger_id, entry_id, lac, data) if digest is None else digest,
-        ),
+) -> pb.AddBatch:
+    """A batch of one add with a correct digest (unless ``digest`` is given)."""
+    if digest is None:
+        digest = entry_digest(ledger_id, entry_id, lac, data)
+    return pb.AddBatch(
+        ledger_id=ledger_id,
         master_key=master_key(password),
         recovery=recovery,
         durability=durability,  # type: ignore[arg-type]
+        entries=ENTRY_HEADER.pack(entry_id, lac, digest, len(data)) + data,
     )
+
+
+class Answer(NamedTuple):
+    """A bookie's answer to one entry (results name many entries; tests look at each)."""
+
+    ledger_id: int
+    entry_id: int
+    status: int
+    last_add_synced: int
+
+
+def answers(results: Iterable[pb.AddResult]) -> list[Answer]:
+    """One :class:`Answer` per entry named in ``results``, in order."""
+    return [
+        Answer(r.ledger_id, entry_id, r.status, r.last_add_synced)
+        for r in results
+        for entry_id in r.entry_ids
+    ]
 
 
 async def send_frames(
     stub: pb_grpc.BookieStub, frames: Sequence[pb.AddFrame]
-) -> tuple[list[pb.AddResult], list[pb.ForceResult]]:
-    """Send frames on one add stream, half-close, and collect every result."""
+) -> tuple[list[Answer], list[pb.ForceResult]]:
+    """Send frames on one add stream, half-close, and collect every answer."""
     call = stub.Add()
     for frame in frames:
         await call.write(frame)
     await call.done_writing()
-    results: list[pb.AddResult] = []
+    results: list[Answer] = []
     forces: list[pb.ForceResult] = []
     async for response in call:
-        results.extend(response.results)
+        results.extend(answers(response.results))
         forces.extend(response.forces)
     return results, forces
 
 
 __all__ = [
     "REPO_ROOT",
+    "Answer",
     "BookieProcess",
+    "answers",
     "free_port",
     "make_add",
     "running_bookie",

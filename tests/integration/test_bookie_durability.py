@@ -10,10 +10,11 @@ import grpc
 import grpc.aio
 import pytest
 
-from tests.integration.bookies import BookieProcess, make_add, send_frames
+from tests.integration.bookies import Answer, BookieProcess, answers, make_add, send_frames
 from walog.digest import entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.transport.wire import ENTRY_HEADER
 
 
 def payload(ledger_id: int, entry_id: int, size: int = 100) -> bytes:
@@ -64,7 +65,7 @@ async def test_acknowledged_entries_survive_sigkill_and_restart(
     ledger = 1
     frames = [
         pb.AddFrame(
-            adds=[
+            batches=[
                 make_add(ledger, e, payload(ledger, e), lac=e - 1) for e in range(first, first + 50)
             ]
         )
@@ -87,7 +88,7 @@ async def test_sigkill_mid_write_leaves_a_journal_that_replays_cleanly(
 ) -> None:
     ledger, size = 2, 4096
     acked: set[int] = set()
-    refused: list[pb.AddResult] = []
+    refused: list[Answer] = []
     enough = asyncio.Event()
     answered = asyncio.Event()
 
@@ -105,12 +106,12 @@ async def test_sigkill_mid_write_leaves_a_journal_that_replays_cleanly(
                     for e in range(entry_id, entry_id + 20)
                 ]
                 entry_id += 20
-                await call.write(pb.AddFrame(adds=adds))
+                await call.write(pb.AddFrame(batches=adds))
 
         producer = asyncio.create_task(produce())
         try:
             async for response in call:
-                for result in response.results:
+                for result in answers(response.results):
                     if result.status == pb.OK:
                         acked.add(result.entry_id)
                     else:
@@ -144,7 +145,7 @@ async def test_fence_is_persisted_across_restart(
     adds = [
         make_add(ledger, e, payload(ledger, e), lac=e - 1, password=b"secret") for e in range(5)
     ]
-    results, _ = await send_frames(stub, [pb.AddFrame(adds=adds)])
+    results, _ = await send_frames(stub, [pb.AddFrame(batches=adds)])
     assert {r.status for r in results} == {pb.OK}
 
     wrong = await stub.Fence(pb.FenceRequest(ledger_id=ledger, master_key=master_key(b"x")))
@@ -158,10 +159,10 @@ async def test_fence_is_persisted_across_restart(
         again = pb_grpc.BookieStub(channel)
         plain = make_add(ledger, 5, payload(ledger, 5), lac=4, password=b"secret")
         recovery = make_add(ledger, 5, payload(ledger, 5), lac=4, password=b"secret", recovery=True)
-        (refused,), _ = await send_frames(again, [pb.AddFrame(adds=[plain])])
+        (refused,), _ = await send_frames(again, [pb.AddFrame(batches=[plain])])
         assert refused.status == pb.FENCED
         # Recovery write-back bypasses the fence (seed 002).
-        (written,), _ = await send_frames(again, [pb.AddFrame(adds=[recovery])])
+        (written,), _ = await send_frames(again, [pb.AddFrame(batches=[recovery])])
         assert written.status == pb.OK
         read = await again.Read(pb.ReadRequest(ledger_id=ledger, first_entry_id=0, last_entry_id=5))
         assert read.fenced and len(read.entries) == 6
@@ -169,7 +170,7 @@ async def test_fence_is_persisted_across_restart(
 
 async def test_fencing_read_fences_before_answering(stub: pb_grpc.BookieStub) -> None:
     ledger, key = 4, master_key(b"")
-    results, _ = await send_frames(stub, [pb.AddFrame(adds=[make_add(ledger, 0, b"a")])])
+    results, _ = await send_frames(stub, [pb.AddFrame(batches=[make_add(ledger, 0, b"a")])])
     assert results[0].status == pb.OK
     read = await stub.Read(
         pb.ReadRequest(
@@ -177,7 +178,9 @@ async def test_fencing_read_fences_before_answering(stub: pb_grpc.BookieStub) ->
         )
     )
     assert read.status == pb.OK and read.fenced and len(read.entries) == 1
-    (refused,), _ = await send_frames(stub, [pb.AddFrame(adds=[make_add(ledger, 1, b"b", lac=0)])])
+    (refused,), _ = await send_frames(
+        stub, [pb.AddFrame(batches=[make_add(ledger, 1, b"b", lac=0)])]
+    )
     assert refused.status == pb.FENCED
 
 
@@ -186,10 +189,12 @@ async def test_digest_mismatch_is_rejected_and_the_stream_goes_on(
 ) -> None:
     ledger = 5
     good = make_add(ledger, 0, b"payload")
-    bad = make_add(ledger, 1, b"payload", lac=0, digest=good.entry.digest)  # wrong header
+    good_digest = entry_digest(ledger, 0, -1, b"payload")
+    bad = make_add(ledger, 1, b"payload", lac=0, digest=good_digest)  # wrong header
     after = make_add(ledger, 1, b"payload", lac=0)
     results, _ = await send_frames(
-        stub, [pb.AddFrame(adds=[good]), pb.AddFrame(adds=[bad]), pb.AddFrame(adds=[after])]
+        stub,
+        [pb.AddFrame(batches=[good]), pb.AddFrame(batches=[bad]), pb.AddFrame(batches=[after])],
     )
     # Results come back in completion order: a refusal needs no journal sync.
     assert sorted((r.entry_id, r.status) for r in results) == [
@@ -202,16 +207,17 @@ async def test_digest_mismatch_is_rejected_and_the_stream_goes_on(
 async def test_malformed_adds_answer_bad_request_and_the_stream_goes_on(
     stub: pb_grpc.BookieStub,
 ) -> None:
-    no_entry = pb.AddEntry(master_key=master_key(b""))
+    torn = make_add(6, 0, b"x")
+    torn.entries += b"\x00\x01\x02"  # stray bytes after the entry: the batch is malformed
     negative = make_add(6, 0, b"x")
-    negative.entry.entry_id = -5
+    negative.entries = ENTRY_HEADER.pack(-5, -1, 0, 1) + b"x"
     short_key = make_add(6, 0, b"x")
     short_key.master_key = b"k"
     results, _ = await send_frames(
         stub,
         [
-            pb.AddFrame(adds=[no_entry, negative, short_key]),
-            pb.AddFrame(adds=[make_add(6, 0, b"x")]),
+            pb.AddFrame(batches=[torn, negative, short_key]),
+            pb.AddFrame(batches=[make_add(6, 0, b"x")]),
         ],
     )
     assert sorted(r.status for r in results) == sorted([pb.BAD_REQUEST] * 3 + [pb.OK])
@@ -220,7 +226,7 @@ async def test_malformed_adds_answer_bad_request_and_the_stream_goes_on(
 async def test_one_sync_per_group_and_no_ack_before_its_sync(stub: pb_grpc.BookieStub) -> None:
     before = await stub.Info(pb.InfoRequest())
     # One entry alone: its ack may only come after a sync that covers it.
-    (single,), _ = await send_frames(stub, [pb.AddFrame(adds=[make_add(7, 0, b"one")])])
+    (single,), _ = await send_frames(stub, [pb.AddFrame(batches=[make_add(7, 0, b"one")])])
     assert single.status == pb.OK
     after_one = await stub.Info(pb.InfoRequest())
     assert after_one.journal_syncs >= before.journal_syncs + 1
@@ -228,7 +234,7 @@ async def test_one_sync_per_group_and_no_ack_before_its_sync(stub: pb_grpc.Booki
     # 200 entries in one frame reach the journal together: a handful of groups, each
     # synced once, not 200 syncs.
     adds = [make_add(7, e, payload(7, e), lac=e - 1) for e in range(1, 201)]
-    results, _ = await send_frames(stub, [pb.AddFrame(adds=adds)])
+    results, _ = await send_frames(stub, [pb.AddFrame(batches=adds)])
     assert {r.status for r in results} == {pb.OK}
     after = await stub.Info(pb.InfoRequest())
     syncs = after.journal_syncs - after_one.journal_syncs
@@ -239,7 +245,7 @@ async def test_one_sync_per_group_and_no_ack_before_its_sync(stub: pb_grpc.Booki
 
 async def test_long_poll_returns_when_the_lac_passes_previous(stub: pb_grpc.BookieStub) -> None:
     ledger = 8
-    await send_frames(stub, [pb.AddFrame(adds=[make_add(ledger, 0, b"a")])])
+    await send_frames(stub, [pb.AddFrame(batches=[make_add(ledger, 0, b"a")])])
     poll = asyncio.ensure_future(
         stub.Read(
             pb.ReadRequest(
@@ -252,7 +258,7 @@ async def test_long_poll_returns_when_the_lac_passes_previous(stub: pb_grpc.Book
         )
     )
     # Entry 1 carries LAC 0 > previous_lac: the poll completes with it.
-    await send_frames(stub, [pb.AddFrame(adds=[make_add(ledger, 1, b"b", lac=0)])])
+    await send_frames(stub, [pb.AddFrame(batches=[make_add(ledger, 1, b"b", lac=0)])])
     reply = await asyncio.wait_for(poll, timeout=20)
     assert reply.status == pb.OK and reply.lac == 0
     assert [e.entry_id for e in reply.entries] in ([], [1])
@@ -262,7 +268,7 @@ async def test_force_covers_the_volatile_adds_of_its_frame(stub: pb_grpc.BookieS
     ledger = 9
     adds = [make_add(ledger, e, payload(ledger, e), durability=pb.VOLATILE) for e in range(10)]
     force = pb.ForceRequest(ledger_id=ledger, request_id=77, master_key=master_key(b""))
-    results, forces = await send_frames(stub, [pb.AddFrame(adds=adds, forces=[force])])
+    results, forces = await send_frames(stub, [pb.AddFrame(batches=adds, forces=[force])])
     assert {r.status for r in results} == {pb.OK}
     assert [(f.request_id, f.status) for f in forces] == [(77, pb.OK)]
     # Every add of the frame was synced by the force: the sync cursor covers them all.
@@ -272,7 +278,7 @@ async def test_force_covers_the_volatile_adds_of_its_frame(stub: pb_grpc.BookieS
 async def test_explicit_lac_update_wakes_a_long_poll(stub: pb_grpc.BookieStub) -> None:
     ledger = 10
     adds = [make_add(ledger, e, payload(ledger, e), lac=e - 1) for e in range(3)]
-    await send_frames(stub, [pb.AddFrame(adds=adds)])
+    await send_frames(stub, [pb.AddFrame(batches=adds)])
     poll = asyncio.ensure_future(
         stub.Read(
             pb.ReadRequest(

@@ -20,7 +20,14 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.bookies import REPO_ROOT, BookieProcess, free_port, make_add, send_frames
+from tests.integration.bookies import (
+    REPO_ROOT,
+    BookieProcess,
+    answers,
+    free_port,
+    make_add,
+    send_frames,
+)
 from walog.metadata import open_store
 from walog.metadata.layout import bookie_path, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
@@ -206,7 +213,7 @@ async def test_gc_deletes_only_ledgers_whose_metadata_is_gone(
         async with grpc.aio.insecure_channel(gc_bookie.bookie_id) as channel:
             stub = pb_grpc.BookieStub(channel)
             results, _ = await send_frames(
-                stub, [pb.AddFrame(adds=[make_add(10, 0, b"kept"), make_add(11, 0, b"gone")])]
+                stub, [pb.AddFrame(batches=[make_add(10, 0, b"kept"), make_add(11, 0, b"gone")])]
             )
             assert {r.status for r in results} == {pb.OK}
             async with asyncio.timeout(30):
@@ -246,9 +253,9 @@ def test_adds_over_the_inflight_bound_get_too_many_requests(tmp_path: Path) -> N
             big = [make_add(12, e, bytes(600_000)) for e in range(3)]
             # One frame: the adds are admitted in order before any completes, so the first
             # fits and the other two would exceed the bound.
-            first, _ = await send_frames(stub, [pb.AddFrame(adds=big)])
+            first, _ = await send_frames(stub, [pb.AddFrame(batches=big)])
             # Once answered, the bytes are released: the same adds fit again one by one.
-            again, _ = await send_frames(stub, [pb.AddFrame(adds=[big[1]])])
+            again, _ = await send_frames(stub, [pb.AddFrame(batches=[big[1]])])
             return [
                 sorted((r.entry_id, r.status) for r in first),
                 [r.status for r in again],
@@ -269,10 +276,10 @@ async def test_sigterm_ends_open_add_streams_cleanly(tmp_path: Path) -> None:
         bookie.start().wait_ready()
         async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
             call = pb_grpc.BookieStub(channel).Add()
-            await call.write(pb.AddFrame(adds=[make_add(13, 0, b"before drain")]))
+            await call.write(pb.AddFrame(batches=[make_add(13, 0, b"before drain")]))
             responses = call.__aiter__()
             first = await responses.__anext__()
-            assert [r.status for r in first.results] == [pb.OK]
+            assert [r.status for r in answers(first.results)] == [pb.OK]
             # The client keeps its stream open; the drain must end it, not wait forever.
             bookie.signal(signal.SIGTERM)
             remaining = [frame async for frame in responses]
@@ -394,7 +401,7 @@ async def test_sigterm_answers_held_long_polls_at_once(tmp_path: Path) -> None:
         bookie.start().wait_ready()
         async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
             stub = pb_grpc.BookieStub(channel)
-            await send_frames(stub, [pb.AddFrame(adds=[make_add(14, 0, b"x")])])
+            await send_frames(stub, [pb.AddFrame(batches=[make_add(14, 0, b"x")])])
             call = stub.Read(
                 pb.ReadRequest(
                     ledger_id=14,

@@ -126,35 +126,44 @@ class Entry(_message.Message):
 Global___Entry: _TypeAlias = Entry  # noqa: Y015
 
 @_typing.final
-class AddEntry(_message.Message):
+class AddBatch(_message.Message):
+    """Entries of one ledger sent with the same master key, recovery flag and durability.
+    ``entries`` packs them back to back, each as a 24-byte big-endian header
+      entry_id:int64  lac:int64  digest:uint32  length:uint32
+    followed by ``length`` payload bytes (see walog/transport/wire.py). One bytes field per
+    batch instead of one message per entry: Python pays per object, not per byte.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
-    ENTRY_FIELD_NUMBER: _builtins.int
+    LEDGER_ID_FIELD_NUMBER: _builtins.int
     MASTER_KEY_FIELD_NUMBER: _builtins.int
     RECOVERY_FIELD_NUMBER: _builtins.int
     DURABILITY_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    ledger_id: _builtins.int
     master_key: _builtins.bytes
     """derived from the ledger password (walog/digest.py)"""
     recovery: _builtins.bool
     """recovery write-back: bypasses the fence"""
     durability: Global___Durability.ValueType
-    @_builtins.property
-    def entry(self) -> Global___Entry: ...
+    entries: _builtins.bytes
     def __init__(
         self,
         *,
-        entry: Global___Entry | None = ...,
+        ledger_id: _builtins.int = ...,
         master_key: _builtins.bytes = ...,
         recovery: _builtins.bool = ...,
         durability: Global___Durability.ValueType = ...,
+        entries: _builtins.bytes = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["durability", b"durability", "entry", b"entry", "master_key", b"master_key", "recovery", b"recovery"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["durability", b"durability", "entries", b"entries", "ledger_id", b"ledger_id", "master_key", b"master_key", "recovery", b"recovery"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___AddEntry: _TypeAlias = AddEntry  # noqa: Y015
+Global___AddBatch: _TypeAlias = AddBatch  # noqa: Y015
 
 @_typing.final
 class LacUpdate(_message.Message):
@@ -212,15 +221,15 @@ Global___ForceRequest: _TypeAlias = ForceRequest  # noqa: Y015
 
 @_typing.final
 class AddFrame(_message.Message):
-    """Client -> bookie. Processed in order: entries, then lac updates, then forces."""
+    """Client -> bookie. Processed in order: batches, then lac updates, then forces."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    ADDS_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
     LACS_FIELD_NUMBER: _builtins.int
     FORCES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def adds(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddEntry]: ...
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddBatch]: ...
     @_builtins.property
     def lacs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LacUpdate]: ...
     @_builtins.property
@@ -228,13 +237,13 @@ class AddFrame(_message.Message):
     def __init__(
         self,
         *,
-        adds: _abc.Iterable[Global___AddEntry] | None = ...,
+        batches: _abc.Iterable[Global___AddBatch] | None = ...,
         lacs: _abc.Iterable[Global___LacUpdate] | None = ...,
         forces: _abc.Iterable[Global___ForceRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adds", b"adds", "forces", b"forces", "lacs", b"lacs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "forces", b"forces", "lacs", b"lacs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -242,28 +251,31 @@ Global___AddFrame: _TypeAlias = AddFrame  # noqa: Y015
 
 @_typing.final
 class AddResult(_message.Message):
+    """The answer to some entries of one ledger that share a status."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LEDGER_ID_FIELD_NUMBER: _builtins.int
-    ENTRY_ID_FIELD_NUMBER: _builtins.int
+    ENTRY_IDS_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     LAST_ADD_SYNCED_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
-    entry_id: _builtins.int
     status: Global___Status.ValueType
     last_add_synced: _builtins.int
     """the bookie's sync cursor for this ledger (seed 004)"""
+    @_builtins.property
+    def entry_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         ledger_id: _builtins.int = ...,
-        entry_id: _builtins.int = ...,
+        entry_ids: _abc.Iterable[_builtins.int] | None = ...,
         status: Global___Status.ValueType = ...,
         last_add_synced: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry_id", b"entry_id", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry_ids", b"entry_ids", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,13 +1,15 @@
 """One client's ``Add`` stream to one bookie: batched frames out, matched replies in.
 
-Adds, explicit LAC updates and forces are queued and flushed as :class:`AddFrame` messages
-of up to ``max_frame_entries`` / ``max_frame_bytes`` whenever the stream can take a
-message: while one frame is being written, the next one fills up. There are no flush
-timers; Python pays per message, not per byte, so the batching comes from the stream's own
-back-pressure.
+Adds are packed as they are queued into batches of one ledger (one bytes field per batch,
+see ``AddBatch`` in the proto); batches, explicit LAC updates and forces are flushed as
+:class:`AddFrame` messages of up to ``max_frame_entries`` / ``max_frame_bytes`` whenever
+the stream can take a message: while one frame is being written, the next one fills up.
+There are no flush timers; Python pays per message, not per byte, so the batching comes
+from the stream's own back-pressure.
 
-Replies are matched by ``(ledger_id, entry_id)`` (forces by request id) and handed straight
-to the waiting callbacks. A broken stream fails every request pending on it with
+Replies name the entries they answer (one status for many entries); they are matched by
+``(ledger_id, entry_id)`` (forces by request id) and handed straight to the waiting
+callbacks. A broken stream fails every request pending on it with
 :class:`BookieUnavailableError` (:class:`UnauthorizedError` for refused credentials); its
 owner opens a new stream for the next request. A request not answered within
 ``timeouts.add`` seconds fails the stream (the bookie is stuck or gone); one timer per
@@ -27,7 +29,13 @@ from walog.errors import BookieUnavailableError, UnauthorizedError
 from walog.ledger.context import ClientConfig
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import AddCallback, AddReply, ForceReply
-from walog.transport.wire import QueuedAdd, build_frame, status_of, translate_rpc_error
+from walog.transport.wire import (
+    PendingBatch,
+    build_frame,
+    queue_add,
+    status_of,
+    translate_rpc_error,
+)
 
 
 class StreamOwner(Protocol):
@@ -48,7 +56,7 @@ class AddStream:
         self._client = client
         self._call = call
         self._loop = asyncio.get_running_loop()
-        self._adds: collections.deque[QueuedAdd] = collections.deque()
+        self._batches: collections.deque[PendingBatch] = collections.deque()
         self._lacs: list[tuple[int, int, bytes]] = []
         self._forces: list[tuple[int, int, bytes]] = []
         # The reply to (ledger, entry) goes to the first waiter; a second add of the same
@@ -66,14 +74,39 @@ class AddStream:
         self._sender = self._loop.create_task(self._send_loop())
         self._receiver = self._loop.create_task(self._receive_loop())
 
-    def add(self, add: QueuedAdd, callback: AddCallback) -> None:
-        key = (add[0], add[1])
+    def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        digest: int,
+        master_key: bytes,
+        recovery: bool,
+        durability: int,
+        callback: AddCallback,
+    ) -> None:
+        """Queue an add; ``callback`` gets its reply (``durability`` is the wire enum)."""
+        key = (ledger_id, entry_id)
         if key in self._add_waiters:
             self._more_waiters.setdefault(key, collections.deque()).append(callback)
         else:
             self._add_waiters[key] = callback
             self._add_sent_at[key] = self._arm_watchdog()
-        self._adds.append(add)
+        config = self._client.config
+        queue_add(
+            self._batches,
+            ledger_id,
+            entry_id,
+            lac,
+            data,
+            digest,
+            master_key,
+            recovery,
+            durability,
+            config.max_frame_entries,
+            config.max_frame_bytes,
+        )
         self._wake.set()
 
     def lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
@@ -122,9 +155,9 @@ class AddStream:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._adds or self._lacs or self._forces:
+                while self._batches or self._lacs or self._forces:
                     frame = build_frame(
-                        self._adds,
+                        self._batches,
                         self._lacs,
                         self._forces,
                         config.max_frame_entries,
@@ -155,20 +188,24 @@ class AddStream:
 
     def _dispatch(self, frame: pb.AddResponseFrame) -> None:
         waiters = self._add_waiters
+        sent_at = self._add_sent_at
         for result in frame.results:
-            key = (result.ledger_id, result.entry_id)
-            callback = waiters.pop(key, None)
-            if callback is None:
-                continue  # an answer to a request this client gave up on
-            sent_at = self._add_sent_at.pop(key)
-            more = self._more_waiters.get(key)
-            if more:
-                # A resend of the same entry: it was queued after the first one.
-                waiters[key] = more.popleft()
-                self._add_sent_at[key] = sent_at
-                if not more:
-                    del self._more_waiters[key]
-            callback(AddReply(status_of(result.status), result.last_add_synced))
+            ledger_id = result.ledger_id
+            reply = AddReply(status_of(result.status), result.last_add_synced)
+            for entry_id in result.entry_ids:
+                key = (ledger_id, entry_id)
+                callback = waiters.pop(key, None)
+                if callback is None:
+                    continue  # an answer to a request this client gave up on
+                queued_at = sent_at.pop(key)
+                more = self._more_waiters.get(key)
+                if more:
+                    # A resend of the same entry: it was queued after the first one.
+                    waiters[key] = more.popleft()
+                    sent_at[key] = queued_at
+                    if not more:
+                        del self._more_waiters[key]
+                callback(reply)
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:
@@ -198,7 +235,7 @@ class AddStream:
         self._add_waiters.clear()
         self._more_waiters.clear()
         self._force_waiters.clear()
-        self._adds.clear()
+        self._batches.clear()
         self._lacs.clear()
         self._forces.clear()
         self._add_sent_at.clear()

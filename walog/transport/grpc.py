@@ -161,16 +161,14 @@ class GrpcBookieClient(BookieClient):
             asyncio.get_running_loop().call_soon(callback, exc)
             return
         stream.add(
-            (
-                ledger_id,
-                entry_id,
-                lac,
-                data,
-                digest,
-                master_key,
-                recovery,
-                _PB_DURABILITY[durability],
-            ),
+            ledger_id,
+            entry_id,
+            lac,
+            data,
+            digest,
+            master_key,
+            recovery,
+            _PB_DURABILITY[durability],
             callback,
         )
 

@@ -7,6 +7,7 @@ No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.grpc` u
 from __future__ import annotations
 
 import collections
+import struct
 from collections.abc import Sequence
 
 import grpc
@@ -20,8 +21,57 @@ from walog.transport.base import Status, StoredEntry
 
 log = get_logger("walog.transport")
 
-QueuedAdd = tuple[int, int, int, bytes, int, bytes, bool, int]
-"""An add waiting for its frame: ledger, entry, lac, data, digest, key, recovery, durability."""
+ENTRY_HEADER = struct.Struct(">qqII")
+"""The header of each entry packed in ``AddBatch.entries``: entry id, lac, digest, length."""
+
+PackedEntry = tuple[int, int, int, bytes]
+"""An entry unpacked from a batch: entry id, lac, digest, payload."""
+
+
+def unpack_entries(blob: bytes) -> tuple[list[PackedEntry], str | None]:
+    """The entries packed in ``blob``, and what is wrong with its tail (None when nothing).
+
+    Entries before a malformed tail (a short header or a length past the end) are returned,
+    so they can be answered; the tail cannot be.
+    """
+    entries: list[PackedEntry] = []
+    append = entries.append
+    unpack = ENTRY_HEADER.unpack_from
+    head = ENTRY_HEADER.size
+    end = len(blob)
+    offset = 0
+    while offset < end:
+        if end - offset < head:
+            return entries, f"{end - offset} stray bytes after {len(entries)} entries"
+        entry_id, lac, digest, length = unpack(blob, offset)
+        start = offset + head
+        offset = start + length
+        if offset > end:
+            return entries, f"entry {entry_id} claims {length} bytes, {end - start} left"
+        append((entry_id, lac, digest, blob[start:offset]))
+    return entries, None
+
+
+class PendingBatch:
+    """Adds of one ledger waiting for a frame, packed as they come (see ``AddBatch``)."""
+
+    __slots__ = ("count", "durability", "ledger_id", "master_key", "parts", "recovery", "size")
+
+    def __init__(self, ledger_id: int, master_key: bytes, recovery: bool, durability: int) -> None:
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.recovery = recovery
+        self.durability = durability
+        self.parts: list[bytes] = []
+        self.count = 0
+        self.size = 0
+
+    def add(self, entry_id: int, lac: int, digest: int, data: bytes) -> None:
+        """Pack one more entry (the payload is copied once, when the frame is built)."""
+        self.parts.append(ENTRY_HEADER.pack(entry_id, lac, digest, len(data)))
+        self.parts.append(data)
+        self.count += 1
+        self.size += len(data)
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
@@ -66,31 +116,65 @@ def verified_entries(
     return out, True
 
 
+def queue_add(
+    batches: collections.deque[PendingBatch],
+    ledger_id: int,
+    entry_id: int,
+    lac: int,
+    data: bytes,
+    digest: int,
+    master_key: bytes,
+    recovery: bool,
+    durability: int,
+    max_entries: int,
+    max_bytes: int,
+) -> None:
+    """Pack an add into the last queued batch when it shares the batch's ledger, key,
+    recovery flag and durability and the batch is under ``max_entries`` entries and
+    ``max_bytes`` of payload; otherwise into a new batch."""
+    last = batches[-1] if batches else None
+    if (
+        last is None
+        or last.count >= max_entries
+        or last.size >= max_bytes
+        or last.ledger_id != ledger_id
+        or last.master_key != master_key
+        or last.recovery != recovery
+        or last.durability != durability
+    ):
+        last = PendingBatch(ledger_id, master_key, recovery, durability)
+        batches.append(last)
+    last.add(entry_id, lac, digest, data)
+
+
 def build_frame(
-    adds: collections.deque[QueuedAdd],
+    batches: collections.deque[PendingBatch],
     lacs: list[tuple[int, int, bytes]],
     forces: list[tuple[int, int, bytes]],
     max_entries: int,
     max_bytes: int,
 ) -> pb.AddFrame:
-    """Take the next frame off the queues: up to ``max_entries`` adds, closed once it holds
-    ``max_bytes`` of payload (at least one add). LAC updates and forces join the frame only
-    when no add is left behind, since a bookie handles them after the frame's adds."""
+    """Take the next frame off the queues: whole batches while they fit in ``max_entries``
+    entries and ``max_bytes`` of payload (at least one batch, which :func:`queue_add` bounds
+    by the same limits). LAC updates and forces join the frame only when no add is left
+    behind, since a bookie handles them after the frame's adds."""
     frame = pb.AddFrame()
     count = size = 0
-    while adds and count < max_entries and (size < max_bytes or count == 0):
-        ledger_id, entry_id, lac, data, digest, master_key, recovery, durability = adds.popleft()
-        # Filling fields in place is the cheapest way to build nested messages.
-        item = frame.adds.add(master_key=master_key, recovery=recovery, durability=durability)
-        entry = item.entry
-        entry.ledger_id = ledger_id
-        entry.entry_id = entry_id
-        entry.lac = lac
-        entry.data = data
-        entry.digest = digest
-        count += 1
-        size += len(data)
-    if not adds:
+    while batches and (
+        count == 0
+        or (count + batches[0].count <= max_entries and size + batches[0].size <= max_bytes)
+    ):
+        batch = batches.popleft()
+        frame.batches.add(
+            ledger_id=batch.ledger_id,
+            master_key=batch.master_key,
+            recovery=batch.recovery,
+            durability=batch.durability,
+            entries=b"".join(batch.parts),
+        )
+        count += batch.count
+        size += batch.size
+    if not batches:
         for ledger_id, lac, master_key in lacs:
             frame.lacs.add(ledger_id=ledger_id, lac=lac, master_key=master_key)
         for ledger_id, request_id, master_key in forces:
@@ -100,4 +184,14 @@ def build_frame(
     return frame
 
 
-__all__ = ["QueuedAdd", "build_frame", "status_of", "translate_rpc_error", "verified_entries"]
+__all__ = [
+    "ENTRY_HEADER",
+    "PackedEntry",
+    "PendingBatch",
+    "build_frame",
+    "queue_add",
+    "status_of",
+    "translate_rpc_error",
+    "unpack_entries",
+    "verified_entries",
+]

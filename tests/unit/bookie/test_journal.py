@@ -6,6 +6,7 @@ import asyncio
 import os
 import struct
 from pathlib import Path
+from typing import cast
 
 import crc32c
 import pytest
@@ -31,6 +32,12 @@ def frames(path: Path) -> list[tuple[int, int]]:
         spans.append((offset, end))
         offset = end
     return spans
+
+
+def _entries(report: GroupReport) -> set[tuple[int, int]]:
+    """The (ledger, entry) pairs of a group's adds (tagged as (ledger, [entry ids]))."""
+    tags = cast(list[tuple[int, list[int]]], report.tags)
+    return {(ledger, entry) for ledger, entries in tags for entry in entries}
 
 
 async def test_one_sync_per_group_and_no_ack_before_its_sync(
@@ -78,7 +85,7 @@ async def test_one_sync_per_group_and_no_ack_before_its_sync(
         if kind == "group":
             assert isinstance(value, GroupReport)
             if value.synced:
-                seen.update(value.tags)
+                seen.update(_entries(value))
         else:
             assert value in seen, f"entry {value} acknowledged before its group was synced"
 
@@ -114,13 +121,13 @@ async def test_persistent_add_in_a_volatile_group_makes_the_group_sync(tmp_path:
     syncs = core.stats.journal_syncs
     volatile = [add(core, 1, e, durability=Durability.VOLATILE) for e in range(1, 20)]
     await asyncio.gather(add(core, 2, 1), *volatile)
-    (mixed,) = [r for r in reports if (2, 1) in r.tags]
+    (mixed,) = [r for r in reports if (2, 1) in _entries(r)]
     assert mixed.synced
-    assert (1, 1) in mixed.tags
+    assert (1, 1) in _entries(mixed)
     assert core.stats.journal_syncs == syncs + 1
     # Every VOLATILE entry written up to that sync is covered by it.
     upto = reports[: reports.index(mixed) + 1]
-    covered = [t[1] for r in upto for t in r.tags if isinstance(t, tuple) and t[0] == 1]
+    covered = [entry for r in upto for ledger, entry in _entries(r) if ledger == 1]
     assert core.last_add_synced(1) >= max(covered)
     await core.close()
 

@@ -6,58 +6,102 @@ import collections
 
 from walog.digest import entry_digest
 from walog.proto import bookie_pb2 as pb
-from walog.transport.wire import QueuedAdd, build_frame, verified_entries
+from walog.transport.wire import (
+    ENTRY_HEADER,
+    PendingBatch,
+    build_frame,
+    queue_add,
+    unpack_entries,
+    verified_entries,
+)
+
+KEY = b"k" * 32
 
 
-def _adds(count: int, size: int = 10) -> collections.deque[QueuedAdd]:
-    return collections.deque(
-        (1, e, e - 1, b"x" * size, 0, b"k" * 32, False, pb.PERSISTENT) for e in range(count)
-    )
+def _queued(
+    count: int, size: int = 10, max_entries: int = 512, max_bytes: int = 1 << 20
+) -> collections.deque[PendingBatch]:
+    batches: collections.deque[PendingBatch] = collections.deque()
+    for e in range(count):
+        queue_add(
+            batches, 1, e, e - 1, b"x" * size, 0, KEY, False, pb.PERSISTENT, max_entries, max_bytes
+        )
+    return batches
 
 
-def test_frame_holds_at_most_max_frame_entries_adds_in_order() -> None:
-    adds = _adds(5)
-    first = build_frame(adds, [], [], 2, 1 << 20)
-    assert [a.entry.entry_id for a in first.adds] == [0, 1]
-    second = build_frame(adds, [], [], 2, 1 << 20)
-    assert [a.entry.entry_id for a in second.adds] == [2, 3]
-    assert len(adds) == 1
+def _ids(frame: pb.AddFrame) -> list[int]:
+    return [entry[0] for batch in frame.batches for entry in unpack_entries(batch.entries)[0]]
 
 
-def test_frame_closes_once_it_holds_max_frame_bytes() -> None:
-    adds = _adds(5, size=100)
-    assert len(build_frame(adds, [], [], 100, 250).adds) == 3
+def test_a_batch_holds_at_most_max_frame_entries_adds_in_order() -> None:
+    batches = _queued(5, max_entries=2)
+    assert [b.count for b in batches] == [2, 2, 1]
+    first = build_frame(batches, [], [], 2, 1 << 20)
+    assert _ids(first) == [0, 1]
+    assert _ids(build_frame(batches, [], [], 2, 1 << 20)) == [2, 3]
+    assert len(batches) == 1
+
+
+def test_a_batch_closes_once_it_holds_max_frame_bytes() -> None:
+    assert [b.count for b in _queued(5, size=100, max_bytes=250)] == [3, 2]
     # One add larger than the byte limit still travels, alone.
-    big = _adds(2, size=1000)
-    assert len(build_frame(big, [], [], 100, 250).adds) == 1
+    assert [b.count for b in _queued(2, size=1000, max_bytes=250)] == [1, 1]
+
+
+def test_a_frame_takes_whole_batches_up_to_its_limits() -> None:
+    batches = _queued(6, max_entries=2)
+    frame = build_frame(batches, [], [], 4, 1 << 20)
+    assert _ids(frame) == [0, 1, 2, 3]
+    assert len(frame.batches) == 2
+
+
+def test_adds_of_another_ledger_key_or_durability_start_a_new_batch() -> None:
+    batches: collections.deque[PendingBatch] = collections.deque()
+    for ledger, key, recovery, durability in [
+        (1, KEY, False, pb.PERSISTENT),
+        (1, KEY, False, pb.PERSISTENT),
+        (2, KEY, False, pb.PERSISTENT),
+        (2, b"o" * 32, False, pb.PERSISTENT),
+        (2, b"o" * 32, True, pb.PERSISTENT),
+        (2, b"o" * 32, True, pb.VOLATILE),
+    ]:
+        queue_add(batches, ledger, 0, -1, b"x", 0, key, recovery, durability, 10, 100)
+    assert [b.count for b in batches] == [2, 1, 1, 1, 1]
 
 
 def test_lac_updates_and_forces_wait_for_the_frame_with_the_last_queued_add() -> None:
-    adds = _adds(3)
-    lacs = [(1, 1, b"k" * 32)]
-    forces = [(1, 9, b"k" * 32)]
-    first = build_frame(adds, lacs, forces, 2, 1 << 20)
+    batches = _queued(3, max_entries=2)
+    lacs = [(1, 1, KEY)]
+    forces = [(1, 9, KEY)]
+    first = build_frame(batches, lacs, forces, 2, 1 << 20)
     assert not first.lacs and not first.forces
-    second = build_frame(adds, lacs, forces, 2, 1 << 20)
-    assert [a.entry.entry_id for a in second.adds] == [2]
+    second = build_frame(batches, lacs, forces, 2, 1 << 20)
+    assert _ids(second) == [2]
     assert [f.request_id for f in second.forces] == [9]
     assert [u.lac for u in second.lacs] == [1]
     assert not lacs and not forces
 
 
-def test_frame_carries_entry_fields_and_digest() -> None:
-    adds: collections.deque[QueuedAdd] = collections.deque(
-        [(7, 3, 2, b"data", 1234, b"k" * 32, True, pb.VOLATILE)]
-    )
-    frame = build_frame(adds, [], [], 10, 100)
-    add = frame.adds[0]
-    assert (add.entry.ledger_id, add.entry.entry_id, add.entry.lac) == (7, 3, 2)
-    assert (add.entry.data, add.entry.digest, add.recovery, add.durability) == (
-        b"data",
-        1234,
+def test_a_batch_carries_entry_fields_and_digest() -> None:
+    batches: collections.deque[PendingBatch] = collections.deque()
+    queue_add(batches, 7, 3, 2, b"data", 1234, KEY, True, pb.VOLATILE, 10, 100)
+    (batch,) = build_frame(batches, [], [], 10, 100).batches
+    assert (batch.ledger_id, batch.master_key, batch.recovery, batch.durability) == (
+        7,
+        KEY,
         True,
         pb.VOLATILE,
     )
+    assert unpack_entries(batch.entries) == ([(3, 2, 1234, b"data")], None)
+
+
+def test_packed_entries_round_trip_and_a_torn_tail_is_named() -> None:
+    blob = ENTRY_HEADER.pack(0, -1, 5, 3) + b"abc" + ENTRY_HEADER.pack(1, 0, 6, 0)
+    assert unpack_entries(blob) == ([(0, -1, 5, b"abc"), (1, 0, 6, b"")], None)
+    entries, problem = unpack_entries(blob + b"\x01\x02")
+    assert len(entries) == 2 and problem == "2 stray bytes after 2 entries"
+    entries, problem = unpack_entries(ENTRY_HEADER.pack(4, 3, 0, 10) + b"short")
+    assert entries == [] and problem == "entry 4 claims 10 bytes, 5 left"
 
 
 def _entry(ledger: int, entry: int, data: bytes, digest: int | None = None) -> pb.Entry:
