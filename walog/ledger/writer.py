@@ -29,7 +29,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -58,7 +58,7 @@ from walog.ledger.ensemble import (
 )
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
-from walog.transport.base import AddReply, ForceReply, Status
+from walog.transport.base import AddReply, BatchCallback, ForceReply, Status
 
 log = get_logger(__name__)
 
@@ -163,6 +163,7 @@ class AsyncLedgerWriter:
         self._durability = metadata.durability
         self._ensemble = list(metadata.last_ensemble)
         self._clients = [ctx.pool.get(b) for b in self._ensemble]  # by ensemble index
+        self._on_replies = self._reply_handlers()  # by ensemble index
         # Write quorums repeat every E entries (seed 000): entry e uses _write_sets[e % E].
         self._write_sets = [tuple(write_set(i, self._e, self._qw)) for i in range(self._e)]
 
@@ -171,6 +172,9 @@ class AsyncLedgerWriter:
         self._lac = -1
         self._las = [-1] * self._e  # VOLATILE: LastAddSynced per ensemble index
         self._pending: collections.deque[PendingAdd] = collections.deque()
+        self._by_id: dict[int, PendingAdd] = {}  # the pending adds by entry id
+        # Appends of this event-loop turn, sent together at its end: one call per bookie.
+        self._unsent: list[PendingAdd] = []
         self._drained = asyncio.Event()
         self._drained.set()
 
@@ -239,10 +243,13 @@ class AsyncLedgerWriter:
             self._loop.create_future(),
         )
         self._pending.append(add)
+        self._by_id[entry_id] = add
         self._drained.clear()
         self._lac_told = max(self._lac_told, lac)
         self._last_append_time = self._loop.time()
-        self._send(add, self._write_sets[entry_id % self._e])
+        if not self._unsent:
+            self._loop.call_soon(self._flush)
+        self._unsent.append(add)
         return add.future
 
     async def append(self, data: bytes | bytearray | memoryview) -> int:
@@ -264,27 +271,46 @@ class AsyncLedgerWriter:
         if err is not None:
             raise type(err)(str(err))
 
-    def _send(self, add: PendingAdd, indexes: Iterable[int]) -> None:
-        for index in indexes:
-            if index in self._failed or index in self._unreplaceable:
-                continue  # sent to the replacement once the ensemble change is done
-            bookie = self._ensemble[index]
-            add.sent |= 1 << index
-            self._clients[index].add_then(
-                self._ledger_id,
-                add.entry_id,
-                add.lac,
-                add.data,
-                add.digest,
-                self._master_key,
-                functools.partial(self._on_reply, add, index, bookie),
-                durability=self._durability,
-            )
+    def _flush(self) -> None:
+        adds, self._unsent = self._unsent, []
+        if self._error is None:
+            self._send(adds)
+
+    def _send(self, adds: Iterable[PendingAdd]) -> None:
+        """Send each add to every index of its write quorum that is healthy and neither
+        acknowledged it nor was sent it since its bookie joined: one call per bookie."""
+        skip = self._failed.keys() | self._unreplaceable
+        e = self._e
+        write_sets = self._write_sets
+        by_index: list[list[PendingAdd]] = [[] for _ in range(e)]
+        for add in adds:
+            done = add.acked | add.sent
+            for index in write_sets[add.entry_id % e]:
+                if not done >> index & 1 and index not in skip:
+                    by_index[index].append(add)
+                    add.sent |= 1 << index
+        for index, batch in enumerate(by_index):
+            if batch:
+                self._clients[index].add_many(
+                    self._ledger_id,
+                    self._master_key,
+                    batch,
+                    self._on_replies[index],
+                    durability=self._durability,
+                )
 
     # -- replies and completion -------------------------------------------------------
 
+    def _reply_handlers(self) -> list[BatchCallback]:
+        """One reply handler per ensemble index, bound to the bookie now there: a late reply
+        from a replaced bookie is recognised and ignored."""
+        return [
+            functools.partial(self._on_reply, index, bookie)
+            for index, bookie in enumerate(self._ensemble)
+        ]
+
     def _on_reply(
-        self, add: PendingAdd, index: int, bookie: str, reply: AddReply | BaseException
+        self, index: int, bookie: str, entry_ids: Sequence[int], reply: AddReply | BaseException
     ) -> None:
         if isinstance(reply, UnauthorizedError):
             self._fail(UnauthorizedError(str(reply)))
@@ -297,7 +323,12 @@ class AsyncLedgerWriter:
         if reply.status is Status.OK:
             if self._durability is Durability.VOLATILE:
                 self._las[index] = max(self._las[index], reply.last_add_synced)
-            add.acked |= 1 << index
+            bit = 1 << index
+            by_id = self._by_id
+            for entry_id in entry_ids:
+                add = by_id.get(entry_id)
+                if add is not None:  # else completed already (acked by others meanwhile)
+                    add.acked |= bit
             self._complete_ready()
         elif reply.status is Status.FENCED:
             self._fail(
@@ -323,6 +354,9 @@ class AsyncLedgerWriter:
         done = pop_completed(self._pending, self._qa)
         if done:
             self._completed = max(self._completed, done[-1].entry_id)
+            by_id = self._by_id
+            for add in done:
+                del by_id[add.entry_id]
         self._advance_lac()
         if not self._pending:
             self._drained.set()
@@ -376,6 +410,8 @@ class AsyncLedgerWriter:
             self._lac_timer = None
         log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
         pending, self._pending = self._pending, collections.deque()
+        self._by_id.clear()
+        self._unsent.clear()
         self._drained.set()
         for add in pending:
             if not add.future.done():
@@ -481,6 +517,7 @@ class AsyncLedgerWriter:
             self._replaced.add(self._ensemble[index])
         old_ensemble, self._ensemble = self._ensemble, list(new_ensemble)
         self._clients = [self._ctx.pool.get(b) for b in self._ensemble]
+        self._on_replies = self._reply_handlers()
         # The replaced indexes are healthy again: _send skips failed and unreplaceable
         # indexes, so they must leave both sets before the pending entries are resent.
         moved = 0
@@ -498,11 +535,7 @@ class AsyncLedgerWriter:
     def _resend_pending(self) -> None:
         """Send every pending add to each healthy index of its write quorum that neither
         acknowledged it nor was sent it since its bookie joined the ensemble."""
-        for add in self._pending:
-            unsent = ~(add.acked | add.sent)
-            self._send(
-                add, [i for i in self._write_sets[add.entry_id % self._e] if unsent >> i & 1]
-            )
+        self._send(self._pending)
 
     async def _reread_open(self) -> None:
         """After a lost CAS: adopt the current metadata if still OPEN, else stop."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Sequence
 from typing import Protocol
 
 import grpc
@@ -28,11 +29,11 @@ import grpc.aio
 from walog.errors import BookieUnavailableError, UnauthorizedError
 from walog.ledger.context import ClientConfig
 from walog.proto import bookie_pb2 as pb
-from walog.transport.base import AddCallback, AddReply, ForceReply
+from walog.transport.base import AddReply, BatchCallback, ForceReply, OutgoingEntry
 from walog.transport.wire import (
     PendingBatch,
     build_frame,
-    queue_add,
+    queue_adds,
     status_of,
     translate_rpc_error,
 )
@@ -61,8 +62,8 @@ class AddStream:
         self._forces: list[tuple[int, int, bytes]] = []
         # The reply to (ledger, entry) goes to the first waiter; a second add of the same
         # entry on this stream (a resend) waits in _more_waiters.
-        self._add_waiters: dict[tuple[int, int], AddCallback] = {}
-        self._more_waiters: dict[tuple[int, int], collections.deque[AddCallback]] = {}
+        self._add_waiters: dict[tuple[int, int], BatchCallback] = {}
+        self._more_waiters: dict[tuple[int, int], collections.deque[BatchCallback]] = {}
         self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
         # When each unanswered request was queued, oldest first (dicts keep insertion
         # order): one not answered within ``timeouts.add`` fails the stream (the bookie).
@@ -74,36 +75,35 @@ class AddStream:
         self._sender = self._loop.create_task(self._send_loop())
         self._receiver = self._loop.create_task(self._receive_loop())
 
-    def add(
+    def add_many(
         self,
         ledger_id: int,
-        entry_id: int,
-        lac: int,
-        data: bytes,
-        digest: int,
         master_key: bytes,
         recovery: bool,
         durability: int,
-        callback: AddCallback,
+        entries: Sequence[OutgoingEntry],
+        callback: BatchCallback,
     ) -> None:
-        """Queue an add; ``callback`` gets its reply (``durability`` is the wire enum)."""
-        key = (ledger_id, entry_id)
-        if key in self._add_waiters:
-            self._more_waiters.setdefault(key, collections.deque()).append(callback)
-        else:
-            self._add_waiters[key] = callback
-            self._add_sent_at[key] = self._arm_watchdog()
+        """Queue adds of one ledger; ``callback`` gets the ids each reply answers
+        (``durability`` is the wire enum)."""
+        waiters = self._add_waiters
+        sent_at = self._add_sent_at
+        now = self._arm_watchdog()
+        for entry in entries:
+            key = (ledger_id, entry.entry_id)
+            if key in waiters:
+                self._more_waiters.setdefault(key, collections.deque()).append(callback)
+            else:
+                waiters[key] = callback
+                sent_at[key] = now
         config = self._client.config
-        queue_add(
+        queue_adds(
             self._batches,
             ledger_id,
-            entry_id,
-            lac,
-            data,
-            digest,
             master_key,
             recovery,
             durability,
+            entries,
             config.max_frame_entries,
             config.max_frame_bytes,
         )
@@ -192,6 +192,9 @@ class AddStream:
         for result in frame.results:
             ledger_id = result.ledger_id
             reply = AddReply(status_of(result.status), result.last_add_synced)
+            # Ids go to their callbacks in runs: one call per run of the same callback.
+            current: BatchCallback | None = None
+            run: list[int] = []
             for entry_id in result.entry_ids:
                 key = (ledger_id, entry_id)
                 callback = waiters.pop(key, None)
@@ -205,7 +208,13 @@ class AddStream:
                     sent_at[key] = queued_at
                     if not more:
                         del self._more_waiters[key]
-                callback(reply)
+                if callback is not current:
+                    if current is not None:
+                        current(run, reply)
+                    current, run = callback, []
+                run.append(entry_id)
+            if current is not None:
+                current(run, reply)
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:
@@ -229,8 +238,13 @@ class AddStream:
         message = (
             reason if reason.startswith("bookie ") else f"bookie {self._client.bookie_id}: {reason}"
         )
-        callbacks = list(self._add_waiters.values())
-        callbacks.extend(c for more in self._more_waiters.values() for c in more)
+        # Each callback once, with every id it waits for.
+        failed: dict[BatchCallback, list[int]] = {}
+        for (_, entry_id), callback in self._add_waiters.items():
+            failed.setdefault(callback, []).append(entry_id)
+        for (_, entry_id), more in self._more_waiters.items():
+            for callback in more:
+                failed.setdefault(callback, []).append(entry_id)
         forces = list(self._force_waiters.values())
         self._add_waiters.clear()
         self._more_waiters.clear()
@@ -249,8 +263,8 @@ class AddStream:
         for future in forces:
             if not future.done():
                 future.set_exception(error_type(message))
-        for callback in callbacks:
-            callback(error_type(message))
+        for callback, entry_ids in failed.items():
+            callback(entry_ids, error_type(message))
 
 
 __all__ = ["AddStream", "StreamOwner"]

@@ -15,7 +15,9 @@ import abc
 import asyncio
 import dataclasses
 import enum
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from walog.errors import BookieUnavailableError
 from walog.ledger.durability import Durability
@@ -94,6 +96,30 @@ class FenceReply:
 AddCallback = Callable[[AddReply | BaseException], None]
 """Receives the reply to one add, or the error that ended it (see BookieClient.add_then)."""
 
+BatchCallback = Callable[[Sequence[int], AddReply | BaseException], None]
+"""Receives the ids of entries queued by :meth:`BookieClient.add_many` with the reply they
+share, or with the error that ended them; called as often as replies group them."""
+
+
+class OutgoingEntry(Protocol):
+    """An entry to send: its id, the LAC it carries, its payload and digest."""
+
+    @property
+    def entry_id(self) -> int:
+        """The entry's id."""
+
+    @property
+    def lac(self) -> int:
+        """The LAC piggybacked on the entry (covered by the digest)."""
+
+    @property
+    def data(self) -> bytes:
+        """The payload."""
+
+    @property
+    def digest(self) -> int:
+        """The entry digest (walog/digest.py)."""
+
 
 class BookieClient(abc.ABC):
     """A connection to one bookie. Adds are queued and sent in batched frames."""
@@ -155,6 +181,35 @@ class BookieClient(abc.ABC):
 
         future.add_done_callback(done)
 
+    def add_many(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[OutgoingEntry],
+        callback: BatchCallback,
+        *,
+        recovery: bool = False,
+        durability: Durability = Durability.PERSISTENT,
+    ) -> None:
+        """Queue adds of one ledger, in order; ``callback`` (on the event loop) gets the ids
+        of the entries each reply answers with that reply, or the error that ended them.
+
+        The writer's hot path: a transport may override it to pack the entries and answer
+        many ids per call; this default queues them one by one with :meth:`add_then`.
+        """
+        for entry in entries:
+            self.add_then(
+                ledger_id,
+                entry.entry_id,
+                entry.lac,
+                entry.data,
+                entry.digest,
+                master_key,
+                functools.partial(_answer_one, callback, entry.entry_id),
+                recovery=recovery,
+                durability=durability,
+            )
+
     @abc.abstractmethod
     def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
         """Queue an explicit LAC update (idle writer), ordered after earlier adds."""
@@ -187,6 +242,10 @@ class BookieClient(abc.ABC):
         """Fence the ledger on this bookie (persisted before the reply)."""
 
 
+def _answer_one(callback: BatchCallback, entry_id: int, reply: AddReply | BaseException) -> None:
+    callback((entry_id,), reply)
+
+
 class BookiePool(abc.ABC):
     """Connections to bookies by id, shared by every ledger of a client."""
 
@@ -202,10 +261,12 @@ class BookiePool(abc.ABC):
 __all__ = [
     "AddCallback",
     "AddReply",
+    "BatchCallback",
     "BookieClient",
     "BookiePool",
     "FenceReply",
     "ForceReply",
+    "OutgoingEntry",
     "ReadLacReply",
     "ReadReply",
     "Status",

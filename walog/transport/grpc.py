@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import grpc
 import grpc.aio
@@ -27,10 +30,12 @@ from walog.transport.add_stream import AddStream
 from walog.transport.base import (
     AddCallback,
     AddReply,
+    BatchCallback,
     BookieClient,
     BookiePool,
     FenceReply,
     ForceReply,
+    OutgoingEntry,
     ReadLacReply,
     ReadReply,
     Status,
@@ -41,6 +46,19 @@ from walog.transport.wire import status_of, translate_rpc_error, verified_entrie
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
+
+
+class _Outgoing(NamedTuple):
+    entry_id: int
+    lac: int
+    data: bytes
+    digest: int
+
+
+def _answer_single(
+    callback: AddCallback, _: Sequence[int], reply: AddReply | BaseException
+) -> None:
+    callback(reply)
 
 
 class GrpcBookieClient(BookieClient):
@@ -154,22 +172,36 @@ class GrpcBookieClient(BookieClient):
     ) -> None:
         """Queue an add; ``callback`` gets the reply straight from the stream's reply
         handling (no future, no scheduled callback per add), or the error that ended it."""
+        self.add_many(
+            ledger_id,
+            master_key,
+            (_Outgoing(entry_id, lac, data, digest),),
+            functools.partial(_answer_single, callback),
+            recovery=recovery,
+            durability=durability,
+        )
+
+    def add_many(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[OutgoingEntry],
+        callback: BatchCallback,
+        *,
+        recovery: bool = False,
+        durability: Durability = Durability.PERSISTENT,
+    ) -> None:
+        """Queue adds of one ledger, packed into the stream's next batch (see
+        :class:`BookieClient`); ``callback`` gets many ids per reply."""
         try:
             stream = self._open_stream()
         except WalogError as exc:
             # Never call back from inside the caller: it may still be setting up.
-            asyncio.get_running_loop().call_soon(callback, exc)
+            ids = [entry.entry_id for entry in entries]
+            asyncio.get_running_loop().call_soon(callback, ids, exc)
             return
-        stream.add(
-            ledger_id,
-            entry_id,
-            lac,
-            data,
-            digest,
-            master_key,
-            recovery,
-            _PB_DURABILITY[durability],
-            callback,
+        stream.add_many(
+            ledger_id, master_key, recovery, _PB_DURABILITY[durability], entries, callback
         )
 
     def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import grpc
 import grpc.aio
@@ -17,7 +17,7 @@ from walog._log import get_logger
 from walog.digest import entry_digest
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.proto import bookie_pb2 as pb
-from walog.transport.base import Status, StoredEntry
+from walog.transport.base import OutgoingEntry, Status, StoredEntry
 
 log = get_logger("walog.transport")
 
@@ -53,7 +53,8 @@ def unpack_entries(blob: bytes) -> tuple[list[PackedEntry], str | None]:
 
 
 class PendingBatch:
-    """Adds of one ledger waiting for a frame, packed as they come (see ``AddBatch``)."""
+    """Adds of one ledger waiting for a frame, packed as they come (see ``AddBatch``): each
+    entry is a header and its payload in ``parts``, copied once when the frame is built."""
 
     __slots__ = ("count", "durability", "ledger_id", "master_key", "parts", "recovery", "size")
 
@@ -65,13 +66,6 @@ class PendingBatch:
         self.parts: list[bytes] = []
         self.count = 0
         self.size = 0
-
-    def add(self, entry_id: int, lac: int, digest: int, data: bytes) -> None:
-        """Pack one more entry (the payload is copied once, when the frame is built)."""
-        self.parts.append(ENTRY_HEADER.pack(entry_id, lac, digest, len(data)))
-        self.parts.append(data)
-        self.count += 1
-        self.size += len(data)
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
@@ -116,35 +110,36 @@ def verified_entries(
     return out, True
 
 
-def queue_add(
+def queue_adds(
     batches: collections.deque[PendingBatch],
     ledger_id: int,
-    entry_id: int,
-    lac: int,
-    data: bytes,
-    digest: int,
     master_key: bytes,
     recovery: bool,
     durability: int,
+    entries: Iterable[OutgoingEntry],
     max_entries: int,
     max_bytes: int,
 ) -> None:
-    """Pack an add into the last queued batch when it shares the batch's ledger, key,
-    recovery flag and durability and the batch is under ``max_entries`` entries and
-    ``max_bytes`` of payload; otherwise into a new batch."""
+    """Pack adds of one ledger into the last queued batch while it shares their ledger,
+    key, recovery flag and durability and holds fewer than ``max_entries`` entries and
+    ``max_bytes`` of payload; into new batches after that."""
     last = batches[-1] if batches else None
-    if (
-        last is None
-        or last.count >= max_entries
-        or last.size >= max_bytes
-        or last.ledger_id != ledger_id
+    if last is not None and (
+        last.ledger_id != ledger_id
         or last.master_key != master_key
         or last.recovery != recovery
         or last.durability != durability
     ):
-        last = PendingBatch(ledger_id, master_key, recovery, durability)
-        batches.append(last)
-    last.add(entry_id, lac, digest, data)
+        last = None
+    for entry in entries:
+        if last is None or last.count >= max_entries or last.size >= max_bytes:
+            last = PendingBatch(ledger_id, master_key, recovery, durability)
+            batches.append(last)
+        data = entry.data
+        last.parts.append(ENTRY_HEADER.pack(entry.entry_id, entry.lac, entry.digest, len(data)))
+        last.parts.append(data)
+        last.count += 1
+        last.size += len(data)
 
 
 def build_frame(
@@ -155,7 +150,7 @@ def build_frame(
     max_bytes: int,
 ) -> pb.AddFrame:
     """Take the next frame off the queues: whole batches while they fit in ``max_entries``
-    entries and ``max_bytes`` of payload (at least one batch, which :func:`queue_add` bounds
+    entries and ``max_bytes`` of payload (at least one batch, which :func:`queue_adds` bounds
     by the same limits). LAC updates and forces join the frame only when no add is left
     behind, since a bookie handles them after the frame's adds."""
     frame = pb.AddFrame()
@@ -189,7 +184,7 @@ __all__ = [
     "PackedEntry",
     "PendingBatch",
     "build_frame",
-    "queue_add",
+    "queue_adds",
     "status_of",
     "translate_rpc_error",
     "unpack_entries",

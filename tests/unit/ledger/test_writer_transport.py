@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from typing import NamedTuple
 
 from walog.digest import entry_digest
 from walog.proto import bookie_pb2 as pb
@@ -10,7 +11,7 @@ from walog.transport.wire import (
     ENTRY_HEADER,
     PendingBatch,
     build_frame,
-    queue_add,
+    queue_adds,
     unpack_entries,
     verified_entries,
 )
@@ -18,14 +19,19 @@ from walog.transport.wire import (
 KEY = b"k" * 32
 
 
+class _Out(NamedTuple):
+    entry_id: int
+    lac: int
+    data: bytes
+    digest: int
+
+
 def _queued(
     count: int, size: int = 10, max_entries: int = 512, max_bytes: int = 1 << 20
 ) -> collections.deque[PendingBatch]:
     batches: collections.deque[PendingBatch] = collections.deque()
-    for e in range(count):
-        queue_add(
-            batches, 1, e, e - 1, b"x" * size, 0, KEY, False, pb.PERSISTENT, max_entries, max_bytes
-        )
+    entries = [_Out(e, e - 1, b"x" * size, 0) for e in range(count)]
+    queue_adds(batches, 1, KEY, False, pb.PERSISTENT, entries, max_entries, max_bytes)
     return batches
 
 
@@ -65,7 +71,7 @@ def test_adds_of_another_ledger_key_or_durability_start_a_new_batch() -> None:
         (2, b"o" * 32, True, pb.PERSISTENT),
         (2, b"o" * 32, True, pb.VOLATILE),
     ]:
-        queue_add(batches, ledger, 0, -1, b"x", 0, key, recovery, durability, 10, 100)
+        queue_adds(batches, ledger, key, recovery, durability, [_Out(0, -1, b"x", 0)], 10, 100)
     assert [b.count for b in batches] == [2, 1, 1, 1, 1]
 
 
@@ -84,7 +90,7 @@ def test_lac_updates_and_forces_wait_for_the_frame_with_the_last_queued_add() ->
 
 def test_a_batch_carries_entry_fields_and_digest() -> None:
     batches: collections.deque[PendingBatch] = collections.deque()
-    queue_add(batches, 7, 3, 2, b"data", 1234, KEY, True, pb.VOLATILE, 10, 100)
+    queue_adds(batches, 7, KEY, True, pb.VOLATILE, [_Out(3, 2, b"data", 1234)], 10, 100)
     (batch,) = build_frame(batches, [], [], 10, 100).batches
     assert (batch.ledger_id, batch.master_key, batch.recovery, batch.durability) == (
         7,
