@@ -147,13 +147,12 @@ class AddStream:
                 continue
             if not entries:
                 continue
-            size = len(blob)
-            if not admission.try_acquire(size):
+            if not admission.try_acquire(len(blob)):
                 stats.rejected_adds += len(entries)
                 self._answer(ledger_id, [e[0] for e in entries], Status.TOO_MANY_REQUESTS, -1)
                 continue
             self._on_write(ledger_id)
-            self._track(self._add(batch, entries, size))
+            self._track(self._add(batch, blob, entries))
         for lac in frame.lacs:
             if lac.ledger_id < 0 or lac.lac < -1:
                 stats.bad_requests += 1
@@ -197,7 +196,7 @@ class AddStream:
         )
         self._wake.set()
 
-    async def _add(self, batch: pb.AddBatch, entries: list[PackedEntry], size: int) -> None:
+    async def _add(self, batch: pb.AddBatch, blob: bytes, entries: list[PackedEntry]) -> None:
         ledger_id = batch.ledger_id
         try:
             answers = await self._core.add_batch(
@@ -206,15 +205,16 @@ class AddStream:
                 entries,
                 recovery=batch.recovery,
                 durability=_DURABILITY[batch.durability],
+                packed=blob,
             )
         except Exception:
             log.exception("add failed", ledger_id=ledger_id, entries=len(entries))
             answers = [(Status.IO_ERROR, [e[0] for e in entries], -1)]
         finally:
-            self._service.admission.release(size)
+            self._service.admission.release(len(blob))
         stats = self._service.stats
         stats.adds += len(entries)
-        stats.add_bytes += size
+        stats.add_bytes += len(blob)
         for status, entry_ids, last_add_synced in answers:
             if status != Status.OK:
                 stats.failed_adds += len(entry_ids)

@@ -51,6 +51,7 @@ from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
+from walog.transport.wire import ENTRY_HEADER
 
 _log = structlog.get_logger(__name__)
 
@@ -219,7 +220,7 @@ class BookieCore:
         ((status, _, last_add_synced),) = await self.add_batch(
             ledger_id,
             master_key,
-            [(entry_id, lac, digest, data)],
+            [(entry_id, lac, digest, bytes(data))],
             recovery=recovery,
             durability=durability,
         )
@@ -233,6 +234,7 @@ class BookieCore:
         *,
         recovery: bool,
         durability: Durability,
+        packed: bytes | None = None,
     ) -> list[tuple[Status, list[int], int]]:
         """Store entries ``(entry_id, lac, digest, data)`` of one ledger; returns answers
         ``(status, entry_ids, last_add_synced)``, each entry in exactly one of them.
@@ -244,6 +246,9 @@ class BookieCore:
         ids, ``lac`` not below ``entry_id``, payload over ``max_entry_bytes``),
         DIGEST_MISMATCH, UNAUTHORIZED (another master key), FENCED (fenced ledger, not a
         recovery write), IO_ERROR (disk failure or closed).
+
+        ``packed``: the entries as the client packed them (``AddBatch.entries``); journaled
+        as they are when every entry is new and valid, saving a repack.
         """
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
@@ -277,7 +282,9 @@ class BookieCore:
             return [*refused, (status, ids, -1)]
         if state.fenced and not recovery:
             return [*refused, (Status.FENCED, ids, state.last_add_synced)]
-        waiter = self._store(state, valid, volatile=durability is Durability.VOLATILE)
+        if len(valid) != len(entries):
+            packed = None  # the refused entries must not reach the journal
+        waiter = self._store(state, valid, packed, volatile=durability is Durability.VOLATILE)
         if waiter is not None:
             try:
                 await waiter
@@ -286,41 +293,54 @@ class BookieCore:
         return [*refused, (Status.OK, ids, state.last_add_synced)]
 
     def _store(
-        self, state: LedgerState, entries: list[tuple[int, int, int, bytes]], *, volatile: bool
+        self,
+        state: LedgerState,
+        entries: list[tuple[int, int, int, bytes]],
+        packed: bytes | None,
+        *,
+        volatile: bool,
     ) -> asyncio.Future[Any] | None:
-        """Put valid entries in the write cache and queue their journal records, in one
+        """Put valid entries in the write cache and queue their journal record, in one
         synchronous step (see the ordering rules above); the future to await before they
-        may be acknowledged, if any."""
+        may be acknowledged, if any. ``packed``: the same entries, packed."""
         ledger_id = state.ledger_id
         cache = self._cache
-        records: list[tuple[bytes, bytes]] = []
-        stored: list[int] = []
-        duplicates = 0
-        lac_grew = False
-        for entry_id, lac, digest, data in entries:
+        stored: list[tuple[int, int, int, bytes]] = []
+        last_entry_id = lac = -1
+        size = 0
+        for entry in entries:
+            entry_id, entry_lac, digest, data = entry
             if self._has_entry(state, entry_id):
-                duplicates += 1
                 continue
-            data = bytes(data)
-            cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
-            state.note_entry(entry_id)
-            if volatile:
-                state.sync.advance_to(lac)
-            records.append((add_header(ledger_id, entry_id, lac, digest, volatile), data))
-            stored.append(entry_id)
-            if state.raise_lac(lac):
-                lac_grew = True
-            self.stats.bytes_written += len(data)
+            cache.put(ledger_id, entry_id, CachedEntry(entry_lac, digest, data))
+            stored.append(entry)
+            last_entry_id = max(last_entry_id, entry_id)
+            lac = max(lac, entry_lac)
+            size += len(data)
+        duplicates = len(entries) - len(stored)
         self.stats.duplicate_adds += duplicates
         self.stats.entries_added += len(stored)
-        if lac_grew:
-            self._wake(ledger_id)
+        self.stats.bytes_written += size
         if cache.bytes >= self.config.write_cache_bytes:
             self._checkpoint_wanted.set()
-        if records:
+        if stored:
+            state.note_entry(last_entry_id)
+            if volatile:
+                state.sync.advance_to(lac)
+            if state.raise_lac(lac):
+                self._wake(ledger_id)
             self._dirty.add(ledger_id)
+            if duplicates or packed is None:
+                packed = b"".join(
+                    ENTRY_HEADER.pack(entry_id, entry_lac, digest, len(data)) + data
+                    for entry_id, entry_lac, digest, data in stored
+                )
             # Tagged for the sync cursor: the group report says when these were synced.
-            return self.journal.append_many(records, sync=not volatile, tag=(ledger_id, stored))
+            return self.journal.append(
+                (add_header(ledger_id, volatile), packed),
+                sync=not volatile,
+                tag=(ledger_id, [entry[0] for entry in stored]),
+            )
         if duplicates and not volatile:
             # The first copies may still wait for their sync: do not ack before it. (With
             # new records, their sync covers every earlier record too.)

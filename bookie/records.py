@@ -1,7 +1,8 @@
 """Journal record payloads: what each record a bookie journals says.
 
 Every change a bookie acknowledges is one of these records first (the journal frames them;
-see bookie/journal.py). ADD carries the whole entry, so replay can rebuild the write cache;
+see bookie/journal.py). ADD carries whole entries (a client's batch, packed as it arrived:
+no per-entry work on the journal path), so replay can rebuild the write cache;
 KEY, FENCE, LAC and DELETE rebuild the ledger state. Integers are big endian.
 """
 
@@ -16,7 +17,8 @@ class RecordKind(enum.IntEnum):
     """What a journal record says."""
 
     ADD = 1
-    """An entry: ledger, entry, lac, digest, durability, then the payload."""
+    """Entries of one ledger: ledger, durability, then the entries packed as clients send
+    them (``AddBatch.entries``: id, lac, digest, length and payload each)."""
     KEY = 2
     """A ledger's master key, written before its first entry or fence."""
     FENCE = 3
@@ -27,26 +29,27 @@ class RecordKind(enum.IntEnum):
     """The ledger was deleted; earlier records of it are void."""
 
 
-_ADD = struct.Struct(">BqqqIB")
+_ADD = struct.Struct(">BqB")
 _LEDGER = struct.Struct(">Bq")
 _LAC = struct.Struct(">Bqq")
 
 
+_ADD_KIND = int(RecordKind.ADD)  # a plain int: packing an IntEnum member is slow
+
+
 class Record(NamedTuple):
-    """A decoded journal record."""
+    """A decoded journal record (``data``: ADD's packed entries, KEY's master key)."""
 
     kind: RecordKind
     ledger_id: int
-    entry_id: int = -1
     lac: int = -1
-    digest: int = 0
     volatile: bool = False
     data: bytes = b""
 
 
-def add_header(ledger_id: int, entry_id: int, lac: int, digest: int, volatile: bool) -> bytes:
-    """The fixed part of an ADD record; the entry's payload follows it."""
-    return _ADD.pack(RecordKind.ADD, ledger_id, entry_id, lac, digest, volatile)
+def add_header(ledger_id: int, volatile: bool) -> bytes:
+    """The fixed part of an ADD record; the packed entries follow it."""
+    return _ADD.pack(_ADD_KIND, ledger_id, volatile)
 
 
 def key_record(ledger_id: int, master_key: bytes) -> bytes:
@@ -76,10 +79,8 @@ def decode_record(payload: bytes) -> Record:
     try:
         kind = RecordKind(payload[0])
         if kind is RecordKind.ADD:
-            _, ledger_id, entry_id, lac, digest, volatile = _ADD.unpack_from(payload)
-            return Record(
-                kind, ledger_id, entry_id, lac, digest, bool(volatile), payload[_ADD.size :]
-            )
+            _, ledger_id, volatile = _ADD.unpack_from(payload)
+            return Record(kind, ledger_id, volatile=bool(volatile), data=payload[_ADD.size :])
         if kind is RecordKind.LAC:
             _, ledger_id, lac = _LAC.unpack(payload)
             return Record(kind, ledger_id, lac=lac)

@@ -20,6 +20,7 @@ from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import CachedEntry, EntryStorage, WriteCache
 from walog.digest import entry_digest
+from walog.transport.wire import unpack_entries
 
 _log = structlog.get_logger(__name__)
 
@@ -126,21 +127,35 @@ def _apply(loaded: LoadedStore, record: Record) -> None:
     elif record.kind is RecordKind.LAC:
         state.raise_lac(record.lac)
     else:
-        if entry_digest(ledger_id, record.entry_id, record.lac, record.data) != record.digest:
-            _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
-            return
-        in_index = ledger_id not in loaded.deleted and loaded.storage.contains(
-            ledger_id, record.entry_id
-        )
-        if not in_index:
-            entry = CachedEntry(record.lac, record.digest, record.data)
-            loaded.cache.put(ledger_id, record.entry_id, entry)
-        state.note_entry(record.entry_id)
-        state.raise_lac(record.lac)
-        if record.volatile:
-            state.sync.advance_to(record.lac)
-        # replay() synced the file: the entry is durable now.
-        state.sync.mark_synced(record.entry_id)
+        entries, problem = unpack_entries(record.data)
+        if problem is not None:  # the frame's CRC matched: written so by a bug
+            _log.error("journal batch with a malformed tail", ledger=ledger_id, problem=problem)
+        for entry_id, lac, digest, data in entries:
+            _apply_entry(loaded, state, entry_id, lac, digest, data, record.volatile)
+
+
+def _apply_entry(
+    loaded: LoadedStore,
+    state: LedgerState,
+    entry_id: int,
+    lac: int,
+    digest: int,
+    data: bytes,
+    volatile: bool,
+) -> None:
+    ledger_id = state.ledger_id
+    if entry_digest(ledger_id, entry_id, lac, data) != digest:
+        _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
+        return
+    in_index = ledger_id not in loaded.deleted and loaded.storage.contains(ledger_id, entry_id)
+    if not in_index:
+        loaded.cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
+    state.note_entry(entry_id)
+    state.raise_lac(lac)
+    if volatile:
+        state.sync.advance_to(lac)
+    # replay() synced the file: the entry is durable now.
+    state.sync.mark_synced(entry_id)
 
 
 __all__ = ["LoadedStore", "load_store"]

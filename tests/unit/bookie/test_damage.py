@@ -20,6 +20,7 @@ from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
+from walog.transport.wire import unpack_entries
 
 _FRAME = struct.Struct(">II")
 _ENTRY_HEADER = struct.Struct(">IqqqI")
@@ -69,7 +70,9 @@ def _journal_spans(path: Path, start: int) -> list[Span]:
         end = offset + _FRAME.size + length
         record = decode_record(raw[offset + _FRAME.size : end])
         if record.kind is RecordKind.ADD:
-            spans.append(Span(record.ledger_id, record.entry_id, offset, end))
+            # One add at a time here: each record holds one entry.
+            ((entry_id, *_),), _ = unpack_entries(record.data)
+            spans.append(Span(record.ledger_id, entry_id, offset, end))
         offset = end
     return spans
 
