@@ -13,14 +13,15 @@ the stream's own back-pressure. A client that stops reading its answers stops be
 
 One bad entry never ends the stream: it is answered with its status (BAD_REQUEST for a
 malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage fails). A
-batch whose packed entries end in garbage gets BAD_REQUEST for the entries before it; the
-rest cannot be named, so the client's timeout ends them.
+malformed batch (bad key, unknown durability, packed entries ending in garbage) is answered
+BAD_REQUEST as a whole. A result names its batch and, when the batch's entries do not all
+share one status, the entries it answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
@@ -139,17 +140,15 @@ class AddStream:
             ledger_id = batch.ledger_id
             blob = batch.entries
             entries, garbage = unpack_entries(blob)
-            problem = garbage or batch_problem(batch)
-            if problem is not None:
-                stats.bad_requests += len(entries)
+            problem = garbage or batch_problem(batch) or ("" if entries else "no entries")
+            if problem:
+                stats.bad_requests += 1
                 log.warning("bad add batch", ledger_id=ledger_id, problem=problem)
-                self._answer(ledger_id, [e[0] for e in entries], Status.BAD_REQUEST, -1)
-                continue
-            if not entries:
+                self._answer(batch, (), Status.BAD_REQUEST, -1)
                 continue
             if not admission.try_acquire(len(blob)):
                 stats.rejected_adds += len(entries)
-                self._answer(ledger_id, [e[0] for e in entries], Status.TOO_MANY_REQUESTS, -1)
+                self._answer(batch, (), Status.TOO_MANY_REQUESTS, -1)
                 continue
             self._on_write(ledger_id)
             self._track(self._add(batch, blob, entries))
@@ -177,10 +176,12 @@ class AddStream:
         self._wake.set()
 
     def _answer(
-        self, ledger_id: int, entry_ids: list[int], status: Status, last_add_synced: int
+        self, batch: pb.AddBatch, entry_ids: Iterable[int], status: Status, last_add_synced: int
     ) -> None:
+        """Answer entries of ``batch`` (none named: all of them)."""
         self._frame.results.add(
-            ledger_id=ledger_id,
+            batch_id=batch.batch_id,
+            ledger_id=batch.ledger_id,
             entry_ids=entry_ids,
             status=wire_status(status),
             last_add_synced=last_add_synced,
@@ -215,13 +216,14 @@ class AddStream:
         stats = self._service.stats
         stats.adds += len(entries)
         stats.add_bytes += len(blob)
+        whole = len(answers) == 1
         for status, entry_ids, last_add_synced in answers:
             if status != Status.OK:
                 stats.failed_adds += len(entry_ids)
                 if status == Status.BAD_REQUEST:
                     stats.bad_requests += len(entry_ids)
                     log.warning("bad adds", ledger_id=ledger_id, entry_ids=entry_ids[:8])
-            self._answer(ledger_id, entry_ids, status, last_add_synced)
+            self._answer(batch, () if whole else entry_ids, status, last_add_synced)
 
     def _update_lac(self, lac: pb.LacUpdate) -> None:
         try:

@@ -306,16 +306,21 @@ class BookieCore:
         ledger_id = state.ledger_id
         cache = self._cache
         stored: list[tuple[int, int, int, bytes]] = []
-        last_entry_id = lac = -1
+        # Nothing above the highest entry id seen is cached or stored: new entries skip
+        # the lookup (a repeat within this batch is at or below it by then).
+        highest = state.last_entry_id
+        lac = -1
         size = 0
         for entry in entries:
             entry_id, entry_lac, digest, data = entry
-            if self._has_entry(state, entry_id):
+            if entry_id <= highest and self._has_entry(state, entry_id):
                 continue
             cache.put(ledger_id, entry_id, CachedEntry(entry_lac, digest, data))
             stored.append(entry)
-            last_entry_id = max(last_entry_id, entry_id)
-            lac = max(lac, entry_lac)
+            if entry_id > highest:
+                highest = entry_id
+            if entry_lac > lac:
+                lac = entry_lac
             size += len(data)
         duplicates = len(entries) - len(stored)
         self.stats.duplicate_adds += duplicates
@@ -324,7 +329,7 @@ class BookieCore:
         if cache.bytes >= self.config.write_cache_bytes:
             self._checkpoint_wanted.set()
         if stored:
-            state.note_entry(last_entry_id)
+            state.note_entry(highest)
             if volatile:
                 state.sync.advance_to(lac)
             if state.raise_lac(lac):

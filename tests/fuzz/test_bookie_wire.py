@@ -28,12 +28,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bookie.server import MAX_MESSAGE_BYTES
-from tests.integration.bookies import Answer, answers
+from tests.integration.bookies import Answer, answers, batch_of
 from walog.digest import MASTER_KEY_BYTES, entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster
-from walog.transport.wire import ENTRY_HEADER
 
 SERVICE = "/walog.bookie.v1.Bookie/"
 UNARY = ("Read", "ReadLac", "Fence", "Info", "ListLedgers")
@@ -151,15 +150,12 @@ def _frame(adds: list[HostileAdd]) -> pb.AddFrame:
     """A frame with one batch per add."""
     return pb.AddFrame(
         batches=[
-            pb.AddBatch(
-                ledger_id=add.entry.ledger_id,
-                master_key=add.master_key,
+            batch_of(
+                add.entry.ledger_id,
+                [(add.entry.entry_id, add.entry.lac, add.entry.digest, add.entry.data)],
+                key=add.master_key,
+                durability=add.durability,
                 recovery=add.recovery,
-                durability=add.durability,  # type: ignore[arg-type]
-                entries=ENTRY_HEADER.pack(
-                    add.entry.entry_id, add.entry.lac, add.entry.digest, len(add.entry.data)
-                )
-                + add.entry.data,
             )
             for add in adds
         ]

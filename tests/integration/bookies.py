@@ -9,6 +9,7 @@ protocol helpers to build adds and drive an add stream.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -34,6 +35,35 @@ def running_bookie(
         bookie.stop_quietly()
 
 
+_batch_ids = itertools.count(1)
+_ENTRY_IDS: dict[int, list[int]] = {}
+"""The entry ids of every batch built here, by batch id (results may name none)."""
+
+
+def batch_of(
+    ledger_id: int,
+    entries: Sequence[tuple[int, int, int, bytes]],
+    *,
+    key: bytes,
+    durability: int = pb.PERSISTENT,
+    recovery: bool = False,
+) -> pb.AddBatch:
+    """A batch of ``(entry_id, lac, digest, data)`` entries with a fresh batch id."""
+    batch_id = next(_batch_ids)
+    _ENTRY_IDS[batch_id] = [entry[0] for entry in entries]
+    return pb.AddBatch(
+        batch_id=batch_id,
+        ledger_id=ledger_id,
+        master_key=key,
+        recovery=recovery,
+        durability=durability,  # type: ignore[arg-type]
+        entries=b"".join(
+            ENTRY_HEADER.pack(entry_id, lac, digest, len(data)) + data
+            for entry_id, lac, digest, data in entries
+        ),
+    )
+
+
 def make_add(
     ledger_id: int,
     entry_id: int,
@@ -48,12 +78,12 @@ def make_add(
     """A batch of one add with a correct digest (unless ``digest`` is given)."""
     if digest is None:
         digest = entry_digest(ledger_id, entry_id, lac, data)
-    return pb.AddBatch(
-        ledger_id=ledger_id,
-        master_key=master_key(password),
+    return batch_of(
+        ledger_id,
+        [(entry_id, lac, digest, data)],
+        key=master_key(password),
+        durability=durability,
         recovery=recovery,
-        durability=durability,  # type: ignore[arg-type]
-        entries=ENTRY_HEADER.pack(entry_id, lac, digest, len(data)) + data,
     )
 
 
@@ -67,11 +97,11 @@ class Answer(NamedTuple):
 
 
 def answers(results: Iterable[pb.AddResult]) -> list[Answer]:
-    """One :class:`Answer` per entry named in ``results``, in order."""
+    """One :class:`Answer` per entry answered by ``results`` (of batches built here)."""
     return [
         Answer(r.ledger_id, entry_id, r.status, r.last_add_synced)
         for r in results
-        for entry_id in r.entry_ids
+        for entry_id in (r.entry_ids or _ENTRY_IDS[r.batch_id])
     ]
 
 
@@ -96,6 +126,7 @@ __all__ = [
     "Answer",
     "BookieProcess",
     "answers",
+    "batch_of",
     "free_port",
     "make_add",
     "running_bookie",

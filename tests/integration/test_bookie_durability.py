@@ -10,11 +10,17 @@ import grpc
 import grpc.aio
 import pytest
 
-from tests.integration.bookies import Answer, BookieProcess, answers, make_add, send_frames
+from tests.integration.bookies import (
+    Answer,
+    BookieProcess,
+    answers,
+    batch_of,
+    make_add,
+    send_frames,
+)
 from walog.digest import entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
-from walog.transport.wire import ENTRY_HEADER
 
 
 def payload(ledger_id: int, entry_id: int, size: int = 100) -> bytes:
@@ -209,8 +215,7 @@ async def test_malformed_adds_answer_bad_request_and_the_stream_goes_on(
 ) -> None:
     torn = make_add(6, 0, b"x")
     torn.entries += b"\x00\x01\x02"  # stray bytes after the entry: the batch is malformed
-    negative = make_add(6, 0, b"x")
-    negative.entries = ENTRY_HEADER.pack(-5, -1, 0, 1) + b"x"
+    negative = batch_of(6, [(-5, -1, 0, b"x")], key=master_key(b""))
     short_key = make_add(6, 0, b"x")
     short_key.master_key = b"k"
     results, _ = await send_frames(

@@ -141,6 +141,7 @@ class AddBatch(_message.Message):
     RECOVERY_FIELD_NUMBER: _builtins.int
     DURABILITY_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     master_key: _builtins.bytes
     """derived from the ledger password (walog/digest.py)"""
@@ -148,6 +149,8 @@ class AddBatch(_message.Message):
     """recovery write-back: bypasses the fence"""
     durability: Global___Durability.ValueType
     entries: _builtins.bytes
+    batch_id: _builtins.int
+    """chosen by the client, unique on its stream; echoed in results"""
     def __init__(
         self,
         *,
@@ -156,10 +159,11 @@ class AddBatch(_message.Message):
         recovery: _builtins.bool = ...,
         durability: Global___Durability.ValueType = ...,
         entries: _builtins.bytes = ...,
+        batch_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["durability", b"durability", "entries", b"entries", "ledger_id", b"ledger_id", "master_key", b"master_key", "recovery", b"recovery"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "durability", b"durability", "entries", b"entries", "ledger_id", b"ledger_id", "master_key", b"master_key", "recovery", b"recovery"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -251,23 +255,28 @@ Global___AddFrame: _TypeAlias = AddFrame  # noqa: Y015
 
 @_typing.final
 class AddResult(_message.Message):
-    """The answer to some entries of one ledger that share a status."""
+    """The answer to entries of one batch that share a status."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     LEDGER_ID_FIELD_NUMBER: _builtins.int
     ENTRY_IDS_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     LAST_ADD_SYNCED_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.int
     ledger_id: _builtins.int
     status: Global___Status.ValueType
     last_add_synced: _builtins.int
     """the bookie's sync cursor for this ledger (seed 004)"""
     @_builtins.property
-    def entry_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def entry_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the entries answered; empty: every entry of the batch"""
+
     def __init__(
         self,
         *,
+        batch_id: _builtins.int = ...,
         ledger_id: _builtins.int = ...,
         entry_ids: _abc.Iterable[_builtins.int] | None = ...,
         status: Global___Status.ValueType = ...,
@@ -275,7 +284,7 @@ class AddResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry_ids", b"entry_ids", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "entry_ids", b"entry_ids", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

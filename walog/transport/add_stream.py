@@ -7,9 +7,10 @@ the stream can take a message: while one frame is being written, the next one fi
 There are no flush timers; Python pays per message, not per byte, so the batching comes
 from the stream's own back-pressure.
 
-Replies name the entries they answer (one status for many entries); they are matched by
-``(ledger_id, entry_id)`` (forces by request id) and handed straight to the waiting
-callbacks. A broken stream fails every request pending on it with
+Each batch gets an id when it is sent; a reply names the batch and the entries of it that
+share one status (usually all of them), and goes straight to the batch's callback with
+their ids (forces are matched by request id). A resent entry travels in another batch, so
+each copy gets its own answer. A broken stream fails every request pending on it with
 :class:`BookieUnavailableError` (:class:`UnauthorizedError` for refused credentials); its
 owner opens a new stream for the next request. A request not answered within
 ``timeouts.add`` seconds fails the stream (the bookie is stuck or gone); one timer per
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -60,14 +62,11 @@ class AddStream:
         self._batches: collections.deque[PendingBatch] = collections.deque()
         self._lacs: list[tuple[int, int, bytes]] = []
         self._forces: list[tuple[int, int, bytes]] = []
-        # The reply to (ledger, entry) goes to the first waiter; a second add of the same
-        # entry on this stream (a resend) waits in _more_waiters.
-        self._add_waiters: dict[tuple[int, int], BatchCallback] = {}
-        self._more_waiters: dict[tuple[int, int], collections.deque[BatchCallback]] = {}
-        self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
-        # When each unanswered request was queued, oldest first (dicts keep insertion
+        # Batches sent and not fully answered, by id, oldest first (dicts keep insertion
         # order): one not answered within ``timeouts.add`` fails the stream (the bookie).
-        self._add_sent_at: dict[tuple[int, int], float] = {}
+        self._unanswered: dict[int, PendingBatch] = {}
+        self._batch_ids = itertools.count()
+        self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
         self._force_sent_at: dict[int, float] = {}
         self._watchdog: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
@@ -86,16 +85,6 @@ class AddStream:
     ) -> None:
         """Queue adds of one ledger; ``callback`` gets the ids each reply answers
         (``durability`` is the wire enum)."""
-        waiters = self._add_waiters
-        sent_at = self._add_sent_at
-        now = self._arm_watchdog()
-        for entry in entries:
-            key = (ledger_id, entry.entry_id)
-            if key in waiters:
-                self._more_waiters.setdefault(key, collections.deque()).append(callback)
-            else:
-                waiters[key] = callback
-                sent_at[key] = now
         config = self._client.config
         queue_adds(
             self._batches,
@@ -103,7 +92,9 @@ class AddStream:
             master_key,
             recovery,
             durability,
+            callback,
             entries,
+            self._arm_watchdog(),
             config.max_frame_entries,
             config.max_frame_bytes,
         )
@@ -136,7 +127,8 @@ class AddStream:
         self._watchdog = None
         never = float("inf")
         oldest = min(
-            next(iter(self._add_sent_at.values()), never),
+            next((b.queued_at for b in self._unanswered.values()), never),
+            self._batches[0].queued_at if self._batches else never,
             next(iter(self._force_sent_at.values()), never),
         )
         if oldest == never:
@@ -156,13 +148,16 @@ class AddStream:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._batches or self._lacs or self._forces:
-                    frame = build_frame(
+                    frame, sent = build_frame(
                         self._batches,
                         self._lacs,
                         self._forces,
                         config.max_frame_entries,
                         config.max_frame_bytes,
+                        self._batch_ids,
                     )
+                    for batch in sent:
+                        self._unanswered[batch.batch_id] = batch
                     await self._call.write(frame)
         except grpc.RpcError as exc:
             error = translate_rpc_error(self._client.bookie_id, exc)
@@ -187,34 +182,20 @@ class AddStream:
             self.fail(f"add stream failed: {exc!r}")
 
     def _dispatch(self, frame: pb.AddResponseFrame) -> None:
-        waiters = self._add_waiters
-        sent_at = self._add_sent_at
+        unanswered = self._unanswered
         for result in frame.results:
-            ledger_id = result.ledger_id
-            reply = AddReply(status_of(result.status), result.last_add_synced)
-            # Ids go to their callbacks in runs: one call per run of the same callback.
-            current: BatchCallback | None = None
-            run: list[int] = []
-            for entry_id in result.entry_ids:
-                key = (ledger_id, entry_id)
-                callback = waiters.pop(key, None)
-                if callback is None:
-                    continue  # an answer to a request this client gave up on
-                queued_at = sent_at.pop(key)
-                more = self._more_waiters.get(key)
-                if more:
-                    # A resend of the same entry: it was queued after the first one.
-                    waiters[key] = more.popleft()
-                    sent_at[key] = queued_at
-                    if not more:
-                        del self._more_waiters[key]
-                if callback is not current:
-                    if current is not None:
-                        current(run, reply)
-                    current, run = callback, []
-                run.append(entry_id)
-            if current is not None:
-                current(run, reply)
+            batch = unanswered.get(result.batch_id)
+            if batch is None:
+                continue  # an answer to a request this client gave up on
+            if result.entry_ids:  # part of the batch (statuses differ): rare
+                entry_ids: Sequence[int] = list(result.entry_ids)
+                answered = set(entry_ids)
+                batch.entry_ids = [i for i in batch.entry_ids if i not in answered]
+            else:
+                entry_ids, batch.entry_ids = batch.entry_ids, []
+            if not batch.entry_ids:
+                del unanswered[result.batch_id]
+            batch.callback(entry_ids, AddReply(status_of(result.status), result.last_add_synced))
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:
@@ -238,21 +219,13 @@ class AddStream:
         message = (
             reason if reason.startswith("bookie ") else f"bookie {self._client.bookie_id}: {reason}"
         )
-        # Each callback once, with every id it waits for.
-        failed: dict[BatchCallback, list[int]] = {}
-        for (_, entry_id), callback in self._add_waiters.items():
-            failed.setdefault(callback, []).append(entry_id)
-        for (_, entry_id), more in self._more_waiters.items():
-            for callback in more:
-                failed.setdefault(callback, []).append(entry_id)
+        batches = [*self._unanswered.values(), *self._batches]
         forces = list(self._force_waiters.values())
-        self._add_waiters.clear()
-        self._more_waiters.clear()
+        self._unanswered.clear()
         self._force_waiters.clear()
         self._batches.clear()
         self._lacs.clear()
         self._forces.clear()
-        self._add_sent_at.clear()
         self._force_sent_at.clear()
         self._call.cancel()
         current = asyncio.current_task()
@@ -263,8 +236,9 @@ class AddStream:
         for future in forces:
             if not future.done():
                 future.set_exception(error_type(message))
-        for callback, entry_ids in failed.items():
-            callback(entry_ids, error_type(message))
+        for batch in batches:
+            # The entries not answered yet (a batch may be answered in parts).
+            batch.callback(batch.entry_ids, error_type(message))
 
 
 __all__ = ["AddStream", "StreamOwner"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
 import grpc.aio
@@ -17,7 +17,7 @@ from walog._log import get_logger
 from walog.digest import entry_digest
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.proto import bookie_pb2 as pb
-from walog.transport.base import OutgoingEntry, Status, StoredEntry
+from walog.transport.base import BatchCallback, OutgoingEntry, Status, StoredEntry
 
 log = get_logger("walog.transport")
 
@@ -53,19 +53,46 @@ def unpack_entries(blob: bytes) -> tuple[list[PackedEntry], str | None]:
 
 
 class PendingBatch:
-    """Adds of one ledger waiting for a frame, packed as they come (see ``AddBatch``): each
-    entry is a header and its payload in ``parts``, copied once when the frame is built."""
+    """Adds of one ledger for one callback, packed as they come (see ``AddBatch``): each
+    entry is a header and its payload in ``parts``, copied once when the frame is built.
 
-    __slots__ = ("count", "durability", "ledger_id", "master_key", "parts", "recovery", "size")
+    ``entry_ids`` are those not answered yet; ``batch_id`` is set when it is sent.
+    """
 
-    def __init__(self, ledger_id: int, master_key: bytes, recovery: bool, durability: int) -> None:
+    __slots__ = (
+        "batch_id",
+        "callback",
+        "count",
+        "durability",
+        "entry_ids",
+        "ledger_id",
+        "master_key",
+        "parts",
+        "queued_at",
+        "recovery",
+        "size",
+    )
+
+    def __init__(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        recovery: bool,
+        durability: int,
+        callback: BatchCallback,
+        queued_at: float,
+    ) -> None:
         self.ledger_id = ledger_id
         self.master_key = master_key
         self.recovery = recovery
         self.durability = durability
+        self.callback = callback
+        self.queued_at = queued_at
         self.parts: list[bytes] = []
+        self.entry_ids: list[int] = []
         self.count = 0
         self.size = 0
+        self.batch_id = -1
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
@@ -116,16 +143,19 @@ def queue_adds(
     master_key: bytes,
     recovery: bool,
     durability: int,
+    callback: BatchCallback,
     entries: Iterable[OutgoingEntry],
+    now: float,
     max_entries: int,
     max_bytes: int,
 ) -> None:
     """Pack adds of one ledger into the last queued batch while it shares their ledger,
-    key, recovery flag and durability and holds fewer than ``max_entries`` entries and
-    ``max_bytes`` of payload; into new batches after that."""
+    key, recovery flag, durability and callback and holds fewer than ``max_entries``
+    entries and ``max_bytes`` of payload; into new batches (queued at ``now``) after that."""
     last = batches[-1] if batches else None
     if last is not None and (
-        last.ledger_id != ledger_id
+        last.callback is not callback
+        or last.ledger_id != ledger_id
         or last.master_key != master_key
         or last.recovery != recovery
         or last.durability != durability
@@ -133,11 +163,13 @@ def queue_adds(
         last = None
     for entry in entries:
         if last is None or last.count >= max_entries or last.size >= max_bytes:
-            last = PendingBatch(ledger_id, master_key, recovery, durability)
+            last = PendingBatch(ledger_id, master_key, recovery, durability, callback, now)
             batches.append(last)
+        entry_id = entry.entry_id
         data = entry.data
-        last.parts.append(ENTRY_HEADER.pack(entry.entry_id, entry.lac, entry.digest, len(data)))
+        last.parts.append(ENTRY_HEADER.pack(entry_id, entry.lac, entry.digest, len(data)))
         last.parts.append(data)
+        last.entry_ids.append(entry_id)
         last.count += 1
         last.size += len(data)
 
@@ -148,25 +180,32 @@ def build_frame(
     forces: list[tuple[int, int, bytes]],
     max_entries: int,
     max_bytes: int,
-) -> pb.AddFrame:
-    """Take the next frame off the queues: whole batches while they fit in ``max_entries``
-    entries and ``max_bytes`` of payload (at least one batch, which :func:`queue_adds` bounds
-    by the same limits). LAC updates and forces join the frame only when no add is left
-    behind, since a bookie handles them after the frame's adds."""
+    batch_ids: Iterator[int],
+) -> tuple[pb.AddFrame, list[PendingBatch]]:
+    """Take the next frame off the queues, and the batches it carries (numbered from
+    ``batch_ids``): whole batches while they fit in ``max_entries`` entries and ``max_bytes``
+    of payload (at least one batch, which :func:`queue_adds` bounds by the same limits).
+    LAC updates and forces join the frame only when no add is left behind, since a bookie
+    handles them after the frame's adds."""
     frame = pb.AddFrame()
+    sent: list[PendingBatch] = []
     count = size = 0
     while batches and (
         count == 0
         or (count + batches[0].count <= max_entries and size + batches[0].size <= max_bytes)
     ):
         batch = batches.popleft()
+        batch.batch_id = next(batch_ids)
         frame.batches.add(
+            batch_id=batch.batch_id,
             ledger_id=batch.ledger_id,
             master_key=batch.master_key,
             recovery=batch.recovery,
             durability=batch.durability,
             entries=b"".join(batch.parts),
         )
+        batch.parts = []  # the payloads now live in the frame only
+        sent.append(batch)
         count += batch.count
         size += batch.size
     if not batches:
@@ -176,7 +215,7 @@ def build_frame(
             frame.forces.add(ledger_id=ledger_id, request_id=request_id, master_key=master_key)
         lacs.clear()
         forces.clear()
-    return frame
+    return frame, sent
 
 
 __all__ = [

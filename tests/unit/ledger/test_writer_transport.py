@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import itertools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from walog.digest import entry_digest
@@ -31,8 +33,24 @@ def _queued(
 ) -> collections.deque[PendingBatch]:
     batches: collections.deque[PendingBatch] = collections.deque()
     entries = [_Out(e, e - 1, b"x" * size, 0) for e in range(count)]
-    queue_adds(batches, 1, KEY, False, pb.PERSISTENT, entries, max_entries, max_bytes)
+    queue_adds(batches, 1, KEY, False, pb.PERSISTENT, _ignore, entries, 0.0, max_entries, max_bytes)
     return batches
+
+
+def _ignore(entry_ids: Sequence[int], reply: object) -> None:
+    pass
+
+
+def _frame(
+    batches: collections.deque[PendingBatch],
+    lacs: list[tuple[int, int, bytes]],
+    forces: list[tuple[int, int, bytes]],
+    max_entries: int,
+    max_bytes: int,
+) -> pb.AddFrame:
+    frame, sent = build_frame(batches, lacs, forces, max_entries, max_bytes, itertools.count())
+    assert [b.batch_id for b in frame.batches] == [b.batch_id for b in sent]
+    return frame
 
 
 def _ids(frame: pb.AddFrame) -> list[int]:
@@ -42,9 +60,9 @@ def _ids(frame: pb.AddFrame) -> list[int]:
 def test_a_batch_holds_at_most_max_frame_entries_adds_in_order() -> None:
     batches = _queued(5, max_entries=2)
     assert [b.count for b in batches] == [2, 2, 1]
-    first = build_frame(batches, [], [], 2, 1 << 20)
+    first = _frame(batches, [], [], 2, 1 << 20)
     assert _ids(first) == [0, 1]
-    assert _ids(build_frame(batches, [], [], 2, 1 << 20)) == [2, 3]
+    assert _ids(_frame(batches, [], [], 2, 1 << 20)) == [2, 3]
     assert len(batches) == 1
 
 
@@ -56,7 +74,7 @@ def test_a_batch_closes_once_it_holds_max_frame_bytes() -> None:
 
 def test_a_frame_takes_whole_batches_up_to_its_limits() -> None:
     batches = _queued(6, max_entries=2)
-    frame = build_frame(batches, [], [], 4, 1 << 20)
+    frame = _frame(batches, [], [], 4, 1 << 20)
     assert _ids(frame) == [0, 1, 2, 3]
     assert len(frame.batches) == 2
 
@@ -71,17 +89,22 @@ def test_adds_of_another_ledger_key_or_durability_start_a_new_batch() -> None:
         (2, b"o" * 32, True, pb.PERSISTENT),
         (2, b"o" * 32, True, pb.VOLATILE),
     ]:
-        queue_adds(batches, ledger, key, recovery, durability, [_Out(0, -1, b"x", 0)], 10, 100)
+        queue_adds(
+            batches, ledger, key, recovery, durability, _ignore, [_Out(0, -1, b"x", 0)], 0, 10, 100
+        )
     assert [b.count for b in batches] == [2, 1, 1, 1, 1]
+    # Another callback (another writer's, or a single add's) starts a batch of its own.
+    queue_adds(batches, 2, b"o" * 32, True, pb.VOLATILE, print, [_Out(1, 0, b"x", 0)], 0, 10, 100)
+    assert [b.count for b in batches] == [2, 1, 1, 1, 1, 1]
 
 
 def test_lac_updates_and_forces_wait_for_the_frame_with_the_last_queued_add() -> None:
     batches = _queued(3, max_entries=2)
     lacs = [(1, 1, KEY)]
     forces = [(1, 9, KEY)]
-    first = build_frame(batches, lacs, forces, 2, 1 << 20)
+    first = _frame(batches, lacs, forces, 2, 1 << 20)
     assert not first.lacs and not first.forces
-    second = build_frame(batches, lacs, forces, 2, 1 << 20)
+    second = _frame(batches, lacs, forces, 2, 1 << 20)
     assert _ids(second) == [2]
     assert [f.request_id for f in second.forces] == [9]
     assert [u.lac for u in second.lacs] == [1]
@@ -90,8 +113,8 @@ def test_lac_updates_and_forces_wait_for_the_frame_with_the_last_queued_add() ->
 
 def test_a_batch_carries_entry_fields_and_digest() -> None:
     batches: collections.deque[PendingBatch] = collections.deque()
-    queue_adds(batches, 7, KEY, True, pb.VOLATILE, [_Out(3, 2, b"data", 1234)], 10, 100)
-    (batch,) = build_frame(batches, [], [], 10, 100).batches
+    queue_adds(batches, 7, KEY, True, pb.VOLATILE, _ignore, [_Out(3, 2, b"data", 1234)], 0, 10, 100)
+    (batch,) = _frame(batches, [], [], 10, 100).batches
     assert (batch.ledger_id, batch.master_key, batch.recovery, batch.durability) == (
         7,
         KEY,
