@@ -30,7 +30,7 @@ from walog.digest import MASTER_KEY_BYTES
 from walog.ledger.durability import Durability
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import Status
-from walog.transport.wire import PackedEntry, unpack_entries
+from walog.transport.packing import PackedEntry, unpack_entries
 
 if TYPE_CHECKING:
     from bookie.server import BookieService

@@ -51,7 +51,7 @@ from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
-from walog.transport.wire import ENTRY_HEADER
+from walog.transport.packing import ENTRY_HEADER
 
 _log = structlog.get_logger(__name__)
 

@@ -20,7 +20,7 @@ from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import CachedEntry, EntryStorage, WriteCache
 from walog.digest import entry_digest
-from walog.transport.wire import unpack_entries
+from walog.transport.packing import unpack_entries
 
 _log = structlog.get_logger(__name__)
 

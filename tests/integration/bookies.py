@@ -18,7 +18,7 @@ from walog.digest import entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import BookieProcess, free_port
-from walog.transport.wire import ENTRY_HEADER
+from walog.transport.packing import ENTRY_HEADER
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

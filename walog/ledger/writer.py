@@ -59,6 +59,7 @@ from walog.ledger.ensemble import (
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.base import AddReply, BatchCallback, ForceReply, Status
+from walog.transport.packing import PackedEntries
 
 log = get_logger(__name__)
 
@@ -278,28 +279,38 @@ class AsyncLedgerWriter:
 
     def _send(self, adds: Iterable[PendingAdd]) -> None:
         """Send each add to every index of its write quorum that is healthy and neither
-        acknowledged it nor was sent it since its bookie joined: one call per bookie."""
+        acknowledged it nor was sent it since its bookie joined: packed once per set of
+        indexes, one call per bookie."""
         skip = self._failed.keys() | self._unreplaceable
         e = self._e
         write_sets = self._write_sets
-        by_index: list[list[PendingAdd]] = [[] for _ in range(e)]
+        # With E == Qw and a healthy ensemble every add goes to the same indexes: one group.
+        groups: dict[tuple[int, ...], list[PendingAdd]] = {}
         for add in adds:
             done = add.acked | add.sent
-            for index in write_sets[add.entry_id % e]:
-                if not done >> index & 1 and index not in skip:
-                    by_index[index].append(add)
-                    add.sent |= 1 << index
-        for index, batch in enumerate(by_index):
-            if batch:
-                self._clients[index].add_many(
-                    self._ledger_id,
-                    self._master_key,
-                    batch,
-                    self._on_replies[index],
-                    durability=self._durability,
-                )
-
-    # -- replies and completion -------------------------------------------------------
+            targets = tuple(
+                i for i in write_sets[add.entry_id % e] if not done >> i & 1 and i not in skip
+            )
+            if targets:
+                groups.setdefault(targets, []).append(add)
+        config = self._ctx.config
+        for targets, group in groups.items():
+            sent = 0
+            for index in targets:
+                sent |= 1 << index
+            for add in group:
+                add.sent |= sent
+            for packed in PackedEntries.chunks(
+                group, max_entries=config.max_frame_entries, max_bytes=config.max_frame_bytes
+            ):
+                for index in targets:
+                    self._clients[index].add_packed(
+                        self._ledger_id,
+                        self._master_key,
+                        packed,
+                        self._on_replies[index],
+                        durability=self._durability,
+                    )
 
     def _reply_handlers(self) -> list[BatchCallback]:
         """One reply handler per ensemble index, bound to the bookie now there: a late reply

@@ -31,11 +31,12 @@ import grpc.aio
 from walog.errors import BookieUnavailableError, UnauthorizedError
 from walog.ledger.context import ClientConfig
 from walog.proto import bookie_pb2 as pb
-from walog.transport.base import AddReply, BatchCallback, ForceReply, OutgoingEntry
+from walog.transport.base import AddReply, BatchCallback, ForceReply
+from walog.transport.packing import PackedEntries
 from walog.transport.wire import (
     PendingBatch,
     build_frame,
-    queue_adds,
+    queue_packed,
     status_of,
     translate_rpc_error,
 )
@@ -74,26 +75,26 @@ class AddStream:
         self._sender = self._loop.create_task(self._send_loop())
         self._receiver = self._loop.create_task(self._receive_loop())
 
-    def add_many(
+    def add_packed(
         self,
         ledger_id: int,
         master_key: bytes,
         recovery: bool,
         durability: int,
-        entries: Sequence[OutgoingEntry],
+        packed: PackedEntries,
         callback: BatchCallback,
     ) -> None:
-        """Queue adds of one ledger; ``callback`` gets the ids each reply answers
+        """Queue packed adds of one ledger; ``callback`` gets the ids each reply answers
         (``durability`` is the wire enum)."""
         config = self._client.config
-        queue_adds(
+        queue_packed(
             self._batches,
             ledger_id,
             master_key,
             recovery,
             durability,
             callback,
-            entries,
+            packed,
             self._arm_watchdog(),
             config.max_frame_entries,
             config.max_frame_bytes,

@@ -17,10 +17,10 @@ import dataclasses
 import enum
 import functools
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from walog.errors import BookieUnavailableError
 from walog.ledger.durability import Durability
+from walog.transport.packing import PackedEntries, unpack_entries
 
 
 class Status(enum.IntEnum):
@@ -97,28 +97,8 @@ AddCallback = Callable[[AddReply | BaseException], None]
 """Receives the reply to one add, or the error that ended it (see BookieClient.add_then)."""
 
 BatchCallback = Callable[[Sequence[int], AddReply | BaseException], None]
-"""Receives the ids of entries queued by :meth:`BookieClient.add_many` with the reply they
+"""Receives the ids of entries queued by :meth:`BookieClient.add_packed` with the reply they
 share, or with the error that ended them; called as often as replies group them."""
-
-
-class OutgoingEntry(Protocol):
-    """An entry to send: its id, the LAC it carries, its payload and digest."""
-
-    @property
-    def entry_id(self) -> int:
-        """The entry's id."""
-
-    @property
-    def lac(self) -> int:
-        """The LAC piggybacked on the entry (covered by the digest)."""
-
-    @property
-    def data(self) -> bytes:
-        """The payload."""
-
-    @property
-    def digest(self) -> int:
-        """The entry digest (walog/digest.py)."""
 
 
 class BookieClient(abc.ABC):
@@ -181,31 +161,36 @@ class BookieClient(abc.ABC):
 
         future.add_done_callback(done)
 
-    def add_many(
+    def add_packed(
         self,
         ledger_id: int,
         master_key: bytes,
-        entries: Sequence[OutgoingEntry],
+        packed: PackedEntries,
         callback: BatchCallback,
         *,
         recovery: bool = False,
         durability: Durability = Durability.PERSISTENT,
     ) -> None:
-        """Queue adds of one ledger, in order; ``callback`` (on the event loop) gets the ids
-        of the entries each reply answers with that reply, or the error that ended them.
+        """Queue packed adds of one ledger, in order; ``callback`` (on the event loop) gets
+        the ids of the entries each reply answers with that reply, or the error that ended
+        them.
 
-        The writer's hot path: a transport may override it to pack the entries and answer
-        many ids per call; this default queues them one by one with :meth:`add_then`.
+        The writer's hot path: it packs entries once for every bookie of their write
+        quorum, and a transport sends the packed bytes as they are. This default unpacks
+        them and queues them one by one with :meth:`add_then`.
         """
-        for entry in entries:
+        entries, problem = unpack_entries(packed.blob)
+        if problem is not None:
+            raise ValueError(f"malformed packed entries: {problem}")
+        for entry_id, lac, digest, data in entries:
             self.add_then(
                 ledger_id,
-                entry.entry_id,
-                entry.lac,
-                entry.data,
-                entry.digest,
+                entry_id,
+                lac,
+                data,
+                digest,
                 master_key,
-                functools.partial(_answer_one, callback, entry.entry_id),
+                functools.partial(_answer_one, callback, entry_id),
                 recovery=recovery,
                 durability=durability,
             )
@@ -266,7 +251,6 @@ __all__ = [
     "BookiePool",
     "FenceReply",
     "ForceReply",
-    "OutgoingEntry",
     "ReadLacReply",
     "ReadReply",
     "Status",

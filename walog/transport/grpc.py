@@ -35,13 +35,13 @@ from walog.transport.base import (
     BookiePool,
     FenceReply,
     ForceReply,
-    OutgoingEntry,
     ReadLacReply,
     ReadReply,
     Status,
     StoredEntry,
 )
 from walog.transport.credentials import TlsConfig, auth_metadata
+from walog.transport.packing import PackedEntries
 from walog.transport.wire import status_of, translate_rpc_error, verified_entries
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -172,36 +172,35 @@ class GrpcBookieClient(BookieClient):
     ) -> None:
         """Queue an add; ``callback`` gets the reply straight from the stream's reply
         handling (no future, no scheduled callback per add), or the error that ended it."""
-        self.add_many(
+        self.add_packed(
             ledger_id,
             master_key,
-            (_Outgoing(entry_id, lac, data, digest),),
+            PackedEntries.pack((_Outgoing(entry_id, lac, data, digest),)),
             functools.partial(_answer_single, callback),
             recovery=recovery,
             durability=durability,
         )
 
-    def add_many(
+    def add_packed(
         self,
         ledger_id: int,
         master_key: bytes,
-        entries: Sequence[OutgoingEntry],
+        packed: PackedEntries,
         callback: BatchCallback,
         *,
         recovery: bool = False,
         durability: Durability = Durability.PERSISTENT,
     ) -> None:
-        """Queue adds of one ledger, packed into the stream's next batch (see
-        :class:`BookieClient`); ``callback`` gets many ids per reply."""
+        """Queue packed adds of one ledger as they are (see :class:`BookieClient`);
+        ``callback`` gets many ids per reply."""
         try:
             stream = self._open_stream()
         except WalogError as exc:
             # Never call back from inside the caller: it may still be setting up.
-            ids = [entry.entry_id for entry in entries]
-            asyncio.get_running_loop().call_soon(callback, ids, exc)
+            asyncio.get_running_loop().call_soon(callback, packed.entry_ids, exc)
             return
-        stream.add_many(
-            ledger_id, master_key, recovery, _PB_DURABILITY[durability], entries, callback
+        stream.add_packed(
+            ledger_id, master_key, recovery, _PB_DURABILITY[durability], packed, callback
         )
 
     def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:

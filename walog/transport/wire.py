@@ -7,8 +7,7 @@ No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.grpc` u
 from __future__ import annotations
 
 import collections
-import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 import grpc.aio
@@ -17,44 +16,15 @@ from walog._log import get_logger
 from walog.digest import entry_digest
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.proto import bookie_pb2 as pb
-from walog.transport.base import BatchCallback, OutgoingEntry, Status, StoredEntry
+from walog.transport.base import BatchCallback, Status, StoredEntry
+from walog.transport.packing import PackedEntries
 
 log = get_logger("walog.transport")
 
-ENTRY_HEADER = struct.Struct(">qqII")
-"""The header of each entry packed in ``AddBatch.entries``: entry id, lac, digest, length."""
-
-PackedEntry = tuple[int, int, int, bytes]
-"""An entry unpacked from a batch: entry id, lac, digest, payload."""
-
-
-def unpack_entries(blob: bytes) -> tuple[list[PackedEntry], str | None]:
-    """The entries packed in ``blob``, and what is wrong with its tail (None when nothing).
-
-    Entries before a malformed tail (a short header or a length past the end) are returned,
-    so they can be answered; the tail cannot be.
-    """
-    entries: list[PackedEntry] = []
-    append = entries.append
-    unpack = ENTRY_HEADER.unpack_from
-    head = ENTRY_HEADER.size
-    end = len(blob)
-    offset = 0
-    while offset < end:
-        if end - offset < head:
-            return entries, f"{end - offset} stray bytes after {len(entries)} entries"
-        entry_id, lac, digest, length = unpack(blob, offset)
-        start = offset + head
-        offset = start + length
-        if offset > end:
-            return entries, f"entry {entry_id} claims {length} bytes, {end - start} left"
-        append((entry_id, lac, digest, blob[start:offset]))
-    return entries, None
-
 
 class PendingBatch:
-    """Adds of one ledger for one callback, packed as they come (see ``AddBatch``): each
-    entry is a header and its payload in ``parts``, copied once when the frame is built.
+    """Adds of one ledger for one callback waiting for a frame (see ``AddBatch``): packed
+    pieces in ``parts``, joined when the frame is built.
 
     ``entry_ids`` are those not answered yet; ``batch_id`` is set when it is sent.
     """
@@ -137,41 +107,38 @@ def verified_entries(
     return out, True
 
 
-def queue_adds(
+def queue_packed(
     batches: collections.deque[PendingBatch],
     ledger_id: int,
     master_key: bytes,
     recovery: bool,
     durability: int,
     callback: BatchCallback,
-    entries: Iterable[OutgoingEntry],
+    packed: PackedEntries,
     now: float,
     max_entries: int,
     max_bytes: int,
 ) -> None:
-    """Pack adds of one ledger into the last queued batch while it shares their ledger,
-    key, recovery flag, durability and callback and holds fewer than ``max_entries``
-    entries and ``max_bytes`` of payload; into new batches (queued at ``now``) after that."""
+    """Queue packed adds of one ledger: into the last queued batch when it shares their
+    ledger, key, recovery flag, durability and callback and has room under ``max_entries``
+    entries and ``max_bytes`` of payload; into a new batch (queued at ``now``) otherwise."""
     last = batches[-1] if batches else None
-    if last is not None and (
-        last.callback is not callback
+    if (
+        last is None
+        or last.callback is not callback
         or last.ledger_id != ledger_id
         or last.master_key != master_key
         or last.recovery != recovery
         or last.durability != durability
+        or last.count + len(packed.entry_ids) > max_entries
+        or last.size + packed.payload_bytes > max_bytes
     ):
-        last = None
-    for entry in entries:
-        if last is None or last.count >= max_entries or last.size >= max_bytes:
-            last = PendingBatch(ledger_id, master_key, recovery, durability, callback, now)
-            batches.append(last)
-        entry_id = entry.entry_id
-        data = entry.data
-        last.parts.append(ENTRY_HEADER.pack(entry_id, entry.lac, entry.digest, len(data)))
-        last.parts.append(data)
-        last.entry_ids.append(entry_id)
-        last.count += 1
-        last.size += len(data)
+        last = PendingBatch(ledger_id, master_key, recovery, durability, callback, now)
+        batches.append(last)
+    last.parts.append(packed.blob)
+    last.entry_ids.extend(packed.entry_ids)
+    last.count += len(packed.entry_ids)
+    last.size += packed.payload_bytes
 
 
 def build_frame(
@@ -184,7 +151,7 @@ def build_frame(
 ) -> tuple[pb.AddFrame, list[PendingBatch]]:
     """Take the next frame off the queues, and the batches it carries (numbered from
     ``batch_ids``): whole batches while they fit in ``max_entries`` entries and ``max_bytes``
-    of payload (at least one batch, which :func:`queue_adds` bounds by the same limits).
+    of payload (at least one batch; :func:`queue_packed` fills batches up to the same limits).
     LAC updates and forces join the frame only when no add is left behind, since a bookie
     handles them after the frame's adds."""
     frame = pb.AddFrame()
@@ -219,13 +186,10 @@ def build_frame(
 
 
 __all__ = [
-    "ENTRY_HEADER",
-    "PackedEntry",
     "PendingBatch",
     "build_frame",
-    "queue_adds",
+    "queue_packed",
     "status_of",
     "translate_rpc_error",
-    "unpack_entries",
     "verified_entries",
 ]

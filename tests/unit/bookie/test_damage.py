@@ -20,7 +20,7 @@ from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
-from walog.transport.wire import unpack_entries
+from walog.transport.packing import unpack_entries
 
 _FRAME = struct.Struct(">II")
 _ENTRY_HEADER = struct.Struct(">IqqqI")

@@ -9,14 +9,9 @@ from typing import NamedTuple
 
 from walog.digest import entry_digest
 from walog.proto import bookie_pb2 as pb
-from walog.transport.wire import (
-    ENTRY_HEADER,
-    PendingBatch,
-    build_frame,
-    queue_adds,
-    unpack_entries,
-    verified_entries,
-)
+from walog.transport.base import BatchCallback
+from walog.transport.packing import ENTRY_HEADER, PackedEntries, unpack_entries
+from walog.transport.wire import PendingBatch, build_frame, queue_packed, verified_entries
 
 KEY = b"k" * 32
 
@@ -28,16 +23,47 @@ class _Out(NamedTuple):
     digest: int
 
 
+def _queue(
+    batches: collections.deque[PendingBatch],
+    entries: list[_Out],
+    ledger: int = 1,
+    key: bytes = KEY,
+    recovery: bool = False,
+    durability: int = pb.PERSISTENT,
+    callback: BatchCallback | None = None,
+    max_entries: int = 512,
+    max_bytes: int = 1 << 20,
+) -> None:
+    """Queue the entries one packed chunk each."""
+    for entry in entries:
+        queue_packed(
+            batches,
+            ledger,
+            key,
+            recovery,
+            durability,
+            callback or _ignore,
+            PackedEntries.pack([entry]),
+            0.0,
+            max_entries,
+            max_bytes,
+        )
+
+
 def _queued(
     count: int, size: int = 10, max_entries: int = 512, max_bytes: int = 1 << 20
 ) -> collections.deque[PendingBatch]:
     batches: collections.deque[PendingBatch] = collections.deque()
     entries = [_Out(e, e - 1, b"x" * size, 0) for e in range(count)]
-    queue_adds(batches, 1, KEY, False, pb.PERSISTENT, _ignore, entries, 0.0, max_entries, max_bytes)
+    _queue(batches, entries, max_entries=max_entries, max_bytes=max_bytes)
     return batches
 
 
 def _ignore(entry_ids: Sequence[int], reply: object) -> None:
+    pass
+
+
+def _other(entry_ids: Sequence[int], reply: object) -> None:
     pass
 
 
@@ -66,8 +92,8 @@ def test_a_batch_holds_at_most_max_frame_entries_adds_in_order() -> None:
     assert len(batches) == 1
 
 
-def test_a_batch_closes_once_it_holds_max_frame_bytes() -> None:
-    assert [b.count for b in _queued(5, size=100, max_bytes=250)] == [3, 2]
+def test_a_batch_takes_adds_while_they_fit_in_max_frame_bytes() -> None:
+    assert [b.count for b in _queued(5, size=100, max_bytes=250)] == [2, 2, 1]
     # One add larger than the byte limit still travels, alone.
     assert [b.count for b in _queued(2, size=1000, max_bytes=250)] == [1, 1]
 
@@ -89,12 +115,10 @@ def test_adds_of_another_ledger_key_or_durability_start_a_new_batch() -> None:
         (2, b"o" * 32, True, pb.PERSISTENT),
         (2, b"o" * 32, True, pb.VOLATILE),
     ]:
-        queue_adds(
-            batches, ledger, key, recovery, durability, _ignore, [_Out(0, -1, b"x", 0)], 0, 10, 100
-        )
+        _queue(batches, [_Out(0, -1, b"x", 0)], ledger, key, recovery, durability)
     assert [b.count for b in batches] == [2, 1, 1, 1, 1]
     # Another callback (another writer's, or a single add's) starts a batch of its own.
-    queue_adds(batches, 2, b"o" * 32, True, pb.VOLATILE, print, [_Out(1, 0, b"x", 0)], 0, 10, 100)
+    _queue(batches, [_Out(1, 0, b"x", 0)], 2, b"o" * 32, True, pb.VOLATILE, _other)
     assert [b.count for b in batches] == [2, 1, 1, 1, 1, 1]
 
 
@@ -113,7 +137,7 @@ def test_lac_updates_and_forces_wait_for_the_frame_with_the_last_queued_add() ->
 
 def test_a_batch_carries_entry_fields_and_digest() -> None:
     batches: collections.deque[PendingBatch] = collections.deque()
-    queue_adds(batches, 7, KEY, True, pb.VOLATILE, _ignore, [_Out(3, 2, b"data", 1234)], 0, 10, 100)
+    _queue(batches, [_Out(3, 2, b"data", 1234)], 7, KEY, True, pb.VOLATILE)
     (batch,) = _frame(batches, [], [], 10, 100).batches
     assert (batch.ledger_id, batch.master_key, batch.recovery, batch.durability) == (
         7,
@@ -122,6 +146,17 @@ def test_a_batch_carries_entry_fields_and_digest() -> None:
         pb.VOLATILE,
     )
     assert unpack_entries(batch.entries) == ([(3, 2, 1234, b"data")], None)
+
+
+def test_entries_are_packed_in_chunks_that_fit_in_a_frame() -> None:
+    entries = [_Out(e, e - 1, b"x" * 100, 7) for e in range(7)]
+    chunks = PackedEntries.chunks(entries, max_entries=3, max_bytes=1 << 20)
+    assert [c.entry_ids for c in chunks] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [c.payload_bytes for c in chunks] == [300, 300, 100]
+    by_bytes = PackedEntries.chunks(entries, max_entries=100, max_bytes=250)
+    assert [len(c.entry_ids) for c in by_bytes] == [3, 3, 1]
+    unpacked = [e for c in chunks for e in unpack_entries(c.blob)[0]]
+    assert unpacked == [(e.entry_id, e.lac, e.digest, e.data) for e in entries]
 
 
 def test_packed_entries_round_trip_and_a_torn_tail_is_named() -> None:
