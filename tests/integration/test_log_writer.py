@@ -26,7 +26,7 @@ async def client(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
 async def read_all(client: AsyncClient, name: str, count: int) -> list[tuple[Position, bytes]]:
     log = await client.open_log(name)
     reader = await log.open_reader("earliest")
-    out = []
+    out: list[tuple[Position, bytes]] = []
     try:
         for _ in range(count):
             record = await reader.read_next(timeout=30)
@@ -83,6 +83,54 @@ async def test_entry_limits_split_batches_and_refuse_oversized_records(
     with pytest.raises(TypeError):
         writer.append_nowait("text")  # type: ignore[arg-type]
     await writer.close()
+
+
+async def test_bytes_like_records_are_copied_at_append_and_others_refused(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    buf = bytearray(b"abc")
+    first = writer.append_nowait(buf)
+    buf[:] = b"xyz"  # the record keeps what the buffer held when it was appended
+    second = writer.append_nowait(memoryview(b"defg")[1:3])
+    with pytest.raises(TypeError, match="bytes-like"):
+        writer.append_nowait(3)  # type: ignore[arg-type]
+    dropped = writer.append_nowait(b"its caller stopped waiting")
+    dropped.cancel()  # cancels the wait only: the record keeps its slot
+    last = await writer.append(b"end")
+    ledger_id = last.ledger_id
+    assert [await first, await second, last] == [
+        Position(ledger_id, 0, 0),
+        Position(ledger_id, 0, 1),
+        Position(ledger_id, 0, 3),
+    ]
+    assert dropped.cancelled()
+    await writer.close()
+    records = await read_all(client, log_name, 4)
+    assert [d for _, d in records] == [b"abc", b"ef", b"its caller stopped waiting", b"end"]
+
+
+def test_sync_writer_copies_bytes_like_records_and_refuses_others(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as sync_client:
+        log = sync_client.open_log(log_name)
+        with log.open_writer() as writer, log.open_reader() as reader:
+            buf = bytearray(b"abc")
+            first = writer.append_async(buf)
+            buf[:] = b"xyz"
+            with pytest.raises(TypeError, match="not str"):
+                writer.append_async("text")
+            with pytest.raises(TypeError, match="bytes-like"):
+                writer.append_async(3)
+            last = writer.append(memoryview(b"defg")[1:3])
+            assert first.result(timeout=30) < last
+            records = [reader.read_next(timeout=30) for _ in range(2)]
+            assert [(r.position, r.data) for r in records if r is not None] == [
+                (first.result(), b"abc"),
+                (last, b"ef"),
+            ]
 
 
 async def test_rolling_closes_the_previous_ledger_after_the_switch(

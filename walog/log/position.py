@@ -31,6 +31,16 @@ class Position:
     slot: int
 
     def __post_init__(self) -> None:
+        # Fast path: three plain non-negative ints (OR of non-negative ints is non-negative;
+        # one negative makes it negative). Anything else gets the field-by-field check.
+        ledger_id, entry_id, slot = self.ledger_id, self.entry_id, self.slot
+        if (
+            type(ledger_id) is int
+            and type(entry_id) is int
+            and type(slot) is int
+            and (ledger_id | entry_id | slot) >= 0
+        ):
+            return
         for name in ("ledger_id", "entry_id", "slot"):
             value = getattr(self, name)
             # bool is an int subclass; a True slot is a bug, not a position.
@@ -62,6 +72,27 @@ class Position:
     def entry_start(self) -> Position:
         """The first position of this position's entry (slot 0)."""
         return Position(self.ledger_id, self.entry_id, 0)
+
+
+_new_object = object.__new__
+# The slots' own descriptors: setting through them skips the frozen dataclass __setattr__.
+_set_ledger_id = Position.__dict__["ledger_id"].__set__
+_set_entry_id = Position.__dict__["entry_id"].__set__
+_set_slot = Position.__dict__["slot"].__set__
+
+
+def unchecked_position(ledger_id: int, entry_id: int, slot: int) -> Position:
+    """A :class:`Position` built without validation, for fields the caller guarantees are
+    non-negative ints (the log writer's own ledger id, acked entry id and slot index).
+
+    Equal, hashed and ordered exactly like ``Position(ledger_id, entry_id, slot)``, at a
+    fraction of the cost: the log writer makes one per record.
+    """
+    position: Position = _new_object(Position)
+    _set_ledger_id(position, ledger_id)
+    _set_entry_id(position, entry_id)
+    _set_slot(position, slot)
+    return position
 
 
 def ledger_start(ledger_id: int) -> Position:
@@ -111,4 +142,12 @@ class Segment:
     last_entry_id: int
 
 
-__all__ = ["Position", "Record", "Segment", "SegmentState", "ledger_end", "ledger_start"]
+__all__ = [
+    "Position",
+    "Record",
+    "Segment",
+    "SegmentState",
+    "ledger_end",
+    "ledger_start",
+    "unchecked_position",
+]

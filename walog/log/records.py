@@ -31,10 +31,28 @@ HEADER_BYTES = _HEADER.size
 """Bytes of an entry's header."""
 RECORD_OVERHEAD_BYTES = _RECORD.size
 """Bytes each record adds besides its payload."""
+_MAX_PAYLOAD = 0xFFFFFFFF  # the 32-bit payload length
+_pack_record = _RECORD.pack
 
 
 class RecordFormatError(WalogError):
     """An entry of a log does not hold records in a format this version can read."""
+
+
+def record_bytes(data: object) -> bytes:
+    """A record's payload as ``bytes`` (a copy of a bytes-like ``data``).
+
+    Raises:
+        TypeError: ``data`` is a ``str`` or not bytes-like.
+    """
+    if isinstance(data, str):
+        raise TypeError("log records are bytes, not str; encode the text first")
+    try:
+        return bytes(memoryview(data))  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"log records are bytes-like (bytes, bytearray, memoryview), got {type(data).__name__}"
+        ) from None
 
 
 def encoded_size(payload_sizes_total: int, count: int) -> int:
@@ -52,7 +70,7 @@ def encode_records(records: list[tuple[float, bytes]]) -> bytes:
         raise ValueError("an entry holds at least one record")
     parts = [_HEADER.pack(FORMAT_VERSION, len(records))]
     for timestamp, payload in records:
-        if len(payload) > 0xFFFFFFFF:
+        if len(payload) > _MAX_PAYLOAD:
             raise ValueError(f"record of {len(payload)} bytes exceeds the 4 GiB format limit")
         parts.append(_RECORD.pack(timestamp, len(payload)))
         parts.append(payload)
@@ -96,23 +114,36 @@ def iter_records(entry: bytes) -> Iterator[tuple[float, bytes]]:
 
 
 class RecordBatch:
-    """Records gathered for one entry, with the size the entry will have.
+    """Records gathered for one entry, encoded as they arrive.
 
     Pure bookkeeping: the writer decides when to send; this says whether one more record
-    fits under the limits.
+    fits under the limits. Each record's 12-byte header is packed when it is added, so
+    :meth:`encode` only has to prepend the entry header and join (one copy of the payloads).
+    The writer calls :meth:`fits` and :meth:`add` once per record: they are kept to a few
+    integer operations.
+
+    Attributes:
+        count: records added so far.
+        size: bytes of the entry these records encode to.
     """
 
-    __slots__ = ("_max_bytes", "_max_records", "payload_bytes", "records")
+    __slots__ = ("_max_bytes", "_max_records", "_parts", "count", "size")
 
     def __init__(self, max_bytes: int, max_records: int) -> None:
         if max_bytes <= HEADER_BYTES + RECORD_OVERHEAD_BYTES:
             raise ValueError(f"max entry bytes {max_bytes} leaves no room for a record")
+        if max_bytes > HEADER_BYTES + RECORD_OVERHEAD_BYTES + _MAX_PAYLOAD:
+            # Keeps every payload that fits within the format's 32-bit length.
+            raise ValueError(f"max entry bytes {max_bytes} exceeds the 4 GiB format limit")
         if max_records < 1:
             raise ValueError(f"max records per entry must be >= 1, got {max_records}")
         self._max_bytes = max_bytes
         self._max_records = max_records
-        self.records: list[tuple[float, bytes]] = []
-        self.payload_bytes = 0
+        # parts[0] is the entry header, packed by encode() once the count is final; then a
+        # record header and a payload per record, in slot order.
+        self._parts: list[bytes] = [b""]
+        self.count = 0
+        self.size = HEADER_BYTES
 
     @property
     def max_payload_bytes(self) -> int:
@@ -120,33 +151,51 @@ class RecordBatch:
         return self._max_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self.count
 
     @property
-    def size(self) -> int:
-        """Bytes of the entry these records encode to."""
-        return encoded_size(self.payload_bytes, len(self.records))
+    def payload_bytes(self) -> int:
+        """Bytes of the payloads alone."""
+        return self.size - HEADER_BYTES - self.count * RECORD_OVERHEAD_BYTES
 
     def fits(self, payload_len: int) -> bool:
         """True when a record of this payload size can join without passing a limit."""
-        if len(self.records) >= self._max_records:
-            return False
-        return self.size + RECORD_OVERHEAD_BYTES + payload_len <= self._max_bytes
+        return (
+            self.count < self._max_records
+            and self.size + RECORD_OVERHEAD_BYTES + payload_len <= self._max_bytes
+        )
 
     @property
     def full(self) -> bool:
         """True when not even an empty record fits any more."""
         return not self.fits(0)
 
-    def add(self, timestamp: float, payload: bytes) -> int:
-        """Add a record; return its slot. The caller checked :meth:`fits`."""
-        self.records.append((timestamp, payload))
-        self.payload_bytes += len(payload)
-        return len(self.records) - 1
+    def add(self, timestamp: float, payload: bytes) -> bool:
+        """Add a record in the next slot (the caller checked :meth:`fits`).
+
+        Returns:
+            True when the batch is full afterwards (not even an empty record fits), so the
+            caller can send it without asking again.
+        """
+        parts = self._parts
+        parts.append(_pack_record(timestamp, len(payload)))
+        parts.append(payload)
+        self.count += 1
+        self.size += RECORD_OVERHEAD_BYTES + len(payload)
+        return (
+            self.count >= self._max_records or self.size + RECORD_OVERHEAD_BYTES > self._max_bytes
+        )
 
     def encode(self) -> bytes:
-        """The entry bytes."""
-        return encode_records(self.records)
+        """The entry bytes.
+
+        Raises:
+            ValueError: the batch holds no record.
+        """
+        if not self.count:
+            raise ValueError("an entry holds at least one record")
+        self._parts[0] = _HEADER.pack(FORMAT_VERSION, self.count)
+        return b"".join(self._parts)
 
 
 __all__ = [
@@ -159,4 +208,5 @@ __all__ = [
     "encode_records",
     "encoded_size",
     "iter_records",
+    "record_bytes",
 ]

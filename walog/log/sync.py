@@ -18,7 +18,7 @@ from walog.log.log import AsyncLog
 from walog.log.metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
-from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES
+from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 
 
@@ -54,9 +54,7 @@ class LogWriter(SyncContext):
             TypeError: ``data`` is a ``str`` or not bytes-like.
             ValueError: the record cannot fit in one entry.
         """
-        if isinstance(data, str):
-            raise TypeError("log records are bytes, not str; encode the text first")
-        payload = bytes(data)
+        payload = data if type(data) is bytes else record_bytes(data)
         if len(payload) > self._max_payload:
             raise ValueError(
                 f"record of {len(payload)} bytes exceeds the largest that fits an entry "

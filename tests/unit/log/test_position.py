@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from walog.log.position import Position, ledger_end, ledger_start
+from walog.log.position import Position, ledger_end, ledger_start, unchecked_position
 
 naturals = st.integers(min_value=0, max_value=2**63 - 1)
 
@@ -32,6 +32,23 @@ def test_positions_order_like_ledger_then_entry_then_slot(
 def test_parse_rejects_bad_text(text: str) -> None:
     with pytest.raises(ValueError, match="position"):
         Position.parse(text)
+
+
+@given(naturals, naturals, naturals)
+def test_unchecked_position_equals_the_checked_one(ledger: int, entry: int, slot: int) -> None:
+    fast, checked = unchecked_position(ledger, entry, slot), Position(ledger, entry, slot)
+    assert type(fast) is Position
+    assert fast == checked and hash(fast) == hash(checked) and str(fast) == str(checked)
+    assert not fast < checked and not checked < fast
+    with pytest.raises(AttributeError):
+        fast.slot = 0  # type: ignore[misc]  # frozen like any other position
+
+
+def test_non_int_fields_are_refused() -> None:
+    with pytest.raises(ValueError, match="ledger_id"):
+        Position(1.0, 0, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ledger_id"):
+        Position(-(2**70), 0, 0)
 
 
 def test_negative_fields_are_refused() -> None:

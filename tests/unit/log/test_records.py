@@ -15,6 +15,7 @@ from walog.log.records import (
     RecordFormatError,
     decode_records,
     encode_records,
+    record_bytes,
 )
 
 records_st = st.lists(
@@ -58,15 +59,46 @@ def test_batch_respects_max_bytes_and_max_records() -> None:
     batch = RecordBatch(max_bytes=HEADER_BYTES + 2 * (RECORD_OVERHEAD_BYTES + 10), max_records=3)
     assert batch.max_payload_bytes == 10 + RECORD_OVERHEAD_BYTES + 10
     assert batch.fits(10)
-    assert batch.add(0.0, b"a" * 10) == 0
+    assert batch.add(0.0, b"a" * 10) is False
     assert batch.fits(10) and not batch.fits(11)
-    assert batch.add(0.0, b"b" * 10) == 1
+    assert batch.add(0.0, b"b" * 10) is True  # full: add() says so without another check
     assert batch.full
+    assert len(batch) == 2
     assert len(batch.encode()) == batch.size
     small = RecordBatch(max_bytes=1000, max_records=2)
-    small.add(0.0, b"")
-    small.add(0.0, b"")
+    assert small.add(0.0, b"") is False
+    assert small.add(0.0, b"") is True
     assert not small.fits(0)
+
+
+@given(records_st)
+def test_batch_encodes_like_encode_records(records: list[tuple[float, bytes]]) -> None:
+    batch = RecordBatch(max_bytes=1 << 20, max_records=100)
+    for timestamp, payload in records:
+        assert batch.fits(len(payload))
+        batch.add(timestamp, payload)
+    entry = batch.encode()
+    assert entry == encode_records(records)
+    assert len(entry) == batch.size
+    assert batch.payload_bytes == sum(len(p) for _, p in records)
+    assert decode_records(entry) == records
+
+
+def test_empty_batch_does_not_encode() -> None:
+    with pytest.raises(ValueError, match="at least one record"):
+        RecordBatch(max_bytes=1000, max_records=2).encode()
+
+
+@pytest.mark.parametrize("data", [bytearray(b"ab"), memoryview(b"ab"), b"ab"])
+def test_bytes_like_records_are_copied_to_bytes(data: bytes | bytearray | memoryview) -> None:
+    payload = record_bytes(data)
+    assert type(payload) is bytes and payload == b"ab"
+
+
+@pytest.mark.parametrize("data", ["ab", 3, [1, 2], None])
+def test_records_that_are_not_bytes_like_are_refused(data: object) -> None:
+    with pytest.raises(TypeError, match="log records are"):
+        record_bytes(data)
 
 
 def test_batch_refuses_limits_with_no_room() -> None:
@@ -74,3 +106,5 @@ def test_batch_refuses_limits_with_no_room() -> None:
         RecordBatch(max_bytes=HEADER_BYTES + RECORD_OVERHEAD_BYTES, max_records=1)
     with pytest.raises(ValueError, match="max records"):
         RecordBatch(max_bytes=100, max_records=0)
+    with pytest.raises(ValueError, match="4 GiB"):
+        RecordBatch(max_bytes=HEADER_BYTES + RECORD_OVERHEAD_BYTES + 2**32, max_records=1)
