@@ -33,6 +33,7 @@ from walog.digest import MASTER_KEY_BYTES, entry_digest, master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster
+from walog.transport.packing import ENTRY_HEADER
 
 SERVICE = "/walog.bookie.v1.Bookie/"
 UNARY = ("Read", "ReadLac", "Fence", "Info", "ListLedgers")
@@ -344,6 +345,44 @@ def test_hostile_adds_are_refused_unless_well_formed_and_refused_ones_never_serv
     target: Target, frame: tuple[int, list[HostileAdd]]
 ) -> None:
     _hostile_adds(target, *frame)
+
+
+def _garbled_batch(target: Target, blob: bytes) -> None:
+    """A batch whose packed entries are arbitrary bytes: refused as a whole (or, were the
+    bytes well-formed entries with right digests, stored); nothing of it is ever served
+    unless acknowledged, and the bookie keeps serving."""
+    ledger_id = next(_ledger_ids)
+    batch = pb.AddBatch(batch_id=1, ledger_id=ledger_id, master_key=KEY, entries=blob)
+    results = list(target.stub.Add(iter([pb.AddFrame(batches=[batch])]), timeout=20.0))
+    statuses = [r.status for response in results for r in response.results]
+    assert statuses and all(status in VALID_STATUSES for status in statuses)
+    reply = target.stub.Read(
+        pb.ReadRequest(ledger_id=ledger_id, first_entry_id=0, last_entry_id=2**63 - 1),
+        timeout=10.0,
+    )
+    if pb.OK not in statuses:
+        assert not reply.entries, "served an entry of a refused batch"
+    _check_served(target, list(reply.entries), ledger_id)
+    target.check_alive()
+
+
+@FAST
+@given(
+    blob=st.one_of(
+        st.binary(max_size=200),
+        # A well-formed header (or several) with a length that runs past the end.
+        st.builds(
+            lambda entry_id, length, tail: (
+                ENTRY_HEADER.pack(entry_id, entry_id - 1, 0, length) + tail
+            ),
+            st.integers(0, 10),
+            st.integers(0, 2**32 - 1),
+            st.binary(max_size=50),
+        ),
+    )
+)
+def test_garbled_packed_entries_are_refused_and_never_served(target: Target, blob: bytes) -> None:
+    _garbled_batch(target, blob)
 
 
 def test_oversized_entries_and_frames_are_refused_and_the_bookie_keeps_serving(
