@@ -420,17 +420,21 @@ class EntryStorage:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
         written = 0
-        current = -1
+        current = current_log = -1
         bucket: list[tuple[bytes, bytes]] = []
+        per_ledger: dict[int, int] = {}
         try:
             for ledger_id, entry_id, entry in entries:
-                location = self._append(ledger_id, entry_id, entry)
-                if ledger_id != current:  # entries come grouped by ledger: one lookup each
-                    current = ledger_id
+                log_id, offset, length = self._append(ledger_id, entry_id, entry)
+                if ledger_id != current or log_id != current_log:
+                    # Entries come grouped by ledger and logs roll rarely: look up the
+                    # ledger's row list and live-bytes slot once per run, not per entry.
+                    current, current_log = ledger_id, log_id
                     bucket = rows.setdefault(ledger_id, [])
-                bucket.append(entry_row(ledger_id, entry_id, *location))
-                per_ledger = live.setdefault(location.log_id, {})
-                per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + location.length
+                    per_ledger = live.setdefault(log_id, {})
+                    per_ledger.setdefault(ledger_id, 0)
+                bucket.append(entry_row(ledger_id, entry_id, log_id, offset, length))
+                per_ledger[ledger_id] += length
                 written += 1
             self._flush_pending()
             if self._write_fd >= 0:
@@ -519,7 +523,8 @@ class EntryStorage:
             docs[log_id] = doc
         return docs, census
 
-    def _append(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> Location:
+    def _append(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> tuple[int, int, int]:
+        """Buffer the entry's record; returns its ``(log id, offset, length)``."""
         if self._write_fd < 0 or self._write_offset >= self._log_bytes_limit:
             self._roll()
         self._pending.append(
@@ -532,7 +537,7 @@ class EntryStorage:
         self._pending_bytes += length
         if self._pending_bytes >= _WRITE_CHUNK_BYTES:
             self._flush_pending()
-        return Location(self._write_log, offset, length)
+        return self._write_log, offset, length
 
     def _close_write_log(self) -> None:
         """Stop appending to the current entry log; the next append starts a new one."""
