@@ -14,6 +14,9 @@ to find ledgers that have entry rows but no ledger row. The outcome is one of:
   them, never NO_SUCH_LEDGER, and accepts no write to them.
 
 The cost is one pass over the ledger and log rows plus one B-tree seek per ledger.
+
+Reads use :class:`AbsenceProof` when an entry has no row: absence is answered only when
+the lookup agrees with the leaf order and the ledger's rows match its summary.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import lmdb
 import structlog
 
 from bookie.index import (
+    ENTRY_KEY,
     FORMAT_KEY,
     FORMAT_VERSION,
     LEDGER_KEY,
@@ -47,6 +51,7 @@ from bookie.index import (
     unpack_ledger_row,
     unpack_mark,
     unseal,
+    unseal_entry_row,
 )
 from bookie.journal import StorageIOError
 
@@ -235,4 +240,96 @@ def _ledgers_with_entries(txn: lmdb.Transaction, tables: Tables) -> list[int]:
     return found
 
 
-__all__ = ["IndexContents", "Tables", "audit_index", "initialise", "open_tables"]
+class AbsenceProof:
+    """Decides, on a read's snapshot, whether an entry with no index row is truly absent.
+
+    Verdicts of the per-ledger walk are kept: checkpoints only add rows together with
+    their count, so a positive verdict stays valid, and damage does not heal. Call
+    :meth:`forget` when a ledger is deleted. Safe to use from several reader threads
+    (set operations are atomic; a verdict computed twice is the same).
+    """
+
+    def __init__(self, tables: Tables) -> None:
+        """Prove absence in ``tables``."""
+        self._tables = tables
+        self._proven: set[int] = set()
+        self._doubtful: set[int] = set()
+
+    def forget(self, ledger_id: int) -> None:
+        """Drop the verdict on a deleted ledger."""
+        self._proven.discard(ledger_id)
+        self._doubtful.discard(ledger_id)
+
+    def proven(self, txn: lmdb.Transaction, ledger_id: int, entry_id: int) -> bool:
+        """True when the entry's missing row is provably absent from the index.
+
+        Two checks, both in the read's snapshot. The lookup must agree with the leaf
+        order: the rows just before and after the position the B-tree search found
+        must sort before and after the key (a damaged branch key sends the search to
+        the wrong leaf, where this fails). And the ledger's rows, walked in leaf order,
+        must all be intact, strictly ascending and exactly as many as its summary says
+        (a lost, moved or duplicated row fails this). A failed check is logged and the
+        read answers IO_ERROR.
+        """
+        key = ENTRY_KEY.pack(ledger_id, entry_id)
+        cursor = txn.cursor(db=self._tables.entries)
+        if cursor.set_range(key):
+            after = bytes(cursor.key())
+            before = bytes(cursor.key()) if cursor.prev() else None
+        else:
+            after = None
+            before = bytes(cursor.key()) if cursor.last() else None
+        if (after is not None and after <= key) or (before is not None and before >= key):
+            _log.error(
+                "index lookup disagrees with the index order: answering IO_ERROR",
+                ledger=ledger_id,
+                entry=entry_id,
+            )
+            return False
+        return self._rows_match_summary(txn, ledger_id)
+
+    def _rows_match_summary(self, txn: lmdb.Transaction, ledger_id: int) -> bool:
+        """The ledger's rows in leaf order: all intact, ascending, as many as its summary.
+
+        Checkpoints only add rows together with their count, so a positive verdict stays
+        valid and is kept (deleting the ledger forgets it); so is a negative one.
+        """
+        if ledger_id in self._proven:
+            return True
+        if ledger_id in self._doubtful:
+            return False
+        prefix = LEDGER_KEY.pack(ledger_id)
+        raw = txn.get(prefix, db=self._tables.ledgers)
+        row = None if raw is None else unpack_ledger_row(prefix, bytes(raw))
+        # No ledger row: the ledger is younger than the last checkpoint, so no entry rows.
+        expected = 0 if raw is None else None if row is None else row.summary.rows
+        count = 0
+        intact = expected is not None
+        previous = b""
+        cursor = txn.cursor(db=self._tables.entries)
+        present = intact and cursor.set_range(ENTRY_KEY.pack(ledger_id, 0))
+        while present:
+            entry_key = bytes(cursor.key())
+            if entry_key[:8] != prefix:
+                break
+            if entry_key <= previous or unseal_entry_row(entry_key, bytes(cursor.value())) is None:
+                intact = False
+                break
+            previous = entry_key
+            count += 1
+            present = cursor.next()
+        if intact and count == expected:
+            self._proven.add(ledger_id)
+            return True
+        _log.error(
+            "index rows of a ledger do not match its summary: answering IO_ERROR for its "
+            "missing entries",
+            ledger=ledger_id,
+            rows=count,
+            expected=expected,
+        )
+        self._doubtful.add(ledger_id)
+        return False
+
+
+__all__ = ["AbsenceProof", "IndexContents", "Tables", "audit_index", "initialise", "open_tables"]

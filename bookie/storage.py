@@ -55,12 +55,11 @@ from bookie.index import (
     pack_mark,
     pack_next_log,
     seal,
-    unpack_ledger_row,
     unpack_next_log,
     unseal,
     unseal_entry_row,
 )
-from bookie.index_audit import audit_index, initialise, open_tables
+from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.journal import JournalMark, StorageIOError, fsync_dir
 from walog.digest import entry_digest
 
@@ -181,9 +180,7 @@ class EntryStorage:
         self._mark = JournalMark(*contents.mark)
         #: Ledgers whose state or entries the index cannot vouch for (IO_ERROR for them).
         self.damaged_ledgers: set[int] = contents.damaged
-        # Readers' verdicts on whether a ledger's entry rows match its summary.
-        self._proven: set[int] = set()
-        self._doubtful: set[int] = set()
+        self._absence = AbsenceProof(tables)
         self._write_fd = -1
         self._write_log = -1
         self._write_offset = 0
@@ -259,7 +256,7 @@ class EntryStorage:
                             break
                         locations.append(Location(*location))
                         expected += 1
-                elif not self._absence_proven(txn, ledger_id, first):
+                elif not self._absence.proven(txn, ledger_id, first):
                     _log.warning(
                         "entry missing from the index but not provably absent",
                         ledger=ledger_id,
@@ -286,77 +283,6 @@ class EntryStorage:
             for fd in files.values():
                 os.close(fd)
         return records, damaged
-
-    def _absence_proven(self, txn: lmdb.Transaction, ledger_id: int, entry_id: int) -> bool:
-        """True when the entry's missing row is provably absent from the index.
-
-        Two checks, both in the read's snapshot. The lookup must agree with the leaf
-        order: the rows just before and after the position the B-tree search found
-        must sort before and after the key (a damaged branch key sends the search to
-        the wrong leaf, where this fails). And the ledger's rows, walked in leaf order,
-        must all be intact, strictly ascending and exactly as many as its summary says
-        (a lost, moved or duplicated row fails this). A failed check is logged and the
-        read answers IO_ERROR.
-        """
-        key = ENTRY_KEY.pack(ledger_id, entry_id)
-        cursor = txn.cursor(db=self._entries)
-        if cursor.set_range(key):
-            after = bytes(cursor.key())
-            before = bytes(cursor.key()) if cursor.prev() else None
-        else:
-            after = None
-            before = bytes(cursor.key()) if cursor.last() else None
-        if (after is not None and after <= key) or (before is not None and before >= key):
-            _log.error(
-                "index lookup disagrees with the index order: answering IO_ERROR",
-                ledger=ledger_id,
-                entry=entry_id,
-            )
-            return False
-        return self._rows_match_summary(txn, ledger_id)
-
-    def _rows_match_summary(self, txn: lmdb.Transaction, ledger_id: int) -> bool:
-        """The ledger's rows in leaf order: all intact, ascending, as many as its summary.
-
-        Checkpoints only add rows together with their count, so a positive verdict stays
-        valid and is kept (deleting the ledger forgets it); so is a negative one.
-        """
-        if ledger_id in self._proven:
-            return True
-        if ledger_id in self._doubtful:
-            return False
-        prefix = LEDGER_KEY.pack(ledger_id)
-        raw = txn.get(prefix, db=self._ledgers)
-        row = None if raw is None else unpack_ledger_row(prefix, bytes(raw))
-        # No ledger row: the ledger is younger than the last checkpoint, so no entry rows.
-        expected = 0 if raw is None else None if row is None else row.summary.rows
-        count = 0
-        intact = expected is not None
-        previous = b""
-        cursor = txn.cursor(db=self._entries)
-        present = intact and cursor.set_range(ENTRY_KEY.pack(ledger_id, 0))
-        while present:
-            entry_key = bytes(cursor.key())
-            if entry_key[:8] != prefix:
-                break
-            if entry_key <= previous or unseal_entry_row(entry_key, bytes(cursor.value())) is None:
-                intact = False
-                break
-            previous = entry_key
-            count += 1
-            present = cursor.next()
-        if intact and count == expected:
-            self._proven.add(ledger_id)
-            return True
-        _log.error(
-            "index rows of a ledger do not match its summary: answering IO_ERROR for its "
-            "missing entries",
-            ledger=ledger_id,
-            rows=count,
-            expected=expected,
-        )
-        self._doubtful.add(ledger_id)
-        return False
 
     def _read_one(
         self, files: dict[int, int], ledger_id: int, entry_id: int, location: Location
@@ -616,8 +542,7 @@ class EntryStorage:
         for ledger_id in doomed:
             self._rows.pop(ledger_id, None)
             self.damaged_ledgers.discard(ledger_id)
-            self._proven.discard(ledger_id)
-            self._doubtful.discard(ledger_id)
+            self._absence.forget(ledger_id)
         try:
             self._reclaim()
         except (OSError, lmdb.Error) as exc:
