@@ -229,9 +229,16 @@ def _ledgers_with_entries(txn: lmdb.Transaction, tables: Tables) -> list[int]:
     found: list[int] = []
     cursor = txn.cursor(db=tables.entries)
     present = cursor.first()
+    following = 0
     while present:
         key = bytes(cursor.key())
         prefix = key[:_LEDGER_PREFIX].ljust(_LEDGER_PREFIX, b"\0")
+        if int.from_bytes(prefix, "big") < following:
+            # A damaged branch key sent the seek backwards: stop rather than loop. A
+            # ledger missed here has no acknowledged entries of its own (its rows would
+            # belong to a ledger that has a ledger row, whose reads check themselves).
+            _log.warning("index seek went backwards: ledger scan stopped", key=key.hex())
+            break
         found.append(int.from_bytes(prefix, "big", signed=True))
         following = int.from_bytes(prefix, "big") + 1  # next ledger id in byte order
         if following >> (8 * _LEDGER_PREFIX):
