@@ -85,6 +85,9 @@ class BookieCore:
         self.config = config
         self.stats = BookieStats()
         self._states: dict[int, LedgerState] = {}
+        # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
+        # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
+        self._damaged: set[int] = set()
         self._cache = WriteCache()
         self._flushing: WriteCache | None = None
         self._dirty: set[int] = set()
@@ -133,6 +136,7 @@ class BookieCore:
             raise
         core._storage = loaded.storage
         core._states = loaded.states
+        core._damaged = loaded.damaged
         core._cache = loaded.cache
         core._dirty = loaded.touched
         core.stats.replayed_records = loaded.replayed_records
@@ -359,6 +363,8 @@ class BookieCore:
         later record) on first contact; None with UNAUTHORIZED on another key."""
         state = self._states.get(ledger_id)
         if state is None:
+            if ledger_id in self._damaged:
+                return None, Status.IO_ERROR  # its key and fence are unknown
             state = LedgerState(ledger_id, bytes(master_key))
             self._states[ledger_id] = state
             self._dirty.add(ledger_id)
@@ -389,7 +395,7 @@ class BookieCore:
             return Status.BAD_REQUEST
         state = self._states.get(ledger_id)
         if state is None:
-            return Status.NO_SUCH_LEDGER
+            return self._unknown(ledger_id)
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED
         if state.raise_lac(lac):
@@ -404,7 +410,7 @@ class BookieCore:
             return Status.IO_ERROR, -1
         state = self._states.get(ledger_id)
         if state is None:
-            return Status.NO_SUCH_LEDGER, -1
+            return self._unknown(ledger_id), -1
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED, -1
         try:
@@ -459,13 +465,14 @@ class BookieCore:
         """Consecutive entries from ``first`` up to ``last`` (inclusive) that exist, at
         most ``max_bytes`` of payload (always at least one entry).
 
-        NO_SUCH_LEDGER for an unknown ledger, NO_SUCH_ENTRY when ``first`` is missing,
-        IO_ERROR when ``first`` is stored but damaged (never served), BAD_REQUEST for a
+        NO_SUCH_LEDGER for an unknown ledger, NO_SUCH_ENTRY when ``first`` is provably
+        missing, IO_ERROR when ``first`` is stored but damaged (never served), when its
+        absence cannot be proven or the ledger's index rows are damaged, BAD_REQUEST for a
         negative or empty range.
         """
         state = self._states.get(ledger_id)
         if state is None:
-            return Status.NO_SUCH_LEDGER, []
+            return self._unknown(ledger_id), []
         if first < 0 or last < first:
             return Status.BAD_REQUEST, []
         records: list[StoredRecord] = []
@@ -504,6 +511,10 @@ class BookieCore:
             return (Status.IO_ERROR if damaged else Status.NO_SUCH_ENTRY), []
         return Status.OK, records
 
+    def _unknown(self, ledger_id: int) -> Status:
+        """The answer for a ledger without state: absent, unless its rows are damaged."""
+        return Status.IO_ERROR if ledger_id in self._damaged else Status.NO_SUCH_LEDGER
+
     def lac(self, ledger_id: int) -> int:
         """Highest LAC known for the ledger (piggybacked or explicit); -1 if none."""
         state = self._states.get(ledger_id)
@@ -525,8 +536,9 @@ class BookieCore:
         return state is not None and state.fenced
 
     def ledgers(self) -> list[int]:
-        """Ids of every ledger this bookie holds, ascending."""
-        return sorted(self._states)
+        """Ids of every ledger this bookie holds (damaged ones too, so GC can drop them),
+        ascending."""
+        return sorted(self._states.keys() | self._damaged)
 
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout: float) -> int:  # noqa: ASYNC109 (long-poll timeout is part of the request)
         """Long poll: the LAC as soon as it exceeds ``previous_lac``, else at ``timeout``
@@ -660,6 +672,7 @@ class BookieCore:
             waiters = []
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
+                self._damaged.discard(ledger_id)
                 self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
                 self._cache.drop_ledger(ledger_id)
                 self._dirty.discard(ledger_id)

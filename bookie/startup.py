@@ -4,18 +4,26 @@ Replay applies every intact record after the mark to the ledger states and the w
 in journal order. It is idempotent (bookie/ledgers.py): every piece of state moves one way
 only, entries already in the index are not cached again, and a DELETE record voids the
 ledger's earlier records. Blocking; the core runs it in its storage thread.
+
+Ledgers the index cannot vouch for (bookie/index_audit.py) stay unknown-but-damaged:
+replay leaves them alone (their records after the mark are not applied) until a DELETE
+record drops them, and the core answers IO_ERROR for them. The checkpoint mark must point
+into an existing journal file: if the files from the mark on are not all there, the index
+is older than the journal (an LMDB meta page damaged into an older snapshot) and the
+bookie refuses to start rather than forget entries checkpointed after that snapshot.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
+from pathlib import Path
 
 import lmdb
 import structlog
 
 from bookie.config import StorageConfig
-from bookie.journal import StorageIOError, fsync_dir, journal_files, replay
+from bookie.journal import JournalMark, StorageIOError, fsync_dir, journal_files, replay
 from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import CachedEntry, EntryStorage, WriteCache
@@ -37,6 +45,7 @@ class LoadedStore:
         cache: Entries replayed from the journal and not yet in the index.
         touched: Ledgers whose state replay changed (to be stored at the next checkpoint).
         deleted: Ledgers deleted by replayed records (their stored data must be dropped).
+        damaged: Ledgers whose index rows are damaged: IO_ERROR for them, never absence.
         next_journal_seq: Number of the journal file to write next.
         replayed_records: Records replayed.
     """
@@ -46,6 +55,7 @@ class LoadedStore:
     cache: WriteCache = dataclasses.field(default_factory=WriteCache)
     touched: set[int] = dataclasses.field(default_factory=set)
     deleted: set[int] = dataclasses.field(default_factory=set)
+    damaged: set[int] = dataclasses.field(default_factory=set)
     next_journal_seq: int = 1
     replayed_records: int = 0
 
@@ -63,8 +73,11 @@ def load_store(config: StorageConfig) -> LoadedStore:
             ledger_id: LedgerState.from_bytes(ledger_id, raw)
             for ledger_id, raw in storage.ledger_states().items()
         }
-        loaded = LoadedStore(storage, states)
+        loaded = LoadedStore(storage, states, damaged=set(storage.damaged_ledgers))
         mark = storage.checkpoint_mark()
+        files = journal_files(journal_dir)
+        _check_mark(mark, [seq for seq, _ in files], journal_dir)
+        storage.remove_orphan_logs()
         limit = max(config.max_entry_bytes, _REPLAY_RECORD_LIMIT) + 1024
         for payload, _ in replay(journal_dir, mark, limit):
             try:
@@ -75,11 +88,13 @@ def load_store(config: StorageConfig) -> LoadedStore:
             loaded.replayed_records += 1
             _apply(loaded, record)
         # A checkpointed state may name entries whose records were lost after its mark
-        # (never acknowledged, or VOLATILE and unsynced): recount from what is stored.
+        # (never acknowledged, or VOLATILE and unsynced): recount from what is stored. The
+        # checksummed index summary, not a B-tree lookup, says what the index holds, so a
+        # damaged index can never lower it (entries above it are absent for sure).
         for ledger_id, state in states.items():
             cached = loaded.cache.ledgers.get(ledger_id)
-            state.last_entry_id = max(storage.last_entry_id(ledger_id), max(cached or [-1]))
-        files = journal_files(journal_dir)
+            held = storage.index_summary(ledger_id).last
+            state.last_entry_id = max(held, max(cached or [-1]))
         for seq, path in files:
             if seq < mark.file_seq:
                 path.unlink()
@@ -101,8 +116,28 @@ def load_store(config: StorageConfig) -> LoadedStore:
     return loaded
 
 
+def _check_mark(mark: JournalMark, seqs: list[int], journal_dir: Path) -> None:
+    """Refuse an index whose mark points before journal files already deleted."""
+    if mark.file_seq == 0:
+        return  # no checkpoint yet: replay reads every file there is
+    needed = range(mark.file_seq, max([mark.file_seq, *seqs]) + 1)
+    missing = sorted(set(needed) - set(seqs))
+    if missing:
+        raise StorageIOError(
+            f"the index's checkpoint mark points to journal file {mark.file_seq} but "
+            f"{journal_dir} lacks file(s) {missing[:5]}: the index is older than the journal "
+            "(damaged or restored from an old copy); entries checkpointed since would be "
+            "forgotten, so the bookie does not start"
+        )
+
+
 def _apply(loaded: LoadedStore, record: Record) -> None:
     ledger_id = record.ledger_id
+    if ledger_id in loaded.damaged:
+        if record.kind is RecordKind.DELETE:
+            loaded.damaged.discard(ledger_id)
+            loaded.deleted.add(ledger_id)
+        return
     states = loaded.states
     state = states.get(ledger_id)
     if record.kind is RecordKind.KEY:

@@ -4,18 +4,22 @@ Layout under ``data_dir``:
 
 - ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints. Each
   record is ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` followed by the data.
-- ``index/`` — one LMDB environment with four tables: ``entries`` ((ledger, entry) ->
-  (log, offset, record length)), ``ledgers`` (ledger -> :class:`LedgerState` record),
-  ``logs`` (log -> live bytes per ledger, for GC) and ``meta`` (checkpoint mark, next
-  log id).
+- ``index/`` — one LMDB environment (format version 2, bookie/index.py) with four
+  tables: ``entries`` ((ledger, entry) -> (log, offset, record length)), ``ledgers``
+  (ledger -> index summary + :class:`LedgerState` record), ``logs`` (log -> live bytes per
+  ledger, for GC) and ``meta`` (format, checkpoint mark, next log id, censuses). Every
+  value carries a CRC32C over its key and payload.
 
 A checkpoint appends the frozen write cache to the current entry log, fsyncs it, and only
-then commits the index rows, ledger states and the new journal mark in one LMDB
-transaction (LMDB syncs on commit). So the mark never passes a record whose entry is not
-durable in an entry log, and an index row never points at bytes that are not on disk.
+then commits the index rows, ledger rows (with their index summaries) and the new journal
+mark in one LMDB transaction (LMDB syncs on commit). So the mark never passes a record
+whose entry is not durable in an entry log, an index row never points at bytes that are
+not on disk, and a ledger's summary always counts exactly its entry rows.
 
-Reads check the stored digest (CRC32C over header and payload, walog/digest.py) and the
-record header against the index key: a damaged record is never served.
+Reads check the index row's checksum, the stored digest (CRC32C over header and payload,
+walog/digest.py) and the record header against the index key: a damaged record is never
+served. A lookup miss is reported as absence only when it is proven (bookie/index.py);
+otherwise the read answers "damaged" (IO_ERROR), never "no such entry".
 
 Everything here is blocking; the core runs it in dedicated threads.
 """
@@ -34,18 +38,34 @@ from typing import NamedTuple
 import lmdb
 import structlog
 
+from bookie.index import (
+    ENTRY_KEY,
+    LEDGER_KEY,
+    LEDGERS_CENSUS_KEY,
+    LOG_KEY,
+    LOGS_CENSUS_KEY,
+    MARK_KEY,
+    NEXT_LOG_KEY,
+    Census,
+    IndexSummary,
+    LedgerRow,
+    entry_row,
+    pack_census,
+    pack_ledger_row,
+    pack_mark,
+    pack_next_log,
+    seal,
+    unpack_next_log,
+    unseal,
+    unseal_entry_row,
+)
+from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.journal import JournalMark, StorageIOError, fsync_dir
 from walog.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
 
 _RECORD = struct.Struct(">IqqqI")
-_KEY = struct.Struct(">qq")
-_LEDGER_KEY = struct.Struct(">q")
-_LOG_KEY = struct.Struct(">I")
-_LOCATION = struct.Struct(">IQI")
-_MARK = struct.Struct(">QQ")
-_MAX_ID = (1 << 63) - 1
 _MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes are batched into chunks of this size
 _COMPACT_BELOW = 0.5  # compact an entry log once less than this share of it is live
@@ -114,7 +134,12 @@ def entry_log_path(directory: Path, log_id: int) -> Path:
 
 class EntryStorage:
     """Entry logs plus the LMDB index. Not thread-safe for writers: one writer thread
-    calls :meth:`checkpoint` and :meth:`delete_ledgers`; readers may run concurrently."""
+    calls :meth:`checkpoint` and :meth:`delete_ledgers`; readers may run concurrently.
+
+    Opening audits the index (bookie/index_audit.py): a damaged index either refuses to
+    open with a :class:`StorageIOError` or names the ledgers it cannot vouch for in
+    :attr:`damaged_ledgers`.
+    """
 
     def __init__(self, data_dir: Path, *, entry_log_file_bytes: int) -> None:
         self.log_dir = data_dir / "entrylogs"
@@ -131,16 +156,31 @@ class EntryStorage:
                 str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
             )
             # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
-            self._entries = env.open_db(b"entries")
-            self._ledgers = env.open_db(b"ledgers")
-            self._logs = env.open_db(b"logs")
-            self._meta = env.open_db(b"meta")
-        except lmdb.Error as exc:
+            tables, fresh = open_tables(env)
+            if fresh:
+                initialise(env, tables, self.log_dir)
+            contents = audit_index(env, tables)
+        except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
                 env.close()
             os.close(self._lock_fd)
+            if isinstance(exc, StorageIOError):
+                raise
             raise StorageIOError(f"cannot open index {self.index_dir}: {exc}") from exc
         self._env = env
+        self._entries = tables.entries
+        self._ledgers = tables.ledgers
+        self._logs = tables.logs
+        self._meta = tables.meta
+        # Writer-thread state, updated only after the transaction that stores it commits.
+        self._rows: dict[int, LedgerRow] = contents.rows
+        self._live = contents.live
+        self._ledgers_census = contents.ledgers_census
+        self._logs_census = contents.logs_census
+        self._mark = JournalMark(*contents.mark)
+        #: Ledgers whose state or entries the index cannot vouch for (IO_ERROR for them).
+        self.damaged_ledgers: set[int] = contents.damaged
+        self._absence = AbsenceProof(tables)
         self._write_fd = -1
         self._write_log = -1
         self._write_offset = 0
@@ -148,50 +188,41 @@ class EntryStorage:
         self._pending_bytes = 0
         self.logs_deleted = 0
         self.logs_compacted = 0
-        self._remove_orphan_logs()
 
     # -- reading state at open ----------------------------------------------------------
 
     def checkpoint_mark(self) -> JournalMark:
         """The journal position replay starts from (0, 0 before the first checkpoint)."""
-        with self._env.begin(db=self._meta) as txn:
-            raw = txn.get(b"mark")
-        return JournalMark(*_MARK.unpack(raw)) if raw else JournalMark(0, 0)
+        return self._mark
 
     def ledger_states(self) -> dict[int, bytes]:
-        """Every stored ledger state record."""
-        with self._env.begin(db=self._ledgers) as txn:
-            return {
-                _LEDGER_KEY.unpack(bytes(key))[0]: bytes(value)
-                for key, value in txn.cursor(db=self._ledgers)
-            }
+        """Every intact stored ledger state record (damaged ones are in
+        :attr:`damaged_ledgers`)."""
+        return {ledger_id: row.state for ledger_id, row in self._rows.items()}
 
-    def _remove_orphan_logs(self) -> None:
+    def index_summary(self, ledger_id: int) -> IndexSummary:
+        """How many entry rows the index holds for the ledger, and the highest id."""
+        row = self._rows.get(ledger_id)
+        return IndexSummary() if row is None else row.summary
+
+    def remove_orphan_logs(self) -> None:
         """Delete entry logs no index row points into (a checkpoint that crashed before
-        its index commit); their entries are still in the journal after the mark."""
-        with self._env.begin(db=self._logs) as txn:
-            known = {_LOG_KEY.unpack(bytes(k))[0] for k, _ in txn.cursor(db=self._logs)}
+        its index commit); their entries are still in the journal after the mark.
+
+        Call only once the mark is known to be current (its journal files exist): an
+        index rolled back to an older transaction would make live logs look orphaned.
+        """
         for path in self.log_dir.glob("*.log"):
-            if path.stem.isdigit() and int(path.stem) not in known:
+            if path.stem.isdigit() and int(path.stem) not in self._live:
                 _log.info("removing unreferenced entry log", file=str(path))
                 path.unlink()
 
     # -- reads --------------------------------------------------------------------------
 
-    def last_entry_id(self, ledger_id: int) -> int:
-        """Highest entry id the index holds for the ledger; -1 if none."""
-        with self._env.begin(db=self._entries) as txn:
-            cursor = txn.cursor()
-            found = ledger_id < _MAX_ID and cursor.set_range(_KEY.pack(ledger_id + 1, 0))
-            if not (cursor.prev() if found else cursor.last()):
-                return -1
-            led, entry_id = _KEY.unpack(bytes(cursor.key()))
-            return int(entry_id) if led == ledger_id else -1
-
     def contains(self, ledger_id: int, entry_id: int) -> bool:
-        """True when the index has the entry."""
+        """True when the index has a row (intact or not) for the entry."""
         with self._env.begin(db=self._entries) as txn:
-            return txn.get(_KEY.pack(ledger_id, entry_id)) is not None
+            return txn.get(ENTRY_KEY.pack(ledger_id, entry_id)) is not None
 
     def read_run(
         self, ledger_id: int, first: int, last: int, max_bytes: int
@@ -200,20 +231,38 @@ class EntryStorage:
         if present, at most ``max_bytes`` of data after the first).
 
         Returns ``(records, damaged)``: ``damaged`` is True when the run stopped at a
-        record that failed its checks (logged, never returned).
+        record or index row that failed its checks (logged, never returned), or when
+        ``first`` has no index row and its absence cannot be proven.
         """
         locations: list[Location] = []
+        damaged = False
         try:
             with self._env.begin(db=self._entries) as txn:
                 cursor = txn.cursor()
                 expected = first
-                if cursor.set_key(_KEY.pack(ledger_id, first)):
-                    for key, value in cursor:
-                        led, entry_id = _KEY.unpack(bytes(key))
-                        if led != ledger_id or entry_id != expected or entry_id > last:
+                prefix = LEDGER_KEY.pack(ledger_id)
+                if cursor.set_key(ENTRY_KEY.pack(ledger_id, first)):
+                    for raw_key, value in cursor:
+                        key = bytes(raw_key)
+                        if key[:8] != prefix:
                             break
-                        locations.append(Location(*_LOCATION.unpack(bytes(value))))
+                        entry_id = _entry_id(key)
+                        if entry_id is not None and (entry_id != expected or entry_id > last):
+                            break
+                        location = unseal_entry_row(key, bytes(value))
+                        if location is None or entry_id is None:
+                            _log.error("damaged index row", ledger=ledger_id, entry=expected)
+                            damaged = True
+                            break
+                        locations.append(Location(*location))
                         expected += 1
+                elif not self._absence.proven(txn, ledger_id, first):
+                    _log.warning(
+                        "entry missing from the index but not provably absent",
+                        ledger=ledger_id,
+                        entry=first,
+                    )
+                    return [], True
         except lmdb.Error as exc:
             _log.error("index read failed", ledger=ledger_id, entry=first, error=str(exc))
             return [], True
@@ -227,13 +276,13 @@ class EntryStorage:
                 if record is None:
                     return records, True
                 if records and size + len(record.data) > max_bytes:
-                    break
+                    return records, False
                 records.append(record)
                 size += len(record.data)
         finally:
             for fd in files.values():
                 os.close(fd)
-        return records, False
+        return records, damaged
 
     def _read_one(
         self, files: dict[int, int], ledger_id: int, entry_id: int, location: Location
@@ -246,14 +295,16 @@ class EntryStorage:
             raw = os.pread(fd, location.length, location.offset)
         except FileNotFoundError:
             # A compaction moved the entry and removed the log: look it up again.
+            key = ENTRY_KEY.pack(ledger_id, entry_id)
             with self._env.begin(db=self._entries) as txn:
-                value = txn.get(_KEY.pack(ledger_id, entry_id))
-            if value is None or Location(*_LOCATION.unpack(value)) == location:
+                value = txn.get(key)
+            moved = None if value is None else unseal_entry_row(key, bytes(value))
+            if moved is None or Location(*moved) == location:
                 _log.error(
                     "entry log missing", ledger=ledger_id, entry=entry_id, log=location.log_id
                 )
                 return None
-            return self._read_one(files, ledger_id, entry_id, Location(*_LOCATION.unpack(value)))
+            return self._read_one(files, ledger_id, entry_id, Location(*moved))
         except OSError as exc:
             _log.error("entry read failed", ledger=ledger_id, entry=entry_id, error=str(exc))
             return None
@@ -280,15 +331,37 @@ class EntryStorage:
         mark: JournalMark,
     ) -> int:
         """Append ``entries`` to entry logs, fsync them, then commit index rows, ledger
-        states and ``mark`` in one transaction. Returns the number of entries written."""
-        rows: list[tuple[bytes, bytes]] = []
+        rows (state + index summary) and ``mark`` in one transaction. Every ledger with
+        entries must be in ``states`` or already stored. Returns the entries written."""
+        return self._write(entries, states, mark, repoint=False)
+
+    def _write(
+        self,
+        entries: Iterable[tuple[int, int, CachedEntry]],
+        states: dict[int, bytes],
+        mark: JournalMark,
+        *,
+        repoint: bool,
+    ) -> int:
+        rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
+        written = 0
+        current = current_log = -1
+        bucket: list[tuple[bytes, bytes]] = []
+        per_ledger: dict[int, int] = {}
         try:
             for ledger_id, entry_id, entry in entries:
-                location = self._append(ledger_id, entry_id, entry)
-                rows.append((_KEY.pack(ledger_id, entry_id), _LOCATION.pack(*location)))
-                per_ledger = live.setdefault(location.log_id, {})
-                per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + location.length
+                log_id, offset, length = self._append(ledger_id, entry_id, entry)
+                if ledger_id != current or log_id != current_log:
+                    # Entries come grouped by ledger and logs roll rarely: look up the
+                    # ledger's row list and live-bytes slot once per run, not per entry.
+                    current, current_log = ledger_id, log_id
+                    bucket = rows.setdefault(ledger_id, [])
+                    per_ledger = live.setdefault(log_id, {})
+                    per_ledger.setdefault(ledger_id, 0)
+                bucket.append(entry_row(ledger_id, entry_id, log_id, offset, length))
+                per_ledger[ledger_id] += length
+                written += 1
             self._flush_pending()
             if self._write_fd >= 0:
                 os.fsync(self._write_fd)
@@ -299,29 +372,85 @@ class EntryStorage:
             self._pending_bytes = 0
             self._close_write_log()
             raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
+        for ledger_id in rows:
+            if not repoint and ledger_id not in states and ledger_id not in self._rows:
+                raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
         try:
-            with self._env.begin(write=True) as txn:
-                for key, value in rows:
-                    txn.put(key, value, db=self._entries)
-                for log_id, per_ledger in live.items():
-                    self._add_live(txn, log_id, per_ledger)
-                for ledger_id, raw in states.items():
-                    txn.put(_LEDGER_KEY.pack(ledger_id), raw, db=self._ledgers)
-                txn.put(b"mark", _MARK.pack(*mark), db=self._meta)
+            self._commit(rows, live, states, mark, repoint=repoint)
         except lmdb.Error as exc:
             raise StorageIOError(f"index commit failed: {exc}") from exc
-        return len(rows)
+        return written
 
-    def _add_live(self, txn: lmdb.Transaction, log_id: int, per_ledger: dict[int, int]) -> None:
-        key = _LOG_KEY.pack(log_id)
-        raw = txn.get(key, db=self._logs)
-        doc: dict[str, int] = json.loads(bytes(raw)) if raw else {}
-        for ledger_id, size in per_ledger.items():
-            doc[str(ledger_id)] = doc.get(str(ledger_id), 0) + size
-        doc["_total"] = doc.get("_total", 0) + sum(per_ledger.values())
-        txn.put(key, json.dumps(doc).encode(), db=self._logs)
+    def _commit(
+        self,
+        rows: dict[int, list[tuple[bytes, bytes]]],
+        live: dict[int, dict[int, int]],
+        states: dict[int, bytes],
+        mark: JournalMark,
+        *,
+        repoint: bool,
+    ) -> None:
+        new_rows: dict[int, LedgerRow] = {}
+        ledgers_census = self._ledgers_census
+        with self._env.begin(write=True) as txn:
+            added: dict[int, int] = {}
+            for ledger_id, ledger_rows in rows.items():
+                cursor = txn.cursor(db=self._entries)
+                # A key already present (a duplicate) keeps its row and is not counted;
+                # a compaction repoints existing rows without changing any count.
+                _, added[ledger_id] = cursor.putmulti(ledger_rows, overwrite=repoint)
+            live_docs, logs_census = self._put_live(txn, live)
+            for ledger_id in states.keys() | (added.keys() if not repoint else set()):
+                old = self._rows.get(ledger_id)
+                summary = IndexSummary() if old is None else old.summary
+                if added.get(ledger_id):
+                    # Entry ids are never negative, so the largest key has the highest id.
+                    highest = ENTRY_KEY.unpack(max(rows[ledger_id])[0])[1]
+                    summary = summary.plus(added[ledger_id], highest)
+                state = states.get(ledger_id)
+                if state is None:
+                    assert old is not None  # checked by _write before the transaction
+                    state = old.state
+                row = LedgerRow(summary, state)
+                key = LEDGER_KEY.pack(ledger_id)
+                if txn.replace(key, pack_ledger_row(key, row), db=self._ledgers) is None:
+                    ledgers_census = ledgers_census.plus(key)
+                new_rows[ledger_id] = row
+            if ledgers_census != self._ledgers_census:
+                self._put_meta(txn, LEDGERS_CENSUS_KEY, pack_census(ledgers_census))
+            if logs_census != self._logs_census:
+                self._put_meta(txn, LOGS_CENSUS_KEY, pack_census(logs_census))
+            self._put_meta(txn, MARK_KEY, pack_mark(*mark))
+        self._rows.update(new_rows)
+        self._live.update(live_docs)
+        self._ledgers_census = ledgers_census
+        self._logs_census = logs_census
+        self._mark = mark
 
-    def _append(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> Location:
+    def _put_meta(self, txn: lmdb.Transaction, key: bytes, payload: bytes) -> None:
+        txn.put(key, seal(key, payload), db=self._meta)
+
+    def _put_live(
+        self, txn: lmdb.Transaction, live: dict[int, dict[int, int]]
+    ) -> tuple[dict[int, dict[str, int]], Census]:
+        """Add live bytes per ledger to the logs' accounting rows (not yet in memory)."""
+        docs: dict[int, dict[str, int]] = {}
+        census = self._logs_census
+        for log_id, per_ledger in live.items():
+            old = self._live.get(log_id)
+            doc = {} if old is None else dict(old)
+            for ledger_id, size in per_ledger.items():
+                doc[str(ledger_id)] = doc.get(str(ledger_id), 0) + size
+            doc["_total"] = doc.get("_total", 0) + sum(per_ledger.values())
+            key = LOG_KEY.pack(log_id)
+            txn.put(key, seal(key, json.dumps(doc).encode()), db=self._logs)
+            if old is None:
+                census = census.plus(key)
+            docs[log_id] = doc
+        return docs, census
+
+    def _append(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> tuple[int, int, int]:
+        """Buffer the entry's record; returns its ``(log id, offset, length)``."""
         if self._write_fd < 0 or self._write_offset >= self._log_bytes_limit:
             self._roll()
         self._pending.append(
@@ -334,7 +463,7 @@ class EntryStorage:
         self._pending_bytes += length
         if self._pending_bytes >= _WRITE_CHUNK_BYTES:
             self._flush_pending()
-        return Location(self._write_log, offset, length)
+        return self._write_log, offset, length
 
     def _close_write_log(self) -> None:
         """Stop appending to the current entry log; the next append starts a new one."""
@@ -360,11 +489,18 @@ class EntryStorage:
             os.close(self._write_fd)
             self._write_fd = -1
         with self._env.begin(write=True, db=self._meta) as txn:
-            raw = txn.get(b"next_log")
-            log_id = int(raw) if raw else 1
-            txn.put(b"next_log", str(log_id + 1).encode())
+            raw = txn.get(NEXT_LOG_KEY)
+            payload = None if raw is None else unseal(NEXT_LOG_KEY, bytes(raw))
+            log_id = None if payload is None else unpack_next_log(payload)
+            if log_id is None:
+                raise StorageIOError(f"index in {self.index_dir}: next entry-log id row damaged")
+            # Never reuse the name of an existing log (an index rolled back by damage
+            # would otherwise truncate a live one).
+            while entry_log_path(self.log_dir, log_id).exists():
+                log_id += 1
+            txn.put(NEXT_LOG_KEY, seal(NEXT_LOG_KEY, pack_next_log(log_id + 1)))
         path = entry_log_path(self.log_dir, log_id)
-        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         fsync_dir(self.log_dir)
         self._write_log = log_id
         self._write_offset = 0
@@ -372,46 +508,53 @@ class EntryStorage:
     # -- garbage collection ---------------------------------------------------------------
 
     def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
-        """Drop the ledgers' index rows and state, then reclaim entry logs: a log with no
-        live ledger left is deleted, one mostly dead is compacted into the current log."""
+        """Drop the ledgers' rows (damaged ones too), then reclaim entry logs: a log with
+        no live ledger left is deleted, one mostly dead is compacted into the current log."""
         doomed = set(ledger_ids)
         if not doomed:
             return
+        census = self._ledgers_census
+        docs: dict[int, dict[str, int]] = {}
+        names = {str(ledger_id) for ledger_id in doomed}
         try:
             with self._env.begin(write=True) as txn:
                 for ledger_id in doomed:
-                    txn.delete(_LEDGER_KEY.pack(ledger_id), db=self._ledgers)
+                    key = LEDGER_KEY.pack(ledger_id)
+                    if txn.pop(key, db=self._ledgers) is not None:
+                        census = census.minus(key)
                     cursor = txn.cursor(db=self._entries)
-                    cursor.set_range(_KEY.pack(ledger_id, 0))
+                    cursor.set_range(ENTRY_KEY.pack(ledger_id, 0))
                     while True:
-                        key = bytes(cursor.key())
-                        if not key or _KEY.unpack(key)[0] != ledger_id or not cursor.delete():
+                        entry_key = bytes(cursor.key())
+                        if entry_key[:8] != key or not cursor.delete():
                             break
-                logs = list(txn.cursor(db=self._logs))
-                for key, value in logs:
-                    doc = json.loads(bytes(value))
-                    if any(str(ledger_id) in doc for ledger_id in doomed):
-                        for ledger_id in doomed:
-                            doc.pop(str(ledger_id), None)
-                        txn.put(bytes(key), json.dumps(doc).encode(), db=self._logs)
+                for log_id, doc in self._live.items():
+                    if not names.isdisjoint(doc):
+                        doc = {name: size for name, size in doc.items() if name not in names}
+                        log_key = LOG_KEY.pack(log_id)
+                        txn.put(log_key, seal(log_key, json.dumps(doc).encode()), db=self._logs)
+                        docs[log_id] = doc
+                self._put_meta(txn, LEDGERS_CENSUS_KEY, pack_census(census))
         except lmdb.Error as exc:
             raise StorageIOError(f"index update failed: {exc}") from exc
+        self._ledgers_census = census
+        self._live.update(docs)
+        for ledger_id in doomed:
+            self._rows.pop(ledger_id, None)
+            self.damaged_ledgers.discard(ledger_id)
+            self._absence.forget(ledger_id)
         try:
             self._reclaim()
         except (OSError, lmdb.Error) as exc:
             raise StorageIOError(f"reclaiming entry logs failed: {exc}") from exc
 
     def _reclaim(self) -> None:
-        with self._env.begin(db=self._logs) as txn:
-            log_ids = [_LOG_KEY.unpack(bytes(k))[0] for k, _ in txn.cursor(db=self._logs)]
-        for log_id in log_ids:
+        for log_id in sorted(self._live):
             # Read the accounting afresh: a compaction earlier in this loop may have moved
             # live entries into the log being filled.
-            with self._env.begin(db=self._logs) as txn:
-                raw = txn.get(_LOG_KEY.pack(log_id))
-            if raw is None:
+            doc = self._live.get(log_id)
+            if doc is None:
                 continue
-            doc: dict[str, int] = json.loads(bytes(raw))
             total = doc.get("_total", 0)
             live = sum(size for name, size in doc.items() if name != "_total")
             if log_id == self._write_log:
@@ -427,8 +570,14 @@ class EntryStorage:
                 self._compact(log_id, [int(name) for name in doc if name != "_total"])
 
     def _drop_log(self, log_id: int) -> None:
-        with self._env.begin(write=True, db=self._logs) as txn:
-            txn.delete(_LOG_KEY.pack(log_id))
+        key = LOG_KEY.pack(log_id)
+        census = self._logs_census
+        with self._env.begin(write=True) as txn:
+            if txn.pop(key, db=self._logs) is not None:
+                census = census.minus(key)
+                self._put_meta(txn, LOGS_CENSUS_KEY, pack_census(census))
+        self._logs_census = census
+        self._live.pop(log_id, None)
         entry_log_path(self.log_dir, log_id).unlink(missing_ok=True)
         self.logs_deleted += 1
         _log.info("entry log deleted", log=log_id)
@@ -440,21 +589,22 @@ class EntryStorage:
         with self._env.begin(db=self._entries) as txn:
             for ledger_id in ledger_ids:
                 cursor = txn.cursor()
-                if not cursor.set_range(_KEY.pack(ledger_id, 0)):
+                if not cursor.set_range(ENTRY_KEY.pack(ledger_id, 0)):
                     continue
-                for key, value in cursor:
-                    led, entry_id = _KEY.unpack(bytes(key))
-                    if led != ledger_id:
+                prefix = LEDGER_KEY.pack(ledger_id)
+                for raw_key, value in cursor:
+                    key = bytes(raw_key)
+                    if key[:8] != prefix:
                         break
-                    location = Location(*_LOCATION.unpack(bytes(value)))
-                    if location.log_id != log_id:
-                        continue
-                    record = self._read_one({}, ledger_id, entry_id, location)
+                    found = unseal_entry_row(key, bytes(value))
+                    entry_id = _entry_id(key)
+                    if found is None or entry_id is None or found[0] != log_id:
+                        continue  # a damaged row stays where it is (its reads fail)
+                    record = self._read_one({}, ledger_id, entry_id, Location(*found))
                     if record is not None:
                         cached = CachedEntry(record.lac, record.digest, record.data)
                         moved.append((ledger_id, entry_id, cached))
-        mark = self.checkpoint_mark()
-        self.checkpoint(moved, {}, mark)
+        self._write(moved, {}, self._mark, repoint=True)
         self._drop_log(log_id)
         self.logs_compacted += 1
 
@@ -483,6 +633,11 @@ def _lock_directory(data_dir: Path) -> int:
             f"bookie storage in {data_dir} is in use by another process (lock on {path})"
         ) from exc
     return fd
+
+
+def _entry_id(key: bytes) -> int | None:
+    """The entry id of an entries-table key; None for a key of the wrong size (damage)."""
+    return int(ENTRY_KEY.unpack(key)[1]) if len(key) == ENTRY_KEY.size else None
 
 
 def _check_record(raw: bytes, ledger_id: int, entry_id: int, length: int) -> str | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bookie.journal import JournalMark, StorageIOError, journal_file
+from bookie.ledgers import LedgerState
 from bookie.storage import CachedEntry, EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
 from walog.digest import entry_digest
@@ -282,21 +283,28 @@ async def test_last_entry_id_after_restart_counts_only_stored_entries(tmp_path: 
     await core.close()
 
 
-def test_index_last_entry_id_per_ledger(tmp_path: Path) -> None:
+def test_index_summary_counts_rows_and_the_highest_entry_per_ledger(tmp_path: Path) -> None:
     storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
+    ledgers = (1, 3, (1 << 63) - 1)
     entries = [
         (ledger_id, entry_id, CachedEntry(-1, 0, b"x"))
-        for ledger_id in (1, 3, (1 << 63) - 1)
+        for ledger_id in ledgers
         for entry_id in range(ledger_id % 7 + 1)
     ]
-    storage.checkpoint(entries, {}, JournalMark(0, 0))
-    assert [storage.last_entry_id(n) for n in (0, 1, 2, 3, 4, (1 << 63) - 1)] == [
-        -1,
-        1,
-        -1,
-        3,
-        -1,
-        ((1 << 63) - 1) % 7,
+    states = {ledger_id: LedgerState(ledger_id, KEY).to_bytes() for ledger_id in ledgers}
+    storage.checkpoint(entries, states, JournalMark(0, 0))
+    # A duplicate row keeps the first copy and is not counted again.
+    storage.checkpoint(
+        [(1, 1, CachedEntry(-1, 0, b"y")), (1, 9, CachedEntry(-1, 0, b"z"))], {}, JournalMark(0, 0)
+    )
+    summaries = [storage.index_summary(n) for n in (0, 1, 2, 3, 4, (1 << 63) - 1)]
+    assert [(s.rows, s.last) for s in summaries] == [
+        (0, -1),
+        (3, 9),
+        (0, -1),
+        (4, 3),
+        (0, -1),
+        (((1 << 63) - 1) % 7 + 1, ((1 << 63) - 1) % 7),
     ]
     storage.close()
 
