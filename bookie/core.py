@@ -55,6 +55,8 @@ from walog.transport.packing import ENTRY_HEADER
 
 _log = structlog.get_logger(__name__)
 
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (hot path)
+
 _MIB = 1024 * 1024
 _BACKPRESSURE_FACTOR = 2  # adds wait for a running checkpoint above this x write_cache_bytes
 
@@ -319,7 +321,7 @@ class BookieCore:
             entry_id, entry_lac, digest, data = entry
             if entry_id <= highest and self._has_entry(state, entry_id):
                 continue
-            cache.put(ledger_id, entry_id, CachedEntry(entry_lac, digest, data))
+            cache.put(ledger_id, entry_id, _new_tuple(CachedEntry, (entry_lac, digest, data)))
             stored.append(entry)
             if entry_id > highest:
                 highest = entry_id
