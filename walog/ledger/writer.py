@@ -1,9 +1,11 @@
 """The single writer of a ledger: striping, ack quorums, in-order completion, LAC (seed 000).
 
-An append takes the next entry id and is sent at once to the write quorum of the current
-fragment's ensemble (``write_set``). It completes when ``Qa`` bookies of its write quorum
-acknowledged it **and** every lower entry completed; the LAC is the highest completed entry
-(VOLATILE ledgers: see seed 004, the LAC follows the bookies' LastAddSynced values).
+An append takes the next entry id and is sent to the write quorum of the current fragment's
+ensemble (``write_set``) at the end of the event-loop turn, packed together with the other
+appends of that turn: one call per bookie, and replies acknowledge runs of entries. It
+completes when ``Qa`` bookies of its write quorum acknowledged it **and** every lower entry
+completed; the LAC is the highest completed entry (VOLATILE ledgers: see seed 004, the LAC
+follows the bookies' LastAddSynced values).
 
 A bookie that errors or times out is replaced by an ensemble change (a new fragment starting
 at the first entry not yet completed, CAS on the metadata), then the pending entries of that
@@ -311,6 +313,8 @@ class AsyncLedgerWriter:
                         self._on_replies[index],
                         durability=self._durability,
                     )
+
+    # -- replies and completion -------------------------------------------------------
 
     def _reply_handlers(self) -> list[BatchCallback]:
         """One reply handler per ensemble index, bound to the bookie now there: a late reply
