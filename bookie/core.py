@@ -48,6 +48,7 @@ from bookie.records import (
 )
 from bookie.startup import load_store
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
+from walog._sync import name_os_thread
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
@@ -99,8 +100,12 @@ class BookieCore:
         # ledger waits for that one record. A fenced ledger absent from here is durably
         # fenced (its record synced, or replayed from disk on open).
         self._fencing: dict[int, asyncio.Future[GroupReport]] = {}
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
-        self._readers = ThreadPoolExecutor(2, thread_name_prefix="bookie-read")
+        self._writer = ThreadPoolExecutor(
+            1, thread_name_prefix="bookie-storage", initializer=name_os_thread
+        )
+        self._readers = ThreadPoolExecutor(
+            2, thread_name_prefix="bookie-read", initializer=name_os_thread
+        )
         self._checkpoint_lock = asyncio.Lock()
         self._checkpoint_wanted = asyncio.Event()
         self._checkpoint_idle = asyncio.Event()

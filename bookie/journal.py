@@ -33,6 +33,7 @@ from typing import NamedTuple
 import crc32c
 import structlog
 
+from walog._sync import name_os_thread
 from walog.errors import BookieError
 
 _log = structlog.get_logger(__name__)
@@ -337,6 +338,7 @@ class Journal:
 
     def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
         assert self._loop is not None and self._done is not None
+        name_os_thread()
         try:
             self._open_file(file_seq)
         except OSError as exc:
