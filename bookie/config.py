@@ -62,8 +62,10 @@ class BookieConfig:
     """``--auth-token-file``: clients must send ``authorization: Bearer <token>``."""
     allow_format: bool = False
     """``--allow-format``: write a new cookie even though disk and metadata disagree."""
-    group_wait_ms: float = 1.0
-    """``--group-wait-ms``: longest wait of a journal group commit for more entries."""
+    group_wait_ms: float = 0.0
+    """``--group-wait-ms``: longest wait of a journal group commit for more entries; 0 (the
+    default) commits as soon as the journal thread is free, and records arriving during
+    a write and sync form the next group."""
     group_max_bytes: int = 512 * 1024
     """``--group-max-bytes``: a journal group commits once it holds this many bytes."""
     volatile_flush_interval: float = 1.0
@@ -95,8 +97,9 @@ class BookieConfig:
             raise ValueError("--tls-ca needs --tls-cert and --tls-key (mutual TLS)")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")
+        if self.group_wait_ms < 0:
+            raise ValueError(f"--group-wait-ms must be >= 0, got {self.group_wait_ms}")
         positive = {
-            "--group-wait-ms": self.group_wait_ms,
             "--group-max-bytes": self.group_max_bytes,
             "--volatile-flush-interval": self.volatile_flush_interval,
             "--max-inflight-bytes": self.max_inflight_bytes,
@@ -153,8 +156,10 @@ class StorageConfig:
             (LMDB: entry locations, ledger state, checkpoint mark).
         journal_dir: Journal files; ``data_dir / "journal"`` when None. Put it on its own
             disk to keep journal syncs free of entry-log traffic.
-        group_wait_s: A journal group that must be synced closes after waiting this long
-            for more records (group commit) ...
+        group_wait_s: A journal group that must be synced waits up to this long for more
+            records (counted from its first record's arrival) ... 0: it is written and
+            synced as soon as the journal thread is free; records that arrive during that
+            write and sync form the next group (the batching comes from the sync itself).
         group_max_bytes: ... or once it holds this many bytes.
         journal_file_bytes: A journal file is rolled over once it grows past this size.
         entry_log_file_bytes: An entry log is rolled over once it grows past this size.
@@ -169,7 +174,7 @@ class StorageConfig:
 
     data_dir: Path
     journal_dir: Path | None = None
-    group_wait_s: float = 0.001
+    group_wait_s: float = 0.0
     group_max_bytes: int = 512 * 1024
     journal_file_bytes: int = 256 * _MIB
     entry_log_file_bytes: int = 512 * _MIB

@@ -4,9 +4,13 @@ Every change a bookie acknowledges (entry, master key, fence, explicit LAC, dele
 journal record first. Records are framed as ``length:u32 crc32c:u32 payload`` (big
 endian, CRC over the payload). One dedicated thread owns the open file:
 
-- it takes everything queued (up to ``group_max_bytes``); when the group holds a record that
-  must be synced, it waits up to ``group_wait_s`` (from the first record's arrival) for
-  more, so one ``fdatasync`` covers many records;
+- it takes everything queued (up to ``group_max_bytes``) as one group. With
+  ``group_wait_s == 0`` (the default) the group is written at once: records that arrive
+  while it is written and synced queue up and form the next group, so the batching comes
+  from the sync itself (BookKeeper's journal flushes when its queue is empty) and a lone
+  record pays one write and one sync, no timer. With ``group_wait_s > 0`` a group holding a
+  record that must be synced waits up to that long (from its first record's arrival) for
+  more, trading latency for fewer syncs on disks where a sync is very slow;
 - it ``write()``s the group, syncs it when any record needs it (or when unsynced VOLATILE
   bytes are older than the flush interval), and hands a :class:`GroupReport` back to the
   event loop with ``loop.call_soon_threadsafe``; waiters complete only after that, so no
@@ -399,7 +403,8 @@ class Journal:
         return True
 
     def _take_group(self) -> list[_Item]:
-        """Take a group off the queue (lock held)."""
+        """Take a group off the queue (lock held): everything queued, then, only with
+        ``group_wait_s > 0`` and a record that must be synced, what arrives in the wait."""
         items: list[_Item] = []
         size = 0
         while self._queue and size < self._group_max_bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -223,6 +224,54 @@ async def test_idle_writer_sends_its_lac_explicitly(
     assert await reader.wait_last_add_confirmed(1, timeout=10.0) == 2
     assert [e.data for e in await reader.read(2, 2)] == [b"2"]
     await writer.close()
+
+
+NO_LAC_TIMER = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0, explicit_lac=3600.0))
+"""The explicit-LAC timer never fires within a test: only the drained pipeline sends it."""
+
+
+async def test_drained_writer_sends_its_lac_without_waiting_for_the_timer(
+    cluster: LocalCluster, other: aio.AsyncClient
+) -> None:
+    async with await aio.connect(cluster.metadata_uri, config=NO_LAC_TIMER) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        for i in range(3):
+            writer.append_nowait(b"%d" % i)
+        await writer.append(b"3")
+        # Entry 3 carried at most LAC 2; the pipeline is empty now, so the LAC 3 goes out
+        # as an explicit message at once (the timer would take an hour).
+        reader = await other.open_ledger(writer.ledger_id, recovery=False)
+        assert await reader.wait_last_add_confirmed(2, timeout=30.0) == 3
+        assert [e.data for e in await reader.read(3, 3)] == [b"3"]
+        await writer.close()
+
+
+async def test_back_to_back_appends_carry_the_lac_without_explicit_messages(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await aio.connect(cluster.metadata_uri, config=NO_LAC_TIMER) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        sent: list[tuple[str, int]] = []
+        for bookie in writer.metadata.last_ensemble:
+            connection = client.ctx.pool.get(bookie)
+            plain = connection.send_lac
+
+            def counting(
+                ledger_id: int, lac: int, key: bytes, bookie: str = bookie, plain: Any = plain
+            ) -> None:
+                sent.append((bookie, lac))
+                plain(ledger_id, lac, key)
+
+            monkeypatch.setattr(connection, "send_lac", counting)
+        for i in range(20):
+            await writer.append(b"%d" % i)  # the next append follows each completion at once
+        for _ in range(100):  # the drained check runs a few loop turns later
+            if len(sent) >= 3:
+                break
+            await asyncio.sleep(0)
+        # Only the last completion left the pipeline empty: one LAC to each bookie.
+        assert sorted(sent) == sorted((b, 19) for b in writer.metadata.last_ensemble)
+        await writer.close()
 
 
 async def test_volatile_force_returns_the_last_synced_entry(client: aio.AsyncClient) -> None:

@@ -134,3 +134,20 @@ def test_report_writes_markdown_plots_and_json(tmp_path: Path) -> None:
         assert (tmp_path / "docs" / "img" / name).stat().st_size > 0
         assert f"img/{name}" in text
     assert json.loads((tmp_path / "docs" / "benchmarks.json").read_text())["recovery_s"] == 0.2
+
+
+def test_only_runs_the_chosen_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--quick", "--json", "--seconds", "0.3", "--no-progress", "--only", "latency"])
+    assert status == 0
+    results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert results["append_p50_ms"] > 0 and results["append_latency_samples"] > 0
+    assert not results.keys() & {"ledger_append_eps", "tail_lag_p99_ms", "recovery_s"}
+    assert "bookie_restart_s" not in results
+
+
+def test_only_rejects_an_unknown_scenario_naming_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["--only", "latency,bogus"])
+    assert "unknown scenario bogus; choose from ledger, volatile" in capsys.readouterr().err

@@ -4,6 +4,7 @@ Usage::
 
     walog bench --quick --json                 # ~1 minute; the last stdout line is JSON
     walog bench --peers --profile --report docs/benchmarks.md
+    walog bench --quick --json --only latency,tail   # only the chosen scenarios
 
 Every number printed or written comes from this run. A scenario that cannot run (no Spark,
 no peer binaries) is reported as skipped with the reason, never filled in.
@@ -42,6 +43,21 @@ from walog.testing import LocalCluster
 
 T = TypeVar("T")
 
+SCENARIOS = ("ledger", "volatile", "latency", "log", "sync", "tail", "recovery", "restart")
+"""Scenario names for ``--only``, in the order a run measures them."""
+
+
+def _scenario_list(text: str) -> frozenset[str]:
+    """Parse ``--only``: comma-separated names from :data:`SCENARIOS`."""
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    unknown = sorted(names - set(SCENARIOS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(SCENARIOS)}"
+        )
+    return names
+
 
 class _Plan:
     """Sizes of one run: quick (about a minute) or full."""
@@ -67,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="short run (about a minute)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON last")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per scenario")
+    parser.add_argument(
+        "--only",
+        type=_scenario_list,
+        default=frozenset(SCENARIOS),
+        metavar="NAMES",
+        help=f"run only these walog scenarios, comma-separated ({','.join(SCENARIOS)}); "
+        "default: all",
+    )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
     parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
     parser.add_argument(
@@ -170,37 +194,51 @@ class _Run:
     def walog_scenarios(self) -> None:
         seconds = self.plan.seconds
         r = self.results
-        with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
-            rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
-        r["ledger_append_eps"] = round(rate.per_second)
-        r["cpu_us_per_entry"] = {name: round(s * 1e6 / rate.ops, 1) for name, s in cpu.items()}
-        r["ledger_append_mb_s"] = round(rate.mb_per_second, 2)
-        with self.bar("ledger append VOLATILE") as tick:
-            rate = self.aio(
-                lambda c: scenarios.ledger_append(
-                    c, seconds, durability=Durability.VOLATILE, progress=tick
+        only = self.args.only
+        if "ledger" in only:
+            with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
+                rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
+            r["ledger_append_eps"] = round(rate.per_second)
+            r["cpu_us_per_entry"] = {name: round(s * 1e6 / rate.ops, 1) for name, s in cpu.items()}
+            r["ledger_append_mb_s"] = round(rate.mb_per_second, 2)
+        if "volatile" in only:
+            with self.bar("ledger append VOLATILE") as tick:
+                rate = self.aio(
+                    lambda c: scenarios.ledger_append(
+                        c, seconds, durability=Durability.VOLATILE, progress=tick
+                    )
                 )
-            )
-        r["ledger_append_volatile_eps"] = round(rate.per_second)
-        with self.bar("append, one in flight") as tick:
-            latency = self.aio(lambda c: scenarios.append_latency(c, seconds, progress=tick))
-        summary = latency.summary()
-        r["append_p50_ms"], r["append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
-        r["append_p999_ms"] = summary["p999_ms"]
-        r["append_latency_samples"] = int(summary["count"])
-        with self.bar("log append 100 B records", unit="rec") as tick, self.cpu() as cpu:
-            rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
-        r["log_append_rps"] = round(rate.per_second)
-        r["cpu_us_per_record"] = {name: round(s * 1e6 / rate.ops, 2) for name, s in cpu.items()}
-        with self.bar("sync API ledger append") as tick:
-            rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
-        r["sync_append_eps"] = round(rate.per_second)
-        r["aio_append_eps"] = r["ledger_append_eps"]
-        with self.bar("tail lag writer->reader", unit="rec") as tick:
-            latency = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
-        summary = latency.summary()
-        r["tail_lag_p50_ms"], r["tail_lag_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
-        r["tail_lag_p999_ms"] = summary["p999_ms"]
+            r["ledger_append_volatile_eps"] = round(rate.per_second)
+        if "latency" in only:
+            with self.bar("append, one in flight") as tick:
+                latency = self.aio(lambda c: scenarios.append_latency(c, seconds, progress=tick))
+            summary = latency.summary()
+            r["append_p50_ms"], r["append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
+            r["append_p999_ms"] = summary["p999_ms"]
+            r["append_latency_samples"] = int(summary["count"])
+        if "log" in only:
+            with self.bar("log append 100 B records", unit="rec") as tick, self.cpu() as cpu:
+                rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
+            r["log_append_rps"] = round(rate.per_second)
+            r["cpu_us_per_record"] = {name: round(s * 1e6 / rate.ops, 2) for name, s in cpu.items()}
+        if "sync" in only:
+            with self.bar("sync API ledger append") as tick:
+                rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
+            r["sync_append_eps"] = round(rate.per_second)
+            if "ledger_append_eps" in r:
+                r["aio_append_eps"] = r["ledger_append_eps"]
+        if "tail" in only:
+            with self.bar("tail lag writer->reader", unit="rec") as tick:
+                latency = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
+            summary = latency.summary()
+            r["tail_lag_p50_ms"], r["tail_lag_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
+            r["tail_lag_p999_ms"] = summary["p999_ms"]
+        if "recovery" in only:
+            self.recovery()
+
+    def recovery(self) -> None:
+        """Recovery time of open ledgers of several lengths (:data:`_Plan.recovery_lengths`)."""
+        r = self.results
         with self.bar("recovery vs length", unit="ledger") as tick:
             points = asyncio.run(
                 scenarios.recovery_time(self.uri, self.plan.recovery_lengths, progress=tick)
@@ -265,6 +303,8 @@ class _Run:
 
     def bookie_restart(self) -> None:
         """Fill the bookies, SIGKILL one, time its restart (journal replay + registration)."""
+        if "restart" not in self.args.only:
+            return
         if self.cluster is None:
             self.skipped["bookie_restart_s"] = "needs the local cluster (not with --metadata)"
             return
@@ -316,9 +356,9 @@ class _Run:
                 r["nats_p50_ms"] = result["latency"]["p50_ms"]
                 r["nats_p99_ms"] = result["latency"]["p99_ms"]
                 r["nats_p999_ms"] = result["latency"]["p999_ms"]
-        if r.get("nats_r3_sync_ops"):
+        if r.get("nats_r3_sync_ops") and "ledger_append_eps" in r:
             r["vs_nats_x"] = round(r["ledger_append_eps"] / r["nats_r3_sync_ops"], 2)
-        if r.get("etcd_put_ops"):
+        if r.get("etcd_put_ops") and "ledger_append_eps" in r:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
@@ -378,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _parser().error("--from-json needs --report")
         write_report(json.loads(args.from_json.read_text()), args.report)
         return 0
+    if args.report is not None and args.only != frozenset(SCENARIOS):
+        _parser().error("--report needs every scenario (leave out --only)")
     if args.seconds is not None and args.seconds <= 0:
         _parser().error(f"--seconds must be > 0, got {args.seconds}")
     plan = _Plan(args.quick, args.seconds)

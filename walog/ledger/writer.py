@@ -194,6 +194,7 @@ class AsyncLedgerWriter:
         self._lac_told = -1  # highest LAC sent to bookies (piggybacked or explicit)
         self._last_append_time = self._loop.time()
         self._lac_timer: asyncio.TimerHandle | None = None
+        self._drain_lac_due = False  # a drained-pipeline LAC send is scheduled
 
     # -- public state -----------------------------------------------------------------
 
@@ -388,9 +389,29 @@ class AsyncLedgerWriter:
             lac = self._completed
         if lac > self._lac:
             self._lac = lac
+            if not self._pending and not self._drain_lac_due:
+                # The pipeline drained: no later add may carry this LAC soon. Decide two
+                # loop turns from now: the futures completed with this LAC run their
+                # callbacks first (an awaiting appender wakes up), then it may append again.
+                self._drain_lac_due = True
+                self._loop.call_soon(self._loop.call_soon, self._send_drained_lac)
             self._arm_explicit_lac()
 
     # -- explicit LAC -----------------------------------------------------------------
+    #
+    # Readers may read up to the LAC a bookie knows, and a bookie learns it from the next
+    # add (piggybacked) or from an explicit LAC message on the add stream. Two triggers
+    # send the explicit one: the pipeline draining (no add pending once an add completes),
+    # checked a couple of loop turns later so that an append issued right after the
+    # completion (a writer keeping one add in flight) still carries the LAC itself; and, as
+    # the fallback, the timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
+    # explicitLacInterval).
+
+    def _send_drained_lac(self) -> None:
+        self._drain_lac_due = False
+        if self._pending:
+            return  # the next add carries the LAC (or a newer one) piggybacked
+        self._send_explicit_lac()
 
     def _arm_explicit_lac(self) -> None:
         if self._lac_timer is None and self._state != "closed":
@@ -399,7 +420,7 @@ class AsyncLedgerWriter:
 
     def _explicit_lac_due(self) -> None:
         self._lac_timer = None
-        if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
+        if self._lac <= self._lac_told:
             return
         delay = self._ctx.config.timeouts.explicit_lac
         idle = self._loop.time() - self._last_append_time
@@ -408,6 +429,12 @@ class AsyncLedgerWriter:
             return
         # Idle writer: the last entries' LAC would otherwise reach readers only with the
         # next append, so tell every bookie of the ensemble now.
+        self._send_explicit_lac()
+
+    def _send_explicit_lac(self) -> None:
+        """Tell every healthy bookie of the ensemble the LAC, unless it already knows."""
+        if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
+            return
         for index, bookie in enumerate(self._ensemble):
             if index not in self._failed and index not in self._unreplaceable:
                 self._ctx.pool.get(bookie).send_lac(self._ledger_id, self._lac, self._master_key)

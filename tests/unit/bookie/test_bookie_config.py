@@ -41,6 +41,13 @@ def test_flags_reach_the_config_and_the_storage_settings() -> None:
     assert (storage.group_wait_s, storage.group_max_bytes) == (0.0025, 4096)
 
 
+def test_group_commit_waits_for_nothing_by_default_and_accepts_zero() -> None:
+    config, _ = parse_config(BASE)
+    assert config.storage_config().group_wait_s == 0.0
+    config, _ = parse_config([*BASE, "--group-wait-ms", "0"])
+    assert config.group_wait_ms == 0.0
+
+
 def test_journal_defaults_to_a_directory_inside_the_data_dir() -> None:
     config, _ = parse_config(BASE)
     assert config.journal_path == Path("/d/journal")
@@ -65,7 +72,7 @@ def test_ipv6_listen_address_is_accepted() -> None:
         ({"tls_cert": Path("c")}, "--tls-cert and --tls-key"),
         ({"tls_ca": Path("ca")}, "--tls-ca needs"),
         ({"metadata": "mysql://x"}, "--metadata"),
-        ({"group_wait_ms": 0}, "--group-wait-ms must be > 0"),
+        ({"group_wait_ms": -1}, "--group-wait-ms must be >= 0"),
         ({"volatile_flush_interval": 0.5}, "--volatile-flush-interval must be >= 1"),
         ({"max_inflight_bytes": 10}, "--max-inflight-bytes must be at least"),
     ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import cast
 
@@ -238,3 +239,40 @@ async def test_background_flush_syncs_volatile_entries(tmp_path: Path) -> None:
         timer_syncs += report.synced  # nothing asked for a sync: the flush timer did it
     assert timer_syncs >= 1
     await core.close()
+
+
+async def test_without_group_wait_records_queued_during_a_sync_form_the_next_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # group_wait_s=0: a lone record is written and synced at once; whatever arrives while
+    # that sync runs is committed together afterwards, with one more sync.
+    real_fdatasync = os.fdatasync
+    in_sync = threading.Event()
+    release = threading.Event()
+    syncs = 0
+
+    def held_fdatasync(fd: int) -> None:
+        nonlocal syncs
+        syncs += 1
+        if syncs == 1:
+            in_sync.set()
+            release.wait(30)
+        real_fdatasync(fd)
+
+    journal = Journal(
+        tmp_path, file_bytes=1 << 20, group_wait_s=0, group_max_bytes=1 << 20, flush_interval_s=1
+    )
+    await journal.start(1)
+    monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+    lone = journal.append((b"\x04lone",), sync=True, tag="lone")
+    assert lone is not None
+    await asyncio.to_thread(in_sync.wait, 30)
+    later = [journal.append((b"\x04later%d" % i,), sync=True, tag=i) for i in range(3)]
+    release.set()
+    reports = await asyncio.gather(lone, *(f for f in later if f is not None))
+    await journal.stop()
+    assert reports[0].tags == ["lone"] and reports[0].synced
+    assert all(r.group_no == reports[1].group_no for r in reports[1:])
+    assert reports[1].group_no == reports[0].group_no + 1
+    assert reports[1].tags == [0, 1, 2] and reports[1].synced
+    assert syncs == 2
