@@ -88,6 +88,16 @@ def decode_records(entry: bytes) -> list[tuple[float, bytes]]:
 
 def iter_records(entry: bytes) -> Iterator[tuple[float, bytes]]:
     """Like :func:`decode_records`, lazily; the checks run as it goes and at its end."""
+    for timestamp, payload in iter_record_views(entry):
+        yield timestamp, bytes(payload)
+
+
+def iter_record_views(entry: bytes | memoryview) -> Iterator[tuple[float, memoryview]]:
+    """Like :func:`iter_records`, but each payload is a view into ``entry`` (no copy).
+
+    For readers that gather many payloads into one buffer: copying each payload into its
+    own ``bytes`` first would double the copying.
+    """
     view = memoryview(entry)
     if len(view) < HEADER_BYTES:
         raise RecordFormatError(f"log entry of {len(view)} bytes is shorter than its header")
@@ -100,17 +110,19 @@ def iter_records(entry: bytes) -> Iterator[tuple[float, bytes]]:
     if count == 0:
         raise RecordFormatError("log entry holds zero records")
     offset = HEADER_BYTES
+    size = len(view)
+    unpack = _RECORD.unpack_from
     for slot in range(count):
-        if offset + RECORD_OVERHEAD_BYTES > len(view):
+        if offset + RECORD_OVERHEAD_BYTES > size:
             raise RecordFormatError(f"log entry truncated in the header of record {slot}")
-        timestamp, length = _RECORD.unpack_from(view, offset)
+        timestamp, length = unpack(view, offset)
         offset += RECORD_OVERHEAD_BYTES
-        if offset + length > len(view):
+        if offset + length > size:
             raise RecordFormatError(f"log entry truncated in the payload of record {slot}")
-        yield timestamp, bytes(view[offset : offset + length])
+        yield timestamp, view[offset : offset + length]
         offset += length
-    if offset != len(view):
-        raise RecordFormatError(f"log entry has {len(view) - offset} bytes after its records")
+    if offset != size:
+        raise RecordFormatError(f"log entry has {size - offset} bytes after its records")
 
 
 class RecordBatch:
@@ -207,6 +219,7 @@ __all__ = [
     "decode_records",
     "encode_records",
     "encoded_size",
+    "iter_record_views",
     "iter_records",
     "record_bytes",
 ]

@@ -13,8 +13,11 @@ reuses workers across tasks).
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import contextlib
+import gc
+import os
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -34,11 +37,16 @@ from walog.spark.options import ReadOptions
 from walog.spark.plan import LedgerSpan, LogSnapshot, ReadRange, check_start, plan_ranges, resolve
 
 READ_BATCH_ENTRIES = 256
-"""Entries asked of the bookies per read call at most (the next call is in flight meanwhile)."""
-READ_BATCH_BYTES = 32 * 1024 * 1024
-"""Bytes a read call aims at, so memory stays bounded when entries are large."""
-FIRST_BATCH_ENTRIES = 16
-"""The first read of a range, before entry sizes are known."""
+"""Entries asked of the bookies per read call at most."""
+READ_BATCH_BYTES = 4 * 1024 * 1024
+"""Bytes a read call aims at, at the entry sizes seen so far."""
+READ_AHEAD = 4
+"""Read calls in flight per range: while the worker turns one batch of entries into Arrow
+and Spark's JVM takes it in, the next ones arrive. Memory per range stays below about
+``(READ_AHEAD + 1) * READ_BATCH_BYTES`` plus one Arrow batch."""
+FIRST_BATCH_ENTRIES = 4
+"""The first read of a range, before entry sizes are known: small, so the first Arrow
+batch (and with it Spark's side of the pipeline) starts early."""
 
 # -- driver side -------------------------------------------------------------------------
 
@@ -103,7 +111,22 @@ def worker_client(metadata: str, timeout: float) -> Client:
             _clients[key] = client
             if len(_clients) == 1:
                 atexit.register(_close_clients)
+            freeze_worker_objects()
         return client
+
+
+def freeze_worker_objects() -> None:
+    """In a reused Spark Python worker, exempt every object alive now from garbage collection.
+
+    Spark's Python daemon runs a full ``gc.collect()`` after each task of a reused worker.
+    By then the worker holds some 60,000 long-lived objects (the modules of pyspark,
+    pyarrow, gRPC and walog, this process's clients), and walking them all cost 30-50 ms
+    of CPU per task, as much as reading several megabytes. ``gc.freeze()`` moves them to
+    the permanent generation once; objects created afterwards (each task's) are collected
+    as usual. Outside a reused worker (``SPARK_REUSE_WORKER`` unset) this does nothing.
+    """
+    if os.environ.get("SPARK_REUSE_WORKER"):
+        gc.freeze()
 
 
 def _close_clients() -> None:
@@ -146,37 +169,67 @@ def _batch_size(entries: Sequence[Entry], most: int) -> int:
 def iter_entries(
     client: Client, rng: ReadRange, password: bytes, batch_entries: int = READ_BATCH_ENTRIES
 ) -> Iterator[Entry]:
-    """The entries of a range, in order, with the next read in flight while one is used.
+    """The entries of a range, in order, with up to ``READ_AHEAD`` reads in flight.
 
-    Reads are sized to about ``READ_BATCH_BYTES`` (at most ``batch_entries`` entries), so
-    two batches in memory stay bounded whatever the entry size.
+    Reads are sized to about ``READ_BATCH_BYTES`` (at most ``batch_entries`` entries) at
+    the entry sizes seen so far, so the entries held in memory stay bounded whatever their
+    size. Reads complete in any order; entries are yielded in entry order.
     """
     loop = client.loop_thread
     handle = loop.run(
         client.async_client.open_ledger(rng.ledger_id, recovery=False, password=password)
     )
+    # Reads in flight, oldest first: (first, last, future). Each covers the entries right
+    # after the previous one's, so taking them in order yields the range in order.
+    pending: collections.deque[tuple[int, int, concurrent.futures.Future[list[Entry]]]]
+    pending = collections.deque()
+    next_first = rng.first_entry
 
-    def submit(first: int, count: int) -> concurrent.futures.Future[list[Entry]]:
-        return loop.submit(_read_entries(handle, first, min(rng.last_entry, first + count - 1)))
+    def submit(count: int) -> None:
+        nonlocal next_first
+        first, last = next_first, min(rng.last_entry, next_first + count - 1)
+        pending.append((first, last, loop.submit(_read_entries(handle, first, last))))
+        next_first = last + 1
 
     try:
-        first, count = rng.first_entry, min(FIRST_BATCH_ENTRIES, batch_entries)
-        pending = submit(first, count) if first <= rng.last_entry else None
-        while pending is not None:
-            try:
-                entries = pending.result()
-            except Exception as exc:
-                if not is_retriable(exc):
-                    raise
-                entries = _reread(loop, handle, first, min(rng.last_entry, first + count - 1))
-            if not entries:
-                raise NoSuchEntryError(f"ledger {rng.ledger_id}: entry {first} could not be read")
-            first += len(entries)
+        if next_first <= rng.last_entry:
+            submit(min(FIRST_BATCH_ENTRIES, batch_entries))
+        while pending:
+            first, last, future = pending.popleft()
+            entries = _collect(loop, handle, first, last, future)
             count = _batch_size(entries, batch_entries)
-            pending = submit(first, count) if first <= rng.last_entry else None
+            while next_first <= rng.last_entry and len(pending) < READ_AHEAD:
+                submit(count)
             yield from entries
     finally:
+        for _, _, future in pending:
+            future.cancel()
         loop.run(handle.close())
+
+
+def _collect(
+    loop: LoopThread,
+    handle: AsyncLedgerReader,
+    first: int,
+    last: int,
+    future: concurrent.futures.Future[list[Entry]],
+) -> list[Entry]:
+    """Entries ``first..last`` from a read in flight, read again where it failed or fell
+    short."""
+    try:
+        entries = future.result()
+    except Exception as exc:
+        if not is_retriable(exc):
+            raise
+        entries = []
+    while len(entries) < last - first + 1:
+        more = _reread(loop, handle, first + len(entries), last)
+        if not more:
+            raise NoSuchEntryError(
+                f"ledger {handle.ledger_id}: entry {first + len(entries)} could not be read"
+            )
+        entries.extend(more)
+    return entries
 
 
 def _reread(loop: LoopThread, handle: AsyncLedgerReader, first: int, last: int) -> list[Entry]:
@@ -225,9 +278,12 @@ class WalogBatchReader(DataSourceReader):
 
 
 __all__ = [
+    "READ_AHEAD",
+    "READ_BATCH_BYTES",
     "READ_BATCH_ENTRIES",
     "RangePartition",
     "WalogBatchReader",
+    "freeze_worker_objects",
     "iter_entries",
     "plan_batch",
     "read_range",

@@ -6,7 +6,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from walog.spark.arrow import SCHEMA_DDL
-from walog.spark.batch import WalogBatchReader
+from walog.spark.batch import WalogBatchReader, freeze_worker_objects
 from walog.spark.options import ReadOptions
 from walog.spark.stream import WalogStreamReader
 
@@ -22,6 +22,8 @@ class WalogDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.read_options = ReadOptions.parse(options)
+        # Spark creates data sources in a reused Python worker of their own.
+        freeze_worker_objects()
 
     @classmethod
     def name(cls) -> str:
