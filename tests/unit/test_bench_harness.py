@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from walog._sync import name_os_thread
 from walog.bench import main
+from walog.bench.command import _thread_cpu_seconds
 from walog.bench.profile import summarise
 from walog.bench.report import print_table, rows, write_report
 from walog.bench.stats import Latency, payload
@@ -151,3 +155,23 @@ def test_only_rejects_an_unknown_scenario_naming_the_choices(
     with pytest.raises(SystemExit):
         main(["--only", "latency,bogus"])
     assert "unknown scenario bogus; choose from ledger, volatile" in capsys.readouterr().err
+
+
+def test_thread_cpu_is_split_by_os_thread_name() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        name_os_thread()
+        while not stop.is_set():
+            sum(range(1000))
+
+    worker = threading.Thread(target=spin, name="bench-spin_0")
+    worker.start()
+    try:
+        seconds: dict[str, float] = {}
+        while seconds.get("bench-spin", 0.0) < 0.2:  # until the spinner shows CPU time
+            seconds = _thread_cpu_seconds(os.getpid())
+    finally:
+        stop.set()
+        worker.join()
+    assert "main" in seconds and seconds["bench-spin"] >= 0.2

@@ -146,6 +146,8 @@ class _Run:
         self.uri = uri
         self.data_dir = data_dir
         self.results: dict[str, Any] = {}
+        #: CPU seconds by process and thread name during the last :meth:`cpu` block.
+        self.thread_cpu: dict[str, dict[str, float]] = {}
         self.skipped: dict[str, str] = {}
         self.profiles: list[Profile] = []
 
@@ -173,13 +175,22 @@ class _Run:
     @contextlib.contextmanager
     def cpu(self) -> Iterator[dict[str, float]]:
         """Yield a dict that holds, after the block, the CPU seconds (user + system, all
-        threads) each process of :meth:`pids` used during the block."""
+        threads) each process of :meth:`pids` used during the block; the same split by
+        thread lands in :attr:`thread_cpu`."""
         pids = self.pids()
         before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        threads_before = {name: _thread_cpu_seconds(pid) for name, pid in pids.items()}
         used: dict[str, float] = {}
         yield used
         for name, pid in pids.items():
             used[name] = _cpu_seconds(pid) - before[name]
+        self.thread_cpu = {}
+        for name, pid in pids.items():
+            earlier = threads_before[name]
+            self.thread_cpu[name] = {
+                thread: seconds - earlier.get(thread, 0.0)
+                for thread, seconds in _thread_cpu_seconds(pid).items()
+            }
 
     def aio(self, body: Callable[[walog.aio.AsyncClient], Coroutine[Any, Any, T]]) -> T:
         async def run() -> T:
@@ -200,6 +211,10 @@ class _Run:
                 rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
             r["ledger_append_eps"] = round(rate.per_second)
             r["cpu_us_per_entry"] = {name: round(s * 1e6 / rate.ops, 1) for name, s in cpu.items()}
+            r["cpu_us_per_entry_by_thread"] = {
+                name: {t: round(s * 1e6 / rate.ops, 2) for t, s in threads.items() if s > 0}
+                for name, threads in self.thread_cpu.items()
+            }
             r["ledger_append_mb_s"] = round(rate.mb_per_second, 2)
         if "volatile" in only:
             with self.bar("ledger append VOLATILE") as tick:
@@ -370,6 +385,24 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
     # Fields 14 and 15 of stat(5) (utime, stime), counted after the "(comm)" field.
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of a process so far by thread name (``/proc/PID/task``; the main thread
+    is "main", pool threads are summed under their prefix); empty where unreadable."""
+    out: dict[str, float] = {}
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.glob("*") if tasks.exists() else ():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = "main" if task.name == str(pid) else comm.rstrip("0123456789").rstrip("_-")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
+            "SC_CLK_TCK"
+        )
+    return out
 
 
 def _journal_bytes(bookie_dir: Path) -> int:

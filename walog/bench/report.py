@@ -242,7 +242,30 @@ def _cpu_section(results: dict[str, Any]) -> list[str]:
             f"{100 * (total - per_entry.get('client', 0.0)) / total:.0f} % (each entry is "
             "written to all three, Qw=3).",
         ]
+    lines += _thread_lines(results.get("cpu_us_per_entry_by_thread", {}))
     lines.append("")
+    return lines
+
+
+def _thread_lines(by_thread: dict[str, dict[str, float]]) -> list[str]:
+    """The pipelined ledger append's CPU per entry split by thread (``main`` runs the event
+    loop: gRPC and the protocol; a bookie's ``bookie-journal`` writes and syncs the journal,
+    ``bookie-storage`` writes checkpoints; ``event_engine`` threads are gRPC's own)."""
+    if not by_thread:
+        return []
+    lines = [
+        "",
+        "The same ledger-append CPU by thread (`/proc/PID/task`; `main` runs the event loop:",
+        "gRPC and the protocol code; `bookie-journal` writes and fdatasyncs the journal;",
+        "`bookie-storage` writes checkpoints; `event_engine` threads are gRPC's own):",
+        "",
+        "| process | thread | us CPU per entry |",
+        "|---|---|---:|",
+    ]
+    for process, threads in by_thread.items():
+        for thread, value in sorted(threads.items(), key=lambda item: -item[1]):
+            if value >= 0.05:
+                lines.append(f"| {process} | {thread} | {value:.2f} |")
     return lines
 
 
