@@ -180,9 +180,10 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
   in one event-loop turn into one entry.
 * **tail lag** - one record per millisecond from a log writer to a tailing `LogReader` in the
   same process (same clock). A record becomes readable once its entry is confirmed and the
-  bookies learn the new last add confirmed, which travels on the writer's next entry (or in
-  an explicit update once the writer idles); the reader's long poll then returns. So the lag
-  is about two append round trips plus one read round trip.
+  bookies learn the new last add confirmed, which travels on the writer's next entry or, when
+  no add is pending any more, in an explicit update sent at once; the reader's long poll then
+  returns with the entry. So the lag is about one append round trip, one LAC message and one
+  read round trip.
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
 * **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time
