@@ -3,8 +3,10 @@
 For each incoming :class:`AddFrame` the batches start concurrently, each as one storage
 call (:meth:`BookieCore.add_batch`: its new entries are one journal item, so a PERSISTENT
 batch completes with one group sync), then the frame's LAC updates are applied, then its
-forces run. A force covers every add of the same and earlier frames: it waits until they
-are answered, then syncs the journal.
+forces run. A LAC update is applied right after the frame's batches were stored (it waits
+for no sync: like a LAC piggybacked on an entry it says what is confirmed elsewhere, and
+tailing readers wait on it). A force covers every add of the same and earlier frames: it
+waits until they are answered, then syncs the journal.
 
 Results travel back in :class:`AddResponseFrame` messages. The writer side sends whatever results
 have completed as soon as the stream can take a message; results that complete while a
@@ -74,10 +76,10 @@ class AddStream:
         # Results are appended straight into the next response frame (no second copy).
         self._frame = pb.AddResponseFrame()
         self._wake = asyncio.Event()
-        # Requests of this stream not answered yet. A force or LAC update waits for the
-        # adds pending when it arrived (frame order: adds, then LAC updates, then forces);
-        # waiting for all of them, not only its ledger's, costs nothing extra: they are in
-        # the same journal groups.
+        # Requests of this stream not answered yet. A force waits for the adds pending
+        # when it arrived (frame order: adds, then LAC updates, then forces); waiting for
+        # all of them, not only its ledger's, costs nothing extra: they are in the same
+        # journal groups.
         self._pending: set[asyncio.Task[None]] = set()
         self._reading_done = False
         # Set whenever a response frame went out: a reader ahead of a slow client waits
@@ -155,10 +157,10 @@ class AddStream:
         for lac in frame.lacs:
             if lac.ledger_id < 0 or lac.lac < -1:
                 stats.bad_requests += 1
-            elif self._pending:
-                self._track(self._update_lac_after(lac, set(self._pending)))
             else:
-                self._update_lac(lac)
+                # After the first steps of the batch tasks created above (call_soon is
+                # FIFO): those put the batches' entries in the write cache.
+                asyncio.get_running_loop().call_soon(self._update_lac, lac)
         for force in frame.forces:
             if force.ledger_id < 0 or len(force.master_key) != MASTER_KEY_BYTES:
                 stats.bad_requests += 1
@@ -235,10 +237,6 @@ class AddStream:
             # Explicit LAC updates have no answer on the wire; the next add or update
             # carries a newer LAC anyway.
             log.debug("lac update refused", ledger_id=lac.ledger_id, status=Status(status).name)
-
-    async def _update_lac_after(self, lac: pb.LacUpdate, before: set[asyncio.Task[None]]) -> None:
-        await asyncio.wait(before)
-        self._update_lac(lac)
 
     async def _force(self, force: pb.ForceRequest, before: set[asyncio.Task[None]]) -> None:
         if before:

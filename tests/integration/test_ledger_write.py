@@ -227,7 +227,7 @@ async def test_idle_writer_sends_its_lac_explicitly(
 
 
 NO_LAC_TIMER = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0, explicit_lac=3600.0))
-"""The explicit-LAC timer never fires within a test: only the drained pipeline sends it."""
+"""The explicit-LAC timer never fires within a test: only a LAC no append carried is sent."""
 
 
 async def test_drained_writer_sends_its_lac_without_waiting_for_the_timer(
@@ -265,7 +265,7 @@ async def test_back_to_back_appends_carry_the_lac_without_explicit_messages(
             monkeypatch.setattr(connection, "send_lac", counting)
         for i in range(20):
             await writer.append(b"%d" % i)  # the next append follows each completion at once
-        for _ in range(100):  # the drained check runs a few loop turns later
+        for _ in range(100):  # the check runs a few loop turns later
             if len(sent) >= 3:
                 break
             await asyncio.sleep(0)

@@ -194,7 +194,7 @@ class AsyncLedgerWriter:
         self._lac_told = -1  # highest LAC sent to bookies (piggybacked or explicit)
         self._last_append_time = self._loop.time()
         self._lac_timer: asyncio.TimerHandle | None = None
-        self._drain_lac_due = False  # a drained-pipeline LAC send is scheduled
+        self._lac_check_due = False  # a check whether an append carried the new LAC is due
 
     # -- public state -----------------------------------------------------------------
 
@@ -389,29 +389,27 @@ class AsyncLedgerWriter:
             lac = self._completed
         if lac > self._lac:
             self._lac = lac
-            if not self._pending and not self._drain_lac_due:
-                # The pipeline drained: no later add may carry this LAC soon. Decide two
-                # loop turns from now: the futures completed with this LAC run their
-                # callbacks first (an awaiting appender wakes up), then it may append again.
-                self._drain_lac_due = True
-                self._loop.call_soon(self._loop.call_soon, self._send_drained_lac)
+            if not self._lac_check_due:
+                # Decide two loop turns from now whether an append carried this LAC: the
+                # futures completed with it run their callbacks first (an awaiting appender
+                # wakes up), then it may append again.
+                self._lac_check_due = True
+                self._loop.call_soon(self._loop.call_soon, self._send_untold_lac)
             self._arm_explicit_lac()
 
     # -- explicit LAC -----------------------------------------------------------------
     #
     # Readers may read up to the LAC a bookie knows, and a bookie learns it from the next
     # add (piggybacked) or from an explicit LAC message on the add stream. Two triggers
-    # send the explicit one: the pipeline draining (no add pending once an add completes),
-    # checked a couple of loop turns later so that an append issued right after the
-    # completion (a writer keeping one add in flight) still carries the LAC itself; and, as
-    # the fallback, the timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
+    # send the explicit one: a new LAC that no append carried within a couple of loop turns
+    # (so a busy writer, whose next appends carry it, sends none, while a paced or idle one
+    # tells tailers at once instead of after its next append); and, as the fallback, the
+    # timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
     # explicitLacInterval).
 
-    def _send_drained_lac(self) -> None:
-        self._drain_lac_due = False
-        if self._pending:
-            return  # the next add carries the LAC (or a newer one) piggybacked
-        self._send_explicit_lac()
+    def _send_untold_lac(self) -> None:
+        self._lac_check_due = False
+        self._send_explicit_lac()  # a no-op when an append carried the LAC piggybacked
 
     def _arm_explicit_lac(self) -> None:
         if self._lac_timer is None and self._state != "closed":
