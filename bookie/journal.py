@@ -85,23 +85,21 @@ GroupListener = Callable[[GroupReport, BaseException | None], None]
 
 
 class _Item:
-    """What one :meth:`Journal.append` queued: records sharing one waiter (none: a barrier)."""
+    """What one :meth:`Journal.append` queued: one record (no parts: a barrier)."""
 
-    __slots__ = ("end", "enqueued", "mark_waiter", "records", "size", "sync", "tag", "waiter")
+    __slots__ = ("end", "enqueued", "mark_waiter", "parts", "size", "sync", "tag", "waiter")
 
     def __init__(
         self,
-        records: Sequence[Sequence[bytes]],
+        parts: Sequence[bytes],
         sync: bool,
         tag: object,
         waiter: asyncio.Future[GroupReport] | None,
     ) -> None:
-        self.records = records
-        size = 0
-        for parts in records:
-            size += _FRAME.size
-            for part in parts:
-                size += len(part)
+        self.parts = parts
+        size = _FRAME.size
+        for part in parts:
+            size += len(part)
         self.size = size
         self.sync = sync
         self.tag = tag
@@ -268,18 +266,6 @@ class Journal:
             wait: Return a future completed with the group's report (after its sync when
                 the group syncs), or failed with :class:`StorageIOError`.
         """
-        return self.append_many((parts,), sync=sync, tag=tag, wait=wait)
-
-    def append_many(
-        self,
-        records: Sequence[Sequence[bytes]],
-        *,
-        sync: bool,
-        tag: object = None,
-        wait: bool = True,
-    ) -> asyncio.Future[GroupReport] | None:
-        """Queue several records (each given in pieces, framed one by one) that always
-        land in the same group and share one waiter; otherwise as :meth:`append`."""
         if self._loop is None:
             raise RuntimeError("journal not started")
         waiter = self._loop.create_future() if wait else None
@@ -287,7 +273,7 @@ class Journal:
             if waiter is not None:
                 waiter.set_exception(self._failed or StorageIOError("journal is closed"))
             return waiter
-        item = _Item(records, sync, tag, waiter)
+        item = _Item(parts, sync, tag, waiter)
         with self._cond:
             self._queue.append(item)
             self._cond.notify()
@@ -434,14 +420,13 @@ class Journal:
         ends: list[int] = []  # each item's end, relative to the start of the group
         relative = 0
         for item in items:
-            for parts in item.records:
-                crc = length = 0
-                for part in parts:
+            if item.parts:
+                crc = 0
+                for part in item.parts:
                     crc = crc32c.crc32c(part, crc)
-                    length += len(part)
-                chunks.append(_FRAME.pack(length, crc))
-                chunks.extend(parts)
-            relative += item.size
+                chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
+                chunks.extend(item.parts)
+                relative += item.size
             ends.append(relative)
         buffer = b"".join(chunks)
         must_sync = any(item.sync for item in items) or not items
@@ -488,7 +473,7 @@ class Journal:
             sync_no=self.syncs,
             end=JournalMark(self._file_seq, self._offset),
             tags=[item.tag for item in items if item.tag is not None],
-            record_count=sum(len(item.records) for item in items),
+            record_count=sum(1 for item in items if item.parts),
             byte_count=len(buffer),
         )
         assert self._loop is not None
