@@ -142,8 +142,8 @@ class AddStream:
             ledger_id = batch.ledger_id
             blob = batch.entries
             entries, garbage = unpack_entries(blob)
-            problem = garbage or batch_problem(batch) or ("" if entries else "no entries")
-            if problem:
+            problem = garbage or batch_problem(batch) or (None if entries else "no entries")
+            if problem is not None:
                 stats.bad_requests += 1
                 log.warning("bad add batch", ledger_id=ledger_id, problem=problem)
                 self._answer(batch, (), Status.BAD_REQUEST, -1)

@@ -45,7 +45,7 @@ async def test_adds_travel_in_batched_frames(
 
     def counting(*args: Any) -> Any:
         frame, sent = build(*args)
-        frames.append(sum(batch.count for batch in sent))
+        frames.append(sum(len(batch.entry_ids) for batch in sent))
         return frame, sent
 
     monkeypatch.setattr(add_stream, "build_frame", counting)

@@ -32,7 +32,6 @@ class PendingBatch:
     __slots__ = (
         "batch_id",
         "callback",
-        "count",
         "durability",
         "entry_ids",
         "ledger_id",
@@ -60,7 +59,6 @@ class PendingBatch:
         self.queued_at = queued_at
         self.parts: list[bytes] = []
         self.entry_ids: list[int] = []
-        self.count = 0
         self.size = 0
         self.batch_id = -1
 
@@ -130,14 +128,13 @@ def queue_packed(
         or last.master_key != master_key
         or last.recovery != recovery
         or last.durability != durability
-        or last.count + len(packed.entry_ids) > max_entries
+        or len(last.entry_ids) + len(packed.entry_ids) > max_entries
         or last.size + packed.payload_bytes > max_bytes
     ):
         last = PendingBatch(ledger_id, master_key, recovery, durability, callback, now)
         batches.append(last)
     last.parts.append(packed.blob)
     last.entry_ids.extend(packed.entry_ids)
-    last.count += len(packed.entry_ids)
     last.size += packed.payload_bytes
 
 
@@ -159,7 +156,9 @@ def build_frame(
     count = size = 0
     while batches and (
         count == 0
-        or (count + batches[0].count <= max_entries and size + batches[0].size <= max_bytes)
+        or (
+            count + len(batches[0].entry_ids) <= max_entries and size + batches[0].size <= max_bytes
+        )
     ):
         batch = batches.popleft()
         batch.batch_id = next(batch_ids)
@@ -173,7 +172,7 @@ def build_frame(
         )
         batch.parts = []  # the payloads now live in the frame only
         sent.append(batch)
-        count += batch.count
+        count += len(batch.entry_ids)
         size += batch.size
     if not batches:
         for ledger_id, lac, master_key in lacs:

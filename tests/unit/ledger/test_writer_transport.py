@@ -85,7 +85,7 @@ def _ids(frame: pb.AddFrame) -> list[int]:
 
 def test_a_batch_holds_at_most_max_frame_entries_adds_in_order() -> None:
     batches = _queued(5, max_entries=2)
-    assert [b.count for b in batches] == [2, 2, 1]
+    assert [len(b.entry_ids) for b in batches] == [2, 2, 1]
     first = _frame(batches, [], [], 2, 1 << 20)
     assert _ids(first) == [0, 1]
     assert _ids(_frame(batches, [], [], 2, 1 << 20)) == [2, 3]
@@ -93,9 +93,9 @@ def test_a_batch_holds_at_most_max_frame_entries_adds_in_order() -> None:
 
 
 def test_a_batch_takes_adds_while_they_fit_in_max_frame_bytes() -> None:
-    assert [b.count for b in _queued(5, size=100, max_bytes=250)] == [2, 2, 1]
+    assert [len(b.entry_ids) for b in _queued(5, size=100, max_bytes=250)] == [2, 2, 1]
     # One add larger than the byte limit still travels, alone.
-    assert [b.count for b in _queued(2, size=1000, max_bytes=250)] == [1, 1]
+    assert [len(b.entry_ids) for b in _queued(2, size=1000, max_bytes=250)] == [1, 1]
 
 
 def test_a_frame_takes_whole_batches_up_to_its_limits() -> None:
@@ -116,10 +116,10 @@ def test_adds_of_another_ledger_key_or_durability_start_a_new_batch() -> None:
         (2, b"o" * 32, True, pb.VOLATILE),
     ]:
         _queue(batches, [_Out(0, -1, b"x", 0)], ledger, key, recovery, durability)
-    assert [b.count for b in batches] == [2, 1, 1, 1, 1]
+    assert [len(b.entry_ids) for b in batches] == [2, 1, 1, 1, 1]
     # Another callback (another writer's, or a single add's) starts a batch of its own.
     _queue(batches, [_Out(1, 0, b"x", 0)], 2, b"o" * 32, True, pb.VOLATILE, _other)
-    assert [b.count for b in batches] == [2, 1, 1, 1, 1, 1]
+    assert [len(b.entry_ids) for b in batches] == [2, 1, 1, 1, 1, 1]
 
 
 def test_lac_updates_and_forces_wait_for_the_frame_with_the_last_queued_add() -> None:
