@@ -377,14 +377,19 @@ class _Run:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
+def _stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU seconds from a ``/proc/.../stat`` file; OSError when unreadable."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    # Fields 14 and 15 of stat(5) (utime, stime), counted after the "(comm)" field.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux ``/proc``; 0.0 elsewhere)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return _stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
     except OSError:
         return 0.0
-    # Fields 14 and 15 of stat(5) (utime, stime), counted after the "(comm)" field.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _thread_cpu_seconds(pid: int) -> dict[str, float]:
@@ -395,13 +400,11 @@ def _thread_cpu_seconds(pid: int) -> dict[str, float]:
     for task in tasks.glob("*") if tasks.exists() else ():
         try:
             comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = _stat_cpu_seconds(task / "stat")
         except OSError:
             continue  # the thread ended meanwhile
         name = "main" if task.name == str(pid) else comm.rstrip("0123456789").rstrip("_-")
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
-            "SC_CLK_TCK"
-        )
+        out[name] = out.get(name, 0.0) + seconds
     return out
 
 
