@@ -176,3 +176,35 @@ async def test_tailer_follows_an_ensemble_change(fresh_cluster: LocalCluster) ->
             ]
             await reader.close()
         await writer.close()
+
+
+async def test_tailer_leaves_a_frozen_bookie_for_another_of_the_write_set(
+    fresh_cluster: LocalCluster,
+) -> None:
+    async with await aio.connect(fresh_cluster.metadata_uri, config=FAST) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        async with await aio.connect(fresh_cluster.metadata_uri, config=FAST) as other:
+            reader = await other.open_ledger(writer.ledger_id, recovery=False)
+            assert reader.last_add_confirmed == -1
+            # A tailer's watch stands on the first bookie of the next entry's write set and
+            # stays there while that bookie answers.
+            watched = write_set_bookies(reader.metadata, 0)[0]
+            waiting = asyncio.ensure_future(reader.wait_last_add_confirmed(-1, 60.0))
+            await writer.append(b"entry-0")
+            assert await asyncio.wait_for(waiting, 60) == 0
+            # Frozen, it neither answers nor sends heartbeats (its connection stays open);
+            # the writer goes on with the other two.
+            fresh_cluster.pause(watched)
+            try:
+                for i in range(1, 4):
+                    await writer.append(f"entry-{i}".encode())
+                lac = 0
+                while lac < 3:
+                    lac = await reader.wait_last_add_confirmed(lac, 30.0)
+                assert [e.data for e in await reader.read(0, 3)] == [
+                    f"entry-{i}".encode() for i in range(4)
+                ]
+            finally:
+                fresh_cluster.resume(watched)
+            await reader.close()
+        await writer.close()
