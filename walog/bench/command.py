@@ -345,8 +345,10 @@ class _Run:
         r["fsync_floor_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
         r["fsync_floor_p99_us"] = round(fsync.percentile_ms(99.0) * 1000.0, 1)
         with self.bar("floor: grpc.aio echo", unit="batch"):
-            echo = floors.grpc_echo_floor(self.plan.echo_batches, min(seconds, 3.0))
+            echo, round_trip = floors.grpc_echo_floor(self.plan.echo_batches, min(seconds, 3.0))
         r["grpc_echo_eps"] = {str(batch): round(rate.per_second) for batch, rate in echo.items()}
+        r["grpc_rtt_p50_us"] = round(round_trip.percentile_ms(50.0) * 1000.0, 1)
+        r["grpc_rtt_p99_us"] = round(round_trip.percentile_ms(99.0) * 1000.0, 1)
         for name, measure, key in (
             ("etcd 3 members", peers.etcd, "etcd"),
             ("NATS JetStream R3", peers.nats, "nats"),

@@ -5,7 +5,8 @@
 * :func:`grpc_echo_floor` - a grpc.aio bidirectional stream between two Python processes,
   carrying 1 KiB entries packed ``batch`` to a message and acknowledged per message: the
   ceiling of any Python client/server pair that batches the same way, before a bookie does
-  any work.
+  any work; and the round trip of one 1 KiB message at a time on the same stream, the
+  least that one append in flight can take before its journal sync.
 
 The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 """
@@ -77,10 +78,29 @@ async def _pump(target: str, batch: int, seconds: float, entry_bytes: int) -> Ra
     return Rate(ops=acked * batch, seconds=elapsed, payload_bytes=acked * batch * entry_bytes)
 
 
+async def _round_trips(target: str, seconds: float, entry_bytes: int) -> Latency:
+    message = payload(entry_bytes)
+    latency = Latency()
+    async with grpc.aio.insecure_channel(target) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 10.0)
+        call = channel.stream_stream(METHOD, None, None)(None)
+        for _ in range(50):  # warm the stream up
+            await call.write(message)
+            await call.read()
+        deadline = time.perf_counter() + seconds
+        while (now := time.perf_counter()) < deadline:
+            await call.write(message)
+            await call.read()
+            latency.record(time.perf_counter() - now)
+        await call.done_writing()
+    return latency
+
+
 def grpc_echo_floor(
     batches: Sequence[int], seconds: float, entry_bytes: int = 1024
-) -> dict[int, Rate]:
-    """Entries per second through a bare grpc.aio stream to another process, per batch size."""
+) -> tuple[dict[int, Rate], Latency]:
+    """Entries per second through a bare grpc.aio stream to another process, per batch size,
+    and the round trip of one message at a time on such a stream."""
     with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen(
@@ -94,9 +114,10 @@ def grpc_echo_floor(
                     raise RuntimeError("the gRPC echo server did not start")
                 time.sleep(0.05)
             target = f"127.0.0.1:{port_file.read_text()}"
-            return {
+            rates = {
                 batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
             }
+            return rates, asyncio.run(_round_trips(target, seconds, entry_bytes))
         finally:
             server.terminate()
             server.wait(10)
