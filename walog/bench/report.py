@@ -22,6 +22,7 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
     "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
+    "fsync_zero_filled_us": ("floor: 4 KiB write over zeros+fdatasync, p50", "us", None, False),
     "grpc_rtt_p50_us": ("floor: grpc.aio stream round trip, 1 KiB, p50", "us", None, False),
     "etcd_put_ops": ("etcd 3 members, 1 KiB puts", "ops/s", None, True),
     "etcd_put_p50_ms": ("etcd put, one in flight, p50", "ms", None, False),
