@@ -195,7 +195,8 @@ class BookieService(pb_grpc.BookieServicer):
         heartbeat = min(max(request.heartbeat_ms / 1000.0, MIN_HEARTBEAT_S), MAX_LONG_POLL_S)
         sent = request.previous_lac
         while not self.draining.is_set():
-            await self._wait_lac_or_drain(ledger_id, sent, heartbeat)
+            if self.core.lac(ledger_id) <= sent:  # else news arrived while the last was sent
+                await self._wait_lac_or_drain(ledger_id, sent, heartbeat)
             lac = self.core.lac(ledger_id)
             status, records = Status.OK, list[StoredRecord]()
             if lac > sent and request.max_entries:
