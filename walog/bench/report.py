@@ -183,8 +183,8 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
 * **tail lag** - one record per millisecond from a log writer to a tailing `LogReader` in the
   same process (same clock). A record becomes readable once its entry is confirmed and the
   bookies learn the new last add confirmed, which travels on the writer's next entry or, when
-  no add is pending any more, in an explicit update sent at once; the bookie the reader's
-  LAC watch stands on then pushes the new LAC with the entry. So the lag is about one append
+  no add is pending any more, in an explicit update sent at once; the bookies the reader's
+  LAC watches stand on then push the new LAC with the entry. So the lag is about one append
   round trip and two one-way messages.
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.

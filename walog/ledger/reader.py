@@ -10,9 +10,9 @@ Each entry is read from its write set, one bookie after another: an error, a tim
 such entry" moves on to the next bookie. When every bookie of a fragment holds every entry
 (``Qw == E``) ranges are read in one request per bookie; with striping, entry by entry.
 
-Tailing (:meth:`AsyncLedgerReader.wait_last_add_confirmed`) follows a standing LAC watch
-(walog/ledger/lacwatch.py) on a bookie of the next entry's write set, combined with a watch
-on the ledger's metadata so the reader follows ensemble changes and notices the close.
+Tailing (:meth:`AsyncLedgerReader.wait_last_add_confirmed`) follows standing LAC watches
+(walog/ledger/lacwatch.py) on bookies of the next entry's write set, combined with a
+watch on the ledger's metadata so the reader follows ensemble changes and notices the close.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class AsyncLedgerReader:
         self._released = False
         # Confirmed entries the LAC watch brought along, by entry id, until read.
         self._prefetched: dict[int, StoredEntry] = {}
+        self._told_by: str | None = None  # the bookie that reported the LAC last
         self._lac_watch = LacWatch(ctx.pool, metadata.ledger_id, self._watch_target, self._take_lac)
 
     @property
@@ -173,9 +174,10 @@ class AsyncLedgerReader:
     async def wait_last_add_confirmed(self, after: int, timeout: float) -> int:  # noqa: ASYNC109
         """Wait until the LAC exceeds ``after`` or ``timeout`` seconds pass; return the LAC.
 
-        Fed by a standing LAC watch on a bookie of the next entry's write set (another one
-        of that write set after a failure), while the ledger's metadata is watched: an
-        ensemble change moves the watch, a close ends the wait with the last entry as LAC.
+        Fed by standing LAC watches on ``Qw - Qa + 1`` bookies of the next entry's write
+        set (the first to report a LAC wins), while the ledger's metadata is watched: an
+        ensemble change moves the watches, a close ends the wait with the last entry as
+        LAC.
         """
         self._check_usable()
         if timeout < 0:
@@ -190,22 +192,30 @@ class AsyncLedgerReader:
                 return self._lac
             await self._lac_watch.wait(remaining)
 
-    def _watch_target(self) -> tuple[list[str], int, int]:
-        """The LAC watch's choice: the write set of the next entry, from the reader's LAC;
-        without striping that bookie holds the following entries too: bring them along."""
+    def _watch_target(self) -> tuple[list[str], int, int, int]:
+        """The LAC watches' choice: ``Qw - Qa + 1`` bookies of the ensemble that will hold
+        the next entry, those of its write set first; without striping they hold the
+        following entries too: they bring them along."""
         md = self._md
         if md.is_closed:
-            return [], self._lac, 0
+            return [], 0, self._lac, 0
         count = LONG_POLL_PREFETCH if md.write_quorum == md.ensemble_size else 0
-        return write_set_bookies(md, self._lac + 1), self._lac, count
+        write_set = write_set_bookies(md, self._lac + 1)
+        others = [b for b in md.ensemble_for(self._lac + 1) if b not in write_set]
+        watched = md.write_quorum - md.ack_quorum + 1
+        return [*write_set, *others], watched, self._lac, count
 
-    def _take_lac(self, reply: ReadReply) -> None:
-        """A LAC watch answer: a higher LAC, and confirmed entries a tailer reads next."""
-        if reply.lac > self._lac:
-            self._lac = reply.lac
+    def _take_lac(self, bookie: str, reply: ReadReply) -> None:
+        """A LAC watch answer: a higher LAC, and the entries it newly confirms, which a
+        tailer reads next; the bookie that told is the one to read from."""
+        known = self._lac
+        if reply.lac <= known:
+            return
+        self._lac = reply.lac
+        self._told_by = bookie
         room = _PREFETCH_KEPT - len(self._prefetched)
         for stored in reply.entries[:room]:
-            if stored.entry_id <= self._lac:
+            if known < stored.entry_id <= reply.lac:
                 self._prefetched[stored.entry_id] = stored
 
     async def close(self) -> None:
@@ -300,9 +310,13 @@ class AsyncLedgerReader:
             if lo > hi:
                 continue
             if md.write_quorum == md.ensemble_size:
-                # No striping: every bookie of the fragment holds every entry.
+                # No striping: every bookie of the fragment holds every entry. The one that
+                # reported the LAC last (a tailer's freshest bookie) goes first.
                 start = lo % md.ensemble_size
                 order = [ensemble[(start + i) % len(ensemble)] for i in range(len(ensemble))]
+                if self._told_by in order:
+                    order.remove(self._told_by)
+                    order.insert(0, self._told_by)
                 out.extend(await read_range(self._ctx, self.ledger_id, lo, hi, order))
             else:
                 out.extend(await self._read_striped(lo, hi))
