@@ -244,10 +244,13 @@ class _Run:
                 r["aio_append_eps"] = r["ledger_append_eps"]
         if "tail" in only:
             with self.bar("tail lag writer->reader", unit="rec") as tick:
-                latency = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
-            summary = latency.summary()
+                tail = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
+            summary = tail.lag.summary()
             r["tail_lag_p50_ms"], r["tail_lag_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
             r["tail_lag_p999_ms"] = summary["p999_ms"]
+            for key, part in (("tail_ack", tail.acked), ("tail_after_ack", tail.after_ack)):
+                r[f"{key}_p50_ms"] = round(part.percentile_ms(50.0), 3)
+                r[f"{key}_p99_ms"] = round(part.percentile_ms(99.0), 3)
         if "recovery" in only:
             self.recovery()
 
