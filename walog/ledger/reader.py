@@ -35,8 +35,8 @@ from walog.transport.base import ReadReply, StoredEntry
 MAX_CONCURRENT_ENTRY_READS = 32
 """Single-entry reads in flight at once for one striped range read."""
 LONG_POLL_PREFETCH = 64
-"""Entries a long poll asks for (when one bookie holds them all), so tailers need no second
-round trip for what the poll already brought."""
+"""Entries a LAC watch answer brings along at most (when one bookie holds them all), so
+tailers need no second round trip for what the answer already brought."""
 _PREFETCH_KEPT = 4 * LONG_POLL_PREFETCH
 """At most this many entries brought by the LAC watch are kept for a reader that lags."""
 
