@@ -29,6 +29,7 @@ from bookie.add_stream import AddStream, wire_status
 from bookie.config import BookieConfig
 from bookie.core import BookieCore
 from bookie.security import TokenAuthInterceptor, read_token, server_credentials
+from bookie.storage import StoredRecord
 from walog import __version__
 from walog.digest import MASTER_KEY_BYTES
 from walog.proto import bookie_pb2 as pb
@@ -46,6 +47,8 @@ MAX_READ_BYTES = 32 * 1024 * 1024
 answer stays under the message limit (a single entry is always served)."""
 MAX_LONG_POLL_S = 600.0
 """Longest long poll a bookie holds, whatever the client asks."""
+MIN_HEARTBEAT_S = 0.05
+"""Shortest heartbeat interval of a LAC watch, whatever the client asks."""
 SERVICE_NAME = "walog.bookie.v1.Bookie"
 
 
@@ -62,6 +65,7 @@ class ServiceStats:
     reads: int = 0
     read_entries: int = 0
     long_polls: int = 0
+    lac_watches: int = 0
     fences: int = 0
     add_streams: int = 0
 
@@ -174,6 +178,41 @@ class BookieService(pb_grpc.BookieServicer):
         if long_poll and status == Status.NO_SUCH_ENTRY:
             # A long poll answers the LAC; the entries are a bonus when they exist.
             status = Status.OK
+        return self._read_response(ledger_id, status, records)
+
+    async def WatchLac(
+        self, request: pb.WatchLacRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ReadResponse]:
+        """A standing long poll: one answer each time the LAC passes the last one sent,
+        with the newly confirmed entries held here; the current LAC as a heartbeat when
+        nothing happens; the stream ends when the bookie drains."""
+        ledger_id = request.ledger_id
+        if ledger_id < 0 or request.max_entries < 0 or request.heartbeat_ms <= 0:
+            self.stats.bad_requests += 1
+            yield pb.ReadResponse(status=pb.BAD_REQUEST, lac=-1)
+            return
+        self.stats.lac_watches += 1
+        heartbeat = min(max(request.heartbeat_ms / 1000.0, MIN_HEARTBEAT_S), MAX_LONG_POLL_S)
+        sent = request.previous_lac
+        while not self.draining.is_set():
+            if self.core.lac(ledger_id) <= sent:  # else news arrived while the last was sent
+                await self._wait_lac_or_drain(ledger_id, sent, heartbeat)
+            lac = self.core.lac(ledger_id)
+            status, records = Status.OK, list[StoredRecord]()
+            if lac > sent and request.max_entries:
+                last = min(lac, sent + request.max_entries)
+                status, records = await self.core.read(ledger_id, sent + 1, last)
+                if status == Status.NO_SUCH_ENTRY:
+                    status = Status.OK  # the LAC is the answer; entries are a bonus
+            response = self._read_response(ledger_id, status, records)
+            # The LAC sent is the one read now, which may be past ``lac``: entries above
+            # ``lac`` are simply not brought along.
+            sent = max(sent, response.lac)
+            yield response
+
+    def _read_response(
+        self, ledger_id: int, status: Status, records: list[StoredRecord]
+    ) -> pb.ReadResponse:
         self.stats.read_entries += len(records)
         return pb.ReadResponse(
             status=wire_status(status),

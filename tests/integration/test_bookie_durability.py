@@ -304,3 +304,59 @@ async def test_explicit_lac_update_wakes_a_long_poll(stub: pb_grpc.BookieStub) -
     assert lac_reply.last_entry.data == payload(ledger, 2)
     unknown = await stub.ReadLac(pb.ReadLacRequest(ledger_id=999))
     assert unknown.status == pb.NO_SUCH_LEDGER
+
+
+async def test_lac_watch_answers_each_new_lac_with_the_entries_it_confirms(
+    stub: pb_grpc.BookieStub,
+) -> None:
+    ledger = 16
+    call = stub.WatchLac(
+        pb.WatchLacRequest(ledger_id=ledger, previous_lac=-1, max_entries=8, heartbeat_ms=60_000)
+    )
+    adds = [make_add(ledger, e, payload(ledger, e), lac=e - 1) for e in range(3)]
+    await send_frames(stub, [pb.AddFrame(batches=adds)])
+    lac = pb.LacUpdate(ledger_id=ledger, lac=2, master_key=master_key(b""))
+    seen: list[int] = []
+    last_lac = -1
+    while last_lac < 1:
+        reply = await asyncio.wait_for(call.read(), timeout=20)
+        assert reply.status == pb.OK and reply.lac > last_lac
+        # Only confirmed entries come along, each once, in order.
+        assert all(e.entry_id <= reply.lac for e in reply.entries)
+        seen += [e.entry_id for e in reply.entries]
+        last_lac = reply.lac
+    assert seen == [0, 1]
+    await send_frames(stub, [pb.AddFrame(lacs=[lac])])
+    reply = await asyncio.wait_for(call.read(), timeout=20)
+    assert (reply.lac, [e.entry_id for e in reply.entries]) == (2, [2])
+    assert reply.entries[0].data == payload(ledger, 2)
+    call.cancel()
+
+
+async def test_lac_watch_sends_the_current_lac_as_a_heartbeat_when_idle(
+    stub: pb_grpc.BookieStub,
+) -> None:
+    ledger = 17
+    await send_frames(stub, [pb.AddFrame(batches=[make_add(ledger, 0, b"a")])])
+    call = stub.WatchLac(
+        pb.WatchLacRequest(ledger_id=ledger, previous_lac=5, max_entries=8, heartbeat_ms=100)
+    )
+    for _ in range(2):
+        reply = await asyncio.wait_for(call.read(), timeout=20)
+        assert (reply.status, reply.lac, list(reply.entries)) == (pb.OK, -1, [])
+    call.cancel()
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        pb.WatchLacRequest(ledger_id=-1, heartbeat_ms=1000),
+        pb.WatchLacRequest(ledger_id=1, heartbeat_ms=0),
+        pb.WatchLacRequest(ledger_id=1, heartbeat_ms=1000, max_entries=-1),
+    ],
+)
+async def test_lac_watch_refuses_a_malformed_request(
+    stub: pb_grpc.BookieStub, request_: pb.WatchLacRequest
+) -> None:
+    replies = [r async for r in stub.WatchLac(request_)]
+    assert [r.status for r in replies] == [pb.BAD_REQUEST]

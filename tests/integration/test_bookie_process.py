@@ -421,3 +421,28 @@ async def test_sigterm_answers_held_long_polls_at_once(tmp_path: Path) -> None:
         assert await asyncio.to_thread(bookie.wait) == 0
     finally:
         bookie.stop_quietly()
+
+
+
+async def test_sigterm_ends_lac_watches_at_once(tmp_path: Path) -> None:
+    bookie = BookieProcess(
+        tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db", extra_args=["--drain-timeout", "30"]
+    )
+    try:
+        bookie.start().wait_ready()
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            call = stub.WatchLac(
+                pb.WatchLacRequest(ledger_id=14, previous_lac=5, heartbeat_ms=120_000)
+            )
+            read = asyncio.ensure_future(call.read())
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(read), timeout=1.0)
+            bookie.signal(signal.SIGTERM)
+            # The watch is answered once more and ends, long before the drain timeout.
+            reply = await asyncio.wait_for(read, timeout=15)
+            assert (reply.status, reply.lac) == (pb.OK, -1)
+            assert await asyncio.wait_for(call.read(), timeout=15) is grpc.aio.EOF
+        assert await asyncio.to_thread(bookie.wait) == 0
+    finally:
+        bookie.stop_quietly()

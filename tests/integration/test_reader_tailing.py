@@ -176,3 +176,36 @@ async def test_tailer_follows_an_ensemble_change(fresh_cluster: LocalCluster) ->
             ]
             await reader.close()
         await writer.close()
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+async def test_a_frozen_bookie_of_the_write_set_does_not_hold_a_tailer_back(
+    fresh_cluster: LocalCluster, position: int
+) -> None:
+    # The tailer would take heartbeat + 30 s to give up on a silent bookie: only the
+    # watches on the other bookies of the write set can bring the LAC in time.
+    patient = ClientConfig(timeouts=Timeouts(add=2.0, read=30.0))
+    async with await aio.connect(fresh_cluster.metadata_uri, config=FAST) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        async with await aio.connect(fresh_cluster.metadata_uri, config=patient) as other:
+            reader = await other.open_ledger(writer.ledger_id, recovery=False)
+            waiting = asyncio.ensure_future(reader.wait_last_add_confirmed(-1, 60.0))
+            await writer.append(b"entry-0")
+            assert await asyncio.wait_for(waiting, 60) == 0
+            # Frozen, a bookie neither answers nor sends heartbeats (its connection stays
+            # open); the writer goes on with the other two.
+            frozen = reader.metadata.last_ensemble[position]
+            fresh_cluster.pause(frozen)
+            try:
+                for i in range(1, 4):
+                    await writer.append(f"entry-{i}".encode())
+                lac = 0
+                while lac < 3:
+                    lac = await asyncio.wait_for(reader.wait_last_add_confirmed(lac, 60.0), 10)
+                assert [e.data for e in await reader.read(0, 3)] == [
+                    f"entry-{i}".encode() for i in range(4)
+                ]
+            finally:
+                fresh_cluster.resume(frozen)
+            await reader.close()
+        await writer.close()

@@ -244,10 +244,13 @@ class _Run:
                 r["aio_append_eps"] = r["ledger_append_eps"]
         if "tail" in only:
             with self.bar("tail lag writer->reader", unit="rec") as tick:
-                latency = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
-            summary = latency.summary()
+                tail = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
+            summary = tail.lag.summary()
             r["tail_lag_p50_ms"], r["tail_lag_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
             r["tail_lag_p999_ms"] = summary["p999_ms"]
+            for key, part in (("tail_ack", tail.acked), ("tail_after_ack", tail.after_ack)):
+                r[f"{key}_p50_ms"] = round(part.percentile_ms(50.0), 3)
+                r[f"{key}_p99_ms"] = round(part.percentile_ms(99.0), 3)
         if "recovery" in only:
             self.recovery()
 
@@ -344,9 +347,14 @@ class _Run:
             fsync = floors.fdatasync_floor(self.data_dir, min(seconds, 3.0))
         r["fsync_floor_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
         r["fsync_floor_p99_us"] = round(fsync.percentile_ms(99.0) * 1000.0, 1)
+        with self.bar("floor: fdatasync 4 KiB over zeros", unit="sync"):
+            fsync = floors.fdatasync_floor(self.data_dir, min(seconds, 3.0), zero_filled=True)
+        r["fsync_zero_filled_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
         with self.bar("floor: grpc.aio echo", unit="batch"):
-            echo = floors.grpc_echo_floor(self.plan.echo_batches, min(seconds, 3.0))
+            echo, round_trip = floors.grpc_echo_floor(self.plan.echo_batches, min(seconds, 3.0))
         r["grpc_echo_eps"] = {str(batch): round(rate.per_second) for batch, rate in echo.items()}
+        r["grpc_rtt_p50_us"] = round(round_trip.percentile_ms(50.0) * 1000.0, 1)
+        r["grpc_rtt_p99_us"] = round(round_trip.percentile_ms(99.0) * 1000.0, 1)
         for name, measure, key in (
             ("etcd 3 members", peers.etcd, "etcd"),
             ("NATS JetStream R3", peers.nats, "nats"),

@@ -1,11 +1,13 @@
 """Physical floors: what the disk and a bare gRPC stream can do on this machine.
 
 * :func:`fdatasync_floor` - 4 KiB ``write`` + ``fdatasync`` one at a time, the cost a
-  PERSISTENT acknowledgement pays at least once per journal group commit.
+  PERSISTENT acknowledgement pays at least once per journal group commit: appending to
+  the file, and over a zero fill (what the journal does).
 * :func:`grpc_echo_floor` - a grpc.aio bidirectional stream between two Python processes,
   carrying 1 KiB entries packed ``batch`` to a message and acknowledged per message: the
   ceiling of any Python client/server pair that batches the same way, before a bookie does
-  any work.
+  any work; and the round trip of one 1 KiB message at a time on the same stream, the
+  least that one append in flight can take before its journal sync.
 
 The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 """
@@ -30,12 +32,25 @@ FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""
 
 
-def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int = 4096) -> Latency:
-    """Time ``size``-byte appends, each followed by ``fdatasync``, for ``seconds``."""
+def fdatasync_floor(
+    directory: str | os.PathLike[str],
+    seconds: float,
+    size: int = 4096,
+    *,
+    zero_filled: bool = False,
+) -> Latency:
+    """Time ``size``-byte writes, each followed by ``fdatasync``, for ``seconds``: appends
+    that grow the file, or (``zero_filled``) writes over zeros already synced, as the
+    journal's are."""
     block = payload(size)
     latency = Latency()
     fd, name = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
     try:
+        if zero_filled:
+            # Enough for the run at the disk's sync rate (a few thousand a second).
+            os.write(fd, bytes(size * int(20_000 * seconds + 1)))
+            os.fdatasync(fd)
+            os.lseek(fd, 0, os.SEEK_SET)
         deadline = time.perf_counter() + seconds
         while (now := time.perf_counter()) < deadline:
             os.write(fd, block)
@@ -77,10 +92,29 @@ async def _pump(target: str, batch: int, seconds: float, entry_bytes: int) -> Ra
     return Rate(ops=acked * batch, seconds=elapsed, payload_bytes=acked * batch * entry_bytes)
 
 
+async def _round_trips(target: str, seconds: float, entry_bytes: int) -> Latency:
+    message = payload(entry_bytes)
+    latency = Latency()
+    async with grpc.aio.insecure_channel(target) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 10.0)
+        call = channel.stream_stream(METHOD, None, None)(None)
+        for _ in range(50):  # warm the stream up
+            await call.write(message)
+            await call.read()
+        deadline = time.perf_counter() + seconds
+        while (now := time.perf_counter()) < deadline:
+            await call.write(message)
+            await call.read()
+            latency.record(time.perf_counter() - now)
+        await call.done_writing()
+    return latency
+
+
 def grpc_echo_floor(
     batches: Sequence[int], seconds: float, entry_bytes: int = 1024
-) -> dict[int, Rate]:
-    """Entries per second through a bare grpc.aio stream to another process, per batch size."""
+) -> tuple[dict[int, Rate], Latency]:
+    """Entries per second through a bare grpc.aio stream to another process, per batch size,
+    and the round trip of one message at a time on such a stream."""
     with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen(
@@ -94,9 +128,10 @@ def grpc_echo_floor(
                     raise RuntimeError("the gRPC echo server did not start")
                 time.sleep(0.05)
             target = f"127.0.0.1:{port_file.read_text()}"
-            return {
+            rates = {
                 batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
             }
+            return rates, asyncio.run(_round_trips(target, seconds, entry_bytes))
         finally:
             server.terminate()
             server.wait(10)

@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import struct
 import time
 import uuid
@@ -190,19 +191,32 @@ def sync_ledger_append(
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
 
 
+@dataclasses.dataclass(frozen=True)
+class TailLag:
+    """Tail lag, whole and in its two parts."""
+
+    lag: Latency
+    """From the append to the record coming out of the reader."""
+    acked: Latency
+    """From the append to its acknowledgement (the writer's part)."""
+    after_ack: Latency
+    """From the acknowledgement to the record coming out of the reader (the LAC's way to
+    the bookies and on to the reader)."""
+
+
 async def tail_lag(
     client: AsyncClient,
     seconds: float,
     *,
     interval: float = 0.001,
     progress: Progress = _noop,
-) -> Latency:
+) -> TailLag:
     """Time from a log append to the same record coming out of a tailing reader.
 
     One 100-byte record, stamped with the monotonic clock, is appended every ``interval``
     seconds (writer and reader share this process, so they share the clock). The lag covers
     the append round trip, the last-add-confirmed reaching the bookies and the reader's
-    long poll.
+    LAC watch; the acknowledgement time of each record splits it in two.
     """
     log = await client.open_log(
         f"bench-tail-{uuid.uuid4().hex[:8]}",
@@ -212,18 +226,22 @@ async def tail_lag(
     )
     writer = await log.open_writer()
     reader = await log.open_reader("earliest")
-    latency = Latency()
+    latency, acked, after_ack = Latency(), Latency(), Latency()
+    ack_ns: dict[int, int] = {}  # stamp -> acknowledgement time
     pad = payload(RECORD_BYTES - _STAMP.size)
     written = 0
+
+    def on_ack(stamp: int, future: asyncio.Future[Position]) -> None:
+        _retrieve(future)  # a failure surfaces in flush() below
+        ack_ns[stamp] = time.perf_counter_ns()
 
     async def produce() -> None:
         nonlocal written
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
-            # A failure surfaces in flush() below; each record's own outcome is consumed.
-            writer.append_nowait(_STAMP.pack(time.perf_counter_ns()) + pad).add_done_callback(
-                _retrieve
-            )
+            stamp = time.perf_counter_ns()
+            future = writer.append_nowait(_STAMP.pack(stamp) + pad)
+            future.add_done_callback(functools.partial(on_ack, stamp))
             written += 1
             await asyncio.sleep(interval)
         await writer.flush()
@@ -237,8 +255,13 @@ async def tail_lag(
                 if producer.done():
                     break
                 continue
+            now = time.perf_counter_ns()
             (stamp,) = _STAMP.unpack_from(record.data)
-            latency.record((time.perf_counter_ns() - stamp) / 1e9)
+            latency.record((now - stamp) / 1e9)
+            ack = ack_ns.pop(stamp, None)
+            if ack is not None:  # else the ack callback has not run yet: it is that late
+                acked.record((ack - stamp) / 1e9)
+                after_ack.record((now - ack) / 1e9)
             seen += 1
             progress(1)
         await producer
@@ -246,7 +269,7 @@ async def tail_lag(
         producer.cancel()
         await reader.close()
         await writer.close()
-    return latency
+    return TailLag(latency, acked, after_ack)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,9 @@ Each entry is read from its write set, one bookie after another: an error, a tim
 such entry" moves on to the next bookie. When every bookie of a fragment holds every entry
 (``Qw == E``) ranges are read in one request per bookie; with striping, entry by entry.
 
-Tailing (:meth:`AsyncLedgerReader.wait_last_add_confirmed`) is a long poll held on a bookie
-of the next entry's write set, combined with a watch on the ledger's metadata so the reader
-follows ensemble changes and notices the close.
+Tailing (:meth:`AsyncLedgerReader.wait_last_add_confirmed`) follows standing LAC watches
+(walog/ledger/lacwatch.py) on bookies of the next entry's write set, combined with a
+watch on the ledger's metadata so the reader follows ensemble changes and notices the close.
 """
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
 
 from walog.errors import BookieError, BookieUnavailableError, NoSuchEntryError
 from walog.ledger import readops
 from walog.ledger.context import LedgerContext
 from walog.ledger.entry import Entry
+from walog.ledger.lacwatch import LacWatch
 from walog.ledger.readops import read_entry, read_range, write_set_bookies
 from walog.ledger.recovery import recovery_start
 from walog.metadata.layout import LedgerMetadata, ledger_path
-from walog.transport.base import ReadReply, Status, StoredEntry
+from walog.transport.base import ReadReply, StoredEntry
 
 MAX_CONCURRENT_ENTRY_READS = 32
 """Single-entry reads in flight at once for one striped range read."""
 LONG_POLL_PREFETCH = 64
-"""Entries a long poll asks for (when one bookie holds them all), so tailers need no second
-round trip for what the poll already brought."""
-_POLL_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
-"""Pauses after failed long polls (or ones that came back early without news), in turn."""
+"""Entries a LAC watch answer brings along at most (when one bookie holds them all), so
+tailers need no second round trip for what the answer already brought."""
+_PREFETCH_KEPT = 4 * LONG_POLL_PREFETCH
+"""At most this many entries brought by the LAC watch are kept for a reader that lags."""
 
 
 def _check_range(first: int, last: int) -> None:
@@ -69,8 +69,10 @@ class AsyncLedgerReader:
         self._md_changed = asyncio.Event()
         self._unwatch: Callable[[], None] | None = None
         self._released = False
-        # Confirmed entries that arrived with the last long poll, by entry id.
+        # Confirmed entries the LAC watch brought along, by entry id, until read.
         self._prefetched: dict[int, StoredEntry] = {}
+        self._told_by: str | None = None  # the bookie that reported the LAC last
+        self._lac_watch = LacWatch(ctx.pool, metadata.ledger_id, self._watch_target, self._take_lac)
 
     @property
     def ledger_id(self) -> int:
@@ -172,9 +174,10 @@ class AsyncLedgerReader:
     async def wait_last_add_confirmed(self, after: int, timeout: float) -> int:  # noqa: ASYNC109
         """Wait until the LAC exceeds ``after`` or ``timeout`` seconds pass; return the LAC.
 
-        A long poll held on a bookie of the write set of ``after + 1`` (another one of that
-        write set after a failure), while the ledger's metadata is watched: an ensemble
-        change switches bookies, a close ends the wait with the last entry as LAC.
+        Fed by standing LAC watches on ``Qw - Qa + 1`` bookies of the next entry's write
+        set (the first to report a LAC wins), while the ledger's metadata is watched: an
+        ensemble change moves the watches, a close ends the wait with the last entry as
+        LAC.
         """
         self._check_usable()
         if timeout < 0:
@@ -182,30 +185,44 @@ class AsyncLedgerReader:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         self._ensure_watch()
-        failures = 0
         while True:
             await self._refresh_if_changed()
             remaining = deadline - loop.time()
             if self._lac > after or self.is_closed or remaining <= 0:
                 return self._lac
-            bookies = write_set_bookies(self._md, after + 1)
-            bookie = bookies[failures % len(bookies)]
-            if await self._poll_once(bookie, after, remaining):
-                failures = 0
-                continue
-            # No news from that bookie (error, or an early answer): pause, but wake up at
-            # once if the metadata changes (new ensemble, close).
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return self._lac
-            pause = min(_POLL_BACKOFF_S[min(failures, len(_POLL_BACKOFF_S) - 1)], remaining)
-            failures += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._md_changed.wait(), pause)
+            await self._lac_watch.wait(remaining)
+
+    def _watch_target(self) -> tuple[list[str], int, int, int]:
+        """The LAC watches' choice: ``Qw - Qa + 1`` bookies of the ensemble that will hold
+        the next entry, those of its write set first; without striping they hold the
+        following entries too: they bring them along."""
+        md = self._md
+        if md.is_closed:
+            return [], 0, self._lac, 0
+        count = LONG_POLL_PREFETCH if md.write_quorum == md.ensemble_size else 0
+        write_set = write_set_bookies(md, self._lac + 1)
+        others = [b for b in md.ensemble_for(self._lac + 1) if b not in write_set]
+        watched = md.write_quorum - md.ack_quorum + 1
+        return [*write_set, *others], watched, self._lac, count
+
+    def _take_lac(self, bookie: str, reply: ReadReply) -> None:
+        """A LAC watch answer: a higher LAC, and the entries it newly confirms, which a
+        tailer reads next; the bookie that told is the one to read from."""
+        known = self._lac
+        if reply.lac <= known:
+            return
+        self._lac = reply.lac
+        self._told_by = bookie
+        room = _PREFETCH_KEPT - len(self._prefetched)
+        for stored in reply.entries[:room]:
+            if known < stored.entry_id <= reply.lac:
+                self._prefetched[stored.entry_id] = stored
 
     async def close(self) -> None:
-        """Stop watching the ledger's metadata. The reader cannot be used afterwards."""
+        """Stop watching the ledger's metadata and LAC. The reader cannot be used
+        afterwards."""
         self._released = True
+        await self._lac_watch.close()
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
@@ -225,50 +242,6 @@ class AsyncLedgerReader:
         if self._released:
             raise ValueError(f"the reader of ledger {self.ledger_id} is closed")
 
-    async def _poll_once(self, bookie: str, after: int, remaining: float) -> bool:
-        """One long poll (racing a metadata change); True when the LAC moved past ``after``
-        or the metadata changed."""
-        client = self._ctx.pool.get(bookie)
-        # Without striping the bookie holds the following entries too: bring a few along.
-        md = self._md
-        count = LONG_POLL_PREFETCH if md.write_quorum == md.ensemble_size else 1
-        poll: asyncio.Future[ReadReply] = asyncio.ensure_future(
-            client.read(
-                self.ledger_id,
-                after + 1,
-                after + count,
-                previous_lac=after,
-                long_poll_timeout=remaining,
-            )
-        )
-        changed = asyncio.ensure_future(self._md_changed.wait())
-        both: set[asyncio.Future[Any]] = {poll, changed}
-        try:
-            done, _ = await asyncio.wait(
-                both, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for task in (poll, changed):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(poll, changed, return_exceptions=True)
-        if changed in done:
-            return True
-        if poll not in done or poll.cancelled() or isinstance(poll.exception(), BookieError):
-            return False
-        exc = poll.exception()
-        if exc is not None:
-            raise exc
-        reply = poll.result()
-        if reply.status in (Status.OK, Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
-            self._lac = max(self._lac, reply.lac)
-            self._keep_prefetched(reply.entries)
-        return self._lac > after
-
-    def _keep_prefetched(self, entries: list[StoredEntry]) -> None:
-        """Keep the confirmed entries a long poll brought along: a tailer reads them next."""
-        self._prefetched = {s.entry_id: s for s in entries if s.entry_id <= self._lac}
-
     def _ensure_watch(self) -> None:
         if self._unwatch is not None or self.is_closed:
             return
@@ -277,11 +250,15 @@ class AsyncLedgerReader:
         def on_change() -> None:  # any thread
             # A closed loop raises RuntimeError: nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._md_changed.set)
+                loop.call_soon_threadsafe(self._metadata_changed)
 
         self._unwatch = self._ctx.store.watch(ledger_path(self.ledger_id), on_change)
         # The metadata may have changed between the open and the watch: look once.
         self._md_changed.set()
+
+    def _metadata_changed(self) -> None:
+        self._md_changed.set()
+        self._lac_watch.wake()  # waiters refresh the metadata, then wait again
 
     async def _refresh_if_changed(self) -> None:
         if self._md_changed.is_set():
@@ -305,11 +282,14 @@ class AsyncLedgerReader:
             if self._unwatch is not None:
                 self._unwatch()
                 self._unwatch = None
+            await self._lac_watch.close()
+        else:
+            self._lac_watch.retarget()
 
     async def _read(self, first: int, last: int) -> list[Entry]:
         """Read confirmed entries; on failure re-read the metadata once (a reader of an open
         ledger may not know the latest fragments yet) and try again."""
-        cached = [self._prefetched.get(e) for e in range(first, last + 1)]
+        cached = [self._prefetched.pop(e, None) for e in range(first, last + 1)]
         if all(s is not None for s in cached):
             return [Entry(s.ledger_id, s.entry_id, s.data) for s in cached if s is not None]
         try:
@@ -330,9 +310,13 @@ class AsyncLedgerReader:
             if lo > hi:
                 continue
             if md.write_quorum == md.ensemble_size:
-                # No striping: every bookie of the fragment holds every entry.
+                # No striping: every bookie of the fragment holds every entry. The one that
+                # reported the LAC last (a tailer's freshest bookie) goes first.
                 start = lo % md.ensemble_size
                 order = [ensemble[(start + i) % len(ensemble)] for i in range(len(ensemble))]
+                if self._told_by in order:
+                    order.remove(self._told_by)
+                    order.insert(0, self._told_by)
                 out.extend(await read_range(self._ctx, self.ledger_id, lo, hi, order))
             else:
                 out.extend(await self._read_striped(lo, hi))

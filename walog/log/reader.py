@@ -72,6 +72,7 @@ class AsyncLogReader:
         self._bound = -1  # highest readable entry of the current ledger
         self._stale = False
         self._closed = False
+        self._tail_wait: asyncio.Task[int] | None = None
         self._unwatch_log = self._store.watch(log_path(name), self._notify)
 
     # -- public ----------------------------------------------------------------------------
@@ -175,7 +176,12 @@ class AsyncLogReader:
     def _notify(self) -> None:
         # Called by the store on any thread.
         with contextlib.suppress(RuntimeError):  # loop already closed: nobody waits
-            self._loop.call_soon_threadsafe(self._changed.set)
+            self._loop.call_soon_threadsafe(self._on_change)
+
+    def _on_change(self) -> None:
+        self._changed.set()
+        if self._tail_wait is not None:
+            self._tail_wait.cancel()  # a tailing reader looks at the new list at once
 
     # -- the reading state machine ---------------------------------------------------------
 
@@ -261,9 +267,14 @@ class AsyncLogReader:
         handle = self._handle
         entries: Sequence[Entry] = ()
         try:
-            async for attempt in _retrying():
-                with attempt:
-                    entries = await handle.read(first, last)
+            try:
+                entries = await handle.read(first, last)
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise
+                async for attempt in _retrying():
+                    with attempt:
+                        entries = await handle.read(first, last)
         except (NoSuchLedgerError, NoSuchEntryError):
             await self._lost_ledger()
             return
@@ -294,34 +305,37 @@ class AsyncLogReader:
         remaining = None if deadline is None else deadline - self._loop.time()
         if remaining is not None and remaining <= 0:
             return False
-        waiters: list[asyncio.Task[object]] = [asyncio.create_task(self._changed.wait())]
-        if tail:
-            assert self._handle is not None
-            poll = LONG_POLL_SECONDS if remaining is None else min(remaining, LONG_POLL_SECONDS)
-            waiters.append(
-                asyncio.create_task(self._handle.wait_last_add_confirmed(self._bound, poll))
-            )
+        if not tail:
+            changed = self._loop.create_task(self._changed.wait())
+            try:
+                await asyncio.wait((changed,), timeout=remaining)
+            finally:
+                changed.cancel()
+            return True
+        assert self._handle is not None
+        poll = LONG_POLL_SECONDS if remaining is None else min(remaining, LONG_POLL_SECONDS)
+        # One task, cancelled by a change of the log's metadata (see _on_change).
+        waiter = self._loop.create_task(self._handle.wait_last_add_confirmed(self._bound, poll))
+        self._tail_wait = waiter
         try:
-            done, _ = await asyncio.wait(
-                waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
+            lac = await waiter
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the caller is cancelled, not just the wait
+            return True  # the log changed: look at it again
+        except NoSuchLedgerError:
+            await self._lost_ledger()
+            return True
+        except Exception as exc:
+            if not is_retriable(exc):
+                raise
+            log.info("LAC long poll failed; retrying", log=self.name, error=str(exc))
+            self._stale = True
+            return True
         finally:
-            for task in waiters:
-                task.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
-        if tail and waiters[1] in done and not waiters[1].cancelled():
-            exc = waiters[1].exception()
-            if exc is None:
-                lac = waiters[1].result()
-                assert isinstance(lac, int)
-                self._bound = max(self._bound, lac)
-            elif isinstance(exc, NoSuchLedgerError):
-                await self._lost_ledger()
-            elif not is_retriable(exc):
-                raise exc
-            else:
-                log.info("LAC long poll failed; retrying", log=self.name, error=str(exc))
-                self._stale = True
+            self._tail_wait = None
+        self._bound = max(self._bound, lac)
         return True
 
 

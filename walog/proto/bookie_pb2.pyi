@@ -478,6 +478,41 @@ class ReadLacResponse(_message.Message):
 Global___ReadLacResponse: _TypeAlias = ReadLacResponse  # noqa: Y015
 
 @_typing.final
+class WatchLacRequest(_message.Message):
+    """A tailer's standing long poll: the bookie answers with a ReadResponse each time its LAC
+    for the ledger moves past the last one it sent (starting from previous_lac), bringing the
+    newly confirmed entries it holds, up to max_entries (0: none). Without news it sends the
+    current LAC every heartbeat_ms, so the reader can tell a silent bookie from an idle
+    writer. The stream ends when the bookie shuts down.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEDGER_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_LAC_FIELD_NUMBER: _builtins.int
+    MAX_ENTRIES_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_MS_FIELD_NUMBER: _builtins.int
+    ledger_id: _builtins.int
+    previous_lac: _builtins.int
+    max_entries: _builtins.int
+    heartbeat_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        ledger_id: _builtins.int = ...,
+        previous_lac: _builtins.int = ...,
+        max_entries: _builtins.int = ...,
+        heartbeat_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_ms", b"heartbeat_ms", "ledger_id", b"ledger_id", "max_entries", b"max_entries", "previous_lac", b"previous_lac"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchLacRequest: _TypeAlias = WatchLacRequest  # noqa: Y015
+
+@_typing.final
 class FenceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -49,6 +49,11 @@ class BookieStub:
                 request_serializer=walog_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
                 response_deserializer=walog_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
                 _registered_method=True)
+        self.WatchLac = channel.unary_stream(
+                '/walog.bookie.v1.Bookie/WatchLac',
+                request_serializer=walog_dot_proto_dot_bookie__pb2.WatchLacRequest.SerializeToString,
+                response_deserializer=walog_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+                _registered_method=True)
         self.Fence = channel.unary_unary(
                 '/walog.bookie.v1.Bookie/Fence',
                 request_serializer=walog_dot_proto_dot_bookie__pb2.FenceRequest.SerializeToString,
@@ -82,6 +87,12 @@ class BookieServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadLac(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchLac(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,6 +133,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadLac,
                     request_deserializer=walog_dot_proto_dot_bookie__pb2.ReadLacRequest.FromString,
                     response_serializer=walog_dot_proto_dot_bookie__pb2.ReadLacResponse.SerializeToString,
+            ),
+            'WatchLac': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchLac,
+                    request_deserializer=walog_dot_proto_dot_bookie__pb2.WatchLacRequest.FromString,
+                    response_serializer=walog_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
             ),
             'Fence': grpc.unary_unary_rpc_method_handler(
                     servicer.Fence,
@@ -220,6 +236,33 @@ class Bookie:
             '/walog.bookie.v1.Bookie/ReadLac',
             walog_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
             walog_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchLac(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/walog.bookie.v1.Bookie/WatchLac',
+            walog_dot_proto_dot_bookie__pb2.WatchLacRequest.SerializeToString,
+            walog_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,

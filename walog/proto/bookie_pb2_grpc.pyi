@@ -39,6 +39,7 @@ class BookieStub:
     Add: _grpc.StreamStreamMultiCallable[_bookie_pb2.AddFrame, _bookie_pb2.AddResponseFrame]
     Read: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.ReadRequest, _bookie_pb2.ReadResponse]
     ReadLac: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.ReadLacRequest, _bookie_pb2.ReadLacResponse]
+    WatchLac: _grpc.UnaryStreamMultiCallable[_bookie_pb2.WatchLacRequest, _bookie_pb2.ReadResponse]
     Fence: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.FenceRequest, _bookie_pb2.FenceResponse]
     Info: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.InfoRequest, _bookie_pb2.InfoResponse]
     ListLedgers: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.ListLedgersRequest, _bookie_pb2.ListLedgersResponse]
@@ -49,6 +50,7 @@ class BookieAsyncStub(BookieStub):
     Add: _aio.StreamStreamMultiCallable[_bookie_pb2.AddFrame, _bookie_pb2.AddResponseFrame]  # type: ignore[assignment]
     Read: _aio.UnaryUnaryMultiCallable[_bookie_pb2.ReadRequest, _bookie_pb2.ReadResponse]  # type: ignore[assignment]
     ReadLac: _aio.UnaryUnaryMultiCallable[_bookie_pb2.ReadLacRequest, _bookie_pb2.ReadLacResponse]  # type: ignore[assignment]
+    WatchLac: _aio.UnaryStreamMultiCallable[_bookie_pb2.WatchLacRequest, _bookie_pb2.ReadResponse]  # type: ignore[assignment]
     Fence: _aio.UnaryUnaryMultiCallable[_bookie_pb2.FenceRequest, _bookie_pb2.FenceResponse]  # type: ignore[assignment]
     Info: _aio.UnaryUnaryMultiCallable[_bookie_pb2.InfoRequest, _bookie_pb2.InfoResponse]  # type: ignore[assignment]
     ListLedgers: _aio.UnaryUnaryMultiCallable[_bookie_pb2.ListLedgersRequest, _bookie_pb2.ListLedgersResponse]  # type: ignore[assignment]
@@ -74,6 +76,13 @@ class BookieServicer(metaclass=_abc_1.ABCMeta):
         request: _bookie_pb2.ReadLacRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_bookie_pb2.ReadLacResponse, _abc.Awaitable[_bookie_pb2.ReadLacResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchLac(
+        self,
+        request: _bookie_pb2.WatchLacRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_bookie_pb2.ReadResponse], _abc.AsyncIterator[_bookie_pb2.ReadResponse]]: ...
 
     @_abc_1.abstractmethod
     def Fence(

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import enum
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 from walog.errors import BookieUnavailableError
 from walog.ledger.durability import Durability
@@ -217,6 +217,31 @@ class BookieClient(abc.ABC):
     ) -> ReadReply:
         """Read a range (fence=True: recovery read that fences first; long_poll_timeout>0:
         wait on the bookie until its LAC exceeds previous_lac)."""
+
+    async def watch_lac(
+        self, ledger_id: int, previous_lac: int, *, max_entries: int, heartbeat: float
+    ) -> AsyncGenerator[ReadReply, None]:
+        """A standing long poll: yields an answer each time the bookie's LAC passes the
+        last one yielded (from ``previous_lac``), with up to ``max_entries`` of the newly
+        confirmed entries, and the current LAC every ``heartbeat`` seconds without news.
+
+        Ends only by raising (:class:`BookieUnavailableError` when the bookie goes away or
+        stays silent) or by the caller closing it. This default chains long polls; a
+        transport with server streaming overrides it to save a round trip per answer.
+        """
+        after = previous_lac
+        while True:
+            reply = await self.read(
+                ledger_id,
+                after + 1,
+                after + max(1, max_entries),
+                previous_lac=after,
+                long_poll_timeout=heartbeat,
+            )
+            if not max_entries and reply.entries:
+                reply = dataclasses.replace(reply, entries=[])
+            yield reply
+            after = max(after, reply.lac)
 
     @abc.abstractmethod
     async def read_lac(self, ledger_id: int) -> ReadLacReply:

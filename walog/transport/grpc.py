@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import NamedTuple
 
 import grpc
@@ -241,12 +241,64 @@ class GrpcBookieClient(BookieClient):
             )
         except grpc.RpcError as exc:
             raise translate_rpc_error(self.bookie_id, exc) from exc
+        return self._read_reply(ledger_id, first_entry_id, response)
+
+    async def watch_lac(
+        self, ledger_id: int, previous_lac: int, *, max_entries: int, heartbeat: float
+    ) -> AsyncGenerator[ReadReply, None]:
+        """A server stream of LAC answers (see :class:`BookieClient`); a stream silent
+        for ``heartbeat + timeouts.read`` seconds counts as a lost bookie."""
+        call = self._open_stub().WatchLac(
+            pb.WatchLacRequest(
+                ledger_id=ledger_id,
+                previous_lac=previous_lac,
+                max_entries=max_entries,
+                heartbeat_ms=max(1, round(heartbeat * 1000)),
+            ),
+            metadata=self._metadata,
+        )
+        silence = heartbeat + self.config.timeouts.read
+        after = previous_lac  # the bookie's view of what it sent: entries start past it
+        loop = asyncio.get_running_loop()
+        silent = False
+
+        def give_up() -> None:
+            nonlocal silent
+            silent = True
+            call.cancel()
+
+        # A watchdog, not wait_for: wait_for can swallow the consumer's cancellation when
+        # a message arrives at the same moment (Python < 3.12).
+        watchdog = loop.call_later(silence, give_up)
+        try:
+            while True:
+                try:
+                    response = await call.read()
+                except (grpc.RpcError, asyncio.CancelledError) as exc:
+                    if not silent:
+                        if isinstance(exc, asyncio.CancelledError):
+                            raise
+                        raise translate_rpc_error(self.bookie_id, exc) from exc
+                    raise BookieUnavailableError(
+                        f"bookie {self.bookie_id}: LAC watch silent for {silence:.1f} s"
+                    ) from None
+                if not isinstance(response, pb.ReadResponse):  # grpc.aio.EOF
+                    raise BookieUnavailableError(f"bookie {self.bookie_id} ended the LAC watch")
+                watchdog.cancel()
+                watchdog = loop.call_later(silence, give_up)
+                yield self._read_reply(ledger_id, after + 1, response)
+                after = max(after, response.lac)
+        finally:
+            watchdog.cancel()
+            call.cancel()
+
+    def _read_reply(self, ledger_id: int, first: int, response: pb.ReadResponse) -> ReadReply:
+        """A read answer whose entries must start at ``first``, digests verified: a bad
+        entry and everything after it are dropped (DIGEST_MISMATCH when none is left)."""
         status = status_of(response.status)
         entries: list[StoredEntry] = []
         if response.entries:
-            entries, ok = verified_entries(
-                self.bookie_id, ledger_id, first_entry_id, response.entries
-            )
+            entries, ok = verified_entries(self.bookie_id, ledger_id, first, response.entries)
             if not ok and not entries:
                 status = Status.DIGEST_MISMATCH
         return ReadReply(status, entries, response.lac, response.fenced)
