@@ -423,7 +423,6 @@ async def test_sigterm_answers_held_long_polls_at_once(tmp_path: Path) -> None:
         bookie.stop_quietly()
 
 
-
 async def test_sigterm_ends_lac_watches_at_once(tmp_path: Path) -> None:
     bookie = BookieProcess(
         tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db", extra_args=["--drain-timeout", "30"]
