@@ -16,15 +16,9 @@ endian, CRC over the payload). One dedicated thread owns the open file:
   event loop with ``loop.call_soon_threadsafe``; waiters complete only after that, so no
   record is acknowledged before the sync that covers it.
 
-The thread zero-fills each file ahead of the records (``prealloc_bytes`` at a time, synced
-once), as BookKeeper's journal does: a record then overwrites bytes the file already has,
-so its fdatasync flushes data only, not a new file size (``walog bench --peers`` shows both
-costs as floors).
-
 Replay reads the files from a checkpoint mark; the first record with a bad frame (short
 header, absurd length, short payload, CRC mismatch) and everything after it in that file
-is cut off (the file is truncated there), so a torn tail is never served. A zero header
-is where the written records end and the zero fill begins: cut the same way, silently.
+is cut off (the file is truncated there), so a torn tail is never served.
 """
 
 from __future__ import annotations
@@ -50,9 +44,6 @@ _log = structlog.get_logger(__name__)
 
 _FRAME = struct.Struct(">II")
 _SUFFIX = ".journal"
-_NO_FRAME = bytes(_FRAME.size)
-PREALLOC_BYTES = 4 * 1024 * 1024
-"""Zeros written ahead of the records of a journal file at a time."""
 
 
 class StorageIOError(BookieError):
@@ -179,14 +170,13 @@ def replay(
                         problem = "CRC mismatch"
                 if problem is not None:
                     size = os.fstat(handle.fileno()).st_size
-                    if header != _NO_FRAME:
-                        _log.warning(
-                            "journal tail cut",
-                            file=str(path),
-                            offset=offset,
-                            cut_bytes=size - offset,
-                            problem=problem,
-                        )
+                    _log.warning(
+                        "journal tail cut",
+                        file=str(path),
+                        offset=offset,
+                        cut_bytes=size - offset,
+                        problem=problem,
+                    )
                     handle.truncate(offset)
                     break
                 offset += _FRAME.size + len(payload)
@@ -211,10 +201,8 @@ class Journal:
         group_max_bytes: int,
         flush_interval_s: float,
         on_group: GroupListener | None = None,
-        prealloc_bytes: int = PREALLOC_BYTES,
     ) -> None:
         self.directory = directory
-        self._prealloc_bytes = prealloc_bytes
         self._file_bytes = file_bytes
         self._group_wait_s = group_wait_s
         self._group_max_bytes = group_max_bytes
@@ -232,7 +220,6 @@ class Journal:
         self._fd = -1
         self._file_seq = 0
         self._offset = 0
-        self._allocated = 0  # bytes of the open file written (records or zero fill)
         self._unsynced_bytes = 0
         self._last_sync = time.monotonic()
         self.groups = 0
@@ -338,17 +325,6 @@ class Journal:
         fsync_dir(self.directory)
         self._file_seq = file_seq
         self._offset = 0
-        self._allocated = 0
-
-    def _allocate(self, end: int) -> None:
-        """Zero-fill the open file up to at least ``end`` and sync its new size."""
-        if end <= self._allocated or self._prealloc_bytes <= 0:
-            return
-        size = max(end - self._allocated, self._prealloc_bytes)
-        os.pwrite(self._fd, bytes(size), self._allocated)  # the file position stays
-        os.fdatasync(self._fd)
-        self.syncs += 1
-        self._allocated += size
 
     def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
         assert self._loop is not None and self._done is not None
@@ -471,7 +447,6 @@ class Journal:
                 must_sync = True
             for item, end in zip(items, ends, strict=True):
                 item.end = JournalMark(self._file_seq, self._offset + end)
-            self._allocate(self._offset + len(buffer))
             view = memoryview(buffer)
             while view:
                 written = os.write(self._fd, view)

@@ -347,9 +347,6 @@ class _Run:
             fsync = floors.fdatasync_floor(self.data_dir, min(seconds, 3.0))
         r["fsync_floor_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
         r["fsync_floor_p99_us"] = round(fsync.percentile_ms(99.0) * 1000.0, 1)
-        with self.bar("floor: fdatasync 4 KiB over zeros", unit="sync"):
-            fsync = floors.fdatasync_floor(self.data_dir, min(seconds, 3.0), zero_filled=True)
-        r["fsync_zero_filled_us"] = round(fsync.percentile_ms(50.0) * 1000.0, 1)
         with self.bar("floor: grpc.aio echo", unit="batch"):
             echo, round_trip = floors.grpc_echo_floor(self.plan.echo_batches, min(seconds, 3.0))
         r["grpc_echo_eps"] = {str(batch): round(rate.per_second) for batch, rate in echo.items()}

@@ -1,8 +1,7 @@
 """Physical floors: what the disk and a bare gRPC stream can do on this machine.
 
 * :func:`fdatasync_floor` - 4 KiB ``write`` + ``fdatasync`` one at a time, the cost a
-  PERSISTENT acknowledgement pays at least once per journal group commit: appending to
-  the file, and over a zero fill (what the journal does).
+  PERSISTENT acknowledgement pays at least once per journal group commit.
 * :func:`grpc_echo_floor` - a grpc.aio bidirectional stream between two Python processes,
   carrying 1 KiB entries packed ``batch`` to a message and acknowledged per message: the
   ceiling of any Python client/server pair that batches the same way, before a bookie does
@@ -32,25 +31,12 @@ FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""
 
 
-def fdatasync_floor(
-    directory: str | os.PathLike[str],
-    seconds: float,
-    size: int = 4096,
-    *,
-    zero_filled: bool = False,
-) -> Latency:
-    """Time ``size``-byte writes, each followed by ``fdatasync``, for ``seconds``: appends
-    that grow the file, or (``zero_filled``) writes over zeros already synced, as the
-    journal's are."""
+def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int = 4096) -> Latency:
+    """Time ``size``-byte appends, each followed by ``fdatasync``, for ``seconds``."""
     block = payload(size)
     latency = Latency()
     fd, name = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
     try:
-        if zero_filled:
-            # Enough for the run at the disk's sync rate (a few thousand a second).
-            os.write(fd, bytes(size * int(20_000 * seconds + 1)))
-            os.fdatasync(fd)
-            os.lseek(fd, 0, os.SEEK_SET)
         deadline = time.perf_counter() + seconds
         while (now := time.perf_counter()) < deadline:
             os.write(fd, block)

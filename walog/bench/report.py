@@ -26,7 +26,6 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
     "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
-    "fsync_zero_filled_us": ("floor: 4 KiB write over zeros+fdatasync, p50", "us", None, False),
     "grpc_rtt_p50_us": ("floor: grpc.aio stream round trip, 1 KiB, p50", "us", None, False),
     "etcd_put_ops": ("etcd 3 members, 1 KiB puts", "ops/s", None, True),
     "etcd_put_p50_ms": ("etcd put, one in flight, p50", "ms", None, False),
@@ -198,12 +197,10 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
 * **peers** (with `--peers`) - etcd 3.4 with three members (1 KiB puts, blocking Python client
   in a subprocess, 32 threads) and NATS JetStream 2.x with three servers, an R3 file stream
   and `sync_interval: always` (1 KiB publishes, 256 in flight), both on loopback;
-  the floors are a 4 KiB write + fdatasync loop on the cluster's disk (appending to the
-  file, and over a zero fill as the journal writes) and a bare grpc.aio stream between two
-  Python processes carrying 1 KiB entries N to a message, and one 1 KiB message at a time
-  (its round trip). The peers need
-  `apt-get install -y etcd-server` and `pip install 'walog[peers]'`; a missing one is
-  reported as skipped.
+  the floors are a 4 KiB write + fdatasync loop on the cluster's disk and a bare grpc.aio
+  stream between two Python processes carrying 1 KiB entries N to a message, and one 1 KiB
+  message at a time (its round trip). The peers need `apt-get install -y etcd-server` and
+  `pip install 'walog[peers]'`; a missing one is reported as skipped.
 
 The report can be re-rendered from its JSON without measuring again:
 `walog bench --from-json docs/benchmarks.json --report docs/benchmarks.md` (the command line
@@ -258,19 +255,19 @@ def _cpu_section(results: dict[str, Any]) -> list[str]:
 
 def _floor_section(results: dict[str, Any]) -> list[str]:
     """One append in flight against the floors measured in the same run."""
-    keys = ("append_p50_ms", "grpc_rtt_p50_us", "fsync_zero_filled_us")
+    keys = ("append_p50_ms", "grpc_rtt_p50_us", "fsync_floor_us")
     if not all(key in results for key in keys):
         return []
     p50 = float(results["append_p50_ms"])
     rtt = float(results["grpc_rtt_p50_us"]) / 1000.0
-    sync = float(results["fsync_zero_filled_us"]) / 1000.0
+    sync = float(results["fsync_floor_us"]) / 1000.0
     floor = rtt + sync
     return [
         "## One append in flight against the floors",
         "",
         f"A durable append needs at least one stream round trip to the bookies "
         f"({rtt:.3f} ms, p50 of the bare grpc.aio floor) and one journal sync "
-        f"({sync:.3f} ms, 4 KiB over zeros): {floor:.3f} ms. One append in flight took "
+        f"({sync:.3f} ms, 4 KiB write + fdatasync): {floor:.3f} ms. One append in flight took "
         f"{p50:.3f} ms (p50), {p50 - floor:.3f} ms above that. The rest is the "
         "writer's and the bookies' own path (packing and sending the batch, the bookie's "
         "add stream, the hand-over to the journal thread and back), and, with Qa=2 of 3, "

@@ -67,8 +67,6 @@ def _journal_spans(path: Path, start: int) -> list[Span]:
     offset = start
     while offset + _FRAME.size <= len(raw):
         length, _ = _FRAME.unpack_from(raw, offset)
-        if length == 0:
-            break  # the zero fill ahead of the records
         end = offset + _FRAME.size + length
         record = decode_record(raw[offset + _FRAME.size : end])
         if record.kind is RecordKind.ADD:

@@ -260,12 +260,7 @@ async def test_without_group_wait_records_queued_during_a_sync_form_the_next_gro
         real_fdatasync(fd)
 
     journal = Journal(
-        tmp_path,
-        file_bytes=1 << 20,
-        group_wait_s=0,
-        group_max_bytes=1 << 20,
-        flush_interval_s=1,
-        prealloc_bytes=0,  # every fdatasync is a group's
+        tmp_path, file_bytes=1 << 20, group_wait_s=0, group_max_bytes=1 << 20, flush_interval_s=1
     )
     await journal.start(1)
     monkeypatch.setattr(os, "fdatasync", held_fdatasync)
@@ -281,33 +276,3 @@ async def test_without_group_wait_records_queued_during_a_sync_form_the_next_gro
     assert reports[1].group_no == reports[0].group_no + 1
     assert reports[1].tags == [0, 1, 2] and reports[1].synced
     assert syncs == 2
-
-
-@pytest.mark.parametrize("prealloc", [64, 1 << 20])
-async def test_records_overwrite_the_zero_fill_and_replay_ends_where_they_end(
-    tmp_path: Path, prealloc: int
-) -> None:
-    journal = Journal(
-        tmp_path,
-        file_bytes=1 << 30,
-        group_wait_s=0,
-        group_max_bytes=1 << 20,
-        flush_interval_s=1,
-        prealloc_bytes=prealloc,
-    )
-    await journal.start(1)
-    payloads = [b"\x04record-%03d" % i + bytes(i) for i in range(100)]
-    for payload in payloads:
-        waiter = journal.append((payload,), sync=True)
-        assert waiter is not None
-        await waiter
-    end = journal.position.offset
-    await journal.stop()
-    ((_, path),) = journal_files(tmp_path)
-    # The file was zero-filled ahead of the records (a record larger than one fill too).
-    assert path.stat().st_size >= end
-    replayed = list(replay(tmp_path, JournalMark(0, 0), 1 << 20))
-    assert [payload for payload, _ in replayed] == payloads
-    assert replayed[-1][1] == JournalMark(1, end)
-    # Replay cut the fill: the file ends with its last record.
-    assert path.stat().st_size == end
