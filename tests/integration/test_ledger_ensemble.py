@@ -248,7 +248,7 @@ async def test_an_unreplaceable_index_is_replaced_once_a_bookie_is_available_aga
 
     await _eventually(moved)
     metadata = await client.ledger_metadata(writer.ledger_id)
-    last_start, last_ensemble = metadata.ensembles[-1]
+    _, last_ensemble = metadata.ensembles[-1]
     assert dead not in last_ensemble and joined in last_ensemble
     entry = await writer.append(b"three copies again")
     assert await _holders(client, last_ensemble, writer.ledger_id, entry) == {0, 1, 2}
