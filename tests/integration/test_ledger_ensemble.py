@@ -228,3 +228,28 @@ async def test_pending_entries_reach_a_bookie_that_replaces_an_unreplaceable_ind
     entries = await reader.read(start, 99)
     expected = [b"entry-%d-%d" % (i // 20, i % 20) for i in range(start, 100)]
     assert [e.data for e in entries] == expected
+
+
+async def test_an_unreplaceable_index_is_replaced_once_a_bookie_is_available_again(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    # Three bookies, E = Qw = 3, Qa = 2: a dead one cannot be replaced, writes go on with
+    # two copies. When a bookie joins, the writer moves to it without another failure.
+    writer = await client.create_ledger(3, 3, 2)
+    await writer.append(b"before")
+    dead = writer.metadata.last_ensemble[0]
+    fresh_cluster.kill(dead)
+    await writer.append(b"with two copies")
+    joined = fresh_cluster.add_bookie()
+
+    async def moved() -> None:
+        await writer.append(b"after")
+        assert joined in writer.metadata.last_ensemble
+
+    await _eventually(moved)
+    metadata = await client.ledger_metadata(writer.ledger_id)
+    _, last_ensemble = metadata.ensembles[-1]
+    assert dead not in last_ensemble and joined in last_ensemble
+    entry = await writer.append(b"three copies again")
+    assert await _holders(client, last_ensemble, writer.ledger_id, entry) == {0, 1, 2}
+    await writer.close()

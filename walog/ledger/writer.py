@@ -66,6 +66,9 @@ from walog.transport.packing import PackedEntries
 log = get_logger(__name__)
 
 METADATA_ATTEMPTS = 10
+UNREPLACEABLE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Pauses before looking again for bookies to replace the ones no bookie could replace
+(the writer goes on with the rest meanwhile, as long as the ack quorum holds), in turn."""
 
 
 def metadata_retrying() -> AsyncRetrying:
@@ -186,6 +189,8 @@ class AsyncLedgerWriter:
         self._replaced: set[str] = set()  # bookies that failed once: never chosen again
         self._change_task: asyncio.Task[None] | None = None
         self._changing = False
+        self._retry_timer: asyncio.TimerHandle | None = None  # next look for replacements
+        self._retries = 0
 
         self._state: Literal["open", "closing", "closed"] = "open"
         self._close_task: asyncio.Task[None] | None = None
@@ -448,6 +453,7 @@ class AsyncLedgerWriter:
         if self._lac_timer is not None:
             self._lac_timer.cancel()
             self._lac_timer = None
+        self._cancel_retry()
         log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
         pending, self._pending = self._pending, collections.deque()
         self._by_id.clear()
@@ -484,10 +490,11 @@ class AsyncLedgerWriter:
 
     # -- ensemble changes (one at a time) ---------------------------------------------
 
-    async def _change_ensemble(self) -> None:
+    async def _change_ensemble(self, *, retry: bool = False) -> None:
         self._changing = True
         try:
-            while self._failed and self._error is None:
+            while (self._failed or retry) and self._error is None:
+                retry = False
                 await self._change_once()
         except WalogError as exc:
             self._fail(exc)
@@ -498,6 +505,34 @@ class AsyncLedgerWriter:
             self._changing = False
             self._change_task = None
             self._complete_ready()
+            self._arm_retry()
+
+    # A failed bookie that nothing could replace leaves its index out of the write quorums
+    # (entries then have one copy fewer). Like BookKeeper's delayed ensemble change, the
+    # writer keeps looking: once a bookie is available again, the next entries go to a new
+    # fragment with it. The entries written meanwhile stay as they are (re-replicating
+    # them is the job of ``walog autorecovery``).
+
+    def _arm_retry(self) -> None:
+        if not self._unreplaceable:
+            self._retries = 0
+            return
+        if self._retry_timer is None and self._state == "open" and self._error is None:
+            delay = UNREPLACEABLE_RETRY_S[min(self._retries, len(UNREPLACEABLE_RETRY_S) - 1)]
+            self._retry_timer = self._loop.call_later(delay, self._retry_unreplaceable)
+
+    def _retry_unreplaceable(self) -> None:
+        self._retry_timer = None
+        if not self._unreplaceable or self._error is not None or self._state != "open":
+            return
+        if self._change_task is None:  # else the running change looks too, then re-arms
+            self._retries += 1
+            self._change_task = self._loop.create_task(self._change_ensemble(retry=True))
+
+    def _cancel_retry(self) -> None:
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
 
     async def _change_once(self) -> None:
         failed = dict(self._failed)
@@ -639,6 +674,7 @@ class AsyncLedgerWriter:
         if self._close_task is None:
             if self._state == "open":
                 self._state = "closing"
+            self._cancel_retry()
             self._close_task = self._loop.create_task(self._close())
         await asyncio.shield(self._close_task)
 
