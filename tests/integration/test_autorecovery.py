@@ -1,0 +1,146 @@
+"""Auto-recovery against real bookie processes: fragments that name a lost bookie get
+their entries copied to a replacement, which then takes the lost bookie's place in the
+ledger metadata (BookKeeper's Auditor + ReplicationWorker). Each test has a cluster of its
+own: it stops bookies for good."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+
+import walog.aio as aio
+from walog.autorecovery import recover
+from walog.ledger.context import ClientConfig, Timeouts
+from walog.ledger.readops import write_set_bookies
+from walog.testing import LocalCluster
+from walog.transport.base import Status
+
+CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
+
+
+@pytest.fixture
+async def client(fresh_cluster: LocalCluster) -> AsyncIterator[aio.AsyncClient]:
+    fresh_cluster.add_bookie()  # four bookies: one spare for a replacement
+    async with await aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as c:
+        yield c
+
+
+async def _closed_ledger(
+    client: aio.AsyncClient, quorums: tuple[int, int, int], count: int, password: bytes = b""
+) -> int:
+    writer = await client.create_ledger(*quorums, password=password)
+    for i in range(count):
+        await writer.append(b"entry-%d" % i)
+    await writer.close()
+    return writer.ledger_id
+
+
+async def _copies_complete(client: aio.AsyncClient, ledger_id: int) -> None:
+    """Every entry is on every bookie of its write set (raw reads, bookie by bookie)."""
+    metadata = await client.ledger_metadata(ledger_id)
+    for entry_id in range(metadata.last_entry_id + 1):
+        for bookie in write_set_bookies(metadata, entry_id):
+            reply = await client.ctx.pool.get(bookie).read(ledger_id, entry_id, entry_id)
+            assert reply.status is Status.OK, (entry_id, bookie, reply.status)
+            assert reply.entries[0].data == b"entry-%d" % entry_id
+
+
+@pytest.mark.parametrize("quorums", [(3, 3, 2), (3, 2, 2)])
+async def test_a_lost_bookies_entries_are_copied_to_a_replacement_that_takes_its_place(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient, quorums: tuple[int, int, int]
+) -> None:
+    ledger_id = await _closed_ledger(client, quorums, 30)
+    lost = (await client.ledger_metadata(ledger_id)).last_ensemble[1]
+    fresh_cluster.stop(lost)
+
+    report = await recover(client.ctx)
+    assert [(d.ledger_id, d.fragment) for d, _ in report.repaired] == [(ledger_id, 0)]
+    assert report.missing == {lost} and not report.unrepairable
+    metadata = await client.ledger_metadata(ledger_id)
+    assert lost not in metadata.last_ensemble and len(metadata.ensembles) == 1
+    assert metadata.last_entry_id == 29
+    await _copies_complete(client, ledger_id)
+    # A second pass finds nothing left to do.
+    assert not (await recover(client.ctx)).repaired
+
+
+async def test_after_the_repair_the_replacement_alone_serves_every_entry(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    ledger_id = await _closed_ledger(client, (3, 3, 2), 20)
+    first = (await client.ledger_metadata(ledger_id)).last_ensemble
+    fresh_cluster.stop(first[0])
+    await recover(client.ctx)
+    fresh_cluster.stop(first[1])
+    fresh_cluster.stop(first[2])
+    # Of the four bookies only the replacement is left: it holds every entry.
+    reader = await client.open_ledger(ledger_id)
+    assert [e.data for e in await reader.read(0, 19)] == [b"entry-%d" % i for i in range(20)]
+
+
+async def test_an_open_ledgers_last_fragment_is_left_to_its_writer(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    writer = await client.create_ledger(3, 3, 2)
+    for i in range(10):
+        await writer.append(b"entry-%d" % i)
+    lost = writer.metadata.last_ensemble[0]
+    fresh_cluster.stop(lost)
+
+    report = await recover(client.ctx)
+    assert not report.repaired
+    assert [(d.ledger_id, d.fragment) for d in report.left_to_writers] == [(writer.ledger_id, 0)]
+    assert len((await client.ledger_metadata(writer.ledger_id)).ensembles) == 1
+
+    # The writer replaces the bookie for its next entries; the fragment before is repaired.
+    for i in range(10, 20):
+        await writer.append(b"entry-%d" % i)
+    assert len(writer.metadata.ensembles) == 2
+    report = await recover(client.ctx)
+    assert [(d.ledger_id, d.fragment) for d, _ in report.repaired] == [(writer.ledger_id, 0)]
+    for i in range(20, 25):  # the writer goes on after the swap in an earlier fragment
+        await writer.append(b"entry-%d" % i)
+    await writer.close()
+    metadata = await client.ledger_metadata(writer.ledger_id)
+    assert all(lost not in ensemble for _, ensemble in metadata.ensembles)
+    await _copies_complete(client, writer.ledger_id)
+
+
+async def test_a_ledger_with_an_unknown_password_is_reported_and_left_alone(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    ledger_id = await _closed_ledger(client, (3, 3, 2), 5, password=b"secret")
+    before = await client.ledger_metadata(ledger_id)
+    fresh_cluster.stop(before.last_ensemble[2])
+
+    report = await recover(client.ctx)
+    assert [what for what, _ in report.unrepairable] == [ledger_id]
+    assert "password" in report.unrepairable[0][1]
+    assert (await client.ledger_metadata(ledger_id)).ensembles == before.ensembles
+
+    report = await recover(client.ctx, passwords=[b"", b"secret"])
+    assert [d.ledger_id for d, _ in report.repaired] == [ledger_id]
+    await _copies_complete(client, ledger_id)
+
+
+async def test_cli_once_prints_the_pass_as_json_and_exits_0_when_all_is_repaired(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    ledger_id = await _closed_ledger(client, (3, 3, 2), 5)
+    lost = (await client.ledger_metadata(ledger_id)).last_ensemble[0]
+    fresh_cluster.stop(lost)
+    command = [sys.executable, "-m", "walog", "autorecovery", "--once", "--json"]
+    command += ["--metadata", fresh_cluster.metadata_uri]
+    done = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["missing_bookies"] == [lost]
+    assert [(r["ledger_id"], r["lost"]) for r in report["repaired"]] == [(ledger_id, [lost])]
+    assert report["unrepairable"] == [] and report["left_to_writers"] == []

@@ -1,0 +1,137 @@
+"""``walog autorecovery``: re-replicate the ledgers of lost bookies, once or as a daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import walog.aio
+from walog.autorecovery.replicate import Report, recover
+from walog.errors import WalogError
+
+DEFAULT_INTERVAL_S = 60.0
+DEFAULT_LOST_AFTER_S = 300.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="walog autorecovery",
+        description="Re-replicate the ledger fragments that name lost bookies: copy their "
+        "entries from the surviving bookies to replacements, then swap the replacements "
+        "into the ledger metadata. Without --once, runs a pass every --interval seconds and "
+        "treats a bookie as lost once it has been unavailable for --lost-after seconds.",
+    )
+    parser.add_argument(
+        "--metadata",
+        metavar="URI",
+        default=os.environ.get("WALOG_METADATA"),
+        help="zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env WALOG_METADATA]",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to connect and per call [10]"
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass, treating every unavailable bookie as lost; exit 1 if anything "
+        "could not be repaired",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        help=f"seconds between passes [{DEFAULT_INTERVAL_S:g}]",
+    )
+    parser.add_argument(
+        "--lost-after",
+        type=float,
+        default=DEFAULT_LOST_AFTER_S,
+        help="seconds a bookie must stay unavailable before its fragments are repaired "
+        f"(a restart is not a loss) [{DEFAULT_LOST_AFTER_S:g}]",
+    )
+    parser.add_argument(
+        "--password",
+        action="append",
+        default=[],
+        help="a ledger password to try (repeatable; the empty password is always tried)",
+    )
+    parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
+    return parser
+
+
+def _print(report: Report, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_json(), sort_keys=True), flush=True)
+        return
+    for damage, replacements in report.repaired:
+        swaps = ", ".join(f"{damage.ensemble[i]} -> {b}" for i, b in sorted(replacements.items()))
+        print(f"repaired {damage}: {swaps}")
+    for damage in report.left_to_writers:
+        print(
+            f"left to the writer: {damage} (open ledger; run 'walog recover "
+            f"{damage.ledger_id}' if its writer is gone)"
+        )
+    for what, why in report.unrepairable:
+        print(f"not repaired: {what if not isinstance(what, int) else f'ledger {what}'}: {why}")
+    print(
+        f"{len(report.repaired)} fragments repaired, {len(report.unrepairable)} not, "
+        f"{len(report.left_to_writers)} left to writers; unavailable bookies: "
+        f"{', '.join(sorted(report.missing)) or 'none'}",
+        flush=True,
+    )
+
+
+def _missing_long(since: dict[str, float], now: float, lost_after: float, bookie: str) -> bool:
+    """A bookie is lost once it was already missing ``lost_after`` seconds ago."""
+    return now - since.get(bookie, now) >= lost_after
+
+
+async def _run(args: argparse.Namespace) -> int:
+    passwords = [b"", *(p.encode() for p in args.password)]
+    client = await walog.aio.connect(args.metadata, timeout=args.timeout)
+    try:
+        if args.once:
+            report = await recover(client.ctx, passwords=passwords)
+            _print(report, args.json)
+            return 1 if report.unrepairable else 0
+        missing_since: dict[str, float] = {}
+        while True:
+            now = time.monotonic()
+            report = await recover(
+                client.ctx,
+                passwords=passwords,
+                is_lost=functools.partial(_missing_long, missing_since, now, args.lost_after),
+            )
+            # Bookies back in service start their clock over when they go missing again.
+            missing_since = {b: missing_since.get(b, now) for b in report.missing}
+            _print(report, args.json)
+            await asyncio.sleep(args.interval)
+    finally:
+        await client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``walog autorecovery``; returns the exit status (0 done, 1 something
+    was not repaired or failed, 2 bad arguments)."""
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.metadata:
+        parser.error("--metadata URI is required (or set WALOG_METADATA)")
+    if args.interval <= 0 or args.lost_after < 0 or args.timeout <= 0:
+        parser.error("--interval and --timeout must be > 0 and --lost-after >= 0")
+    try:
+        return asyncio.run(_run(args))
+    except (WalogError, ValueError, OSError) as exc:
+        print(f"walog autorecovery: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+__all__ = ["main"]

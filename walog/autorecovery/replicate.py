@@ -1,0 +1,247 @@
+"""Auto-recovery's I/O: find the damaged fragments, copy their entries, swap the bookie in.
+
+:func:`recover` is one audit-and-repair pass over every ledger (``walog autorecovery --once``
+runs one; the daemon runs one per interval). Per damaged fragment (see
+:mod:`walog.autorecovery.rules`): a replacement is chosen among the available bookies outside
+the fragment's ensemble; every entry the lost bookie held is read from the surviving bookies
+of its write set (digests verified) and written to the replacement as a *recovery* add (so a
+fenced or closed ledger accepts it) with the ledger's master key, PERSISTENT; only once the
+replacement acknowledged all of them does a compare-and-set put it into the fragment's
+ensemble. A lost CAS re-reads the metadata: if the fragment still names the lost bookie the
+swap is applied to the new version, else (a writer or another auto-recovery got there
+first) nothing more is done. Adds are idempotent on a bookie, so a pass that dies half way
+is simply run again; copies made for a swap that never happened stay on their bookie until
+the ledger is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from walog.autorecovery.rules import (
+    Damage,
+    damaged_fragments,
+    entries_held,
+    lost_bookies,
+    still_damaged,
+    with_replacement,
+)
+from walog.digest import entry_digest
+from walog.errors import MetadataConflictError, NoSuchLedgerError, UnauthorizedError, WalogError
+from walog.ledger.context import LedgerContext
+from walog.ledger.create import verify_password
+from walog.ledger.ensemble import Placement, available_bookies
+from walog.ledger.quorum import write_set
+from walog.ledger.readops import read_entry
+from walog.metadata.layout import LEDGERS, LedgerMetadata
+from walog.transport.base import Status
+
+COPY_BATCH = 256
+"""Entries read and written at once while copying a fragment."""
+
+
+class Unrepairable(WalogError):
+    """A fragment that cannot be repaired now (no password, no bookie, no surviving copy)."""
+
+
+@dataclasses.dataclass
+class Report:
+    """What one pass found and did."""
+
+    missing: set[str] = dataclasses.field(default_factory=set)
+    """Bookies named by some ensemble but not available (lost or not, by the caller's rule)."""
+    repaired: list[tuple[Damage, dict[int, str]]] = dataclasses.field(default_factory=list)
+    """Fragments repaired, with the replacement per ensemble index."""
+    left_to_writers: list[Damage] = dataclasses.field(default_factory=list)
+    """Last fragments of OPEN ledgers that name lost bookies."""
+    unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
+    """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
+
+    def as_json(self) -> dict[str, object]:
+        """The report as plain JSON values."""
+
+        def fragment(damage: Damage) -> dict[str, object]:
+            return {
+                "ledger_id": damage.ledger_id,
+                "fragment": damage.fragment,
+                "first_entry_id": damage.first,
+                "last_entry_id": damage.last,
+                "lost": [damage.ensemble[i] for i in damage.lost],
+            }
+
+        return {
+            "missing_bookies": sorted(self.missing),
+            "repaired": [
+                {**fragment(d), "replacements": {d.ensemble[i]: b for i, b in r.items()}}
+                for d, r in self.repaired
+            ],
+            "left_to_writers": [fragment(d) for d in self.left_to_writers],
+            "unrepairable": [
+                {**(fragment(d) if isinstance(d, Damage) else {"ledger_id": d}), "reason": why}
+                for d, why in self.unrepairable
+            ],
+        }
+
+
+def master_key_for(metadata: LedgerMetadata, passwords: Sequence[bytes]) -> bytes | None:
+    """The ledger's master key from the first of ``passwords`` that matches, else None."""
+    for password in passwords:
+        try:
+            return verify_password(metadata, password)
+        except UnauthorizedError:
+            continue
+    return None
+
+
+async def recover(
+    ctx: LedgerContext,
+    *,
+    passwords: Sequence[bytes] = (b"",),
+    is_lost: Callable[[str], bool] | None = None,
+    placement: Placement | None = None,
+) -> Report:
+    """One pass over every ledger: repair the fragments that name lost bookies.
+
+    Args:
+        ctx: metadata store, bookie pool and settings.
+        passwords: candidate ledger passwords (checked against each ledger's metadata).
+        is_lost: which missing bookies count as lost (default: every missing one).
+        placement: chooses replacements (default: a fresh one).
+    """
+    placement = placement or Placement()
+    available = await available_bookies(ctx.store)
+    report = Report()
+    names = await ctx.store.children(LEDGERS)
+    for ledger_id in sorted(int(name) for name in names if name.isdigit()):
+        try:
+            metadata, _ = await ctx.read_metadata(ledger_id)
+        except NoSuchLedgerError:
+            continue  # deleted meanwhile
+        missing = lost_bookies(metadata, available)
+        report.missing |= missing
+        lost = {b for b in missing if is_lost is None or is_lost(b)}
+        repair, writers = damaged_fragments(metadata, lost)
+        report.left_to_writers += writers
+        if not repair:
+            continue
+        key = master_key_for(metadata, passwords)
+        if key is None:
+            report.unrepairable.append(
+                (ledger_id, "no given password matches the ledger's (pass --password)")
+            )
+            continue
+        for damage in repair:
+            try:
+                replacements = await repair_fragment(
+                    ctx, metadata, damage, key, available, placement
+                )
+            except NoSuchLedgerError:
+                break  # deleted meanwhile: nothing left to repair
+            except WalogError as exc:
+                report.unrepairable.append((damage, str(exc)))
+                continue
+            if replacements:
+                report.repaired.append((damage, replacements))
+    return report
+
+
+async def repair_fragment(
+    ctx: LedgerContext,
+    metadata: LedgerMetadata,
+    damage: Damage,
+    master_key: bytes,
+    available: Sequence[str],
+    placement: Placement,
+) -> dict[int, str]:
+    """Copy the lost bookies' entries of one fragment to replacements and swap them in;
+    the replacements, or {} when someone else repaired the fragment first.
+
+    Raises:
+        Unrepairable: too few available bookies, or an entry without a surviving copy, or a
+            replacement that refused a copy.
+        NoSuchLedgerError: the ledger was deleted.
+    """
+    replacements = placement.choose_replacements(damage.ensemble, damage.lost, available)
+    if len(replacements) < len(damage.lost):
+        raise Unrepairable(
+            f"{damage}: {len(damage.lost)} replacements needed, "
+            f"{len(replacements)} available bookies outside the ensemble"
+        )
+    for index, target in replacements.items():
+        await copy_entries(ctx, metadata, damage, index, target, master_key)
+    while True:
+        current, version = await ctx.read_metadata(damage.ledger_id)
+        if not all(still_damaged(current, damage, i) for i in replacements):
+            return {}
+        try:
+            await ctx.write_metadata(with_replacement(current, damage, replacements), version)
+        except MetadataConflictError:
+            continue
+        return replacements
+
+
+async def copy_entries(
+    ctx: LedgerContext,
+    metadata: LedgerMetadata,
+    damage: Damage,
+    index: int,
+    target: str,
+    master_key: bytes,
+) -> int:
+    """Copy the entries the bookie at ``index`` held to ``target``; how many were copied."""
+    e, qw = metadata.ensemble_size, metadata.write_quorum
+    lost = set(damage.lost)
+
+    def survivors(entry_id: int) -> list[str]:
+        return [damage.ensemble[i] for i in write_set(entry_id, e, qw) if i not in lost]
+
+    client = ctx.pool.get(target)
+    todo = list(entries_held(damage, index, e, qw))
+    for start in range(0, len(todo), COPY_BATCH):
+        batch = todo[start : start + COPY_BATCH]
+        try:
+            stored = await asyncio.gather(
+                *(
+                    read_entry(ctx, damage.ledger_id, entry_id, survivors(entry_id))
+                    for entry_id in batch
+                )
+            )
+        except WalogError as exc:
+            raise Unrepairable(
+                f"{damage}: an entry cannot be read from its survivors: {exc}"
+            ) from exc
+        adds = [
+            client.add(
+                damage.ledger_id,
+                s.entry_id,
+                s.lac,
+                s.data,
+                entry_digest(damage.ledger_id, s.entry_id, s.lac, s.data),
+                master_key,
+                recovery=True,
+            )
+            for s in stored
+        ]
+        replies = await asyncio.gather(*adds)
+        refused = [
+            (s.entry_id, r.status)
+            for s, r in zip(stored, replies, strict=True)
+            if r.status is not Status.OK
+        ]
+        if refused:
+            entry_id, status = refused[0]
+            raise Unrepairable(f"{damage}: bookie {target} refused entry {entry_id}: {status.name}")
+    return len(todo)
+
+
+__all__ = [
+    "COPY_BATCH",
+    "Report",
+    "Unrepairable",
+    "copy_entries",
+    "master_key_for",
+    "recover",
+    "repair_fragment",
+]

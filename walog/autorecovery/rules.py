@@ -1,0 +1,117 @@
+"""What auto-recovery repairs: pure rules over ledger metadata (no I/O).
+
+A bookie is *lost* when it appears in some ledger's ensembles but is not registered as
+available. A fragment that names a lost bookie has entries with one copy fewer than its
+write quorum asks for. The rules (BookKeeper's Auditor and ReplicationWorker make the same
+choices):
+
+- every fragment of a CLOSED ledger is repaired;
+- of an OPEN ledger, every fragment but the last: its writer owns the last one and replaces
+  a failed bookie there itself (on its next write, or when a bookie becomes available); an
+  open ledger whose writer is gone is closed by ``walog recover ID`` first;
+- a fragment's entries run from its first entry to the next fragment's first minus one
+  (all of them were confirmed before the writer moved on), or, for the last fragment of a
+  CLOSED ledger, to the ledger's last entry; such a range may be empty;
+- the lost bookie at ensemble index ``i`` held exactly the entries whose write set contains
+  ``i`` (seed 000, "Write quorums"); those are copied to the replacement, then the fragment's
+  ensemble names the replacement at index ``i`` instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterator
+
+from walog.ledger.quorum import write_set
+from walog.metadata.layout import LedgerMetadata
+
+
+@dataclasses.dataclass(frozen=True)
+class Damage:
+    """A fragment that names lost bookies."""
+
+    ledger_id: int
+    fragment: int
+    """Index of the fragment in ``LedgerMetadata.ensembles``."""
+    first: int
+    """First entry of the fragment."""
+    last: int
+    """Last entry of the fragment (``first - 1`` when it holds none)."""
+    ensemble: tuple[str, ...]
+    lost: tuple[int, ...]
+    """Ensemble indexes of the lost bookies."""
+
+    def __str__(self) -> str:
+        lost = ", ".join(self.ensemble[i] for i in self.lost)
+        span = f"entries {self.first}..{self.last}" if self.last >= self.first else "no entries"
+        return f"ledger {self.ledger_id} fragment {self.fragment} ({span}) lost {lost}"
+
+
+def lost_bookies(metadata: LedgerMetadata, available: Collection[str]) -> set[str]:
+    """The bookies the ledger's ensembles name that are not available."""
+    return {b for _, ensemble in metadata.ensembles for b in ensemble if b not in available}
+
+
+def damaged_fragments(
+    metadata: LedgerMetadata, lost: Collection[str]
+) -> tuple[list[Damage], list[Damage]]:
+    """``(to repair, left to the writer)``: the fragments naming ``lost`` bookies."""
+    repair: list[Damage] = []
+    writers: list[Damage] = []
+    fragments = metadata.ensembles
+    for number, (first, ensemble) in enumerate(fragments):
+        indexes = tuple(i for i, bookie in enumerate(ensemble) if bookie in lost)
+        if not indexes:
+            continue
+        is_last = number == len(fragments) - 1
+        if is_last:
+            last = metadata.last_entry_id if metadata.is_closed else -1
+        else:
+            last = fragments[number + 1][0] - 1
+        damage = Damage(metadata.ledger_id, number, first, max(last, first - 1), ensemble, indexes)
+        if is_last and not metadata.is_closed:
+            writers.append(damage)
+        else:
+            repair.append(damage)
+    return repair, writers
+
+
+def entries_held(
+    damage: Damage, index: int, ensemble_size: int, write_quorum: int
+) -> Iterator[int]:
+    """The entries of the fragment that the bookie at ``index`` holds (its write sets)."""
+    for entry_id in range(damage.first, damage.last + 1):
+        if index in write_set(entry_id, ensemble_size, write_quorum):
+            yield entry_id
+
+
+def still_damaged(metadata: LedgerMetadata, damage: Damage, index: int) -> bool:
+    """True while the fragment (same first entry) still names the lost bookie at ``index``
+    (after a re-read: a writer or another auto-recovery may have changed the metadata)."""
+    if damage.fragment >= len(metadata.ensembles):
+        return False
+    first, ensemble = metadata.ensembles[damage.fragment]
+    return first == damage.first and ensemble[index] == damage.ensemble[index]
+
+
+def with_replacement(
+    metadata: LedgerMetadata, damage: Damage, replacements: dict[int, str]
+) -> LedgerMetadata:
+    """The metadata with the fragment's lost bookies replaced (other fragments unchanged)."""
+    fragments = list(metadata.ensembles)
+    first, ensemble = fragments[damage.fragment]
+    fragments[damage.fragment] = (
+        first,
+        tuple(replacements.get(i, bookie) for i, bookie in enumerate(ensemble)),
+    )
+    return metadata.with_changes(ensembles=tuple(fragments))
+
+
+__all__ = [
+    "Damage",
+    "damaged_fragments",
+    "entries_held",
+    "lost_bookies",
+    "still_damaged",
+    "with_replacement",
+]
