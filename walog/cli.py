@@ -318,17 +318,23 @@ def _run_delegated(name: str, argv: list[str]) -> int:
 # -- parser ---------------------------------------------------------------------------------
 
 
-def _build_parser() -> _Parser:
-    common = _Parser(add_help=False)
-    common.add_argument(
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--metadata URI`` (default from ``WALOG_METADATA``) and ``--timeout S``: how every
+    subcommand, delegated ones included, finds and reaches the cluster."""
+    parser.add_argument(
         "--metadata",
         metavar="URI",
         default=os.environ.get(ENV_METADATA),
         help=f"zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env {ENV_METADATA}]",
     )
-    common.add_argument(
+    parser.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to connect and per call [10]"
     )
+
+
+def _build_parser() -> _Parser:
+    common = _Parser(add_help=False)
+    add_connection_options(common)
     parser = _Parser(
         prog="walog",
         description="walog: a replicated write-ahead log built on BookKeeper-style ledgers.",
@@ -470,4 +476,11 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-__all__ = ["ENV_LOG_LEVEL", "ENV_METADATA", "ENV_TRACEBACK", "CliError", "main"]
+__all__ = [
+    "ENV_LOG_LEVEL",
+    "ENV_METADATA",
+    "ENV_TRACEBACK",
+    "CliError",
+    "add_connection_options",
+    "main",
+]

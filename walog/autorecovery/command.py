@@ -6,13 +6,13 @@ import argparse
 import asyncio
 import functools
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
 
 import walog.aio
 from walog.autorecovery.replicate import Report, recover
+from walog.cli import add_connection_options
 from walog.errors import WalogError
 
 DEFAULT_INTERVAL_S = 60.0
@@ -27,15 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         "into the ledger metadata. Without --once, runs a pass every --interval seconds and "
         "treats a bookie as lost once it has been unavailable for --lost-after seconds.",
     )
-    parser.add_argument(
-        "--metadata",
-        metavar="URI",
-        default=os.environ.get("WALOG_METADATA"),
-        help="zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env WALOG_METADATA]",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to connect and per call [10]"
-    )
+    add_connection_options(parser)
     parser.add_argument(
         "--once",
         action="store_true",
