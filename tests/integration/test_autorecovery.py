@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import walog.aio as aio
+from tests.integration.waiting import eventually
 from walog.autorecovery import recover
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.ledger.readops import write_set_bookies
@@ -144,3 +146,33 @@ async def test_cli_once_prints_the_pass_as_json_and_exits_0_when_all_is_repaired
     assert report["missing_bookies"] == [lost]
     assert [(r["ledger_id"], r["lost"]) for r in report["repaired"]] == [(ledger_id, [lost])]
     assert report["unrepairable"] == [] and report["left_to_writers"] == []
+
+
+async def test_daemon_repairs_a_bookie_missing_past_lost_after_and_stops_on_sigterm(
+    fresh_cluster: LocalCluster, client: aio.AsyncClient
+) -> None:
+    ledger_id = await _closed_ledger(client, (3, 3, 2), 5)
+    lost = (await client.ledger_metadata(ledger_id)).last_ensemble[0]
+    fresh_cluster.stop(lost)
+    command = [sys.executable, "-m", "walog", "autorecovery", "--json", "--interval", "0.5"]
+    command += ["--lost-after", "1", "--metadata", fresh_cluster.metadata_uri]
+    daemon = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
+    try:
+
+        async def swapped() -> None:
+            metadata = await client.ledger_metadata(ledger_id)
+            assert lost not in metadata.last_ensemble
+
+        await eventually(swapped, within=30)
+        daemon.send_signal(signal.SIGTERM)
+        raw, _ = await asyncio.wait_for(daemon.communicate(), 60)
+    finally:
+        if daemon.returncode is None:
+            daemon.kill()
+            await daemon.wait()
+    out = raw.decode()
+    assert daemon.returncode == 0
+    passes = [json.loads(line) for line in out.splitlines() if line.strip()]
+    # The first pass saw the bookie missing but not yet for --lost-after: nothing repaired.
+    assert passes[0]["missing_bookies"] == [lost] and passes[0]["repaired"] == []
+    assert sum(len(p["repaired"]) for p in passes) == 1

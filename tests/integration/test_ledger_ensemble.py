@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 import walog.aio as aio
+from tests.integration.waiting import eventually
 from walog.errors import BookieUnavailableError, NotEnoughBookiesError
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.ledger.durability import Durability
@@ -37,18 +37,6 @@ async def _holders(
     return held
 
 
-async def _eventually(check: Callable[[], Awaitable[None]]) -> None:
-    """Retry an async assertion: copies beyond the ack quorum may still be in flight."""
-    async for attempt in AsyncRetrying(
-        stop=stop_after_delay(15),
-        wait=wait_fixed(0.05),
-        retry=retry_if_exception_type(AssertionError),
-        reraise=True,
-    ):
-        with attempt:
-            await check()
-
-
 async def test_entries_are_striped_over_write_quorums_as_in_seed_000(
     fresh_cluster: LocalCluster, client: aio.AsyncClient
 ) -> None:
@@ -72,7 +60,7 @@ async def test_entries_are_striped_over_write_quorums_as_in_seed_000(
             held = await _holders(client, ensemble, writer.ledger_id, entry_id)
             assert held == quorum, f"entry {entry_id}: held by {held}, write quorum {quorum}"
 
-    await _eventually(check)
+    await eventually(check)
 
 
 @pytest.mark.parametrize("ack_quorum", [2, 3])
@@ -117,7 +105,7 @@ async def test_killed_bookie_is_replaced_and_no_acked_entry_is_lost(
             held = await _holders(client, ensemble, writer.ledger_id, entry_id)
             assert held == {0, 1, 2}, f"entry {entry_id} held by {held}"
 
-    await _eventually(check)
+    await eventually(check)
     reply = await client.ctx.pool.get(replacement).read(writer.ledger_id, change_at, 599)
     assert reply.status is Status.OK
     assert len(reply.entries) == 600 - change_at
@@ -246,7 +234,7 @@ async def test_an_unreplaceable_index_is_replaced_once_a_bookie_is_available_aga
         await writer.append(b"after")
         assert joined in writer.metadata.last_ensemble
 
-    await _eventually(moved)
+    await eventually(moved)
     metadata = await client.ledger_metadata(writer.ledger_id)
     _, last_ensemble = metadata.ensembles[-1]
     assert dead not in last_ensemble and joined in last_ensemble

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -92,8 +94,12 @@ async def _run(args: argparse.Namespace) -> int:
             report = await recover(client.ctx, passwords=passwords)
             _print(report, args.json)
             return 1 if report.unrepairable else 0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
         missing_since: dict[str, float] = {}
-        while True:
+        while not stop.is_set():
             now = time.monotonic()
             report = await recover(
                 client.ctx,
@@ -103,7 +109,9 @@ async def _run(args: argparse.Namespace) -> int:
             # Bookies back in service start their clock over when they go missing again.
             missing_since = {b: missing_since.get(b, now) for b in report.missing}
             _print(report, args.json)
-            await asyncio.sleep(args.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.interval)
+        return 0  # stopped by SIGTERM or SIGINT, between passes
     finally:
         await client.close()
 
@@ -122,8 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WalogError, ValueError, OSError) as exc:
         print(f"walog autorecovery: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 0
 
 
 __all__ = ["main"]
