@@ -393,55 +393,53 @@ def test_mutual_tls_requires_a_client_certificate(tmp_path: Path, certificates: 
         bookie.stop_quietly()
 
 
-async def test_sigterm_answers_held_long_polls_at_once(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _draining_bookie(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[BookieProcess, pb_grpc.BookieAsyncStub]]:
+    """A bookie with a long drain timeout and a stub to it; after the body, the bookie must
+    have exited 0 (the body sends it SIGTERM)."""
     bookie = BookieProcess(
         tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db", extra_args=["--drain-timeout", "30"]
     )
     try:
         bookie.start().wait_ready()
         async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
-            stub = pb_grpc.BookieStub(channel)
-            await send_frames(stub, [pb.AddFrame(batches=[make_add(14, 0, b"x")])])
-            call = stub.Read(
-                pb.ReadRequest(
-                    ledger_id=14,
-                    first_entry_id=1,
-                    last_entry_id=1,
-                    previous_lac=5,
-                    long_poll_timeout_ms=120_000,
-                )
-            )
-            # The poll is held (LAC -1 <= 5) until the bookie is told to stop; it is answered
-            # then, long before either the poll's or the drain's timeout.
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(call), timeout=1.0)
-            bookie.signal(signal.SIGTERM)
-            reply = await asyncio.wait_for(call, timeout=15)
-            assert (reply.status, reply.lac) == (pb.OK, -1)
+            yield bookie, pb_grpc.BookieAsyncStub(channel)
         assert await asyncio.to_thread(bookie.wait) == 0
     finally:
         bookie.stop_quietly()
+
+
+async def test_sigterm_answers_held_long_polls_at_once(tmp_path: Path) -> None:
+    async with _draining_bookie(tmp_path) as (bookie, stub):
+        await send_frames(stub, [pb.AddFrame(batches=[make_add(14, 0, b"x")])])
+        call = stub.Read(
+            pb.ReadRequest(
+                ledger_id=14,
+                first_entry_id=1,
+                last_entry_id=1,
+                previous_lac=5,
+                long_poll_timeout_ms=120_000,
+            )
+        )
+        # The poll is held (LAC -1 <= 5) until the bookie is told to stop; it is answered
+        # then, long before either the poll's or the drain's timeout.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(call), timeout=1.0)
+        bookie.signal(signal.SIGTERM)
+        reply = await asyncio.wait_for(call, timeout=15)
+        assert (reply.status, reply.lac) == (pb.OK, -1)
 
 
 async def test_sigterm_ends_lac_watches_at_once(tmp_path: Path) -> None:
-    bookie = BookieProcess(
-        tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db", extra_args=["--drain-timeout", "30"]
-    )
-    try:
-        bookie.start().wait_ready()
-        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
-            stub = pb_grpc.BookieStub(channel)
-            call = stub.WatchLac(
-                pb.WatchLacRequest(ledger_id=14, previous_lac=5, heartbeat_ms=120_000)
-            )
-            read = asyncio.ensure_future(call.read())
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(read), timeout=1.0)
-            bookie.signal(signal.SIGTERM)
-            # The watch is answered once more and ends, long before the drain timeout.
-            reply = await asyncio.wait_for(read, timeout=15)
-            assert (reply.status, reply.lac) == (pb.OK, -1)
-            assert await asyncio.wait_for(call.read(), timeout=15) is grpc.aio.EOF
-        assert await asyncio.to_thread(bookie.wait) == 0
-    finally:
-        bookie.stop_quietly()
+    async with _draining_bookie(tmp_path) as (bookie, stub):
+        call = stub.WatchLac(pb.WatchLacRequest(ledger_id=14, previous_lac=5, heartbeat_ms=120_000))
+        read = asyncio.ensure_future(call.read())
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(read), timeout=1.0)
+        bookie.signal(signal.SIGTERM)
+        # The watch is answered once more and ends, long before the drain timeout.
+        reply = await asyncio.wait_for(read, timeout=15)
+        assert (reply.status, reply.lac) == (pb.OK, -1)
+        assert await asyncio.wait_for(call.read(), timeout=15) is grpc.aio.EOF
