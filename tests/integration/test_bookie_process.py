@@ -405,7 +405,8 @@ async def _draining_bookie(
     try:
         bookie.start().wait_ready()
         async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
-            yield bookie, pb_grpc.BookieAsyncStub(channel)
+            stub: pb_grpc.BookieAsyncStub = pb_grpc.BookieStub(channel)  # type: ignore[assignment]
+            yield bookie, stub
         assert await asyncio.to_thread(bookie.wait) == 0
     finally:
         bookie.stop_quietly()
