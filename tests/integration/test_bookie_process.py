@@ -405,7 +405,7 @@ async def _draining_bookie(
     try:
         bookie.start().wait_ready()
         async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
-            stub: pb_grpc.BookieAsyncStub = pb_grpc.BookieStub(channel)  # type: ignore[assignment]
+            stub: pb_grpc.BookieAsyncStub = pb_grpc.BookieStub(channel)
             yield bookie, stub
         assert await asyncio.to_thread(bookie.wait) == 0
     finally:
