@@ -239,5 +239,9 @@ async def test_an_unreplaceable_index_is_replaced_once_a_bookie_is_available_aga
     _, last_ensemble = metadata.ensembles[-1]
     assert dead not in last_ensemble and joined in last_ensemble
     entry = await writer.append(b"three copies again")
-    assert await _holders(client, last_ensemble, writer.ledger_id, entry) == {0, 1, 2}
+
+    async def three_copies() -> None:  # the third may still be in flight after the ack
+        assert await _holders(client, last_ensemble, writer.ledger_id, entry) == {0, 1, 2}
+
+    await eventually(three_copies)
     await writer.close()
