@@ -33,6 +33,7 @@ from bookie.registration import Registration
 from bookie.server import BookieServer
 from walog import __version__
 from walog.errors import WalogError
+from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.store import MetadataStore
 
@@ -211,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bookie`` and ``walog bookie``; returns the exit status."""
     config, level = parse_config(argv)
     configure_logging(level, bookie_id=config.bookie_id)
+    keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
     try:
         asyncio.run(run(config))
     except (WalogError, OSError, ValueError) as exc:

@@ -29,6 +29,7 @@ from walog.ledger.writer import AsyncLedgerWriter
 from walog.log.log import AsyncLog, delete_log, list_log_names, open_log
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.writer import LedgerOptions, LogWriterConfig
+from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
@@ -58,6 +59,8 @@ async def connect(
         walog.errors.MetadataError: the metadata store cannot be reached.
     """
     config = config or ClientConfig()
+    if config.keep_freed_memory:
+        keep_freed_memory()
     pool = GrpcBookiePool(config, tls=tls, auth_token=auth_token)
     store = await open_store(metadata_uri, timeout=timeout)
     return AsyncClient(LedgerContext(store, pool, config))

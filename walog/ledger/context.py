@@ -46,6 +46,9 @@ class ClientConfig:
     """At most this many adds per frame sent to one bookie."""
     max_frame_bytes: int = 4 * 1024 * 1024
     """A frame is sent once it holds this many payload bytes."""
+    keep_freed_memory: bool = True
+    """Make glibc's malloc keep freed memory for the next frame instead of returning it to
+    the kernel (process-wide, see :mod:`walog.memory`); False leaves the allocator alone."""
 
     def __post_init__(self) -> None:
         if self.max_entry_bytes <= 0:
