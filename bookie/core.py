@@ -56,7 +56,6 @@ from walog.transport.packing import ENTRY_HEADER
 
 _log = structlog.get_logger(__name__)
 
-_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (hot path)
 
 _MIB = 1024 * 1024
 _BACKPRESSURE_FACTOR = 2  # adds wait for a running checkpoint above this x write_cache_bytes
@@ -326,7 +325,7 @@ class BookieCore:
             entry_id, entry_lac, digest, data = entry
             if entry_id <= highest and self._has_entry(state, entry_id):
                 continue
-            cache.put(ledger_id, entry_id, _new_tuple(CachedEntry, (entry_lac, digest, data)))
+            cache.put(ledger_id, entry_id, (entry_lac, digest, data))
             stored.append(entry)
             if entry_id > highest:
                 highest = entry_id
@@ -490,10 +489,11 @@ class BookieCore:
         while entry_id <= last and not damaged:
             cached = self._cached(ledger_id, entry_id)
             if cached is not None:
-                if records and size + len(cached.data) > max_bytes:
+                lac, digest, data = cached
+                if records and size + len(data) > max_bytes:
                     break
-                records.append(StoredRecord(entry_id, cached.lac, cached.data, cached.digest))
-                size += len(cached.data)
+                records.append(StoredRecord(entry_id, lac, data, digest))
+                size += len(data)
                 entry_id += 1
                 continue
             if entry_id > state.last_entry_id or self._storage is None:

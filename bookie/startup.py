@@ -26,7 +26,7 @@ from bookie.config import StorageConfig
 from bookie.journal import JournalMark, StorageIOError, fsync_dir, journal_files, replay
 from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
-from bookie.storage import CachedEntry, EntryStorage, WriteCache
+from bookie.storage import EntryStorage, WriteCache
 from walog.digest import entry_digest
 from walog.transport.packing import unpack_entries
 
@@ -184,7 +184,7 @@ def _apply_entry(
         return
     in_index = ledger_id not in loaded.deleted and loaded.storage.contains(ledger_id, entry_id)
     if not in_index:
-        loaded.cache.put(ledger_id, entry_id, CachedEntry(lac, digest, data))
+        loaded.cache.put(ledger_id, entry_id, (lac, digest, data))
     state.note_entry(entry_id)
     state.raise_lac(lac)
     if volatile:

@@ -80,12 +80,10 @@ class StoredRecord(NamedTuple):
     digest: int
 
 
-class CachedEntry(NamedTuple):
-    """An entry held in the write cache."""
-
-    lac: int
-    digest: int
-    data: bytes
+CachedEntry = tuple[int, int, bytes]
+"""An entry held in the write cache: ``(lac, digest, data)``. A plain tuple, not a named
+one: the garbage collector stops tracking a tuple of ints and bytes after one pass, so a
+write cache of a hundred thousand entries costs full collections nothing."""
 
 
 class Location(NamedTuple):
@@ -110,7 +108,7 @@ class WriteCache:
         if entry_id in entries:
             return False
         entries[entry_id] = entry
-        self.bytes += len(entry.data) + _RECORD.size
+        self.bytes += len(entry[2]) + _RECORD.size
         self.count += 1
         return True
 
@@ -123,7 +121,7 @@ class WriteCache:
         """Forget a ledger's entries."""
         entries = self.ledgers.pop(ledger_id, None)
         if entries:
-            self.bytes -= sum(len(e.data) + _RECORD.size for e in entries.values())
+            self.bytes -= sum(len(e[2]) + _RECORD.size for e in entries.values())
             self.count -= len(entries)
 
 
@@ -453,12 +451,11 @@ class EntryStorage:
         """Buffer the entry's record; returns its ``(log id, offset, length)``."""
         if self._write_fd < 0 or self._write_offset >= self._log_bytes_limit:
             self._roll()
-        self._pending.append(
-            _RECORD.pack(len(entry.data), ledger_id, entry_id, entry.lac, entry.digest)
-        )
-        self._pending.append(entry.data)
+        lac, digest, data = entry
+        self._pending.append(_RECORD.pack(len(data), ledger_id, entry_id, lac, digest))
+        self._pending.append(data)
         offset = self._write_offset
-        length = _RECORD.size + len(entry.data)
+        length = _RECORD.size + len(data)
         self._write_offset += length
         self._pending_bytes += length
         if self._pending_bytes >= _WRITE_CHUNK_BYTES:
@@ -602,7 +599,7 @@ class EntryStorage:
                         continue  # a damaged row stays where it is (its reads fail)
                     record = self._read_one({}, ledger_id, entry_id, Location(*found))
                     if record is not None:
-                        cached = CachedEntry(record.lac, record.digest, record.data)
+                        cached = (record.lac, record.digest, record.data)
                         moved.append((ledger_id, entry_id, cached))
         self._write(moved, {}, self._mark, repoint=True)
         self._drop_log(log_id)

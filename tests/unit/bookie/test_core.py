@@ -16,7 +16,7 @@ import pytest
 
 from bookie.journal import JournalMark, StorageIOError, journal_file
 from bookie.ledgers import LedgerState
-from bookie.storage import CachedEntry, EntryStorage
+from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
 from walog.digest import entry_digest
 from walog.ledger.durability import Durability
@@ -287,16 +287,14 @@ def test_index_summary_counts_rows_and_the_highest_entry_per_ledger(tmp_path: Pa
     storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
     ledgers = (1, 3, (1 << 63) - 1)
     entries = [
-        (ledger_id, entry_id, CachedEntry(-1, 0, b"x"))
+        (ledger_id, entry_id, (-1, 0, b"x"))
         for ledger_id in ledgers
         for entry_id in range(ledger_id % 7 + 1)
     ]
     states = {ledger_id: LedgerState(ledger_id, KEY).to_bytes() for ledger_id in ledgers}
     storage.checkpoint(entries, states, JournalMark(0, 0))
     # A duplicate row keeps the first copy and is not counted again.
-    storage.checkpoint(
-        [(1, 1, CachedEntry(-1, 0, b"y")), (1, 9, CachedEntry(-1, 0, b"z"))], {}, JournalMark(0, 0)
-    )
+    storage.checkpoint([(1, 1, (-1, 0, b"y")), (1, 9, (-1, 0, b"z"))], {}, JournalMark(0, 0))
     summaries = [storage.index_summary(n) for n in (0, 1, 2, 3, 4, (1 << 63) - 1)]
     assert [(s.rows, s.last) for s in summaries] == [
         (0, -1),
