@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+import walog.aio
 from walog.digest import entry_digest, master_key
 from walog.errors import BookieUnavailableError
 from walog.ledger.context import ClientConfig, Timeouts
@@ -17,6 +18,7 @@ from walog.testing import LocalCluster
 from walog.transport import add_stream, wire
 from walog.transport.base import Status
 from walog.transport.grpc import GrpcBookiePool
+from walog.transport.packing import unpack_entries
 
 KEY = master_key(b"")
 CONFIG = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))
@@ -117,3 +119,29 @@ def _retrying() -> AsyncRetrying:
         retry=retry_if_exception_type(BookieUnavailableError),
         reraise=True,
     )
+
+
+async def test_the_appends_of_one_turn_reach_each_bookie_as_one_batch_in_entry_order(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # E == Qw: each entry's write set lists the same bookies in another order; the adds must
+    # still travel as one run per bookie (a bookie stores an in-order run without lookups).
+    frames: list[list[int]] = []
+    build = wire.build_frame
+
+    def recording(*args: Any) -> Any:
+        frame, sent = build(*args)
+        frames.append([e[0] for b in frame.batches for e in unpack_entries(b.entries)[0]])
+        return frame, sent
+
+    monkeypatch.setattr(add_stream, "build_frame", recording)
+    client = await walog.aio.connect(cluster.metadata_uri, config=CONFIG)
+    try:
+        writer = await client.create_ledger(3, 3, 2)
+        appends = [writer.append_nowait(b"x") for _ in range(30)]
+        assert await asyncio.gather(*appends) == list(range(30))
+        await writer.close()
+    finally:
+        await client.close()
+    adds = [ids for ids in frames if ids]
+    assert adds == [list(range(30))] * 3

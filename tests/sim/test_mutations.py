@@ -33,7 +33,14 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
     "log_fences_only_last_ledger": (
         "log_duel",
         300,
-        {"log_record_lost", "log_reader_skipped", "log_writers_overlap", "log_order", "stalled"},
+        {
+            "log_record_lost",
+            "log_reader_skipped",
+            "log_writers_overlap",
+            "log_order",
+            "log_readers_disagree",
+            "stalled",
+        },
     ),
     "close_while_in_recovery": (
         "recovery_races_writer",

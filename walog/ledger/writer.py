@@ -170,8 +170,11 @@ class AsyncLedgerWriter:
         self._ensemble = list(metadata.last_ensemble)
         self._clients = [ctx.pool.get(b) for b in self._ensemble]  # by ensemble index
         self._on_replies = self._reply_handlers()  # by ensemble index
-        # Write quorums repeat every E entries (seed 000): entry e uses _write_sets[e % E].
-        self._write_sets = [tuple(write_set(i, self._e, self._qw)) for i in range(self._e)]
+        # Write quorums repeat every E entries (seed 000): entry e goes to the ensemble
+        # indexes set in _write_masks[e % E].
+        self._write_masks = [
+            sum(1 << index for index in write_set(i, self._e, self._qw)) for i in range(self._e)
+        ]
 
         self._next_entry_id = 0
         self._completed = -1  # highest entry completed (acked by Qa, all lower completed)
@@ -289,25 +292,24 @@ class AsyncLedgerWriter:
         """Send each add to every index of its write quorum that is healthy and neither
         acknowledged it nor was sent it since its bookie joined: packed once per set of
         indexes, one call per bookie."""
-        skip = self._failed.keys() | self._unreplaceable
         e = self._e
-        write_sets = self._write_sets
-        # With E == Qw and a healthy ensemble every add goes to the same indexes: one group.
-        groups: dict[tuple[int, ...], list[PendingAdd]] = {}
+        masks = self._write_masks
+        skip = 0
+        for index in self._failed.keys() | self._unreplaceable:
+            skip |= 1 << index
+        # Grouped by the set of indexes (a bit mask), not by the write set's order: with
+        # E == Qw and a healthy ensemble every add goes to the same indexes, so the adds of a
+        # turn stay one group in entry order (bookies store in-order runs without lookups).
+        groups: dict[int, list[PendingAdd]] = {}
         for add in adds:
-            done = add.acked | add.sent
-            targets = tuple(
-                i for i in write_sets[add.entry_id % e] if not done >> i & 1 and i not in skip
-            )
-            if targets:
-                groups.setdefault(targets, []).append(add)
+            mask = masks[add.entry_id % e] & ~(add.acked | add.sent | skip)
+            if mask:
+                groups.setdefault(mask, []).append(add)
         config = self._ctx.config
-        for targets, group in groups.items():
-            sent = 0
-            for index in targets:
-                sent |= 1 << index
+        for mask, group in groups.items():
             for add in group:
-                add.sent |= sent
+                add.sent |= mask
+            targets = [i for i in range(e) if mask >> i & 1]
             for packed in PackedEntries.chunks(
                 group, max_entries=config.max_frame_entries, max_bytes=config.max_frame_bytes
             ):
