@@ -23,6 +23,7 @@ share one status, the entries it answers.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -138,6 +139,7 @@ class AddStream:
         service = self._service
         stats = service.stats
         admission = service.admission
+        received = time.monotonic()
         for batch in frame.batches:
             ledger_id = batch.ledger_id
             blob = batch.entries
@@ -153,7 +155,7 @@ class AddStream:
                 self._answer(batch, (), Status.TOO_MANY_REQUESTS, -1)
                 continue
             self._on_write(ledger_id)
-            self._track(self._add(batch, blob, entries))
+            self._track(self._add(batch, blob, entries, received))
         for lac in frame.lacs:
             if lac.ledger_id < 0 or lac.lac < -1:
                 stats.bad_requests += 1
@@ -199,7 +201,9 @@ class AddStream:
         )
         self._wake.set()
 
-    async def _add(self, batch: pb.AddBatch, blob: bytes, entries: list[PackedEntry]) -> None:
+    async def _add(
+        self, batch: pb.AddBatch, blob: bytes, entries: list[PackedEntry], received: float
+    ) -> None:
         ledger_id = batch.ledger_id
         try:
             answers = await self._core.add_batch(
@@ -226,6 +230,7 @@ class AddStream:
                     stats.bad_requests += len(entry_ids)
                     log.warning("bad adds", ledger_id=ledger_id, entry_ids=entry_ids[:8])
             self._answer(batch, () if whole else entry_ids, status, last_add_synced)
+        self._core.latencies.record("add", time.monotonic() - received)
 
     def _update_lac(self, lac: pb.LacUpdate) -> None:
         try:

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hmac
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -50,6 +51,7 @@ from bookie.startup import load_store
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog._sync import name_os_thread
 from walog.digest import entry_digest
+from walog.latency import StageLatencies
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
 from walog.transport.packing import ENTRY_HEADER
@@ -86,6 +88,8 @@ class BookieCore:
         """Use :meth:`open`."""
         self.config = config
         self.stats = BookieStats()
+        self.latencies = StageLatencies()
+        """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
         self._states: dict[int, LedgerState] = {}
         # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
         # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
@@ -581,6 +585,13 @@ class BookieCore:
         """
         if error is not None:
             return
+        if report.record_count:
+            latencies = self.latencies
+            latencies.record("journal_queue", report.started - report.enqueued)
+            latencies.record("journal_write", report.written - report.started)
+            if report.synced:
+                latencies.record("journal_sync", report.done - report.written)
+            latencies.record("journal_callback", time.monotonic() - report.done)
         self.stats.journal_groups = report.group_no
         self.stats.journal_syncs = report.sync_no
         self.stats.journal_bytes += report.byte_count

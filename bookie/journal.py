@@ -70,6 +70,10 @@ class GroupReport:
         tags: The tags given to :meth:`Journal.append` for the group's records, in order.
         record_count: Records in the group (0 for a timer-driven sync of earlier records).
         byte_count: Framed bytes written.
+        enqueued: When the group's oldest record was queued (``time.monotonic``).
+        started: When the journal thread started on the group.
+        written: When its write returned.
+        done: When its sync returned (``written`` when it was not synced).
     """
 
     group_no: int
@@ -79,6 +83,10 @@ class GroupReport:
     tags: list[object]
     record_count: int
     byte_count: int
+    enqueued: float = 0.0
+    started: float = 0.0
+    written: float = 0.0
+    done: float = 0.0
 
 
 GroupListener = Callable[[GroupReport, BaseException | None], None]
@@ -413,6 +421,7 @@ class Journal:
         return items
 
     def _commit(self, items: list[_Item]) -> None:
+        started = time.monotonic()
         if self._failed is not None:
             self._fail(items, self._failed)
             return
@@ -449,15 +458,15 @@ class Journal:
                 item.end = JournalMark(self._file_seq, self._offset + end)
             view = memoryview(buffer)
             while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+                view = view[os.write(self._fd, view) :]
             self._offset += len(buffer)
             self._unsynced_bytes += len(buffer)
+            written = done = time.monotonic()
             if must_sync:
                 os.fdatasync(self._fd)
                 self.syncs += 1
                 self._unsynced_bytes = 0
-                self._last_sync = time.monotonic()
+                self._last_sync = done = time.monotonic()
         except OSError as exc:
             failure = StorageIOError(f"journal file {self._file_seq} failed: {exc}")
             failure.__cause__ = exc
@@ -475,6 +484,10 @@ class Journal:
             tags=[item.tag for item in items if item.tag is not None],
             record_count=sum(1 for item in items if item.parts),
             byte_count=len(buffer),
+            enqueued=items[0].enqueued if items else started,
+            started=started,
+            written=written,
+            done=done,
         )
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._complete, report, items, None)

@@ -300,6 +300,10 @@ class BookieService(pb_grpc.BookieServicer):
             max_entry_bytes=self.config.max_entry_bytes,
             journal_syncs=int(core_stats.journal_syncs),
             journal_groups=int(core_stats.journal_groups),
+            latencies=[
+                pb.StageLatency(stage=stage, counts=counts)
+                for stage, counts in self.core.latencies.counts.items()
+            ],
         )
 
     async def ListLedgers(

@@ -1,5 +1,5 @@
 """The bookie process: registration and clean shutdown, bad input on the port and on the
-command line, bearer tokens, metrics, GC of deleted ledgers."""
+command line, bearer tokens, metrics, add latency by stage, GC of deleted ledgers."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tests.integration.bookies import (
     make_add,
     send_frames,
 )
+from walog.latency import STAGES, percentile_us
 from walog.metadata import open_store
 from walog.metadata.layout import bookie_path, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
@@ -444,3 +445,27 @@ async def test_sigterm_ends_lac_watches_at_once(tmp_path: Path) -> None:
         reply = await asyncio.wait_for(read, timeout=15)
         assert (reply.status, reply.lac) == (pb.OK, -1)
         assert await asyncio.wait_for(call.read(), timeout=15) is grpc.aio.EOF
+
+
+async def test_info_reports_where_add_time_goes_by_stage(bookie: BookieProcess) -> None:
+    async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+        stub = pb_grpc.BookieStub(channel)
+
+        async def counts() -> dict[str, list[int]]:
+            info = await stub.Info(pb.InfoRequest(), timeout=10)
+            return {s.stage: list(s.counts) for s in info.latencies}
+
+        before = await counts()
+        ledger_id = 40_000_000 + uuid.uuid4().int % 1_000_000
+        for entry_id in range(5):  # one frame, one journal group, one sync at a time
+            await send_frames(stub, [pb.AddFrame(batches=[make_add(ledger_id, entry_id, b"x")])])
+        after = await counts()
+    assert set(after) == set(STAGES)
+    spent = {
+        stage: [a - b for a, b in zip(after[stage], before[stage], strict=True)] for stage in STAGES
+    }
+    assert all(sum(spent[stage]) >= 5 for stage in STAGES), spent
+    # An add's time covers its sync.
+    add_p50, sync_p50 = percentile_us(spent["add"], 50), percentile_us(spent["journal_sync"], 50)
+    assert add_p50 is not None and sync_p50 is not None
+    assert add_p50 >= sync_p50 > 1

@@ -589,6 +589,7 @@ class InfoResponse(_message.Message):
     MAX_ENTRY_BYTES_FIELD_NUMBER: _builtins.int
     JOURNAL_SYNCS_FIELD_NUMBER: _builtins.int
     JOURNAL_GROUPS_FIELD_NUMBER: _builtins.int
+    LATENCIES_FIELD_NUMBER: _builtins.int
     bookie_id: _builtins.str
     instance_id: _builtins.str
     read_only: _builtins.bool
@@ -600,6 +601,8 @@ class InfoResponse(_message.Message):
     """fdatasync calls on the journal since start"""
     journal_groups: _builtins.int
     """group commits since start"""
+    @_builtins.property
+    def latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageLatency]: ...
     def __init__(
         self,
         *,
@@ -612,14 +615,42 @@ class InfoResponse(_message.Message):
         max_entry_bytes: _builtins.int = ...,
         journal_syncs: _builtins.int = ...,
         journal_groups: _builtins.int = ...,
+        latencies: _abc.Iterable[Global___StageLatency] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookie_id", b"bookie_id", "free_disk_bytes", b"free_disk_bytes", "instance_id", b"instance_id", "journal_groups", b"journal_groups", "journal_syncs", b"journal_syncs", "max_entry_bytes", b"max_entry_bytes", "read_only", b"read_only", "total_disk_bytes", b"total_disk_bytes", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookie_id", b"bookie_id", "free_disk_bytes", b"free_disk_bytes", "instance_id", b"instance_id", "journal_groups", b"journal_groups", "journal_syncs", b"journal_syncs", "latencies", b"latencies", "max_entry_bytes", b"max_entry_bytes", "read_only", b"read_only", "total_disk_bytes", b"total_disk_bytes", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InfoResponse: _TypeAlias = InfoResponse  # noqa: Y015
+
+@_typing.final
+class StageLatency(_message.Message):
+    """Where add time goes on a bookie: one histogram per stage (walog/latency.py names them)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Cumulative counts since start; bucket 0: under 1 us, bucket i: [2^((i-1)/4), 2^(i/4)) us."""
+
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        counts: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "stage", b"stage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageLatency: _TypeAlias = StageLatency  # noqa: Y015
 
 @_typing.final
 class ListLedgersRequest(_message.Message):
