@@ -96,6 +96,12 @@ def _results() -> dict[str, Any]:
         "recovery_s": 0.2,
         "recovery": [{"entries": 10, "seconds": 0.1}, {"entries": 100, "seconds": 0.2}],
         "grpc_echo_eps": {"1": 5000, "10": 40000},
+        "grpc_rtt_p50_us": 150.0,
+        "fsync_floor_us": 200.0,
+        "append_stages": {
+            "journal_sync": {"p50_us": 210.0, "p99_us": 400.0},
+            "add": {"p50_us": 300.0, "p99_us": 900.0},
+        },
         "skipped": {"etcd": "etcd is not installed"},
         "command": "walog bench --quick",
         "started_utc": "2026-01-01 00:00:00",
@@ -134,6 +140,8 @@ def test_report_writes_markdown_plots_and_json(tmp_path: Path) -> None:
     write_report(_results(), report)
     text = report.read_text()
     assert "walog bench --quick" in text and "| 100 | 0.200 |" in text
+    assert "| journal fdatasync | 0.210 | 0.400 |" in text
+    assert "The remaining 0.200 ms of the p50 is outside the bookies' add handling" in text
     for name in ("bench-throughput.png", "bench-latency.png", "bench-recovery.png"):
         assert (tmp_path / "docs" / "img" / name).stat().st_size > 0
         assert f"img/{name}" in text
@@ -145,6 +153,9 @@ def test_only_runs_the_chosen_scenarios(capsys: pytest.CaptureFixture[str]) -> N
     assert status == 0
     results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert results["append_p50_ms"] > 0 and results["append_latency_samples"] > 0
+    stages = results["append_stages"]
+    assert stages.keys() >= {"journal_queue", "journal_sync", "add"}
+    assert stages["add"]["p50_us"] >= stages["journal_sync"]["p50_us"] > 0
     assert not results.keys() & {"ledger_append_eps", "tail_lag_p99_ms", "recovery_s"}
     assert "bookie_restart_s" not in results
 

@@ -226,11 +226,12 @@ class _Run:
             r["ledger_append_volatile_eps"] = round(rate.per_second)
         if "latency" in only:
             with self.bar("append, one in flight") as tick:
-                latency = self.aio(lambda c: scenarios.append_latency(c, seconds, progress=tick))
-            summary = latency.summary()
+                measured = self.aio(lambda c: scenarios.append_latency(c, seconds, progress=tick))
+            summary = measured.latency.summary()
             r["append_p50_ms"], r["append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
             r["append_p999_ms"] = summary["p999_ms"]
             r["append_latency_samples"] = int(summary["count"])
+            r["append_stages"] = measured.stages
         if "log" in only:
             with self.bar("log append 100 B records", unit="rec") as tick, self.cpu() as cpu:
                 rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))

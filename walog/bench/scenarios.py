@@ -24,8 +24,10 @@ import walog.aio
 from walog.aio import AsyncClient
 from walog.bench.stats import Latency, Rate, payload
 from walog.errors import WalogError
+from walog.latency import percentile_us
 from walog.ledger.durability import Durability
 from walog.log.position import Position
+from walog.transport.grpc import GrpcBookieClient
 
 Progress = Callable[[int], None]
 """Called with a count of operations just completed (drives a progress bar)."""
@@ -97,21 +99,63 @@ async def ledger_append(
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
 
 
+@dataclasses.dataclass(frozen=True)
+class AppendLatency:
+    """One append in flight: its latency, and the bookies' share of it by stage."""
+
+    latency: Latency
+    stages: dict[str, dict[str, float]]
+    """Stage (walog/latency.py) -> ``p50_us`` and ``p99_us`` over the scenario, the
+    bookies' adds pooled; empty when the bookies report none."""
+
+
 async def append_latency(
     client: AsyncClient, seconds: float, progress: Progress = _noop
-) -> Latency:
+) -> AppendLatency:
     """One 1 KiB append in flight at a time on a PERSISTENT E3/Qw3/Qa2 ledger."""
     data = payload(ENTRY_BYTES)
     latency = Latency()
     async with await client.create_ledger(*ENSEMBLE) as writer:
         for _ in range(20):  # warm the streams to every bookie
             await writer.append(data)
+        before = await stage_counts(client)
         deadline = time.perf_counter() + seconds
         while (now := time.perf_counter()) < deadline:
             await writer.append(data)
             latency.record(time.perf_counter() - now)
             progress(1)
-    return latency
+        # The adds beyond the ack quorum may still be on their way: wait for them.
+        await asyncio.sleep(0.1)
+        after = await stage_counts(client)
+    return AppendLatency(latency, stage_percentiles(before, after))
+
+
+async def stage_counts(client: AsyncClient) -> dict[str, list[int]]:
+    """The add-stage histograms of every bookie (``Info``), summed."""
+    total: dict[str, list[int]] = {}
+    for bookie in await client.bookies():
+        connection = client.ctx.pool.get(bookie)
+        if not isinstance(connection, GrpcBookieClient):
+            continue
+        for stage in (await connection.info()).latencies:
+            counts = total.setdefault(stage.stage, [0] * len(stage.counts))
+            for index, count in enumerate(stage.counts):
+                counts[index] += count
+    return total
+
+
+def stage_percentiles(
+    before: dict[str, list[int]], after: dict[str, list[int]]
+) -> dict[str, dict[str, float]]:
+    """p50 and p99 (us) of each stage between two :func:`stage_counts` snapshots."""
+    out: dict[str, dict[str, float]] = {}
+    for stage, counts in after.items():
+        earlier = before.get(stage, [0] * len(counts))
+        spent = [a - b for a, b in zip(counts, earlier, strict=True)]
+        p50, p99 = percentile_us(spent, 50), percentile_us(spent, 99)
+        if p50 is not None and p99 is not None:
+            out[stage] = {"p50_us": round(p50, 1), "p99_us": round(p99, 1)}
+    return out
 
 
 async def log_append(
