@@ -14,6 +14,7 @@ import walog.aio
 from walog.digest import entry_digest, master_key
 from walog.errors import BookieUnavailableError
 from walog.ledger.context import ClientConfig, Timeouts
+from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
 from walog.transport import add_stream, wire
 from walog.transport.base import Status
@@ -131,7 +132,8 @@ async def test_the_appends_of_one_turn_reach_each_bookie_as_one_batch_in_entry_o
 
     def recording(*args: Any) -> Any:
         frame, sent = build(*args)
-        frames.append([e[0] for b in frame.batches for e in unpack_entries(b.entries)[0]])
+        batches = pb.AddFrame.FromString(frame).batches
+        frames.append([e[0] for b in batches for e in unpack_entries(b.entries)[0]])
         return frame, sent
 
     monkeypatch.setattr(add_stream, "build_frame", recording)

@@ -1,27 +1,27 @@
 """One client's ``Add`` stream to one bookie: batched frames out, matched replies in.
 
 Adds are packed as they are queued into batches of one ledger (one bytes field per batch,
-see ``AddBatch`` in the proto); batches, explicit LAC updates and forces are flushed as
-:class:`AddFrame` messages of up to ``max_frame_entries`` / ``max_frame_bytes`` whenever
-the stream can take a message: while one frame is being written, the next one fills up.
-There are no flush timers; Python pays per message, not per byte, so the batching comes
-from the stream's own back-pressure.
+see ``AddBatch`` in the proto; large batches are encoded once for all their bookies, see
+:class:`~walog.transport.wire.BatchEncoder`); batches, explicit LAC updates and forces are
+flushed as :class:`AddFrame` messages, encoded by hand, of up to ``max_frame_entries`` /
+``max_frame_bytes`` whenever the stream can take a message: while one frame is being
+written, the next one fills up. There are no flush timers; Python pays per message, not per
+byte, so the batching comes from the stream's own back-pressure.
 
-Each batch gets an id when it is sent; a reply names the batch and the entries of it that
-share one status (usually all of them), and goes straight to the batch's callback with
-their ids (forces are matched by request id). A resent entry travels in another batch, so
-each copy gets its own answer. A broken stream fails every request pending on it with
-:class:`BookieUnavailableError` (:class:`UnauthorizedError` for refused credentials); its
-owner opens a new stream for the next request. A request not answered within
-``timeouts.add`` seconds fails the stream (the bookie is stuck or gone); one timer per
-stream watches the oldest unanswered request, not one timer per add.
+Each batch has an id, unique in the client, by the time it is sent; a reply names the
+batch and the entries of it that share one status (usually all of them), and goes straight
+to the batch's callback with their ids (forces are matched by request id). A resent entry
+travels in another batch, so each copy gets its own answer. A broken stream fails every
+request pending on it with :class:`BookieUnavailableError` (:class:`UnauthorizedError` for
+refused credentials); its owner opens a new stream for the next request. A request not
+answered within ``timeouts.add`` seconds fails the stream (the bookie is stuck or gone); one
+timer per stream watches the oldest unanswered request, not one timer per add.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -34,6 +34,7 @@ from walog.proto import bookie_pb2 as pb
 from walog.transport.base import AddReply, BatchCallback, ForceReply
 from walog.transport.packing import PackedEntries
 from walog.transport.wire import (
+    BatchEncoder,
     PendingBatch,
     build_frame,
     queue_packed,
@@ -48,6 +49,7 @@ class StreamOwner(Protocol):
     bookie_id: str
     config: ClientConfig
     add_timeout: float
+    encoder: BatchEncoder
 
     def stream_broken(self, stream: AddStream) -> None:
         """Forget a broken stream."""
@@ -66,7 +68,6 @@ class AddStream:
         # Batches sent and not fully answered, by id, oldest first (dicts keep insertion
         # order): one not answered within ``timeouts.add`` fails the stream (the bookie).
         self._unanswered: dict[int, PendingBatch] = {}
-        self._batch_ids = itertools.count()
         self._force_waiters: dict[int, asyncio.Future[ForceReply]] = {}
         self._force_sent_at: dict[int, float] = {}
         self._watchdog: asyncio.TimerHandle | None = None
@@ -98,6 +99,7 @@ class AddStream:
             self._arm_watchdog(),
             config.max_frame_entries,
             config.max_frame_bytes,
+            self._client.encoder,
         )
         self._wake.set()
 
@@ -155,7 +157,7 @@ class AddStream:
                         self._forces,
                         config.max_frame_entries,
                         config.max_frame_bytes,
-                        self._batch_ids,
+                        self._client.encoder,
                     )
                     for batch in sent:
                         self._unanswered[batch.batch_id] = batch

@@ -42,9 +42,10 @@ from walog.transport.base import (
 )
 from walog.transport.credentials import TlsConfig, auth_metadata
 from walog.transport.packing import PackedEntries
-from walog.transport.wire import status_of, translate_rpc_error, verified_entries
+from walog.transport.wire import BatchEncoder, status_of, translate_rpc_error, verified_entries
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_ADD_METHOD = "/walog.bookie.v1.Bookie/Add"
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
 
 
@@ -72,10 +73,13 @@ class GrpcBookieClient(BookieClient):
         credentials: grpc.ChannelCredentials | None = None,
         server_name: str | None = None,
         auth_token: str | None = None,
+        encoder: BatchEncoder | None = None,
     ) -> None:
         self.bookie_id = bookie_id
         self.config = config
         self.add_timeout = config.timeouts.add
+        self.encoder = encoder or BatchEncoder()
+        """Numbers and encodes add batches; shared by the connections of a pool."""
         self._credentials = credentials
         self._server_name = server_name
         self._metadata = auth_metadata(auth_token)
@@ -112,8 +116,15 @@ class GrpcBookieClient(BookieClient):
     def _open_stream(self) -> AddStream:
         stream = self._stream
         if stream is None or stream.broken:
-            call = self._open_stub().Add(metadata=self._metadata)  # type: ignore[call-arg]
-            stream = self._stream = AddStream(self, call)
+            self._open_stub()
+            assert self._channel is not None
+            # Frames are encoded by the stream (walog/transport/wire.py): no serializer.
+            add = self._channel.stream_stream(
+                _ADD_METHOD,
+                request_serializer=None,
+                response_deserializer=pb.AddResponseFrame.FromString,
+            )
+            stream = self._stream = AddStream(self, add(metadata=self._metadata))  # type: ignore[call-arg]
         return stream
 
     def stream_broken(self, stream: AddStream) -> None:
@@ -379,6 +390,7 @@ class GrpcBookiePool(BookiePool):
         auth_metadata(auth_token)  # validate now, not on the first call
         self._auth_token = auth_token
         self._clients: dict[str, GrpcBookieClient] = {}
+        self._encoder = BatchEncoder()
         self._closed = False
 
     def get(self, bookie_id: str) -> GrpcBookieClient:
@@ -391,6 +403,7 @@ class GrpcBookiePool(BookiePool):
                 credentials=self._credentials,
                 server_name=self._server_name,
                 auth_token=self._auth_token,
+                encoder=self._encoder,
             )
             if self._closed:
                 client.closed = True  # every request fails: the pool is closed

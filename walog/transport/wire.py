@@ -7,7 +7,8 @@ No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.grpc` u
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Sequence
 
 import grpc
 import grpc.aio
@@ -24,15 +25,17 @@ log = get_logger("walog.transport")
 
 class PendingBatch:
     """Adds of one ledger for one callback waiting for a frame (see ``AddBatch``): packed
-    pieces in ``parts``, joined when the frame is built.
+    pieces in ``parts``, encoded when the frame is built; or, for a large batch, already
+    encoded (``encoded``) with its ``batch_id``, the same bytes for every bookie.
 
-    ``entry_ids`` are those not answered yet; ``batch_id`` is set when it is sent.
+    ``entry_ids`` are those not answered yet; ``batch_id`` is set by the time it is sent.
     """
 
     __slots__ = (
         "batch_id",
         "callback",
         "durability",
+        "encoded",
         "entry_ids",
         "ledger_id",
         "master_key",
@@ -61,6 +64,88 @@ class PendingBatch:
         self.entry_ids: list[int] = []
         self.size = 0
         self.batch_id = -1
+        self.encoded: bytes | None = None
+
+
+SHARED_BATCH_BYTES = 64 * 1024
+"""Packed adds with at least this much payload are encoded once, when first queued, and the
+same bytes are sent to every bookie of their write quorum; smaller ones wait on each stream
+to be merged with the next adds of their ledger."""
+
+_BATCHES_TAG = b"\x22"  # AddFrame.batches: field 4, length-delimited
+_ENTRIES_TAG = b"\x2a"  # AddBatch.entries: field 5, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_batch(
+    batch_id: int,
+    ledger_id: int,
+    master_key: bytes,
+    recovery: bool,
+    durability: int,
+    parts: Sequence[bytes],
+) -> bytes:
+    """An ``AddBatch`` as it travels inside an ``AddFrame`` (the frame's field 4), its
+    entries being ``parts`` joined: built by hand, so the payloads are copied once (protobuf
+    would copy them into the message and again out of it). Frames are such pieces and an
+    encoded ``AddFrame`` of LAC updates and forces, concatenated."""
+    head = pb.AddBatch(
+        ledger_id=ledger_id,
+        master_key=master_key,
+        recovery=recovery,
+        durability=durability,  # type: ignore[arg-type]
+        batch_id=batch_id,
+    ).SerializeToString()
+    size = sum(len(part) for part in parts)
+    length = _varint(size)
+    body = len(head) + len(_ENTRIES_TAG) + len(length) + size
+    return b"".join((_BATCHES_TAG, _varint(body), head, _ENTRIES_TAG, length, *parts))
+
+
+class BatchEncoder:
+    """Numbers add batches and encodes the large ones once for all their bookies.
+
+    Shared by the connections of a pool: batch ids are unique in the pool, so on every
+    stream. The writer queues the same packed adds on the stream of each bookie of their
+    write quorum in a row; :meth:`shared` encodes them for the first and hands the same bytes
+    to the others (it remembers the last packed adds only).
+    """
+
+    def __init__(self) -> None:
+        self._ids = itertools.count()
+        self._last: tuple[PackedEntries, tuple[int, bytes, bool, int], int, bytes] | None = None
+
+    def next_id(self) -> int:
+        """A batch id not given out before."""
+        return next(self._ids)
+
+    def shared(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        recovery: bool,
+        durability: int,
+        packed: PackedEntries,
+    ) -> tuple[int, bytes]:
+        """The id and encoding (:func:`encode_batch`) of ``packed`` as one batch."""
+        key = (ledger_id, master_key, recovery, durability)
+        last = self._last
+        if last is not None and last[0] is packed and last[1] == key:
+            return last[2], last[3]
+        batch_id = self.next_id()
+        encoded = encode_batch(
+            batch_id, ledger_id, master_key, recovery, durability, (packed.blob,)
+        )
+        self._last = (packed, key, batch_id, encoded)
+        return batch_id, encoded
 
 
 def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
@@ -116,13 +201,26 @@ def queue_packed(
     now: float,
     max_entries: int,
     max_bytes: int,
+    encoder: BatchEncoder,
 ) -> None:
-    """Queue packed adds of one ledger: into the last queued batch when it shares their
-    ledger, key, recovery flag, durability and callback and has room under ``max_entries``
-    entries and ``max_bytes`` of payload; into a new batch (queued at ``now``) otherwise."""
+    """Queue packed adds of one ledger (at ``now``): large ones (``SHARED_BATCH_BYTES``)
+    as a batch of their own, encoded once for every bookie (``encoder``); smaller ones into
+    the last queued batch when it is not encoded yet, shares their ledger, key, recovery
+    flag, durability and callback and has room under ``max_entries`` entries and
+    ``max_bytes`` of payload; into a new batch otherwise."""
+    if packed.payload_bytes >= SHARED_BATCH_BYTES:
+        batch = PendingBatch(ledger_id, master_key, recovery, durability, callback, now)
+        batch.batch_id, batch.encoded = encoder.shared(
+            ledger_id, master_key, recovery, durability, packed
+        )
+        batch.entry_ids = list(packed.entry_ids)
+        batch.size = packed.payload_bytes
+        batches.append(batch)
+        return
     last = batches[-1] if batches else None
     if (
         last is None
+        or last.encoded is not None
         or last.callback is not callback
         or last.ledger_id != ledger_id
         or last.master_key != master_key
@@ -144,14 +242,14 @@ def build_frame(
     forces: list[tuple[int, int, bytes]],
     max_entries: int,
     max_bytes: int,
-    batch_ids: Iterator[int],
-) -> tuple[pb.AddFrame, list[PendingBatch]]:
-    """Take the next frame off the queues, and the batches it carries (numbered from
-    ``batch_ids``): whole batches while they fit in ``max_entries`` entries and ``max_bytes``
-    of payload (at least one batch; :func:`queue_packed` fills batches up to the same limits).
-    LAC updates and forces join the frame only when no add is left behind, since a bookie
-    handles them after the frame's adds."""
-    frame = pb.AddFrame()
+    encoder: BatchEncoder,
+) -> tuple[bytes, list[PendingBatch]]:
+    """Take the next frame off the queues, encoded, and the batches it carries: whole
+    batches while they fit in ``max_entries`` entries and ``max_bytes`` of payload (at least
+    one batch; :func:`queue_packed` fills batches up to the same limits), numbered by
+    ``encoder`` unless they already are. LAC updates and forces join the frame only when no
+    add is left behind, since a bookie handles them after the frame's adds."""
+    pieces: list[bytes] = []
     sent: list[PendingBatch] = []
     count = size = 0
     while batches and (
@@ -161,32 +259,42 @@ def build_frame(
         )
     ):
         batch = batches.popleft()
-        batch.batch_id = next(batch_ids)
-        frame.batches.add(
-            batch_id=batch.batch_id,
-            ledger_id=batch.ledger_id,
-            master_key=batch.master_key,
-            recovery=batch.recovery,
-            durability=batch.durability,
-            entries=b"".join(batch.parts),
-        )
-        batch.parts = []  # the payloads now live in the frame only
+        if batch.encoded is None:
+            batch.batch_id = encoder.next_id()
+            pieces.append(
+                encode_batch(
+                    batch.batch_id,
+                    batch.ledger_id,
+                    batch.master_key,
+                    batch.recovery,
+                    batch.durability,
+                    batch.parts,
+                )
+            )
+        else:
+            pieces.append(batch.encoded)
+        batch.parts, batch.encoded = [], None  # the payloads now live in the frame only
         sent.append(batch)
         count += len(batch.entry_ids)
         size += batch.size
-    if not batches:
+    if not batches and (lacs or forces):
+        frame = pb.AddFrame()
         for ledger_id, lac, master_key in lacs:
             frame.lacs.add(ledger_id=ledger_id, lac=lac, master_key=master_key)
         for ledger_id, request_id, master_key in forces:
             frame.forces.add(ledger_id=ledger_id, request_id=request_id, master_key=master_key)
         lacs.clear()
         forces.clear()
-    return frame, sent
+        pieces.append(frame.SerializeToString())
+    return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), sent
 
 
 __all__ = [
+    "SHARED_BATCH_BYTES",
+    "BatchEncoder",
     "PendingBatch",
     "build_frame",
+    "encode_batch",
     "queue_packed",
     "status_of",
     "translate_rpc_error",

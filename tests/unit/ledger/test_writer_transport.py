@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import itertools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -11,9 +10,16 @@ from walog.digest import entry_digest
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import BatchCallback
 from walog.transport.packing import ENTRY_HEADER, PackedEntries, unpack_entries
-from walog.transport.wire import PendingBatch, build_frame, queue_packed, verified_entries
+from walog.transport.wire import (
+    BatchEncoder,
+    PendingBatch,
+    build_frame,
+    queue_packed,
+    verified_entries,
+)
 
 KEY = b"k" * 32
+ENCODER = BatchEncoder()
 
 
 class _Out(NamedTuple):
@@ -47,6 +53,7 @@ def _queue(
             0.0,
             max_entries,
             max_bytes,
+            ENCODER,
         )
 
 
@@ -74,7 +81,8 @@ def _frame(
     max_entries: int,
     max_bytes: int,
 ) -> pb.AddFrame:
-    frame, sent = build_frame(batches, lacs, forces, max_entries, max_bytes, itertools.count())
+    encoded, sent = build_frame(batches, lacs, forces, max_entries, max_bytes, ENCODER)
+    frame = pb.AddFrame.FromString(encoded)
     assert [b.batch_id for b in frame.batches] == [b.batch_id for b in sent]
     return frame
 
