@@ -176,7 +176,7 @@ class StorageConfig:
     journal_dir: Path | None = None
     group_wait_s: float = 0.0
     group_max_bytes: int = 512 * 1024
-    journal_file_bytes: int = 256 * _MIB
+    journal_file_bytes: int = 64 * _MIB
     entry_log_file_bytes: int = 512 * _MIB
     write_cache_bytes: int = 64 * _MIB
     checkpoint_interval_s: float = 10.0

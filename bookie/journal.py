@@ -1,8 +1,17 @@
 """The bookie journal: append-only files, group commit, one fdatasync per group, replay.
 
 Every change a bookie acknowledges (entry, master key, fence, explicit LAC, deletion) is a
-journal record first. Records are framed as ``length:u32 crc32c:u32 payload`` (big
-endian, CRC over the payload). One dedicated thread owns the open file:
+journal record first. A file starts with a 16-byte header (``WALJ``, format version, its
+sequence number); records follow, framed as ``length:u32 crc32c:u32 payload`` (big
+endian). The CRC covers the payload and is seeded with the file's sequence number, so a
+record is valid in the one file it was written to. That lets the journal recycle files:
+once a checkpoint no longer needs a file, it is kept (up to ``recycle_files``) and the next
+file is that one renamed and overwritten from the start. Overwriting a file of full size
+changes no file size, so a sync has no metadata to write, and the pages written are pages
+the system already holds; the old records left after the new ones fail their CRC under
+the new sequence number, so replay stops at the new records' end. (Files without the
+header, written before it existed, are read with a plain CRC.) One dedicated thread owns
+the open file:
 
 - it takes everything queued (up to ``group_max_bytes``) as one group. With
   ``group_wait_s == 0`` (the default) the group is written at once: records that arrive
@@ -43,7 +52,36 @@ from walog.errors import BookieError
 _log = structlog.get_logger(__name__)
 
 _FRAME = struct.Struct(">II")
+_HEADER = struct.Struct(">4sIQ")  # magic, format version, file sequence number
+_MAGIC = b"WALJ"
+_VERSION = 2
+_SEQ = struct.Struct(">Q")
 _SUFFIX = ".journal"
+_RECYCLED_SUFFIX = ".recycled"
+HEADER_BYTES = _HEADER.size
+"""Where a journal file's first record starts."""
+
+
+def crc_seed(file_seq: int) -> int:
+    """The CRC32C every record CRC of journal file ``file_seq`` starts from."""
+    return int(crc32c.crc32c(_SEQ.pack(file_seq)))
+
+
+def file_header(file_seq: int) -> bytes:
+    """The header journal file ``file_seq`` starts with."""
+    return _HEADER.pack(_MAGIC, _VERSION, file_seq)
+
+
+def _records_start(head: bytes, file_seq: int) -> tuple[int, int] | None:
+    """``(offset of the first record, CRC seed)`` for a file starting with ``head``, or None
+    when it holds no record of its own: a header naming another file (a recycled file
+    renamed before its new header reached the disk)."""
+    if len(head) < _HEADER.size or head[:4] != _MAGIC:
+        return 0, 0  # written before headers: plain CRCs from the start
+    _, version, seq = _HEADER.unpack_from(head)
+    if version != _VERSION or seq != file_seq:
+        return None
+    return _HEADER.size, crc_seed(file_seq)
 
 
 class StorageIOError(BookieError):
@@ -130,6 +168,20 @@ def journal_files(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def _has_header(path: Path) -> bool:
+    """Whether a journal file starts with a header (only those may be recycled: the records
+    of a file without one would stay valid under a new name)."""
+    with open(path, "rb") as handle:
+        return handle.read(len(_MAGIC)) == _MAGIC
+
+
+def recycled_files(directory: Path) -> list[Path]:
+    """Retired journal files kept for reuse, oldest first."""
+    if not directory.exists():
+        return []
+    return sorted(p for p in directory.iterdir() if p.suffix == _RECYCLED_SUFFIX)
+
+
 def journal_file(directory: Path, file_seq: int) -> Path:
     """Path of journal file ``file_seq``."""
     return directory / f"{file_seq:012d}{_SUFFIX}"
@@ -161,8 +213,13 @@ def replay(
     for file_seq, path in journal_files(directory):
         if file_seq < mark.file_seq:
             continue
-        offset = mark.offset if file_seq == mark.file_seq else 0
         with open(path, "r+b") as handle:
+            start = _records_start(handle.read(_HEADER.size), file_seq)
+            if start is None:
+                _log.info("journal file holds no records of its own", file=str(path))
+                continue
+            first, seed = start
+            offset = max(first, mark.offset if file_seq == mark.file_seq else 0)
             handle.seek(offset)
             while True:
                 header = handle.read(_FRAME.size)
@@ -174,11 +231,13 @@ def replay(
                     length, crc = _FRAME.unpack(header)
                     payload = handle.read(length)
                     problem = _frame_error(header, payload, max_record_bytes)
-                    if problem is None and crc32c.crc32c(payload) != crc:
+                    if problem is None and crc32c.crc32c(payload, seed) != crc:
                         problem = "CRC mismatch"
                 if problem is not None:
+                    # A torn tail, or a recycled file's old records: never acknowledged
+                    # (or long checkpointed) either way.
                     size = os.fstat(handle.fileno()).st_size
-                    _log.warning(
+                    _log.info(
                         "journal tail cut",
                         file=str(path),
                         offset=offset,
@@ -208,10 +267,12 @@ class Journal:
         group_wait_s: float,
         group_max_bytes: int,
         flush_interval_s: float,
+        recycle_files: int = 4,
         on_group: GroupListener | None = None,
     ) -> None:
         self.directory = directory
         self._file_bytes = file_bytes
+        self._recycle_files = recycle_files
         self._group_wait_s = group_wait_s
         self._group_max_bytes = group_max_bytes
         self._flush_interval_s = flush_interval_s
@@ -227,6 +288,7 @@ class Journal:
         self._done: asyncio.Future[None] | None = None
         self._fd = -1
         self._file_seq = 0
+        self._seed = 0
         self._offset = 0
         self._unsynced_bytes = 0
         self._last_sync = time.monotonic()
@@ -317,22 +379,40 @@ class Journal:
         self._thread = None
 
     def delete_before(self, file_seq: int) -> int:
-        """Delete journal files older than ``file_seq``; returns how many. Blocking."""
-        removed = 0
+        """Retire journal files older than ``file_seq``: keep up to ``recycle_files`` of
+        them for reuse (renamed out of the journal's view), delete the rest; returns how
+        many were retired. Blocking."""
+        retired = 0
+        kept = len(recycled_files(self.directory))
         for seq, path in journal_files(self.directory):
             if seq < file_seq and seq != self._file_seq:
-                path.unlink(missing_ok=True)
-                removed += 1
-        return removed
+                if kept < self._recycle_files and _has_header(path):
+                    os.replace(path, path.with_suffix(_RECYCLED_SUFFIX))
+                    kept += 1
+                else:
+                    path.unlink(missing_ok=True)
+                retired += 1
+        return retired
 
     # -- the journal thread -------------------------------------------------------------
 
     def _open_file(self, file_seq: int) -> None:
+        """Start journal file ``file_seq``: a recycled file renamed, or a new one; either
+        way its header first (synced with the first group)."""
         path = journal_file(self.directory, file_seq)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        recycled = recycled_files(self.directory)
+        if recycled:
+            os.rename(recycled[0], path)
+            self._fd = os.open(path, os.O_WRONLY)
+        else:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         fsync_dir(self.directory)
+        header = file_header(file_seq)
+        if os.write(self._fd, header) != len(header):
+            raise OSError(f"short write of the header of journal file {file_seq}")
         self._file_seq = file_seq
-        self._offset = 0
+        self._seed = crc_seed(file_seq)
+        self._offset = _HEADER.size
 
     def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
         assert self._loop is not None and self._done is not None
@@ -425,26 +505,10 @@ class Journal:
         if self._failed is not None:
             self._fail(items, self._failed)
             return
-        chunks: list[bytes] = []
-        ends: list[int] = []  # each item's end, relative to the start of the group
-        relative = 0
-        for item in items:
-            if item.parts:
-                crc = 0
-                for part in item.parts:
-                    crc = crc32c.crc32c(part, crc)
-                chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
-                chunks.extend(item.parts)
-                relative += item.size
-            ends.append(relative)
-        buffer = b"".join(chunks)
-        must_sync = any(item.sync for item in items) or not items
-        must_sync = must_sync or (
-            self._unsynced_bytes + len(buffer) > 0
-            and time.monotonic() - self._last_sync >= self._flush_interval_s
-        )
         try:
-            if buffer and self._offset >= self._file_bytes:
+            # Roll before framing: a record's CRC is seeded with its file's number.
+            rolled = self._offset >= self._file_bytes and any(item.parts for item in items)
+            if rolled:
                 # Rolling syncs the old file; sync the group too, so a report's ``synced``
                 # keeps meaning "everything written so far is durable".
                 if self._unsynced_bytes:
@@ -453,7 +517,24 @@ class Journal:
                 os.close(self._fd)
                 self._fd = -1
                 self._open_file(self._file_seq + 1)
-                must_sync = True
+            chunks: list[bytes] = []
+            ends: list[int] = []  # each item's end, relative to the start of the group
+            relative = 0
+            for item in items:
+                if item.parts:
+                    crc = self._seed
+                    for part in item.parts:
+                        crc = crc32c.crc32c(part, crc)
+                    chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
+                    chunks.extend(item.parts)
+                    relative += item.size
+                ends.append(relative)
+            buffer = b"".join(chunks)
+            must_sync = rolled or any(item.sync for item in items) or not items
+            must_sync = must_sync or (
+                self._unsynced_bytes + len(buffer) > 0
+                and time.monotonic() - self._last_sync >= self._flush_interval_s
+            )
             for item, end in zip(items, ends, strict=True):
                 item.end = JournalMark(self._file_seq, self._offset + end)
             view = memoryview(buffer)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.journal import journal_files
+from bookie.journal import HEADER_BYTES, journal_files
 from bookie.records import RecordKind, decode_record
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload
@@ -100,7 +100,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
     marks: dict[Path, int] = {}
     for seq, file in journal_files(path / "journal"):
         if seq >= mark.file_seq:
-            start = mark.offset if seq == mark.file_seq else 0
+            start = max(HEADER_BYTES, mark.offset if seq == mark.file_seq else 0)
             spans[file.relative_to(path)] = _journal_spans(file, start)
             marks[file.relative_to(path)] = start
     for file in sorted((path / "entrylogs").glob("*.log")):

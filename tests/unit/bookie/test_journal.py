@@ -12,7 +12,18 @@ from typing import cast
 import crc32c
 import pytest
 
-from bookie.journal import GroupReport, Journal, JournalMark, journal_files, replay
+from bookie.journal import (
+    HEADER_BYTES,
+    GroupReport,
+    Journal,
+    JournalMark,
+    crc_seed,
+    file_header,
+    journal_file,
+    journal_files,
+    recycled_files,
+    replay,
+)
 from tests.unit.bookie.helpers import KEY, add, open_core, read_all
 from walog.ledger.durability import Durability
 from walog.transport.base import Status
@@ -24,7 +35,7 @@ def frames(path: Path) -> list[tuple[int, int]]:
     """(start, end) of every well-framed record of a journal file (independent parser)."""
     raw = path.read_bytes()
     spans = []
-    offset = 0
+    offset = HEADER_BYTES
     while offset + _FRAME.size <= len(raw):
         length, _ = _FRAME.unpack_from(raw, offset)
         end = offset + _FRAME.size + length
@@ -175,6 +186,7 @@ async def test_torn_tail_is_cut_and_every_earlier_entry_kept(tmp_path: Path, dam
 
 
 def test_replay_yields_nothing_past_a_short_header(tmp_path: Path) -> None:
+    # A file without the file header (written before it existed): plain CRCs from byte 0.
     path = tmp_path / "000000000001.journal"
     good = b"\x04" + b"x" * 16
     frame = _FRAME.pack(len(good), crc32c.crc32c(good)) + good
@@ -185,16 +197,75 @@ def test_replay_yields_nothing_past_a_short_header(tmp_path: Path) -> None:
     assert path.stat().st_size == 2 * len(frame)
 
 
-async def test_journal_rolls_files_and_checkpoint_deletes_old_ones(tmp_path: Path) -> None:
+async def test_journal_rolls_files_and_checkpoint_retires_old_ones(tmp_path: Path) -> None:
     core = await open_core(tmp_path, journal_file_bytes=4096)
     for entry_id in range(100):
         await add(core, 1, entry_id)
-    assert len(journal_files(tmp_path / "journal")) >= 3
+    rolled = len(journal_files(tmp_path / "journal"))
+    assert rolled >= 3
     await core.checkpoint()
     assert len(journal_files(tmp_path / "journal")) == 1
+    # Kept for reuse, up to four; the rest deleted.
+    assert len(recycled_files(tmp_path / "journal")) == min(4, rolled - 1)
     await core.close()
     core = await open_core(tmp_path)
     assert sorted(await read_all(core, 1, 120)) == list(range(100))
+    await core.close()
+
+
+def _record(file_seq: int, payload: bytes) -> bytes:
+    return _FRAME.pack(len(payload), crc32c.crc32c(payload, crc_seed(file_seq))) + payload
+
+
+def test_a_record_is_valid_only_in_the_file_it_was_written_to(tmp_path: Path) -> None:
+    good = b"\x04" + b"y" * 16
+    first = journal_file(tmp_path, 1)
+    first.write_bytes(file_header(1) + _record(1, good))
+    # The same record under file 2's header: its CRC was seeded with sequence number 1.
+    second = journal_file(tmp_path, 2)
+    second.write_bytes(file_header(2) + _record(1, good))
+    records = list(replay(tmp_path, JournalMark(0, 0), 1024))
+    assert records == [(good, JournalMark(1, HEADER_BYTES + _FRAME.size + len(good)))]
+    assert second.stat().st_size == HEADER_BYTES
+
+
+def test_old_records_behind_the_new_ones_in_a_reused_file_are_not_replayed(
+    tmp_path: Path,
+) -> None:
+    old = [b"\x04" + bytes([n]) * 16 for n in range(3)]
+    journal_file(tmp_path, 1).write_bytes(file_header(1) + b"".join(_record(1, p) for p in old))
+    # Reused as file 2: a new header and one new record of the same size over the first.
+    journal_file(tmp_path, 1).rename(journal_file(tmp_path, 2))
+    new = b"\x04" + b"n" * 16
+    with open(journal_file(tmp_path, 2), "r+b") as handle:
+        handle.write(file_header(2) + _record(2, new))
+    assert [payload for payload, _ in replay(tmp_path, JournalMark(2, 0), 1024)] == [new]
+
+
+def test_a_reused_file_whose_new_header_was_lost_holds_no_records(tmp_path: Path) -> None:
+    # File 3 renamed to 5 for reuse, then a crash before its new header reached the disk:
+    # header and records still say 3, so nothing in it is file 5's.
+    good = b"\x04" + b"z" * 16
+    journal_file(tmp_path, 5).write_bytes(file_header(3) + _record(3, good))
+    assert list(replay(tmp_path, JournalMark(5, 0), 1024)) == []
+
+
+async def test_reused_journal_files_never_replay_their_old_records(tmp_path: Path) -> None:
+    core = await open_core(tmp_path, journal_file_bytes=4096)
+    for entry_id in range(100):
+        await add(core, 1, entry_id)
+    await core.checkpoint()
+    kept = len(recycled_files(tmp_path / "journal"))
+    for entry_id in range(40):  # enough to roll onto reused files
+        await add(core, 2, entry_id)
+    assert len(recycled_files(tmp_path / "journal")) < kept
+    await core.abandon()
+    core = await open_core(tmp_path, journal_file_bytes=4096)
+    # Only ledger 2's records (and its key) come back from the journal; ledger 1's old
+    # records, still in the reused files behind the new ones, fail their CRC.
+    assert core.stats.replayed_records == 41
+    assert sorted(await read_all(core, 1, 120)) == list(range(100))
+    assert sorted(await read_all(core, 2, 60)) == list(range(40))
     await core.close()
 
 
@@ -222,7 +293,7 @@ async def test_barrier_mark_lies_before_records_queued_after_it_in_the_same_grou
     # All three shared one group (the test needs that) ...
     assert first.group_no == last.group_no
     # ... yet the barrier's mark splits it: replay from the mark sees only the later record.
-    assert position == JournalMark(1, _FRAME.size + len(b"\x04before"))
+    assert position == JournalMark(1, HEADER_BYTES + _FRAME.size + len(b"\x04before"))
     assert [payload for payload, _ in replay(tmp_path, position, 1024)] == [b"\x04after"]
 
 
