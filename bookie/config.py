@@ -62,6 +62,9 @@ class BookieConfig:
     """``--auth-token-file``: clients must send ``authorization: Bearer <token>``."""
     allow_format: bool = False
     """``--allow-format``: write a new cookie even though disk and metadata disagree."""
+    cache_entry_logs: bool = False
+    """``--cache-entry-logs``: keep what checkpoints write to entry logs in the page cache;
+    by default the bookie drops it once synced (see ``StorageConfig.cache_entry_logs``)."""
     group_wait_ms: float = 0.0
     """``--group-wait-ms``: longest wait of a journal group commit for more entries; 0 (the
     default) commits as soon as the journal thread is free, and records arriving during
@@ -144,6 +147,7 @@ class BookieConfig:
             group_max_bytes=self.group_max_bytes,
             volatile_flush_interval_s=self.volatile_flush_interval,
             max_entry_bytes=self.max_entry_bytes,
+            cache_entry_logs=self.cache_entry_logs,
         )
 
 
@@ -170,6 +174,13 @@ class StorageConfig:
         volatile_flush_interval_s: Entries of VOLATILE ledgers written but not synced are
             synced by the journal after at most this long (>= 1 s).
         max_entry_bytes: Adds with a larger payload are refused with BAD_REQUEST.
+        cache_entry_logs: Keep the entry-log pages a checkpoint wrote in the page cache.
+            False (the default): once they are synced, the bookie tells the kernel it will
+            not need them soon (``POSIX_FADV_DONTNEED``). Checkpointed entries are read
+            rarely (tailers read recent entries from the write cache), and caching every
+            byte written would only crowd out pages that are read; on hosts where new
+            page-cache pages are costly to get (virtual machines that hand freed memory
+            back), dropping them lets the next checkpoint reuse the same memory.
     """
 
     data_dir: Path
@@ -182,6 +193,7 @@ class StorageConfig:
     checkpoint_interval_s: float = 10.0
     volatile_flush_interval_s: float = 1.0
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES + 1024
+    cache_entry_logs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-format", action="store_true", help="format even if disk and metadata disagree"
     )
+    p.add_argument(
+        "--cache-entry-logs",
+        action="store_true",
+        help="keep checkpointed entry-log pages in the page cache (default: drop once synced)",
+    )
     tuning = [
         ("--group-wait-ms", float, d.group_wait_ms, "longest wait of a journal group commit"),
         ("--group-max-bytes", int, d.group_max_bytes, "a journal group commits at this size"),

@@ -67,7 +67,11 @@ def load_store(config: StorageConfig) -> LoadedStore:
     if not journal_dir.exists():
         journal_dir.mkdir(parents=True)
         fsync_dir(journal_dir.parent)
-    storage = EntryStorage(config.data_dir, entry_log_file_bytes=config.entry_log_file_bytes)
+    storage = EntryStorage(
+        config.data_dir,
+        entry_log_file_bytes=config.entry_log_file_bytes,
+        cache_written=config.cache_entry_logs,
+    )
     try:
         states = {
             ledger_id: LedgerState.from_bytes(ledger_id, raw)

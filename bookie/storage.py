@@ -137,12 +137,18 @@ class EntryStorage:
     Opening audits the index (bookie/index_audit.py): a damaged index either refuses to
     open with a :class:`StorageIOError` or names the ledgers it cannot vouch for in
     :attr:`damaged_ledgers`.
+
+    ``cache_written``: keep the entry-log pages a checkpoint wrote in the page cache; when
+    False they are dropped once synced (``StorageConfig.cache_entry_logs``).
     """
 
-    def __init__(self, data_dir: Path, *, entry_log_file_bytes: int) -> None:
+    def __init__(
+        self, data_dir: Path, *, entry_log_file_bytes: int, cache_written: bool = True
+    ) -> None:
         self.log_dir = data_dir / "entrylogs"
         self.index_dir = data_dir / "index"
         self._log_bytes_limit = entry_log_file_bytes
+        self._cache_written = cache_written
         for directory in (self.log_dir, self.index_dir):
             if not directory.exists():
                 directory.mkdir(parents=True)
@@ -363,6 +369,9 @@ class EntryStorage:
             self._flush_pending()
             if self._write_fd >= 0:
                 os.fsync(self._write_fd)
+                if not self._cache_written:
+                    # Synced: the pages can go (StorageConfig.cache_entry_logs).
+                    os.posix_fadvise(self._write_fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except (OSError, lmdb.Error) as exc:
             # The log's tail is unknown now: never append to it again.
             failed_log = self._write_log

@@ -443,3 +443,25 @@ async def test_compaction_into_the_current_entry_log_keeps_moved_entries(tmp_pat
     core = await open_core(tmp_path)
     assert await read_all(core, 2, 0) == {0: payload(2, 0, 400)}
     await core.close()
+
+
+@pytest.mark.parametrize("cache_entry_logs", [False, True])
+async def test_checkpointed_entry_log_pages_are_dropped_once_synced_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_entry_logs: bool
+) -> None:
+    advice: list[int] = []
+    real_fadvise = os.posix_fadvise
+
+    def recording(fd: int, offset: int, length: int, what: int) -> None:
+        advice.append(what)
+        real_fadvise(fd, offset, length, what)
+
+    monkeypatch.setattr(os, "posix_fadvise", recording)
+    core = await open_core(tmp_path, cache_entry_logs=cache_entry_logs)
+    for entry_id in range(10):
+        await add(core, 1, entry_id)
+    await core.checkpoint()
+    # Dropped or not, the entries are read back from the entry log.
+    assert sorted(await read_all(core, 1, 20)) == list(range(10))
+    await core.close()
+    assert (os.POSIX_FADV_DONTNEED in advice) is not cache_entry_logs
