@@ -23,11 +23,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from walog.bench.scenarios import LEDGER_WINDOW
 from walog.bench.stats import Latency, payload
 from walog.testing import free_port
 
-NATS_WINDOW = 256
-"""Publishes in flight in the NATS throughput run."""
+NATS_WINDOW = LEDGER_WINDOW
+"""Publishes in flight in the NATS throughput run: as many as walog's pipelined appends."""
 ETCD_THREADS = 32
 """Concurrent putters in the etcd throughput run (the Python client is blocking)."""
 

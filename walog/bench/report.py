@@ -196,7 +196,7 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
   journal files at the kill (an upper bound of what replay reads).
 * **peers** (with `--peers`) - etcd 3.4 with three members (1 KiB puts, blocking Python client
   in a subprocess, 32 threads) and NATS JetStream 2.x with three servers, an R3 file stream
-  and `sync_interval: always` (1 KiB publishes, 256 in flight), both on loopback;
+  and `sync_interval: always` (1 KiB publishes, {ledger_window} in flight), both on loopback;
   the floors are a 4 KiB write + fdatasync loop on the cluster's disk and a bare grpc.aio
   stream between two Python processes carrying 1 KiB entries N to a message, and one 1 KiB
   message at a time (its round trip). The peers need `apt-get install -y etcd-server` and
