@@ -11,6 +11,7 @@ from walog.proto import bookie_pb2 as pb
 from walog.transport.base import BatchCallback
 from walog.transport.packing import ENTRY_HEADER, PackedEntries, unpack_entries
 from walog.transport.wire import (
+    SHARED_BATCH_BYTES,
     BatchEncoder,
     PendingBatch,
     build_frame,
@@ -205,3 +206,25 @@ def test_digest_mismatch_is_never_served_as_data() -> None:
 def test_entry_of_another_ledger_or_position_is_refused() -> None:
     assert verified_entries("b", 4, 0, [_entry(5, 0, b"a")]) == ([], False)
     assert verified_entries("b", 4, 0, [_entry(4, 1, b"a")]) == ([], False)
+
+
+def test_a_large_batch_is_encoded_once_and_sent_as_the_same_bytes_to_every_bookie() -> None:
+    encoder = BatchEncoder()
+    entries = [_Out(e, e - 1, b"x" * 1024, e) for e in range(SHARED_BATCH_BYTES // 1024)]
+    packed = PackedEntries.pack(entries)
+    streams: list[collections.deque[PendingBatch]] = [collections.deque() for _ in range(3)]
+    for batches in streams:  # one bookie's stream after the other, as the writer does
+        queue_packed(
+            batches, 1, KEY, False, pb.PERSISTENT, _ignore, packed, 0.0, 512, 1 << 22, encoder
+        )
+    frames = [build_frame(b, [], [], 512, 1 << 22, encoder) for b in streams]
+    assert frames[0][0] is frames[1][0] is frames[2][0]  # no copy per bookie
+    assert len({sent[0].batch_id for _, sent in frames}) == 1
+    (batch,) = pb.AddFrame.FromString(frames[0][0]).batches
+    assert (batch.ledger_id, batch.master_key, batch.batch_id) == (1, KEY, frames[0][1][0].batch_id)
+    assert batch.entries == packed.blob
+    # Smaller adds still merge on each stream, under ids of their own.
+    small = collections.deque[PendingBatch]()
+    _queue(small, entries[:2])
+    _, (merged,) = build_frame(small, [], [], 512, 1 << 22, encoder)
+    assert merged.batch_id != frames[0][1][0].batch_id and merged.entry_ids == [0, 1]
