@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bookie.journal import JournalMark
+from bookie.journal_files import JournalMark
 from bookie.ledgers import LedgerState
 from bookie.storage import CachedEntry, EntryStorage
 from walog.digest import entry_digest

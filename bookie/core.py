@@ -33,12 +33,8 @@ from typing import Any, cast
 import structlog
 
 from bookie.config import StorageConfig
-from bookie.journal import (
-    GroupReport,
-    Journal,
-    JournalMark,
-    StorageIOError,
-)
+from bookie.journal import GroupReport, Journal
+from bookie.journal_files import JournalMark, StorageIOError
 from bookie.ledgers import LedgerState
 from bookie.records import (
     add_header,

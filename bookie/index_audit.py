@@ -53,7 +53,7 @@ from bookie.index import (
     unseal,
     unseal_entry_row,
 )
-from bookie.journal import StorageIOError
+from bookie.journal_files import StorageIOError
 
 _log = structlog.get_logger(__name__)
 

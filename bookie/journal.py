@@ -1,17 +1,12 @@
-"""The bookie journal: append-only files, group commit, one fdatasync per group, replay.
+"""The bookie journal writer: group commit, one fdatasync per group, recycled files.
 
 Every change a bookie acknowledges (entry, master key, fence, explicit LAC, deletion) is a
-journal record first. A file starts with a 16-byte header (``WALJ``, format version, its
-sequence number); records follow, framed as ``length:u32 crc32c:u32 payload`` (big
-endian). The CRC covers the payload and is seeded with the file's sequence number, so a
-record is valid in the one file it was written to. That lets the journal recycle files:
-once a checkpoint no longer needs a file, it is kept (up to ``recycle_files``) and the next
-file is that one renamed and overwritten from the start. Overwriting a file of full size
-changes no file size, so a sync has no metadata to write, and the pages written are pages
-the system already holds; the old records left after the new ones fail their CRC under
-the new sequence number, so replay stops at the new records' end. (Files without the
-header, written before it existed, are read with a plain CRC.) One dedicated thread owns
-the open file:
+journal record first. The files and their format are in :mod:`bookie.journal_files`. Once
+a checkpoint no longer needs a file, it is retired: kept for reuse (up to
+``recycle_files``) or deleted. The next file is a kept one renamed and overwritten from the
+start: a file of full size gains no size, so its syncs have no file metadata to write, and
+the pages written are pages the system already holds. One dedicated thread owns the open
+file:
 
 - it takes everything queued (up to ``group_max_bytes``) as one group. With
   ``group_wait_s == 0`` (the default) the group is written at once: records that arrive
@@ -24,10 +19,6 @@ the open file:
   bytes are older than the flush interval), and hands a :class:`GroupReport` back to the
   event loop with ``loop.call_soon_threadsafe``; waiters complete only after that, so no
   record is acknowledged before the sync that covers it.
-
-Replay reads the files from a checkpoint mark; the first record with a bad frame (short
-header, absurd length, short payload, CRC mismatch) and everything after it in that file
-is cut off (the file is truncated there), so a torn tail is never served.
 """
 
 from __future__ import annotations
@@ -36,63 +27,31 @@ import asyncio
 import collections
 import dataclasses
 import os
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import crc32c
 import structlog
 
+from bookie.journal_files import (
+    FRAME,
+    HEADER_BYTES,
+    JournalMark,
+    StorageIOError,
+    crc_seed,
+    file_header,
+    fsync_dir,
+    has_header,
+    journal_file,
+    journal_files,
+    recycle,
+    recycled_files,
+)
 from walog._sync import name_os_thread
-from walog.errors import BookieError
 
 _log = structlog.get_logger(__name__)
-
-_FRAME = struct.Struct(">II")
-_HEADER = struct.Struct(">4sIQ")  # magic, format version, file sequence number
-_MAGIC = b"WALJ"
-_VERSION = 2
-_SEQ = struct.Struct(">Q")
-_SUFFIX = ".journal"
-_RECYCLED_SUFFIX = ".recycled"
-HEADER_BYTES = _HEADER.size
-"""Where a journal file's first record starts."""
-
-
-def crc_seed(file_seq: int) -> int:
-    """The CRC32C every record CRC of journal file ``file_seq`` starts from."""
-    return int(crc32c.crc32c(_SEQ.pack(file_seq)))
-
-
-def file_header(file_seq: int) -> bytes:
-    """The header journal file ``file_seq`` starts with."""
-    return _HEADER.pack(_MAGIC, _VERSION, file_seq)
-
-
-def _records_start(head: bytes, file_seq: int) -> tuple[int, int] | None:
-    """``(offset of the first record, CRC seed)`` for a file starting with ``head``, or None
-    when it holds no record of its own: a header naming another file (a recycled file
-    renamed before its new header reached the disk)."""
-    if len(head) < _HEADER.size or head[:4] != _MAGIC:
-        return 0, 0  # written before headers: plain CRCs from the start
-    _, version, seq = _HEADER.unpack_from(head)
-    if version != _VERSION or seq != file_seq:
-        return None
-    return _HEADER.size, crc_seed(file_seq)
-
-
-class StorageIOError(BookieError):
-    """The bookie's disks failed a read, write or sync; the store stops accepting writes."""
-
-
-class JournalMark(NamedTuple):
-    """A position in the journal: file sequence number and byte offset in that file."""
-
-    file_seq: int
-    offset: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -143,7 +102,7 @@ class _Item:
         waiter: asyncio.Future[GroupReport] | None,
     ) -> None:
         self.parts = parts
-        size = _FRAME.size
+        size = FRAME.size
         for part in parts:
             size += len(part)
         self.size = size
@@ -155,101 +114,6 @@ class _Item:
         #: queued before it (not the end of its group: later records may share the group).
         self.mark_waiter: asyncio.Future[JournalMark] | None = None
         self.end = JournalMark(0, 0)
-
-
-def journal_files(directory: Path) -> list[tuple[int, Path]]:
-    """Journal files in ``directory`` as ``(sequence number, path)``, oldest first."""
-    found: list[tuple[int, Path]] = []
-    if not directory.exists():
-        return found
-    for path in directory.iterdir():
-        if path.suffix == _SUFFIX and path.stem.isdigit():
-            found.append((int(path.stem), path))
-    return sorted(found)
-
-
-def _has_header(path: Path) -> bool:
-    """Whether a journal file starts with a header (only those may be recycled: the records
-    of a file without one would stay valid under a new name)."""
-    with open(path, "rb") as handle:
-        return handle.read(len(_MAGIC)) == _MAGIC
-
-
-def recycled_files(directory: Path) -> list[Path]:
-    """Retired journal files kept for reuse, oldest first."""
-    if not directory.exists():
-        return []
-    return sorted(p for p in directory.iterdir() if p.suffix == _RECYCLED_SUFFIX)
-
-
-def journal_file(directory: Path, file_seq: int) -> Path:
-    """Path of journal file ``file_seq``."""
-    return directory / f"{file_seq:012d}{_SUFFIX}"
-
-
-def _frame_error(header: bytes, payload: bytes | None, max_record_bytes: int) -> str | None:
-    if len(header) < _FRAME.size:
-        return "short frame header"
-    length, _ = _FRAME.unpack(header)
-    if length == 0 or length > max_record_bytes:
-        return f"bad record length {length}"
-    if payload is None:
-        return None
-    if len(payload) < length:
-        return "short record"
-    return None
-
-
-def replay(
-    directory: Path, mark: JournalMark, max_record_bytes: int
-) -> Iterator[tuple[bytes, JournalMark]]:
-    """Yield ``(payload, position after it)`` for every intact record from ``mark`` on.
-
-    A file's first bad record and everything after it are cut (the file is truncated at
-    that record), and every replayed file is fdatasync'ed, so a record that is replayed
-    is durable, even if it only reached the page cache before a process crash. Later
-    files are still read: each file frames its records independently. Blocking.
-    """
-    for file_seq, path in journal_files(directory):
-        if file_seq < mark.file_seq:
-            continue
-        with open(path, "r+b") as handle:
-            start = _records_start(handle.read(_HEADER.size), file_seq)
-            if start is None:
-                _log.info("journal file holds no records of its own", file=str(path))
-                continue
-            first, seed = start
-            offset = max(first, mark.offset if file_seq == mark.file_seq else 0)
-            handle.seek(offset)
-            while True:
-                header = handle.read(_FRAME.size)
-                if not header:
-                    break
-                problem = _frame_error(header, None, max_record_bytes)
-                payload = b""
-                if problem is None:
-                    length, crc = _FRAME.unpack(header)
-                    payload = handle.read(length)
-                    problem = _frame_error(header, payload, max_record_bytes)
-                    if problem is None and crc32c.crc32c(payload, seed) != crc:
-                        problem = "CRC mismatch"
-                if problem is not None:
-                    # A torn tail, or a recycled file's old records: never acknowledged
-                    # (or long checkpointed) either way.
-                    size = os.fstat(handle.fileno()).st_size
-                    _log.info(
-                        "journal tail cut",
-                        file=str(path),
-                        offset=offset,
-                        cut_bytes=size - offset,
-                        problem=problem,
-                    )
-                    handle.truncate(offset)
-                    break
-                offset += _FRAME.size + len(payload)
-                yield payload, JournalMark(file_seq, offset)
-            handle.flush()
-            os.fsync(handle.fileno())
 
 
 class Journal:
@@ -386,8 +250,8 @@ class Journal:
         kept = len(recycled_files(self.directory))
         for seq, path in journal_files(self.directory):
             if seq < file_seq and seq != self._file_seq:
-                if kept < self._recycle_files and _has_header(path):
-                    os.replace(path, path.with_suffix(_RECYCLED_SUFFIX))
+                if kept < self._recycle_files and has_header(path):
+                    recycle(path)
                     kept += 1
                 else:
                     path.unlink(missing_ok=True)
@@ -412,7 +276,7 @@ class Journal:
             raise OSError(f"short write of the header of journal file {file_seq}")
         self._file_seq = file_seq
         self._seed = crc_seed(file_seq)
-        self._offset = _HEADER.size
+        self._offset = HEADER_BYTES
 
     def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
         assert self._loop is not None and self._done is not None
@@ -525,7 +389,7 @@ class Journal:
                     crc = self._seed
                     for part in item.parts:
                         crc = crc32c.crc32c(part, crc)
-                    chunks.append(_FRAME.pack(item.size - _FRAME.size, crc))
+                    chunks.append(FRAME.pack(item.size - FRAME.size, crc))
                     chunks.extend(item.parts)
                     relative += item.size
                 ends.append(relative)
@@ -611,23 +475,4 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory, making file creations and removals in it durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-__all__ = [
-    "GroupListener",
-    "GroupReport",
-    "Journal",
-    "JournalMark",
-    "StorageIOError",
-    "fsync_dir",
-    "journal_file",
-    "journal_files",
-    "replay",
-]
+__all__ = ["GroupListener", "GroupReport", "Journal"]

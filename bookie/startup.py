@@ -23,7 +23,13 @@ import lmdb
 import structlog
 
 from bookie.config import StorageConfig
-from bookie.journal import JournalMark, StorageIOError, fsync_dir, journal_files, replay
+from bookie.journal_files import (
+    JournalMark,
+    StorageIOError,
+    fsync_dir,
+    journal_files,
+    replay,
+)
 from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import EntryStorage, WriteCache

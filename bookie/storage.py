@@ -60,7 +60,7 @@ from bookie.index import (
     unseal_entry_row,
 )
 from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
-from bookie.journal import JournalMark, StorageIOError, fsync_dir
+from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
 from walog.digest import entry_digest
 
 _log = structlog.get_logger(__name__)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from bookie.journal import StorageIOError
+from bookie.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload
 from walog.transport.base import Status
 

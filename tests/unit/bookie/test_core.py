@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.journal import JournalMark, StorageIOError, journal_file
+from bookie.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.ledgers import LedgerState
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all

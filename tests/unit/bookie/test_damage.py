@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.journal import HEADER_BYTES, journal_files
+from bookie.journal_files import HEADER_BYTES, journal_files
 from bookie.records import RecordKind, decode_record
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload

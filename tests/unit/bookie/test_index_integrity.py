@@ -18,7 +18,7 @@ import lmdb
 import pytest
 
 from bookie.index import ENTRY_KEY, FORMAT_KEY, LEDGER_KEY, MARK_KEY, seal
-from bookie.journal import StorageIOError
+from bookie.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
 from walog.transport.base import Status
 

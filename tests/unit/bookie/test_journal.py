@@ -12,10 +12,9 @@ from typing import cast
 import crc32c
 import pytest
 
-from bookie.journal import (
+from bookie.journal import GroupReport, Journal
+from bookie.journal_files import (
     HEADER_BYTES,
-    GroupReport,
-    Journal,
     JournalMark,
     crc_seed,
     file_header,

@@ -1,0 +1,200 @@
+"""The journal on disk: file names and header, record framing, recycled files, replay.
+
+A journal file starts with a 16-byte header (``WALJ``, format version, its sequence
+number); records follow, framed as ``length:u32 crc32c:u32 payload`` (big endian). The CRC
+covers the payload and is seeded with the file's sequence number, so a record is valid in
+the one file it was written to. That lets the journal recycle files (bookie/journal.py):
+a retired file is renamed to the next sequence number and overwritten from the start, and
+the old records left after the new ones fail their CRC under the new number, so replay
+stops at the new records' end. Files without the header, written before it existed, are
+read with plain CRCs (and never recycled).
+
+Replay reads the files from a checkpoint mark; the first record with a bad frame (short
+header, absurd length, short payload, CRC mismatch) and everything after it in that file
+is cut off (the file is truncated there), so a torn tail is never served.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+import structlog
+
+from walog.errors import BookieError
+
+_log = structlog.get_logger("bookie.journal")
+
+FRAME = struct.Struct(">II")
+"""A record's frame: payload length and CRC32C (seeded, see :func:`crc_seed`)."""
+_HEADER = struct.Struct(">4sIQ")  # magic, format version, file sequence number
+_MAGIC = b"WALJ"
+_VERSION = 2
+_SEQ = struct.Struct(">Q")
+_SUFFIX = ".journal"
+_RECYCLED_SUFFIX = ".recycled"
+HEADER_BYTES = _HEADER.size
+"""Where a journal file's first record starts."""
+
+
+def crc_seed(file_seq: int) -> int:
+    """The CRC32C every record CRC of journal file ``file_seq`` starts from."""
+    return int(crc32c.crc32c(_SEQ.pack(file_seq)))
+
+
+def file_header(file_seq: int) -> bytes:
+    """The header journal file ``file_seq`` starts with."""
+    return _HEADER.pack(_MAGIC, _VERSION, file_seq)
+
+
+def _records_start(head: bytes, file_seq: int) -> tuple[int, int] | None:
+    """``(offset of the first record, CRC seed)`` for a file starting with ``head``, or None
+    when it holds no record of its own: a header naming another file (a recycled file
+    renamed before its new header reached the disk)."""
+    if len(head) < _HEADER.size or head[:4] != _MAGIC:
+        return 0, 0  # written before headers: plain CRCs from the start
+    _, version, seq = _HEADER.unpack_from(head)
+    if version != _VERSION or seq != file_seq:
+        return None
+    return _HEADER.size, crc_seed(file_seq)
+
+
+class StorageIOError(BookieError):
+    """The bookie's disks failed a read, write or sync; the store stops accepting writes."""
+
+
+class JournalMark(NamedTuple):
+    """A position in the journal: file sequence number and byte offset in that file."""
+
+    file_seq: int
+    offset: int
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    """Journal files in ``directory`` as ``(sequence number, path)``, oldest first."""
+    found: list[tuple[int, Path]] = []
+    if not directory.exists():
+        return found
+    for path in directory.iterdir():
+        if path.suffix == _SUFFIX and path.stem.isdigit():
+            found.append((int(path.stem), path))
+    return sorted(found)
+
+
+def has_header(path: Path) -> bool:
+    """Whether a journal file starts with a header (only those may be recycled: the records
+    of a file without one would stay valid under a new name)."""
+    with open(path, "rb") as handle:
+        return handle.read(len(_MAGIC)) == _MAGIC
+
+
+def recycled_files(directory: Path) -> list[Path]:
+    """Retired journal files kept for reuse, oldest first."""
+    if not directory.exists():
+        return []
+    return sorted(p for p in directory.iterdir() if p.suffix == _RECYCLED_SUFFIX)
+
+
+def recycle(path: Path) -> None:
+    """Keep a retired journal file for reuse, out of the journal's view."""
+    os.replace(path, path.with_suffix(_RECYCLED_SUFFIX))
+
+
+def journal_file(directory: Path, file_seq: int) -> Path:
+    """Path of journal file ``file_seq``."""
+    return directory / f"{file_seq:012d}{_SUFFIX}"
+
+
+def _frame_error(header: bytes, payload: bytes | None, max_record_bytes: int) -> str | None:
+    if len(header) < FRAME.size:
+        return "short frame header"
+    length, _ = FRAME.unpack(header)
+    if length == 0 or length > max_record_bytes:
+        return f"bad record length {length}"
+    if payload is None:
+        return None
+    if len(payload) < length:
+        return "short record"
+    return None
+
+
+def replay(
+    directory: Path, mark: JournalMark, max_record_bytes: int
+) -> Iterator[tuple[bytes, JournalMark]]:
+    """Yield ``(payload, position after it)`` for every intact record from ``mark`` on.
+
+    A file's first bad record and everything after it are cut (the file is truncated at
+    that record), and every replayed file is fdatasync'ed, so a record that is replayed
+    is durable, even if it only reached the page cache before a process crash. Later
+    files are still read: each file frames its records independently. Blocking.
+    """
+    for file_seq, path in journal_files(directory):
+        if file_seq < mark.file_seq:
+            continue
+        with open(path, "r+b") as handle:
+            start = _records_start(handle.read(_HEADER.size), file_seq)
+            if start is None:
+                _log.info("journal file holds no records of its own", file=str(path))
+                continue
+            first, seed = start
+            offset = max(first, mark.offset if file_seq == mark.file_seq else 0)
+            handle.seek(offset)
+            while True:
+                header = handle.read(FRAME.size)
+                if not header:
+                    break
+                problem = _frame_error(header, None, max_record_bytes)
+                payload = b""
+                if problem is None:
+                    length, crc = FRAME.unpack(header)
+                    payload = handle.read(length)
+                    problem = _frame_error(header, payload, max_record_bytes)
+                    if problem is None and crc32c.crc32c(payload, seed) != crc:
+                        problem = "CRC mismatch"
+                if problem is not None:
+                    # A torn tail, or a recycled file's old records: never acknowledged
+                    # (or long checkpointed) either way.
+                    size = os.fstat(handle.fileno()).st_size
+                    _log.info(
+                        "journal tail cut",
+                        file=str(path),
+                        offset=offset,
+                        cut_bytes=size - offset,
+                        problem=problem,
+                    )
+                    handle.truncate(offset)
+                    break
+                offset += FRAME.size + len(payload)
+                yield payload, JournalMark(file_seq, offset)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory, making file creations and removals in it durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "FRAME",
+    "HEADER_BYTES",
+    "JournalMark",
+    "StorageIOError",
+    "crc_seed",
+    "file_header",
+    "fsync_dir",
+    "has_header",
+    "journal_file",
+    "journal_files",
+    "recycle",
+    "recycled_files",
+    "replay",
+]
