@@ -178,3 +178,31 @@ async def test_daemon_repairs_a_bookie_missing_past_lost_after_and_stops_on_sigt
     # The first pass saw the bookie missing but not yet for --lost-after: nothing repaired.
     assert passes[0]["missing_bookies"] == [lost] and passes[0]["repaired"] == []
     assert sum(len(p["repaired"]) for p in passes) == 1
+
+
+async def test_a_bookie_back_from_an_outage_gets_the_entries_it_missed_copied_back(
+    fresh_cluster: LocalCluster,
+) -> None:
+    # Three bookies, no spare: while one is down the writer cannot replace it and goes on
+    # with the other two (Qa=2), so the restarted bookie lacks those entries.
+    async with await aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        for i in range(10):
+            await writer.append(b"entry-%d" % i)
+        metadata = await client.ledger_metadata(writer.ledger_id)
+        away = metadata.last_ensemble[2]
+        fresh_cluster.kill(away)
+        for i in range(10, 30):
+            await writer.append(b"entry-%d" % i)
+        await writer.close()
+        fresh_cluster.restart(away)
+        assert len((await client.ledger_metadata(writer.ledger_id)).ensembles) == 1
+
+        assert not (await recover(client.ctx)).refilled  # only with verify
+        report = await recover(client.ctx, verify=True)
+        assert [(d.ledger_id, d.ensemble[d.lost[0]]) for d in report.refilled] == [
+            (writer.ledger_id, away)
+        ]
+        assert not report.repaired and not report.unrepairable
+        await eventually(functools.partial(_copies_complete, client, writer.ledger_id))
+        assert not (await recover(client.ctx, verify=True)).refilled  # nothing left

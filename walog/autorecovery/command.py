@@ -55,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="a ledger password to try (repeatable; the empty password is always tried)",
     )
+    parser.add_argument(
+        "--verify-entries",
+        action="store_true",
+        help="also check that every available bookie holds the first and last entry of its "
+        "share of each fragment, and copy the share back where it does not",
+    )
     parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
     return parser
 
@@ -66,6 +72,11 @@ def _print(report: Report, as_json: bool) -> None:
     for damage, replacements in report.repaired:
         swaps = ", ".join(f"{damage.ensemble[i]} -> {b}" for i, b in sorted(replacements.items()))
         print(f"repaired {damage}: {swaps}")
+    for damage in report.refilled:
+        print(
+            f"refilled {damage.ensemble[damage.lost[0]]}: ledger {damage.ledger_id} fragment "
+            f"{damage.fragment} (entries {damage.first}..{damage.last}), it lacked entries"
+        )
     for damage in report.left_to_writers:
         print(
             f"left to the writer: {damage} (open ledger; run 'walog recover "
@@ -91,7 +102,7 @@ async def _run(args: argparse.Namespace) -> int:
     client = await walog.aio.connect(args.metadata, timeout=args.timeout)
     try:
         if args.once:
-            report = await recover(client.ctx, passwords=passwords)
+            report = await recover(client.ctx, passwords=passwords, verify=args.verify_entries)
             _print(report, args.json)
             return 1 if report.unrepairable else 0
         stop = asyncio.Event()
@@ -105,6 +116,7 @@ async def _run(args: argparse.Namespace) -> int:
                 client.ctx,
                 passwords=passwords,
                 is_lost=functools.partial(_missing_long, missing_since, now, args.lost_after),
+                verify=args.verify_entries,
             )
             # Bookies back in service start their clock over when they go missing again.
             missing_since = {b: missing_since.get(b, now) for b in report.missing}

@@ -25,11 +25,18 @@ from walog.autorecovery.rules import (
     damaged_fragments,
     entries_held,
     lost_bookies,
+    shares_to_check,
     still_damaged,
     with_replacement,
 )
 from walog.digest import entry_digest
-from walog.errors import MetadataConflictError, NoSuchLedgerError, UnauthorizedError, WalogError
+from walog.errors import (
+    MetadataConflictError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+    WalogError,
+)
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import verify_password
 from walog.ledger.ensemble import Placement, available_bookies
@@ -56,6 +63,9 @@ class Report:
     """Fragments repaired, with the replacement per ensemble index."""
     left_to_writers: list[Damage] = dataclasses.field(default_factory=list)
     """Last fragments of OPEN ledgers that name lost bookies."""
+    refilled: list[Damage] = dataclasses.field(default_factory=list)
+    """Fragments where an available bookie (``lost`` names its index) lacked entries of its
+    share; the share was copied back to it (with ``verify``)."""
     unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
     """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
 
@@ -78,6 +88,9 @@ class Report:
                 for d, r in self.repaired
             ],
             "left_to_writers": [fragment(d) for d in self.left_to_writers],
+            "refilled": [
+                {**fragment(d), "lost": [], "bookie": d.ensemble[d.lost[0]]} for d in self.refilled
+            ],
             "unrepairable": [
                 {**(fragment(d) if isinstance(d, Damage) else {"ledger_id": d}), "reason": why}
                 for d, why in self.unrepairable
@@ -101,6 +114,7 @@ async def recover(
     passwords: Sequence[bytes] = (b"",),
     is_lost: Callable[[str], bool] | None = None,
     placement: Placement | None = None,
+    verify: bool = False,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -109,6 +123,9 @@ async def recover(
         passwords: candidate ledger passwords (checked against each ledger's metadata).
         is_lost: which missing bookies count as lost (default: every missing one).
         placement: chooses replacements (default: a fresh one).
+        verify: also check that every available bookie holds the first and the last entry
+            of its share of each fragment, and copy a share back to a bookie that lacks
+            them (two reads per fragment and bookie: meant for a periodic check).
     """
     placement = placement or Placement()
     available = await available_bookies(ctx.store)
@@ -124,7 +141,7 @@ async def recover(
         lost = {b for b in missing if is_lost is None or is_lost(b)}
         repair, writers = damaged_fragments(metadata, lost)
         report.left_to_writers += writers
-        if not repair:
+        if not repair and not verify:
             continue
         key = master_key_for(metadata, passwords)
         if key is None:
@@ -144,7 +161,51 @@ async def recover(
                 continue
             if replacements:
                 report.repaired.append((damage, replacements))
+        if verify:
+            try:
+                await refill_shares(ctx, ledger_id, key, available, report)
+            except NoSuchLedgerError:
+                continue  # deleted meanwhile
     return report
+
+
+async def refill_shares(
+    ctx: LedgerContext, ledger_id: int, master_key: bytes, available: Sequence[str], report: Report
+) -> None:
+    """Copy back the share of a fragment to each available bookie that lacks its first or
+    last entry (see :func:`~walog.autorecovery.rules.shares_to_check`)."""
+    metadata, _ = await ctx.read_metadata(ledger_id)  # after any repair of this pass
+    e, qw = metadata.ensemble_size, metadata.write_quorum
+    for fragment in shares_to_check(metadata, available):
+        for index in fragment.lost:
+            bookie = fragment.ensemble[index]
+            share = list(entries_held(fragment, index, e, qw))
+            if not share or all(
+                [
+                    await _holds(ctx, ledger_id, entry_id, bookie)
+                    for entry_id in {share[0], share[-1]}
+                ]
+            ):
+                continue
+            damage = dataclasses.replace(fragment, lost=(index,))
+            try:
+                await copy_entries(ctx, metadata, damage, index, bookie, master_key)
+            except WalogError as exc:
+                report.unrepairable.append((damage, str(exc)))
+                continue
+            report.refilled.append(damage)
+
+
+async def _holds(ctx: LedgerContext, ledger_id: int, entry_id: int, bookie: str) -> bool:
+    """False only when ``bookie`` says it does not have the entry (no answer: True, the
+    next pass asks again)."""
+    try:
+        await read_entry(ctx, ledger_id, entry_id, [bookie])
+    except NoSuchEntryError:
+        return False
+    except WalogError:
+        return True
+    return True
 
 
 async def repair_fragment(
@@ -243,5 +304,6 @@ __all__ = [
     "copy_entries",
     "master_key_for",
     "recover",
+    "refill_shares",
     "repair_fragment",
 ]

@@ -14,13 +14,17 @@ choices):
   CLOSED ledger, to the ledger's last entry; such a range may be empty;
 - the lost bookie at ensemble index ``i`` held exactly the entries whose write set contains
   ``i`` (seed 000, "Write quorums"); those are copied to the replacement, then the fragment's
-  ensemble names the replacement at index ``i`` instead.
+  ensemble names the replacement at index ``i`` instead;
+- a bookie that is available may still lack entries it should hold (it was down while they
+  were written and the writer had no bookie to replace it with): checking the first and the
+  last entry of its share of each such fragment finds it (BookKeeper's LedgerChecker), and
+  its share is copied back to it, with no metadata change.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
@@ -58,9 +62,29 @@ def damaged_fragments(
     """``(to repair, left to the writer)``: the fragments naming ``lost`` bookies."""
     repair: list[Damage] = []
     writers: list[Damage] = []
+    for damage, writer_owned in _fragments(metadata, lambda bookie: bookie in lost):
+        (writers if writer_owned else repair).append(damage)
+    return repair, writers
+
+
+def shares_to_check(metadata: LedgerMetadata, available: Collection[str]) -> list[Damage]:
+    """The fragments auto-recovery may repair, each with the ``available`` bookies of its
+    ensemble (as ``lost``: the indexes whose share is checked) when it holds entries."""
+    return [
+        damage
+        for damage, writer_owned in _fragments(metadata, lambda bookie: bookie in available)
+        if not writer_owned and damage.last >= damage.first
+    ]
+
+
+def _fragments(
+    metadata: LedgerMetadata, chosen: Callable[[str], bool]
+) -> Iterator[tuple[Damage, bool]]:
+    """Each fragment naming a ``chosen`` bookie as a :class:`Damage` of those indexes, and
+    whether its writer owns it (the last fragment of an OPEN ledger)."""
     fragments = metadata.ensembles
     for number, (first, ensemble) in enumerate(fragments):
-        indexes = tuple(i for i, bookie in enumerate(ensemble) if bookie in lost)
+        indexes = tuple(i for i, bookie in enumerate(ensemble) if chosen(bookie))
         if not indexes:
             continue
         is_last = number == len(fragments) - 1
@@ -69,11 +93,7 @@ def damaged_fragments(
         else:
             last = fragments[number + 1][0] - 1
         damage = Damage(metadata.ledger_id, number, first, max(last, first - 1), ensemble, indexes)
-        if is_last and not metadata.is_closed:
-            writers.append(damage)
-        else:
-            repair.append(damage)
-    return repair, writers
+        yield damage, is_last and not metadata.is_closed
 
 
 def entries_held(
@@ -112,6 +132,7 @@ __all__ = [
     "damaged_fragments",
     "entries_held",
     "lost_bookies",
+    "shares_to_check",
     "still_damaged",
     "with_replacement",
 ]
