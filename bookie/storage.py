@@ -368,10 +368,7 @@ class EntryStorage:
                 written += 1
             self._flush_pending()
             if self._write_fd >= 0:
-                os.fsync(self._write_fd)
-                if not self._cache_written:
-                    # Synced: the pages can go (StorageConfig.cache_entry_logs).
-                    os.posix_fadvise(self._write_fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                self._sync_write_log()
         except (OSError, lmdb.Error) as exc:
             # The log's tail is unknown now: never append to it again.
             failed_log = self._write_log
@@ -488,10 +485,17 @@ class EntryStorage:
             written = os.write(self._write_fd, view)
             view = view[written:]
 
+    def _sync_write_log(self) -> None:
+        """fsync the current entry log; then, unless written pages stay cached
+        (``StorageConfig.cache_entry_logs``), let the kernel drop them."""
+        os.fsync(self._write_fd)
+        if not self._cache_written:
+            os.posix_fadvise(self._write_fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
     def _roll(self) -> None:
         if self._write_fd >= 0:
             self._flush_pending()
-            os.fsync(self._write_fd)
+            self._sync_write_log()
             os.close(self._write_fd)
             self._write_fd = -1
         with self._env.begin(write=True, db=self._meta) as txn:
