@@ -23,7 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-STAGES = ("journal_queue", "journal_write", "journal_sync", "journal_callback", "add")
+STAGE_LABELS = {
+    "journal_queue": "queued for the journal thread, until it starts the group",
+    "journal_write": "journal write (framing + write)",
+    "journal_sync": "journal fdatasync",
+    "journal_callback": "back from the journal thread to the event loop",
+    "add": "whole add on the bookie (frame read -> answer queued)",
+}
+"""Each stage and a short description, in the order an add goes through them."""
+STAGES = tuple(STAGE_LABELS)
 """The stages, in the order an add goes through them."""
 
 BUCKETS_PER_DOUBLING = 4
@@ -76,6 +84,7 @@ class StageLatencies:
 __all__ = [
     "BUCKET_COUNT",
     "STAGES",
+    "STAGE_LABELS",
     "StageLatencies",
     "bucket_middle_us",
     "bucket_of",

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
+from walog.latency import STAGE_LABELS
+
 # key -> (label, unit, target, higher is better)
 TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "ledger_append_eps": ("ledger append, PERSISTENT, pipelined", "entries/s", 50_000, True),
@@ -277,15 +279,6 @@ def _floor_section(results: dict[str, Any]) -> list[str]:
     ]
 
 
-_STAGE_NAMES = {
-    "journal_queue": "queued for the journal thread, until it starts the group",
-    "journal_write": "journal write (framing + write)",
-    "journal_sync": "journal fdatasync",
-    "journal_callback": "back from the journal thread to the event loop",
-    "add": "whole add on the bookie (frame read -> answer queued)",
-}
-
-
 def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str]:
     """The bookies' share of one append in flight, by stage (their ``Info`` histograms)."""
     if "add" not in stages:
@@ -297,7 +290,7 @@ def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str
         "| stage | p50 ms | p99 ms |",
         "|---|---:|---:|",
     ]
-    for stage, name in _STAGE_NAMES.items():
+    for stage, name in STAGE_LABELS.items():
         if stage in stages:
             value = stages[stage]
             lines.append(
