@@ -132,6 +132,15 @@ async def test_a_ledger_with_an_unknown_password_is_reported_and_left_alone(
     await eventually(functools.partial(_copies_complete, client, ledger_id))
 
 
+async def test_checking_entries_needs_no_password_while_every_share_is_complete(
+    client: aio.AsyncClient,
+) -> None:
+    ledger_id = await _closed_ledger(client, (3, 3, 2), 5, password=b"secret")
+    await eventually(functools.partial(_copies_complete, client, ledger_id))
+    report = await recover(client.ctx, verify=True)
+    assert not report.unrepairable and not report.refilled and not report.repaired
+
+
 async def test_cli_once_prints_the_pass_as_json_and_exits_0_when_all_is_repaired(
     fresh_cluster: LocalCluster, client: aio.AsyncClient
 ) -> None:

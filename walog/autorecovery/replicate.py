@@ -144,23 +144,22 @@ async def recover(
         if not repair and not verify:
             continue
         key = master_key_for(metadata, passwords)
-        if key is None:
-            report.unrepairable.append(
-                (ledger_id, "no given password matches the ledger's (pass --password)")
-            )
+        if key is None and repair:
+            report.unrepairable.append((ledger_id, _NO_PASSWORD))
             continue
-        for damage in repair:
-            try:
-                replacements = await repair_fragment(
-                    ctx, metadata, damage, key, available, placement
-                )
-            except NoSuchLedgerError:
-                break  # deleted meanwhile: nothing left to repair
-            except WalogError as exc:
-                report.unrepairable.append((damage, str(exc)))
-                continue
-            if replacements:
-                report.repaired.append((damage, replacements))
+        if key is not None:  # else there is nothing to repair (checked above)
+            for damage in repair:
+                try:
+                    replacements = await repair_fragment(
+                        ctx, metadata, damage, key, available, placement
+                    )
+                except NoSuchLedgerError:
+                    break  # deleted meanwhile: nothing left to repair
+                except WalogError as exc:
+                    report.unrepairable.append((damage, str(exc)))
+                    continue
+                if replacements:
+                    report.repaired.append((damage, replacements))
         if verify:
             try:
                 await refill_shares(ctx, ledger_id, key, available, report)
@@ -169,11 +168,20 @@ async def recover(
     return report
 
 
+_NO_PASSWORD = "no given password matches the ledger's (pass --password)"
+
+
 async def refill_shares(
-    ctx: LedgerContext, ledger_id: int, master_key: bytes, available: Sequence[str], report: Report
+    ctx: LedgerContext,
+    ledger_id: int,
+    master_key: bytes | None,
+    available: Sequence[str],
+    report: Report,
 ) -> None:
     """Copy back the share of a fragment to each available bookie that lacks its first or
-    last entry (see :func:`~walog.autorecovery.rules.shares_to_check`)."""
+    last entry (see :func:`~walog.autorecovery.rules.shares_to_check`). The checks are
+    reads; the ledger's master key (None: no password given matched) is needed only to
+    copy."""
     metadata, _ = await ctx.read_metadata(ledger_id)  # after any repair of this pass
     e, qw = metadata.ensemble_size, metadata.write_quorum
     for fragment in shares_to_check(metadata, available):
@@ -188,6 +196,9 @@ async def refill_shares(
             ):
                 continue
             damage = dataclasses.replace(fragment, lost=(index,))
+            if master_key is None:
+                report.unrepairable.append((damage, _NO_PASSWORD))
+                continue
             try:
                 await copy_entries(ctx, metadata, damage, index, bookie, master_key)
             except WalogError as exc:
