@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -9,11 +10,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from walog._sync import name_os_thread
-from walog.bench import main
+from walog.bench import floors, main
 from walog.bench.command import _thread_cpu_seconds
+from walog.bench.echo_server import METHOD
 from walog.bench.profile import summarise
 from walog.bench.report import print_table, rows, write_report
 from walog.bench.stats import Latency, payload
@@ -186,3 +189,38 @@ def test_thread_cpu_is_split_by_os_thread_name() -> None:
         stop.set()
         worker.join()
     assert "main" in seconds and seconds["bench-spin"] >= 0.2
+
+
+def test_report_sets_one_append_in_flight_against_the_quorum_floor(tmp_path: Path) -> None:
+    results = {**_results(), "grpc_fanout_p50_us": 400.0, "quorum_floor_p50_us": 900.0}
+    results["append_p50_ms"] = 1.2
+    report = tmp_path / "benchmarks.md"
+    write_report(results, report)
+    text = " ".join(report.read_text().split())
+    assert "it takes 0.900 ms" in text and "walog's append is 0.300 ms above it" in text
+    assert "The 0.8 ms target lies below this floor." in text
+    results["quorum_floor_p50_us"] = 700.0
+    write_report(results, report)
+    assert "lies below this floor" not in report.read_text()
+
+
+def test_quorum_floor_times_the_second_answer_and_leaves_no_sync_files(tmp_path: Path) -> None:
+    bare, synced = floors.quorum_floor(0.3, tmp_path)
+    assert bare.count > 0 and synced.count > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_syncing_echo_server_writes_every_message_before_answering(tmp_path: Path) -> None:
+    async def exchange(target: str) -> bytes:
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.stream_stream(METHOD, None, None)(None)
+            await call.write(payload(1024))
+            answer = await call.read()
+            assert isinstance(answer, bytes)
+            await call.done_writing()
+            return answer
+
+    with floors._echo_servers(1, tmp_path) as (target,):
+        assert asyncio.run(exchange(target)) == (1024).to_bytes(4, "little")
+        # The server still runs: what its file holds was written before the answer.
+        assert sum(f.stat().st_size for f in tmp_path.glob("*.sync")) == 1024

@@ -358,6 +358,11 @@ class _Run:
         r["grpc_echo_eps"] = {str(batch): round(rate.per_second) for batch, rate in echo.items()}
         r["grpc_rtt_p50_us"] = round(round_trip.percentile_ms(50.0) * 1000.0, 1)
         r["grpc_rtt_p99_us"] = round(round_trip.percentile_ms(99.0) * 1000.0, 1)
+        with self.bar("floor: one message to 3 echo processes", unit="run"):
+            fanout, synced = floors.quorum_floor(min(seconds, 3.0), self.data_dir)
+        r["grpc_fanout_p50_us"] = round(fanout.percentile_ms(50.0) * 1000.0, 1)
+        r["quorum_floor_p50_us"] = round(synced.percentile_ms(50.0) * 1000.0, 1)
+        r["quorum_floor_p99_us"] = round(synced.percentile_ms(99.0) * 1000.0, 1)
         for name, measure, key in (
             ("etcd 3 members", peers.etcd, "etcd"),
             ("NATS JetStream R3", peers.nats, "nats"),

@@ -7,6 +7,9 @@
   ceiling of any Python client/server pair that batches the same way, before a bookie does
   any work; and the round trip of one 1 KiB message at a time on the same stream, the
   least that one append in flight can take before its journal sync.
+* :func:`quorum_floor` - one 1 KiB message at a time to three echo processes, timed to the
+  second answer, bare and with each process syncing the message to disk before answering:
+  the floor of an E3/Qw3/Qa2 append in flight on this stack.
 
 The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 """
@@ -14,12 +17,13 @@ The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -96,28 +100,116 @@ async def _round_trips(target: str, seconds: float, entry_bytes: int) -> Latency
     return latency
 
 
+@contextlib.contextmanager
+def _echo_servers(
+    count: int, sync_dir: str | os.PathLike[str] | None = None
+) -> Iterator[list[str]]:
+    """Start ``count`` echo servers (each syncing to its own file in ``sync_dir`` when
+    given); yield their targets; terminate them."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    servers: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
+        try:
+            port_files = []
+            for index in range(count):
+                port_files.append(Path(tmp) / f"port-{index}")
+                argv = [sys.executable, "-m", "walog.bench.echo_server", str(port_files[-1])]
+                if sync_dir is not None:
+                    argv.append(str(Path(sync_dir) / f"{Path(tmp).name}-{index}.sync"))
+                servers.append(subprocess.Popen(argv, env=env))
+            deadline = time.monotonic() + 30.0
+            for server, port_file in zip(servers, port_files, strict=True):
+                while not port_file.exists() or not port_file.read_text():
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the gRPC echo server did not start")
+                    time.sleep(0.05)
+            yield [f"127.0.0.1:{port_file.read_text()}" for port_file in port_files]
+        finally:
+            for server in servers:
+                server.terminate()
+            for server in servers:
+                server.wait(10)
+            if sync_dir is not None:
+                for sync_file in Path(sync_dir).glob(f"{Path(tmp).name}-*.sync"):
+                    sync_file.unlink()
+
+
 def grpc_echo_floor(
     batches: Sequence[int], seconds: float, entry_bytes: int = 1024
 ) -> tuple[dict[int, Rate], Latency]:
     """Entries per second through a bare grpc.aio stream to another process, per batch size,
     and the round trip of one message at a time on such a stream."""
-    with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
-        port_file = Path(tmp) / "port"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "walog.bench.echo_server", str(port_file)],
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
-        try:
-            deadline = time.monotonic() + 30.0
-            while not port_file.exists() or not port_file.read_text():
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the gRPC echo server did not start")
-                time.sleep(0.05)
-            target = f"127.0.0.1:{port_file.read_text()}"
-            rates = {
-                batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
-            }
-            return rates, asyncio.run(_round_trips(target, seconds, entry_bytes))
-        finally:
-            server.terminate()
-            server.wait(10)
+    with _echo_servers(1) as (target,):
+        rates = {
+            batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
+        }
+        return rates, asyncio.run(_round_trips(target, seconds, entry_bytes))
+
+
+async def _quorum_round_trips(
+    targets: Sequence[str], quorum: int, seconds: float, entry_bytes: int
+) -> Latency:
+    message = payload(entry_bytes)
+    latency = Latency()
+    loop = asyncio.get_running_loop()
+    answers = 0
+    reached: asyncio.Future[None] = loop.create_future()
+    everyone: asyncio.Future[None] = loop.create_future()
+
+    async def receive(call: grpc.aio.StreamStreamCall[bytes, bytes]) -> None:
+        nonlocal answers
+        async for _ in call:
+            answers += 1
+            if answers == quorum:
+                reached.set_result(None)
+            if answers == len(targets):
+                everyone.set_result(None)
+
+    channels = [grpc.aio.insecure_channel(target) for target in targets]
+    try:
+        calls = []
+        for channel in channels:
+            await asyncio.wait_for(channel.channel_ready(), 10.0)
+            calls.append(channel.stream_stream(METHOD, None, None)(None))
+        receivers = [asyncio.create_task(receive(call)) for call in calls]
+        warm_up = 50
+        deadline = time.perf_counter() + seconds
+        while warm_up > 0 or time.perf_counter() < deadline:
+            started = time.perf_counter()
+            answers = 0
+            reached, everyone = loop.create_future(), loop.create_future()
+            for call in calls:
+                await call.write(message)
+            await reached
+            if warm_up > 0:
+                warm_up -= 1
+                deadline = time.perf_counter() + seconds
+            else:
+                latency.record(time.perf_counter() - started)
+            await everyone  # the slower answers too, before the next message
+        for call in calls:
+            await call.done_writing()
+        await asyncio.gather(*receivers)
+    finally:
+        for channel in channels:
+            await channel.close(None)
+    return latency
+
+
+def quorum_floor(
+    seconds: float,
+    sync_dir: str | os.PathLike[str],
+    *,
+    servers: int = 3,
+    quorum: int = 2,
+    entry_bytes: int = 1024,
+) -> tuple[Latency, Latency]:
+    """One message at a time sent to ``servers`` echo processes, timed to the ``quorum``-th
+    answer: bare, and with every server appending and fdatasyncing the message (in
+    ``sync_dir``) before it answers. The second is an E3/Qw3/Qa2 PERSISTENT append with no
+    bookie logic at all: what one append in flight costs in Python on grpc.aio here."""
+    with _echo_servers(servers) as targets:
+        bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes))
+    with _echo_servers(servers, sync_dir) as targets:
+        synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes))
+    return bare, synced
