@@ -4,6 +4,7 @@ ledger as a writer"; seed 004 for VOLATILE ledgers)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -246,31 +247,78 @@ async def test_drained_writer_sends_its_lac_without_waiting_for_the_timer(
         await writer.close()
 
 
+def _explicit_lacs(
+    client: aio.AsyncClient, writer: aio.AsyncLedgerWriter, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, int]]:
+    """The explicit LAC messages the writer sends from now on, as (bookie, lac)."""
+    sent: list[tuple[str, int]] = []
+    for bookie in writer.metadata.last_ensemble:
+        connection = client.ctx.pool.get(bookie)
+        plain = connection.send_lac
+
+        def counting(
+            ledger_id: int, lac: int, key: bytes, bookie: str = bookie, plain: Any = plain
+        ) -> None:
+            sent.append((bookie, lac))
+            plain(ledger_id, lac, key)
+
+        monkeypatch.setattr(connection, "send_lac", counting)
+    return sent
+
+
 async def test_back_to_back_appends_carry_the_lac_without_explicit_messages(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with await aio.connect(cluster.metadata_uri, config=NO_LAC_TIMER) as client:
         writer = await client.create_ledger(3, 3, 2)
-        sent: list[tuple[str, int]] = []
-        for bookie in writer.metadata.last_ensemble:
-            connection = client.ctx.pool.get(bookie)
-            plain = connection.send_lac
-
-            def counting(
-                ledger_id: int, lac: int, key: bytes, bookie: str = bookie, plain: Any = plain
-            ) -> None:
-                sent.append((bookie, lac))
-                plain(ledger_id, lac, key)
-
-            monkeypatch.setattr(connection, "send_lac", counting)
+        sent = _explicit_lacs(client, writer, monkeypatch)
         for i in range(20):
             await writer.append(b"%d" % i)  # the next append follows each completion at once
-        for _ in range(100):  # the check runs a few loop turns later
+        for _ in range(100):  # the check runs a few loop turns (or one average gap) later
             if len(sent) >= 3:
                 break
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
         # Only the last completion left the pipeline empty: one LAC to each bookie.
         assert sorted(sent) == sorted((b, 19) for b in writer.metadata.last_ensemble)
+        await writer.close()
+
+
+async def test_a_steady_writers_next_append_carries_its_lac(
+    cluster: LocalCluster, other: aio.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One append every 10 ms, each acknowledged long before the next: a new LAC waits for
+    # the next append (within lac_linger) instead of going to every bookie on its own.
+    config = dataclasses.replace(NO_LAC_TIMER, lac_linger=0.2)
+    async with await aio.connect(cluster.metadata_uri, config=config) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        sent = _explicit_lacs(client, writer, monkeypatch)
+        futures = []
+        for i in range(30):
+            futures.append(writer.append_nowait(b"%d" % i))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*futures)
+        # Without the wait every bookie would have had 29 of them alone. The first one still
+        # goes (no gap between appends is known yet), and a stall of the machine longer than
+        # the wait may let another through.
+        assert len({lac for _, lac in sent}) <= 2
+        # Once the appends stop, the last LAC goes out alone when the next append is overdue.
+        reader = await other.open_ledger(writer.ledger_id, recovery=False)
+        assert await reader.wait_last_add_confirmed(28, timeout=10.0) == 29
+        assert {(b, 29) for b in writer.metadata.last_ensemble} <= set(sent)
+        await writer.close()
+
+
+async def test_without_lac_linger_a_paced_writer_tells_each_lac_at_once(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = dataclasses.replace(NO_LAC_TIMER, lac_linger=0.0)
+    async with await aio.connect(cluster.metadata_uri, config=config) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        sent = _explicit_lacs(client, writer, monkeypatch)
+        for i in range(10):
+            await writer.append(b"%d" % i)
+            await asyncio.sleep(0.01)  # no append follows the completion at once
+        assert {lac for _, lac in sent} == set(range(10))
         await writer.close()
 
 

@@ -46,6 +46,10 @@ class ClientConfig:
     """At most this many adds per frame sent to one bookie."""
     max_frame_bytes: int = 4 * 1024 * 1024
     """A frame is sent once it holds this many payload bytes."""
+    lac_linger: float = 0.002
+    """A writer appending steadily, at least this often, lets its next append carry a new
+    LAC to the bookies (waiting at most this long) instead of sending it alone; 0 sends every
+    LAC no append carried within a couple of event-loop turns at once."""
     keep_freed_memory: bool = True
     """Make glibc's malloc keep freed memory for the next frame instead of returning it to
     the kernel (process-wide, see :mod:`walog.memory`); False leaves the allocator alone."""
@@ -55,6 +59,8 @@ class ClientConfig:
             raise ValueError("ClientConfig.max_entry_bytes must be > 0")
         if self.max_frame_entries <= 0 or self.max_frame_bytes <= 0:
             raise ValueError("ClientConfig frame limits must be > 0")
+        if self.lac_linger < 0:
+            raise ValueError(f"ClientConfig.lac_linger must be >= 0, got {self.lac_linger}")
 
 
 @dataclasses.dataclass

@@ -65,6 +65,10 @@ from walog.transport.packing import PackedEntries
 
 log = get_logger(__name__)
 
+_GAP_SLACK = 1.5
+"""A steady writer's next append is due this many times the last gap between two appends
+after its last one."""
+
 METADATA_ATTEMPTS = 10
 UNREPLACEABLE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Pauses before looking again for bookies to replace the ones no bookie could replace
@@ -201,6 +205,7 @@ class AsyncLedgerWriter:
 
         self._lac_told = -1  # highest LAC sent to bookies (piggybacked or explicit)
         self._last_append_time = self._loop.time()
+        self._append_gap = 0.0  # time between the last two appends
         self._lac_timer: asyncio.TimerHandle | None = None
         self._lac_check_due = False  # a check whether an append carried the new LAC is due
 
@@ -258,7 +263,9 @@ class AsyncLedgerWriter:
         self._by_id[entry_id] = add
         self._drained.clear()
         self._lac_told = max(self._lac_told, lac)
-        self._last_append_time = self._loop.time()
+        now = self._loop.time()
+        self._append_gap = now - self._last_append_time
+        self._last_append_time = now
         if not self._unsent:
             self._loop.call_soon(self._flush)
         self._unsent.append(add)
@@ -396,27 +403,51 @@ class AsyncLedgerWriter:
             lac = self._completed
         if lac > self._lac:
             self._lac = lac
-            if not self._lac_check_due:
-                # Decide two loop turns from now whether an append carried this LAC: the
-                # futures completed with it run their callbacks first (an awaiting appender
-                # wakes up), then it may append again.
-                self._lac_check_due = True
-                self._loop.call_soon(self._loop.call_soon, self._send_untold_lac)
+            self._check_untold_lac_later()
             self._arm_explicit_lac()
 
     # -- explicit LAC -----------------------------------------------------------------
     #
     # Readers may read up to the LAC a bookie knows, and a bookie learns it from the next
     # add (piggybacked) or from an explicit LAC message on the add stream. Two triggers
-    # send the explicit one: a new LAC that no append carried within a couple of loop turns
-    # (so a busy writer, whose next appends carry it, sends none, while a paced or idle one
-    # tells tailers at once instead of after its next append); and, as the fallback, the
-    # timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
-    # explicitLacInterval).
+    # send the explicit one: a new LAC that no append carried in time, and, as the
+    # fallback, the timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
+    # explicitLacInterval). "In time" is a couple of loop turns (the futures completed with
+    # the LAC run their callbacks first, so an awaiting appender appends again before the
+    # check), or, for a writer appending steadily at least every ``ClientConfig.lac_linger``,
+    # until its next append is due: then tailers get the LAC with that append instead of a
+    # message of its own to every bookie, which at such rates costs the writer and the
+    # bookies about as much again as the append itself.
 
-    def _send_untold_lac(self) -> None:
+    def _check_untold_lac_later(self) -> None:
+        if self._lac_check_due:
+            return
+        self._lac_check_due = True
+        wait = self._next_append_due()
+        if wait > 0:
+            self._loop.call_later(wait, self._check_untold_lac, self._lac_told)
+        else:
+            self._loop.call_soon(self._loop.call_soon, self._check_untold_lac, self._lac_told)
+
+    def _next_append_due(self) -> float:
+        """Seconds until a steady writer's next append is due (with some slack), at most
+        ``lac_linger``; 0 for a writer that appends less often or has fallen silent."""
+        linger = self._ctx.config.lac_linger
+        gap = self._append_gap
+        if gap > linger:
+            return 0.0
+        due = self._last_append_time + _GAP_SLACK * gap - self._loop.time()
+        return min(linger, max(0.0, due))
+
+    def _check_untold_lac(self, told_before: int) -> None:
         self._lac_check_due = False
-        self._send_explicit_lac()  # a no-op when an append carried the LAC piggybacked
+        if self._lac <= self._lac_told:
+            return
+        if self._lac_told > told_before:
+            # An append carried an earlier LAC meanwhile: the next may carry this one.
+            self._check_untold_lac_later()
+        else:
+            self._send_explicit_lac()
 
     def _arm_explicit_lac(self) -> None:
         if self._lac_timer is None and self._state != "closed":
