@@ -15,11 +15,10 @@ import pytest
 
 from walog._sync import name_os_thread
 from walog.bench import floors, main
-from walog.bench.command import _thread_cpu_seconds
 from walog.bench.echo_server import METHOD
 from walog.bench.profile import summarise
 from walog.bench.report import print_table, rows, write_report
-from walog.bench.stats import Latency, payload
+from walog.bench.stats import Latency, payload, thread_cpu_seconds
 
 CONTRACT_KEYS = {
     "ledger_append_eps",
@@ -184,7 +183,7 @@ def test_thread_cpu_is_split_by_os_thread_name() -> None:
     try:
         seconds: dict[str, float] = {}
         while seconds.get("bench-spin", 0.0) < 0.2:  # until the spinner shows CPU time
-            seconds = _thread_cpu_seconds(os.getpid())
+            seconds = thread_cpu_seconds(os.getpid())
     finally:
         stop.set()
         worker.join()
@@ -205,8 +204,8 @@ def test_report_sets_one_append_in_flight_against_the_quorum_floor(tmp_path: Pat
 
 
 def test_quorum_floor_times_the_second_answer_and_leaves_no_sync_files(tmp_path: Path) -> None:
-    bare, synced = floors.quorum_floor(0.3, tmp_path)
-    assert bare.count > 0 and synced.count > 0
+    floor = floors.quorum_floor(0.3, tmp_path)
+    assert floor.bare.count > 0 and floor.synced.count > 0 and floor.cpu_s_per_round > 0
     assert list(tmp_path.iterdir()) == []
 
 
@@ -220,7 +219,24 @@ def test_syncing_echo_server_writes_every_message_before_answering(tmp_path: Pat
             await call.done_writing()
             return answer
 
-    with floors._echo_servers(1, tmp_path) as (target,):
+    with floors._echo_servers(1, tmp_path) as ((target,), _):
         assert asyncio.run(exchange(target)) == (1024).to_bytes(4, "little")
         # The server still runs: what its file holds was written before the answer.
         assert sum(f.stat().st_size for f in tmp_path.glob("*.sync")) == 1024
+
+
+def test_report_weighs_the_tail_rate_against_the_cpu_per_record(tmp_path: Path) -> None:
+    results = {
+        **_results(),
+        "cpu_us_per_append": {"client": 600.0, "bookie-0": 500.0},
+        "cpu_us_per_tail_record": {"client": 500.0, "bookie-0": 400.0},
+        "tail_records_per_s": 1000,
+        "quorum_floor_cpu_us": 700.0,
+        "tail_ack_p50_ms": 3.0,
+    }
+    report = tmp_path / "benchmarks.md"
+    write_report(results, report)
+    text = " ".join(report.read_text().split())
+    assert "| **all** | **1100** | **900** |" in text
+    assert "900 us per record keep 45 % of the 2 CPUs busy" in text
+    assert "the quorum floor's 700 us per round would keep 35 % busy" in text

@@ -38,6 +38,7 @@ import walog.aio
 from walog.bench import floors, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
+from walog.bench.stats import cpu_seconds, thread_cpu_seconds
 from walog.ledger.durability import Durability
 from walog.testing import LocalCluster
 
@@ -178,18 +179,18 @@ class _Run:
         threads) each process of :meth:`pids` used during the block; the same split by
         thread lands in :attr:`thread_cpu`."""
         pids = self.pids()
-        before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-        threads_before = {name: _thread_cpu_seconds(pid) for name, pid in pids.items()}
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        threads_before = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
         used: dict[str, float] = {}
         yield used
         for name, pid in pids.items():
-            used[name] = _cpu_seconds(pid) - before[name]
+            used[name] = cpu_seconds(pid) - before[name]
         self.thread_cpu = {}
         for name, pid in pids.items():
             earlier = threads_before[name]
             self.thread_cpu[name] = {
                 thread: seconds - earlier.get(thread, 0.0)
-                for thread, seconds in _thread_cpu_seconds(pid).items()
+                for thread, seconds in thread_cpu_seconds(pid).items()
             }
 
     def aio(self, body: Callable[[walog.aio.AsyncClient], Coroutine[Any, Any, T]]) -> T:
@@ -210,7 +211,7 @@ class _Run:
             with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
                 rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
             r["ledger_append_eps"] = round(rate.per_second)
-            r["cpu_us_per_entry"] = {name: round(s * 1e6 / rate.ops, 1) for name, s in cpu.items()}
+            r["cpu_us_per_entry"] = _per_op(cpu, rate.ops)
             r["cpu_us_per_entry_by_thread"] = {
                 name: {t: round(s * 1e6 / rate.ops, 2) for t, s in threads.items() if s > 0}
                 for name, threads in self.thread_cpu.items()
@@ -225,9 +226,10 @@ class _Run:
                 )
             r["ledger_append_volatile_eps"] = round(rate.per_second)
         if "latency" in only:
-            with self.bar("append, one in flight") as tick:
+            with self.bar("append, one in flight") as tick, self.cpu() as cpu:
                 measured = self.aio(lambda c: scenarios.append_latency(c, seconds, progress=tick))
             summary = measured.latency.summary()
+            r["cpu_us_per_append"] = _per_op(cpu, measured.latency.count)
             r["append_p50_ms"], r["append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
             r["append_p999_ms"] = summary["p999_ms"]
             r["append_latency_samples"] = int(summary["count"])
@@ -236,7 +238,7 @@ class _Run:
             with self.bar("log append 100 B records", unit="rec") as tick, self.cpu() as cpu:
                 rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
             r["log_append_rps"] = round(rate.per_second)
-            r["cpu_us_per_record"] = {name: round(s * 1e6 / rate.ops, 2) for name, s in cpu.items()}
+            r["cpu_us_per_record"] = _per_op(cpu, rate.ops, digits=2)
         if "sync" in only:
             with self.bar("sync API ledger append") as tick:
                 rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
@@ -244,9 +246,11 @@ class _Run:
             if "ledger_append_eps" in r:
                 r["aio_append_eps"] = r["ledger_append_eps"]
         if "tail" in only:
-            with self.bar("tail lag writer->reader", unit="rec") as tick:
+            with self.bar("tail lag writer->reader", unit="rec") as tick, self.cpu() as cpu:
                 tail = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))
             summary = tail.lag.summary()
+            r["tail_records_per_s"] = round(tail.lag.count / seconds)
+            r["cpu_us_per_tail_record"] = _per_op(cpu, tail.lag.count)
             r["tail_lag_p50_ms"], r["tail_lag_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
             r["tail_lag_p999_ms"] = summary["p999_ms"]
             for key, part in (("tail_ack", tail.acked), ("tail_after_ack", tail.after_ack)):
@@ -359,10 +363,11 @@ class _Run:
         r["grpc_rtt_p50_us"] = round(round_trip.percentile_ms(50.0) * 1000.0, 1)
         r["grpc_rtt_p99_us"] = round(round_trip.percentile_ms(99.0) * 1000.0, 1)
         with self.bar("floor: one message to 3 echo processes", unit="run"):
-            fanout, synced = floors.quorum_floor(min(seconds, 3.0), self.data_dir)
-        r["grpc_fanout_p50_us"] = round(fanout.percentile_ms(50.0) * 1000.0, 1)
-        r["quorum_floor_p50_us"] = round(synced.percentile_ms(50.0) * 1000.0, 1)
-        r["quorum_floor_p99_us"] = round(synced.percentile_ms(99.0) * 1000.0, 1)
+            quorum = floors.quorum_floor(min(seconds, 3.0), self.data_dir)
+        r["grpc_fanout_p50_us"] = round(quorum.bare.percentile_ms(50.0) * 1000.0, 1)
+        r["quorum_floor_p50_us"] = round(quorum.synced.percentile_ms(50.0) * 1000.0, 1)
+        r["quorum_floor_p99_us"] = round(quorum.synced.percentile_ms(99.0) * 1000.0, 1)
+        r["quorum_floor_cpu_us"] = round(quorum.cpu_s_per_round * 1e6, 1)
         for name, measure, key in (
             ("etcd 3 members", peers.etcd, "etcd"),
             ("NATS JetStream R3", peers.nats, "nats"),
@@ -393,35 +398,9 @@ class _Run:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
-def _stat_cpu_seconds(stat: Path) -> float:
-    """User + system CPU seconds from a ``/proc/.../stat`` file; OSError when unreadable."""
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    # Fields 14 and 15 of stat(5) (utime, stime), counted after the "(comm)" field.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux ``/proc``; 0.0 elsewhere)."""
-    try:
-        return _stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
-    except OSError:
-        return 0.0
-
-
-def _thread_cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds of a process so far by thread name (``/proc/PID/task``; the main thread
-    is "main", pool threads are summed under their prefix); empty where unreadable."""
-    out: dict[str, float] = {}
-    tasks = Path(f"/proc/{pid}/task")
-    for task in tasks.glob("*") if tasks.exists() else ():
-        try:
-            comm = (task / "comm").read_text().strip()
-            seconds = _stat_cpu_seconds(task / "stat")
-        except OSError:
-            continue  # the thread ended meanwhile
-        name = "main" if task.name == str(pid) else comm.rstrip("0123456789").rstrip("_-")
-        out[name] = out.get(name, 0.0) + seconds
-    return out
+def _per_op(cpu: dict[str, float], ops: int, digits: int = 1) -> dict[str, float]:
+    """CPU microseconds per operation by process, from the seconds of :meth:`_Run.cpu`."""
+    return {name: round(seconds * 1e6 / max(ops, 1), digits) for name, seconds in cpu.items()}
 
 
 def _journal_bytes(bookie_dir: Path) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -29,10 +30,12 @@ from pathlib import Path
 import grpc
 
 from walog.bench.echo_server import METHOD
-from walog.bench.stats import Latency, Rate, payload
+from walog.bench.stats import Latency, Rate, cpu_seconds, payload
 
 FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""
+WARM_UP_ROUNDS = 50
+"""Untimed round trips that open the quorum floor's streams."""
 
 
 def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int = 4096) -> Latency:
@@ -103,9 +106,9 @@ async def _round_trips(target: str, seconds: float, entry_bytes: int) -> Latency
 @contextlib.contextmanager
 def _echo_servers(
     count: int, sync_dir: str | os.PathLike[str] | None = None
-) -> Iterator[list[str]]:
+) -> Iterator[tuple[list[str], list[int]]]:
     """Start ``count`` echo servers (each syncing to its own file in ``sync_dir`` when
-    given); yield their targets; terminate them."""
+    given); yield their targets and process ids; terminate them."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     servers: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
@@ -123,7 +126,8 @@ def _echo_servers(
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("the gRPC echo server did not start")
                     time.sleep(0.05)
-            yield [f"127.0.0.1:{port_file.read_text()}" for port_file in port_files]
+            targets = [f"127.0.0.1:{port_file.read_text()}" for port_file in port_files]
+            yield targets, [server.pid for server in servers]
         finally:
             for server in servers:
                 server.terminate()
@@ -139,7 +143,7 @@ def grpc_echo_floor(
 ) -> tuple[dict[int, Rate], Latency]:
     """Entries per second through a bare grpc.aio stream to another process, per batch size,
     and the round trip of one message at a time on such a stream."""
-    with _echo_servers(1) as (target,):
+    with _echo_servers(1) as ((target,), _):
         rates = {
             batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
         }
@@ -172,7 +176,7 @@ async def _quorum_round_trips(
             await asyncio.wait_for(channel.channel_ready(), 10.0)
             calls.append(channel.stream_stream(METHOD, None, None)(None))
         receivers = [asyncio.create_task(receive(call)) for call in calls]
-        warm_up = 50
+        warm_up = WARM_UP_ROUNDS
         deadline = time.perf_counter() + seconds
         while warm_up > 0 or time.perf_counter() < deadline:
             started = time.perf_counter()
@@ -196,6 +200,19 @@ async def _quorum_round_trips(
     return latency
 
 
+@dataclasses.dataclass(frozen=True)
+class QuorumFloor:
+    """One message at a time to three echo processes, timed to the second answer."""
+
+    bare: Latency
+    """The echo processes answer at once."""
+    synced: Latency
+    """Each echo process appends the message to a file and fdatasyncs it first."""
+    cpu_s_per_round: float
+    """CPU seconds the client and the three syncing processes used per timed round of
+    ``synced`` (the warm-up rounds counted as rounds too)."""
+
+
 def quorum_floor(
     seconds: float,
     sync_dir: str | os.PathLike[str],
@@ -203,13 +220,16 @@ def quorum_floor(
     servers: int = 3,
     quorum: int = 2,
     entry_bytes: int = 1024,
-) -> tuple[Latency, Latency]:
+) -> QuorumFloor:
     """One message at a time sent to ``servers`` echo processes, timed to the ``quorum``-th
     answer: bare, and with every server appending and fdatasyncing the message (in
     ``sync_dir``) before it answers. The second is an E3/Qw3/Qa2 PERSISTENT append with no
     bookie logic at all: what one append in flight costs in Python on grpc.aio here."""
-    with _echo_servers(servers) as targets:
+    with _echo_servers(servers) as (targets, _):
         bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes))
-    with _echo_servers(servers, sync_dir) as targets:
+    with _echo_servers(servers, sync_dir) as (targets, pids):
+        pids = [os.getpid(), *pids]
+        before = sum(cpu_seconds(pid) for pid in pids)
         synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes))
-    return bare, synced
+        used = sum(cpu_seconds(pid) for pid in pids) - before
+    return QuorumFloor(bare, synced, used / (synced.count + WARM_UP_ROUNDS))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from walog.latency import STAGE_LABELS
+from walog.bench.sections import cpu_section, floor_section, profile_section, saturation_section
 
 # key -> (label, unit, target, higher is better)
 TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
@@ -189,10 +189,11 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
   in one event-loop turn into one entry.
 * **tail lag** - one record per millisecond from a log writer to a tailing `LogReader` in the
   same process (same clock). A record becomes readable once its entry is confirmed and the
-  bookies learn the new last add confirmed, which travels on the writer's next entry or, when
-  no add is pending any more, in an explicit update sent at once; the bookies the reader's
-  LAC watches stand on then push the new LAC with the entry. So the lag is about one append
-  round trip and two one-way messages.
+  bookies learn the new last add confirmed, which travels on the writer's next entry (a
+  writer this steady lets its next append carry it, `ClientConfig.lac_linger`) or in an
+  explicit update once that append is overdue; the bookies the reader's LAC watches stand on
+  then push the new LAC with the entry. So the lag is about one append round trip, up to one
+  gap between appends, and two one-way messages.
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
 * **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time
@@ -203,160 +204,16 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
   and `sync_interval: always` (1 KiB publishes, {ledger_window} in flight), both on loopback;
   the floors are a 4 KiB write + fdatasync loop on the cluster's disk and a bare grpc.aio
   stream between two Python processes carrying 1 KiB entries N to a message, and one 1 KiB
-  message at a time (its round trip). The peers need `apt-get install -y etcd-server` and
-  `pip install 'walog[peers]'`; a missing one is reported as skipped.
+  message at a time (its round trip); the quorum floor sends one 1 KiB message at a time to
+  three echo processes and waits for the second answer, bare and with each process appending
+  it to a file and fdatasyncing before it answers. The peers need
+  `apt-get install -y etcd-server` and `pip install 'walog[peers]'`; a missing one is
+  reported as skipped.
 
 The report can be re-rendered from its JSON without measuring again:
 `walog bench --from-json docs/benchmarks.json --report docs/benchmarks.md` (the command line
 at the top stays the one that measured).
 """
-
-_PROFILE_HELP = """\
-py-spy sampled the benchmark process (the client) and the three bookies at 200 Hz during
-separate runs of the pipelined PERSISTENT ledger append and of the log append (the numbers
-in the results table come from runs without the profiler attached). "Self" time is charged
-to the innermost Python frame of each sample; the area is the innermost frame that belongs to
-a known area, so time inside a C extension (gRPC core, protobuf, crc32c, lmdb, the fdatasync
-system call) is charged to the Python code that called it. Idle threads and samples
-waiting in `select` or on a lock are left out.
-"""
-
-
-def _cpu_section(results: dict[str, Any]) -> list[str]:
-    per_entry: dict[str, float] = results.get("cpu_us_per_entry", {})
-    per_record: dict[str, float] = results.get("cpu_us_per_record", {})
-    if not per_entry:
-        return []
-    lines = [
-        "## CPU per operation",
-        "",
-        "CPU time (user + system, all threads, from `/proc`) each process used during the",
-        "measured runs, divided by the operations completed.",
-        "",
-        "| process | us CPU per 1 KiB ledger entry | us CPU per 100 B log record |",
-        "|---|---:|---:|",
-    ]
-    for name, value in per_entry.items():
-        record = per_record.get(name)
-        lines.append(f"| {name} | {value:.1f} | {'' if record is None else f'{record:.2f}'} |")
-    total = sum(per_entry.values())
-    total_record = sum(per_record.values())
-    lines.append(f"| **all** | **{total:.1f}** | **{total_record:.2f}** |")
-    cpus = results["machine"]["cpus"] or 1
-    if total > 0:
-        lines += [
-            "",
-            f"Together the client and the bookies spent {total:.1f} us of CPU per replicated "
-            f"entry, so {cpus} CPUs running nothing else would cap the pipelined ledger append "
-            f"at about {cpus * 1e6 / total:,.0f} entries/s; the bookies' share is "
-            f"{100 * (total - per_entry.get('client', 0.0)) / total:.0f} % (each entry is "
-            "written to all three, Qw=3).",
-        ]
-    lines += _thread_lines(results.get("cpu_us_per_entry_by_thread", {}))
-    lines.append("")
-    return lines
-
-
-def _floor_section(results: dict[str, Any]) -> list[str]:
-    """One append in flight against the floors measured in the same run."""
-    keys = ("append_p50_ms", "grpc_rtt_p50_us", "fsync_floor_us")
-    if not all(key in results for key in keys):
-        return []
-    p50 = float(results["append_p50_ms"])
-    rtt = float(results["grpc_rtt_p50_us"]) / 1000.0
-    sync = float(results["fsync_floor_us"]) / 1000.0
-    floor = rtt + sync
-    lines = [
-        "## One append in flight against the floors",
-        "",
-        f"A durable append needs at least one stream round trip to the bookies "
-        f"({rtt:.3f} ms, p50 of the bare grpc.aio floor) and one journal sync "
-        f"({sync:.3f} ms, 4 KiB write + fdatasync): {floor:.3f} ms. One append in flight took "
-        f"{p50:.3f} ms (p50), {p50 - floor:.3f} ms above that.",
-        "",
-    ]
-    if "quorum_floor_p50_us" in results and "grpc_fanout_p50_us" in results:
-        fanout = float(results["grpc_fanout_p50_us"]) / 1000.0
-        quorum = float(results["quorum_floor_p50_us"]) / 1000.0
-        lines += [
-            "With E=3, Qw=3, Qa=2 the writer sends each entry to three processes and waits "
-            "for the second answer. The same exchange with no bookie logic at all - three "
-            "bare grpc.aio echo processes, one 1 KiB message in flight, timed to the second "
-            f"answer - takes {fanout:.3f} ms (p50): three streams to serve on two cores cost "
-            f"{fanout - rtt:.3f} ms more than one. When each echo process also appends the "
-            f"message to a file and fdatasyncs it before answering, it takes {quorum:.3f} ms: "
-            "the least an E3/Qw3/Qa2 PERSISTENT append in flight can take with Python on "
-            f"grpc.aio on this machine. walog's append is {p50 - quorum:.3f} ms above it: "
-            "the writer's and the bookies' own path (packing and sending the batch, the "
-            "bookie's add stream, the hand-over to the journal thread and back).",
-        ]
-        target = TARGETS["append_p50_ms"][2]
-        if target is not None and quorum > target:
-            lines[-1] += f" The {target:g} ms target lies below this floor."
-        lines.append("")
-    return lines + _stage_lines(results.get("append_stages", {}), p50)
-
-
-def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str]:
-    """The bookies' share of one append in flight, by stage (their ``Info`` histograms)."""
-    if "add" not in stages:
-        return []
-    lines = [
-        "Inside the bookies, from the stage histograms they report (`Info`; the three "
-        "bookies' adds pooled, each value to within 19 %):",
-        "",
-        "| stage | p50 ms | p99 ms |",
-        "|---|---:|---:|",
-    ]
-    for stage, name in STAGE_LABELS.items():
-        if stage in stages:
-            value = stages[stage]
-            lines.append(
-                f"| {name} | {value['p50_us'] / 1000:.3f} | {value['p99_us'] / 1000:.3f} |"
-            )
-    outside = p50_ms - stages["add"]["p50_us"] / 1000
-    lines += [
-        "",
-        f"The remaining {outside:.3f} ms of the p50 is outside the bookies' add handling: "
-        "the writer, gRPC on both sides (its C core hands each message between its own "
-        "threads and the event loop) and the loopback network, both ways.",
-        "",
-    ]
-    return lines
-
-
-def _thread_lines(by_thread: dict[str, dict[str, float]]) -> list[str]:
-    """The pipelined ledger append's CPU per entry split by thread (``main`` runs the event
-    loop: gRPC and the protocol; a bookie's ``bookie-journal`` writes and syncs the journal,
-    ``bookie-storage`` writes checkpoints; ``event_engine`` threads are gRPC's own)."""
-    if not by_thread:
-        return []
-    lines = [
-        "",
-        "The same ledger-append CPU by thread (`/proc/PID/task`; `main` runs the event loop:",
-        "gRPC and the protocol code; `bookie-journal` writes and fdatasyncs the journal;",
-        "`bookie-storage` writes checkpoints; `event_engine` threads are gRPC's own):",
-        "",
-        "| process | thread | us CPU per entry |",
-        "|---|---|---:|",
-    ]
-    for process, threads in by_thread.items():
-        for thread, value in sorted(threads.items(), key=lambda item: -item[1]):
-            if value >= 0.05:
-                lines.append(f"| {process} | {thread} | {value:.2f} |")
-    return lines
-
-
-def _profile_section(results: dict[str, Any]) -> list[str]:
-    lines = ["## Where the time goes", "", _PROFILE_HELP]
-    for proc in results.get("profile", []):
-        lines += [f"### {proc['process']} ({proc['samples']} samples)", ""]
-        lines += ["| area | share of samples |", "|---|---:|"]
-        lines += [f"| {name} | {share:.1f} % |" for name, share in proc["by_area"]]
-        lines += ["", "| hottest functions (self time) | share |", "|---|---:|"]
-        lines += [f"| `{name}` | {share:.1f} % |" for name, share in proc["by_function"]]
-        lines.append("")
-    return lines
 
 
 def write_report(results: dict[str, Any], path: Path) -> None:
@@ -412,10 +269,11 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         lines += ["## RPC floor", "", "| 1 KiB entries per message | entries/s |", "|---:|---:|"]
         lines += [f"| {b} | {v:,} |" for b, v in results["grpc_echo_eps"].items()]
         lines.append("")
-    lines += _cpu_section(results)
-    lines += _floor_section(results)
+    lines += cpu_section(results)
+    lines += floor_section(results, TARGETS["append_p50_ms"][2])
+    lines += saturation_section(results)
     config = {"ledger_window": "?", **results.get("config", {})}
     lines += ["## Scenarios", "", _SCENARIOS.format(**config)]
     if results.get("profile"):
-        lines += _profile_section(results)
+        lines += profile_section(results)
     path.write_text("\n".join(lines).rstrip() + "\n")

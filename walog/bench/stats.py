@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
 
@@ -84,3 +86,34 @@ def payload(size: int) -> bytes:
         raise ValueError(f"payload size must be >= 0, got {size}")
     pattern = bytes((i * 131 + 7) % 256 for i in range(256))
     return (pattern * (size // 256 + 1))[:size]
+
+
+def stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU seconds from a ``/proc/.../stat`` file; OSError when unreadable."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    # Fields 14 and 15 of stat(5) (utime, stime), counted after the "(comm)" field.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``; 0.0 elsewhere)."""
+    try:
+        return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+    except OSError:
+        return 0.0
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of a process so far by thread name (``/proc/PID/task``; the main thread
+    is "main", pool threads are summed under their prefix); empty where unreadable."""
+    out: dict[str, float] = {}
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.glob("*") if tasks.exists() else ():
+        try:
+            comm = (task / "comm").read_text().strip()
+            seconds = stat_cpu_seconds(task / "stat")
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = "main" if task.name == str(pid) else comm.rstrip("0123456789").rstrip("_-")
+        out[name] = out.get(name, 0.0) + seconds
+    return out

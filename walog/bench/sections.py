@@ -1,0 +1,214 @@
+"""The explanatory sections of the benchmark report: CPU per operation, one append in
+flight against the floors, saturation of the tail scenario, and the profiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walog.latency import STAGE_LABELS
+
+PROFILE_HELP = """\
+py-spy sampled the benchmark process (the client) and the three bookies at 200 Hz during
+separate runs of the pipelined PERSISTENT ledger append and of the log append (the numbers
+in the results table come from runs without the profiler attached). "Self" time is charged
+to the innermost Python frame of each sample; the area is the innermost frame that belongs to
+a known area, so time inside a C extension (gRPC core, protobuf, crc32c, lmdb, the fdatasync
+system call) is charged to the Python code that called it. Idle threads and samples
+waiting in `select` or on a lock are left out.
+"""
+
+
+def cpu_section(results: dict[str, Any]) -> list[str]:
+    per_entry: dict[str, float] = results.get("cpu_us_per_entry", {})
+    per_record: dict[str, float] = results.get("cpu_us_per_record", {})
+    if not per_entry:
+        return []
+    lines = [
+        "## CPU per operation",
+        "",
+        "CPU time (user + system, all threads, from `/proc`) each process used during the",
+        "measured runs, divided by the operations completed.",
+        "",
+        "| process | us CPU per 1 KiB ledger entry | us CPU per 100 B log record |",
+        "|---|---:|---:|",
+    ]
+    for name, value in per_entry.items():
+        record = per_record.get(name)
+        lines.append(f"| {name} | {value:.1f} | {'' if record is None else f'{record:.2f}'} |")
+    total = sum(per_entry.values())
+    total_record = sum(per_record.values())
+    lines.append(f"| **all** | **{total:.1f}** | **{total_record:.2f}** |")
+    cpus = results["machine"]["cpus"] or 1
+    if total > 0:
+        lines += [
+            "",
+            f"Together the client and the bookies spent {total:.1f} us of CPU per replicated "
+            f"entry, so {cpus} CPUs running nothing else would cap the pipelined ledger append "
+            f"at about {cpus * 1e6 / total:,.0f} entries/s; the bookies' share is "
+            f"{100 * (total - per_entry.get('client', 0.0)) / total:.0f} % (each entry is "
+            "written to all three, Qw=3).",
+        ]
+    lines += _thread_lines(results.get("cpu_us_per_entry_by_thread", {}))
+    lines.append("")
+    return lines
+
+
+def floor_section(results: dict[str, Any], target_ms: float | None) -> list[str]:
+    """One append in flight against the floors measured in the same run (and its p50
+    target)."""
+    keys = ("append_p50_ms", "grpc_rtt_p50_us", "fsync_floor_us")
+    if not all(key in results for key in keys):
+        return []
+    p50 = float(results["append_p50_ms"])
+    rtt = float(results["grpc_rtt_p50_us"]) / 1000.0
+    sync = float(results["fsync_floor_us"]) / 1000.0
+    floor = rtt + sync
+    lines = [
+        "## One append in flight against the floors",
+        "",
+        f"A durable append needs at least one stream round trip to the bookies "
+        f"({rtt:.3f} ms, p50 of the bare grpc.aio floor) and one journal sync "
+        f"({sync:.3f} ms, 4 KiB write + fdatasync): {floor:.3f} ms. One append in flight took "
+        f"{p50:.3f} ms (p50), {p50 - floor:.3f} ms above that.",
+        "",
+    ]
+    if "quorum_floor_p50_us" in results and "grpc_fanout_p50_us" in results:
+        fanout = float(results["grpc_fanout_p50_us"]) / 1000.0
+        quorum = float(results["quorum_floor_p50_us"]) / 1000.0
+        lines += [
+            "With E=3, Qw=3, Qa=2 the writer sends each entry to three processes and waits "
+            "for the second answer. The same exchange with no bookie logic at all - three "
+            "bare grpc.aio echo processes, one 1 KiB message in flight, timed to the second "
+            f"answer - takes {fanout:.3f} ms (p50): three streams to serve on two cores cost "
+            f"{fanout - rtt:.3f} ms more than one. When each echo process also appends the "
+            f"message to a file and fdatasyncs it before answering, it takes {quorum:.3f} ms: "
+            "the least an E3/Qw3/Qa2 PERSISTENT append in flight can take with Python on "
+            f"grpc.aio on this machine. walog's append is {p50 - quorum:.3f} ms above it: "
+            "the writer's and the bookies' own path (packing and sending the batch, the "
+            "bookie's add stream, the hand-over to the journal thread and back).",
+        ]
+        if target_ms is not None and quorum > target_ms:
+            lines[-1] += f" The {target_ms:g} ms target lies below this floor."
+        lines.append("")
+    return lines + _stage_lines(results.get("append_stages", {}), p50)
+
+
+def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str]:
+    """The bookies' share of one append in flight, by stage (their ``Info`` histograms)."""
+    if "add" not in stages:
+        return []
+    lines = [
+        "Inside the bookies, from the stage histograms they report (`Info`; the three "
+        "bookies' adds pooled, each value to within 19 %):",
+        "",
+        "| stage | p50 ms | p99 ms |",
+        "|---|---:|---:|",
+    ]
+    for stage, name in STAGE_LABELS.items():
+        if stage in stages:
+            value = stages[stage]
+            lines.append(
+                f"| {name} | {value['p50_us'] / 1000:.3f} | {value['p99_us'] / 1000:.3f} |"
+            )
+    outside = p50_ms - stages["add"]["p50_us"] / 1000
+    lines += [
+        "",
+        f"The remaining {outside:.3f} ms of the p50 is outside the bookies' add handling: "
+        "the writer, gRPC on both sides (its C core hands each message between its own "
+        "threads and the event loop) and the loopback network, both ways.",
+        "",
+    ]
+    return lines
+
+
+def _thread_lines(by_thread: dict[str, dict[str, float]]) -> list[str]:
+    """The pipelined ledger append's CPU per entry split by thread (``main`` runs the event
+    loop: gRPC and the protocol; a bookie's ``bookie-journal`` writes and syncs the journal,
+    ``bookie-storage`` writes checkpoints; ``event_engine`` threads are gRPC's own)."""
+    if not by_thread:
+        return []
+    lines = [
+        "",
+        "The same ledger-append CPU by thread (`/proc/PID/task`; `main` runs the event loop:",
+        "gRPC and the protocol code; `bookie-journal` writes and fdatasyncs the journal;",
+        "`bookie-storage` writes checkpoints; `event_engine` threads are gRPC's own):",
+        "",
+        "| process | thread | us CPU per entry |",
+        "|---|---|---:|",
+    ]
+    for process, threads in by_thread.items():
+        for thread, value in sorted(threads.items(), key=lambda item: -item[1]):
+            if value >= 0.05:
+                lines.append(f"| {process} | {thread} | {value:.2f} |")
+    return lines
+
+
+def profile_section(results: dict[str, Any]) -> list[str]:
+    lines = ["## Where the time goes", "", PROFILE_HELP]
+    for proc in results.get("profile", []):
+        lines += [f"### {proc['process']} ({proc['samples']} samples)", ""]
+        lines += ["| area | share of samples |", "|---|---:|"]
+        lines += [f"| {name} | {share:.1f} % |" for name, share in proc["by_area"]]
+        lines += ["", "| hottest functions (self time) | share |", "|---|---:|"]
+        lines += [f"| `{name}` | {share:.1f} % |" for name, share in proc["by_function"]]
+        lines.append("")
+    return lines
+
+
+def _us(value: float | None) -> str:
+    return "" if value is None else f"{value:.0f}"
+
+
+def saturation_section(results: dict[str, Any]) -> list[str]:
+    """CPU per entry that travels alone (one in flight, the tail scenario) against the
+    quorum floor's, and how busy the tail scenario's rate keeps the machine."""
+    append: dict[str, float] = results.get("cpu_us_per_append", {})
+    tail: dict[str, float] = results.get("cpu_us_per_tail_record", {})
+    if not append and not tail:
+        return []
+    lines = [
+        "## Entries that travel alone: CPU and saturation",
+        "",
+        "An entry appended on its own - one append in flight, or the tail scenario's one "
+        "record per millisecond - shares no message, journal sync or event-loop turn with "
+        "others, so each pays the full price per message in the client and in the three "
+        "bookies. CPU per entry (user + system, all threads, from `/proc`; each scenario's "
+        "set-up included):",
+        "",
+        "| process | us CPU per append, one in flight | us CPU per tail record |",
+        "|---|---:|---:|",
+    ]
+    for name in dict.fromkeys([*append, *tail]):
+        lines.append(f"| {name} | {_us(append.get(name))} | {_us(tail.get(name))} |")
+    append_total, tail_total = sum(append.values()), sum(tail.values())
+    lines.append(f"| **all** | **{_us(append_total)}** | **{_us(tail_total)}** |")
+    floor = results.get("quorum_floor_cpu_us")
+    if floor:
+        lines.append(f"| quorum floor: client + 3 syncing echo processes | {floor:.0f} | |")
+    lines.append("")
+    rate = results.get("tail_records_per_s")
+    cpus = results["machine"]["cpus"] or 1
+    if rate and tail_total:
+        busy = 100 * tail_total * rate / 1e6 / cpus
+        text = (
+            f"At the tail scenario's {rate:,} records/s, {tail_total:.0f} us per record keep "
+            f"{busy:.0f} % of the {cpus} CPUs busy"
+        )
+        if floor:
+            text += (
+                f"; the quorum floor's {floor:.0f} us per round would keep "
+                f"{100 * floor * rate / 1e6 / cpus:.0f} % busy on its own, before any "
+                "reader"
+            )
+        text += (
+            ". So close to saturation each message waits behind others in every process "
+            "and thread it passes, and that queueing, not one slow step, is most of the "
+            "tail lag"
+        )
+        if "tail_ack_p50_ms" in results and "append_p50_ms" in results:
+            text += (
+                f": the tail's append -> ack part alone takes {results['tail_ack_p50_ms']:.2f}"
+                f" ms (p50) where one append in flight takes {results['append_p50_ms']:.2f} ms"
+            )
+        lines += [text + ".", ""]
+    return lines
