@@ -187,8 +187,9 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
 * **one in flight** - `await append()` one at a time: the latency of a durable append.
 * **log append** - 100-byte records through a `LogWriter`, which packs the records appended
   in one event-loop turn into one entry.
-* **tail lag** - one record per millisecond from a log writer to a tailing `LogReader` in the
-  same process (same clock). A record becomes readable once its entry is confirmed and the
+* **tail lag** - a log writer appends one record, sleeps 1 ms, and again (the rate it reaches
+  under load is `tail_records_per_s`), and a tailing `LogReader` in the same process (same
+  clock) reads them. A record becomes readable once its entry is confirmed and the
   bookies learn the new last add confirmed, which travels on the writer's next entry (a
   writer this steady lets its next append carry it, `ClientConfig.lac_linger`) or in an
   explicit update once that append is overdue; the bookies the reader's LAC watches stand on

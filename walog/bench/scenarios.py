@@ -261,8 +261,9 @@ async def tail_lag(
 ) -> TailLag:
     """Time from a log append to the same record coming out of a tailing reader.
 
-    One 100-byte record, stamped with the monotonic clock, is appended every ``interval``
-    seconds (writer and reader share this process, so they share the clock). The lag covers
+    One 100-byte record, stamped with the monotonic clock, is appended, then the producer
+    sleeps ``interval`` seconds, and so on (writer and reader share this process, so they
+    share the clock). The lag covers
     the append round trip, the last-add-confirmed reaching the bookies and the reader's
     LAC watch; the acknowledgement time of each record splits it in two.
     """

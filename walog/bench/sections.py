@@ -169,8 +169,8 @@ def saturation_section(results: dict[str, Any]) -> list[str]:
     lines = [
         "## Entries that travel alone: CPU and saturation",
         "",
-        "An entry appended on its own - one append in flight, or the tail scenario's one "
-        "record per millisecond - shares no message, journal sync or event-loop turn with "
+        "An entry appended on its own - one append in flight, or the tail scenario's record "
+        "after each 1 ms pause - shares no message, journal sync or event-loop turn with "
         "others, so each pays the full price per message in the client and in the three "
         "bookies. CPU per entry (user + system, all threads, from `/proc`; each scenario's "
         "set-up included):",
