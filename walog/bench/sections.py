@@ -89,6 +89,11 @@ def floor_section(results: dict[str, Any], target_ms: float | None) -> list[str]
         ]
         if target_ms is not None and quorum > target_ms:
             lines[-1] += f" The {target_ms:g} ms target lies below this floor."
+        if "etcd_put_p50_ms" in results and "nats_p50_ms" in results:
+            lines[-1] += (
+                f" In the same run one etcd put in flight took {results['etcd_put_p50_ms']:.2f}"
+                f" ms and one NATS R3 publish {results['nats_p50_ms']:.2f} ms (p50)."
+            )
         lines.append("")
     return lines + _stage_lines(results.get("append_stages", {}), p50)
 
