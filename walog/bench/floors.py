@@ -36,6 +36,8 @@ FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""
 WARM_UP_ROUNDS = 50
 """Untimed round trips that open the quorum floor's streams."""
+ANSWER_TIMEOUT_S = 10.0
+"""An echo process that does not answer within this time fails the quorum floor."""
 
 
 def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int = 4096) -> Latency:
@@ -184,13 +186,14 @@ async def _quorum_round_trips(
             reached, everyone = loop.create_future(), loop.create_future()
             for call in calls:
                 await call.write(message)
-            await reached
+            await asyncio.wait_for(reached, ANSWER_TIMEOUT_S)
             if warm_up > 0:
                 warm_up -= 1
                 deadline = time.perf_counter() + seconds
             else:
                 latency.record(time.perf_counter() - started)
-            await everyone  # the slower answers too, before the next message
+            # The slower answers too, before the next message.
+            await asyncio.wait_for(everyone, ANSWER_TIMEOUT_S)
         for call in calls:
             await call.done_writing()
         await asyncio.gather(*receivers)
