@@ -1,4 +1,5 @@
-"""Latency histograms and rate helpers shared by every benchmark scenario."""
+"""Latency histograms, rate helpers and per-process CPU readings (Linux `/proc`) shared by
+every benchmark scenario."""
 
 from __future__ import annotations
 
