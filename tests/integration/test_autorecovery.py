@@ -139,6 +139,11 @@ async def test_checking_entries_needs_no_password_while_every_share_is_complete(
     await eventually(functools.partial(_copies_complete, client, ledger_id))
     report = await recover(client.ctx, verify=True)
     assert not report.unrepairable and not report.refilled and not report.repaired
+    # Reading every entry of every share finds nothing missing either.
+    report = await recover(client.ctx, verify=True, verify_percent=100)
+    assert not report.unrepairable and not report.refilled and not report.repaired
+    with pytest.raises(ValueError, match="verify_percent must be 0-100, got 101"):
+        await recover(client.ctx, verify=True, verify_percent=101)
 
 
 async def test_cli_once_prints_the_pass_as_json_and_exits_0_when_all_is_repaired(
@@ -214,4 +219,5 @@ async def test_a_bookie_back_from_an_outage_gets_the_entries_it_missed_copied_ba
         ]
         assert not report.repaired and not report.unrepairable
         await eventually(functools.partial(_copies_complete, client, writer.ledger_id))
-        assert not (await recover(client.ctx, verify=True)).refilled  # nothing left
+        # Nothing left: every entry of every share is there again.
+        assert not (await recover(client.ctx, verify=True, verify_percent=100)).refilled

@@ -109,6 +109,22 @@ def test_bad_metadata_uri_is_one_error_line(capsys: pytest.CaptureFixture[str]) 
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--verify-percent", "5"], "--verify-percent needs --verify-entries"),
+        (["--verify-entries", "--verify-percent", "101"], "must be between 0 and 100, got 101"),
+        (["--verify-entries", "--verify-percent", "all"], "not a number: 'all'"),
+    ],
+)
+def test_autorecovery_refuses_a_verify_percent_it_cannot_use(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _run(["autorecovery", "--metadata", "sqlite:///x.db", *extra], capsys)
+    assert status == 2 and out == ""
+    assert message in err and "Traceback" not in err
+
+
 def test_bad_metadata_uri_from_the_environment_in_a_subprocess() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "walog", "logs"],

@@ -3,7 +3,9 @@ pass checks on the bookies that are available."""
 
 from __future__ import annotations
 
-from walog.autorecovery.rules import shares_to_check
+import random
+
+from walog.autorecovery.rules import entries_to_verify, shares_to_check
 from walog.metadata.layout import LedgerMetadata
 
 ENSEMBLES = ((0, ("a", "b", "c")), (10, ("a", "d", "c")), (20, ("e", "d", "c")))
@@ -34,3 +36,20 @@ def test_an_open_ledgers_last_fragment_and_empty_fragments_are_not_checked() -> 
     assert [d.fragment for d in shares_to_check(_metadata("OPEN", -1), {"a", "d"})] == [0, 1]
     # Closed at entry 19: the last fragment holds no entry.
     assert [d.fragment for d in shares_to_check(_metadata("CLOSED", 19), {"c"})] == [0, 1]
+
+
+def test_a_check_reads_the_first_and_last_entry_of_a_share_and_a_random_part_of_the_rest() -> None:
+    share = list(range(0, 60, 3))  # every third entry: 20 of them
+    rng = random.Random(7)
+    assert entries_to_verify(share, 0, rng) == [0, 57]
+    assert entries_to_verify(share, 100, rng) == share
+    sampled = entries_to_verify(share, 25, rng)  # 25 % of the 18 between, rounded up: 5
+    assert len(sampled) == 7 and sampled[0] == 0 and sampled[-1] == 57
+    assert sampled == sorted(set(sampled)) and set(sampled) <= set(share)
+    assert {tuple(entries_to_verify(share, 25, rng)) for _ in range(20)} != {tuple(sampled)}
+
+
+def test_a_check_of_a_share_of_one_entry_or_none_reads_what_there_is() -> None:
+    rng = random.Random(7)
+    assert entries_to_verify([5], 50, rng) == [5]
+    assert entries_to_verify([], 50, rng) == []

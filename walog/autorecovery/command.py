@@ -61,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
         help="also check that every available bookie holds the first and last entry of its "
         "share of each fragment, and copy the share back where it does not",
     )
+    parser.add_argument(
+        "--verify-percent",
+        type=_percent,
+        default=0.0,
+        metavar="P",
+        help="with --verify-entries, also read P %% of the other entries of each share, "
+        "picked at random each pass (100: every entry) [0]",
+    )
     parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
     return parser
 
@@ -92,6 +100,17 @@ def _print(report: Report, as_json: bool) -> None:
     )
 
 
+def _percent(text: str) -> float:
+    """A percentage 0-100 for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100, got {text}")
+    return value
+
+
 def _missing_long(since: dict[str, float], now: float, lost_after: float, bookie: str) -> bool:
     """A bookie is lost once it was already missing ``lost_after`` seconds ago."""
     return now - since.get(bookie, now) >= lost_after
@@ -102,7 +121,12 @@ async def _run(args: argparse.Namespace) -> int:
     client = await walog.aio.connect(args.metadata, timeout=args.timeout)
     try:
         if args.once:
-            report = await recover(client.ctx, passwords=passwords, verify=args.verify_entries)
+            report = await recover(
+                client.ctx,
+                passwords=passwords,
+                verify=args.verify_entries,
+                verify_percent=args.verify_percent,
+            )
             _print(report, args.json)
             return 1 if report.unrepairable else 0
         stop = asyncio.Event()
@@ -117,6 +141,7 @@ async def _run(args: argparse.Namespace) -> int:
                 passwords=passwords,
                 is_lost=functools.partial(_missing_long, missing_since, now, args.lost_after),
                 verify=args.verify_entries,
+                verify_percent=args.verify_percent,
             )
             # Bookies back in service start their clock over when they go missing again.
             missing_since = {b: missing_since.get(b, now) for b in report.missing}
@@ -137,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     if args.interval <= 0 or args.lost_after < 0 or args.timeout <= 0:
         parser.error("--interval and --timeout must be > 0 and --lost-after >= 0")
+    if args.verify_percent and not args.verify_entries:
+        parser.error("--verify-percent needs --verify-entries")
     try:
         return asyncio.run(_run(args))
     except (WalogError, ValueError, OSError) as exc:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Callable, Sequence
 
 from walog.autorecovery.rules import (
     Damage,
     damaged_fragments,
     entries_held,
+    entries_to_verify,
     lost_bookies,
     shares_to_check,
     still_damaged,
@@ -115,6 +117,7 @@ async def recover(
     is_lost: Callable[[str], bool] | None = None,
     placement: Placement | None = None,
     verify: bool = False,
+    verify_percent: float = 0.0,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -126,7 +129,14 @@ async def recover(
         verify: also check that every available bookie holds the first and the last entry
             of its share of each fragment, and copy a share back to a bookie that lacks
             them (two reads per fragment and bookie: meant for a periodic check).
+        verify_percent: with ``verify``, also read this share (0-100 %) of the other
+            entries of each share, picked at random each pass.
+
+    Raises:
+        ValueError: ``verify_percent`` is outside 0-100.
     """
+    if not 0 <= verify_percent <= 100:
+        raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
     placement = placement or Placement()
     available = await available_bookies(ctx.store)
     report = Report()
@@ -162,7 +172,7 @@ async def recover(
                     report.repaired.append((damage, replacements))
         if verify:
             try:
-                await refill_shares(ctx, ledger_id, key, available, report)
+                await refill_shares(ctx, ledger_id, key, available, report, verify_percent)
             except NoSuchLedgerError:
                 continue  # deleted meanwhile
     return report
@@ -177,23 +187,21 @@ async def refill_shares(
     master_key: bytes | None,
     available: Sequence[str],
     report: Report,
+    percent: float = 0.0,
 ) -> None:
     """Copy back the share of a fragment to each available bookie that lacks its first or
-    last entry (see :func:`~walog.autorecovery.rules.shares_to_check`). The checks are
-    reads; the ledger's master key (None: no password given matched) is needed only to
-    copy."""
+    last entry, or one of ``percent`` % of the others picked at random (see
+    :func:`~walog.autorecovery.rules.shares_to_check` and
+    :func:`~walog.autorecovery.rules.entries_to_verify`). The checks are reads; the
+    ledger's master key (None: no password given matched) is needed only to copy."""
     metadata, _ = await ctx.read_metadata(ledger_id)  # after any repair of this pass
     e, qw = metadata.ensemble_size, metadata.write_quorum
+    rng = random.Random()
     for fragment in shares_to_check(metadata, available):
         for index in fragment.lost:
             bookie = fragment.ensemble[index]
             share = list(entries_held(fragment, index, e, qw))
-            if not share or all(
-                [
-                    await _holds(ctx, ledger_id, entry_id, bookie)
-                    for entry_id in {share[0], share[-1]}
-                ]
-            ):
+            if await _holds_all(ctx, ledger_id, entries_to_verify(share, percent, rng), bookie):
                 continue
             damage = dataclasses.replace(fragment, lost=(index,))
             if master_key is None:
@@ -205,6 +213,17 @@ async def refill_shares(
                 report.unrepairable.append((damage, str(exc)))
                 continue
             report.refilled.append(damage)
+
+
+async def _holds_all(
+    ctx: LedgerContext, ledger_id: int, entry_ids: Sequence[int], bookie: str
+) -> bool:
+    """Whether ``bookie`` holds each of ``entry_ids``, asked one at a time up to the first
+    it lacks."""
+    for entry_id in entry_ids:
+        if not await _holds(ctx, ledger_id, entry_id, bookie):
+            return False
+    return True
 
 
 async def _holds(ctx: LedgerContext, ledger_id: int, entry_id: int, bookie: str) -> bool:

@@ -18,13 +18,17 @@ choices):
 - a bookie that is available may still lack entries it should hold (it was down while they
   were written and the writer had no bookie to replace it with): checking the first and the
   last entry of its share of each such fragment finds it (BookKeeper's LedgerChecker), and
-  its share is copied back to it, with no metadata change.
+  its share is copied back to it, with no metadata change; a share that lost entries in its
+  middle (a damaged disk, a bug) is found by also reading a random part of the other
+  entries (BookKeeper's auditorLedgerVerificationPercentage).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterator
+import math
+import random
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
@@ -127,10 +131,21 @@ def with_replacement(
     return metadata.with_changes(ensembles=tuple(fragments))
 
 
+def entries_to_verify(share: Sequence[int], percent: float, rng: random.Random) -> list[int]:
+    """The entries of one bookie's share that a check reads, in order: the first and the
+    last, and ``percent`` % (0-100, rounded up) of the others, picked with ``rng``."""
+    if not share:
+        return []
+    middle = share[1:-1]
+    picked = rng.sample(middle, math.ceil(len(middle) * percent / 100))
+    return sorted({share[0], share[-1], *picked})
+
+
 __all__ = [
     "Damage",
     "damaged_fragments",
     "entries_held",
+    "entries_to_verify",
     "lost_bookies",
     "shares_to_check",
     "still_damaged",
