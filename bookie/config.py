@@ -48,6 +48,10 @@ class BookieConfig:
     """``--listen HOST:PORT``: the gRPC address; also the bookie id."""
     metadata: str
     """``--metadata URI``: ``zk://HOST:PORT[,...]/CHROOT`` or ``sqlite:///ABS/PATH.db``."""
+    native_port: int = 0
+    """``--native-port``: the port of the native protocol (the same calls as frames over TCP
+    or TLS, cheaper per message than gRPC) on the host of ``listen``; 0 (the default) takes
+    any free port, announced to clients through ``Info``; -1 turns it off."""
     journal_dir: Path | None = None
     """``--journal-dir``: the journal's directory (a separate disk); default: ``data_dir``."""
     metrics_port: int | None = None
@@ -100,6 +104,8 @@ class BookieConfig:
             raise ValueError("--tls-ca needs --tls-cert and --tls-key (mutual TLS)")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")
+        if not -1 <= self.native_port <= 65535:
+            raise ValueError(f"--native-port must be in -1..65535, got {self.native_port}")
         if self.group_wait_ms < 0:
             raise ValueError(f"--group-wait-ms must be >= 0, got {self.group_wait_ms}")
         positive = {
@@ -184,6 +190,10 @@ class StorageConfig:
     """
 
     data_dir: Path
+    native_port: int = 0
+    """``--native-port``: the port of the native protocol (the same calls as frames over TCP
+    or TLS, cheaper per message than gRPC) on the host of ``listen``; 0 (the default) takes
+    any free port, announced to clients through ``Info``; -1 turns it off."""
     journal_dir: Path | None = None
     group_wait_s: float = 0.0
     group_max_bytes: int = 512 * 1024

@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, required=True, help="entry logs, index, cookie")
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address = bookie id")
     p.add_argument("--metadata", required=True, metavar="URI", help="zk://... or sqlite:///...")
+    p.add_argument(
+        "--native-port",
+        type=int,
+        default=d.native_port,
+        metavar="N",
+        help="port of the native protocol on the --listen host (0: any free, -1: off) [0]",
+    )
     p.add_argument("--journal-dir", type=Path, help="journal directory [DATA_DIR/journal]")
     p.add_argument("--metrics-port", type=int, metavar="N", help="Prometheus /metrics port")
     p.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")

@@ -8,6 +8,7 @@ The standard health service stays open: probes learn only SERVING / NOT_SERVING.
 from __future__ import annotations
 
 import hmac
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,18 @@ def server_credentials(config: BookieConfig) -> grpc.ServerCredentials | None:
         root_certificates=ca,
         require_client_auth=ca is not None,
     )
+
+
+def server_ssl_context(config: BookieConfig) -> ssl.SSLContext | None:
+    """The same TLS settings for the native port, or None when TLS is off."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+    if config.tls_ca is not None:
+        context.load_verify_locations(str(config.tls_ca))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 async def _deny_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -26,9 +26,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
 from bookie.add_stream import AddStream, wire_status
-from bookie.config import BookieConfig
+from bookie.config import BookieConfig, parse_listen
 from bookie.core import BookieCore
-from bookie.security import TokenAuthInterceptor, read_token, server_credentials
+from bookie.native import NativeServer
+from bookie.security import (
+    TokenAuthInterceptor,
+    read_token,
+    server_credentials,
+    server_ssl_context,
+)
 from bookie.storage import StoredRecord
 from walog import __version__
 from walog.digest import MASTER_KEY_BYTES
@@ -111,6 +117,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.core = core
         self.config = config
         self.instance_id = instance_id
+        self.native_port = 0
+        """The native protocol's port once it listens (0: none)."""
         self.stats = ServiceStats()
         self.admission = Admission(config.max_inflight_bytes)
         self.draining = asyncio.Event()
@@ -300,6 +308,7 @@ class BookieService(pb_grpc.BookieServicer):
             max_entry_bytes=self.config.max_entry_bytes,
             journal_syncs=int(core_stats.journal_syncs),
             journal_groups=int(core_stats.journal_groups),
+            native_port=self.native_port,
             latencies=[
                 pb.StageLatency(stage=stage, counts=counts)
                 for stage, counts in self.core.latencies.counts.items()
@@ -314,7 +323,7 @@ class BookieService(pb_grpc.BookieServicer):
 
 
 class BookieServer:
-    """The gRPC server of one bookie: bind, serve, drain.
+    """The gRPC server and the native listener of one bookie: bind, serve, drain.
 
     Args:
         config: the bookie's settings (address, TLS, token, limits).
@@ -327,8 +336,14 @@ class BookieServer:
         self.service = BookieService(core, config, instance_id)
         self.health = health_aio.HealthServicer()
         interceptors = []
-        if config.auth_token_file is not None:
-            interceptors.append(TokenAuthInterceptor(read_token(config.auth_token_file)))
+        token = read_token(config.auth_token_file) if config.auth_token_file else None
+        if token is not None:
+            interceptors.append(TokenAuthInterceptor(token))
+        self._native: NativeServer | None = None
+        if config.native_port >= 0:
+            self._native = NativeServer(
+                self.service, token=token, ssl_context=server_ssl_context(config)
+            )
         self._server = grpc.aio.server(
             interceptors=interceptors,
             options=[
@@ -362,10 +377,23 @@ class BookieServer:
             ) from exc
         if self.port == 0:
             raise OSError(errno.EADDRINUSE, f"cannot listen on {self.config.listen} (in use?)")
+        if self._native is not None:
+            host, _ = parse_listen(self.config.listen)
+            try:
+                self.service.native_port = await self._native.start(host, self.config.native_port)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno, f"cannot listen on native port {self.config.native_port}: {exc}"
+                ) from exc
         await self._server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("bookie serving", listen=self.config.listen, tls=self.config.tls_enabled)
+        log.info(
+            "bookie serving",
+            listen=self.config.listen,
+            native_port=self.service.native_port or None,
+            tls=self.config.tls_enabled,
+        )
 
     async def mark_not_serving(self) -> None:
         """Report NOT_SERVING on the health service (first step of a clean shutdown)."""
@@ -376,7 +404,13 @@ class BookieServer:
         stop within the drain timeout."""
         await self.health.enter_graceful_shutdown()
         self.service.draining.set()
-        await self._server.stop(self.config.drain_timeout)
+        if self._native is not None:
+            await asyncio.gather(
+                self._server.stop(self.config.drain_timeout),
+                self._native.drain(self.config.drain_timeout),
+            )
+        else:
+            await self._server.stop(self.config.drain_timeout)
         try:
             await asyncio.wait_for(self.service.wait_orphans(), self.config.drain_timeout)
         except TimeoutError:
@@ -384,6 +418,8 @@ class BookieServer:
 
     async def stop_now(self) -> None:
         """Stop at once (start failed part-way)."""
+        if self._native is not None:
+            self._native.stop_now()
         await self._server.stop(None)
 
 

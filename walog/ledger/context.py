@@ -50,6 +50,9 @@ class ClientConfig:
     """A writer appending steadily, at least this often, lets its next append carry a new
     LAC to the bookies (waiting at most this long) instead of sending it alone; 0 sends every
     LAC no append carried within a couple of event-loop turns at once."""
+    native_transport: bool = True
+    """Talk to bookies over their native port when they have one (a fraction of gRPC's CPU
+    per message); False keeps every call on gRPC."""
     keep_freed_memory: bool = True
     """Make glibc's malloc keep freed memory for the next frame instead of returning it to
     the kernel (process-wide, see :mod:`walog.memory`); False leaves the allocator alone."""

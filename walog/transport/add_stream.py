@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
-from walog.errors import BookieUnavailableError, UnauthorizedError
+from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.ledger.context import ClientConfig
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import AddReply, BatchCallback, ForceReply
@@ -55,12 +55,32 @@ class StreamOwner(Protocol):
         """Forget a broken stream."""
 
 
-class AddStream:
-    """One ``Add`` stream: the send queue, the requests awaiting replies, the watchdog."""
+class AddCall(Protocol):
+    """What a stream needs of its call: grpc.aio's stream-stream call, or a native one."""
 
-    def __init__(self, client: StreamOwner, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
+    async def write(self, message: bytes) -> None:
+        """Send one frame."""
+
+    async def read(self) -> Any:
+        """The next reply frame, or ``grpc.aio.EOF``."""
+
+    def cancel(self) -> bool:
+        """Drop the call."""
+
+
+class AddStream:
+    """One ``Add`` stream: the send queue, the requests awaiting replies, the watchdog.
+
+    Args:
+        client: the connection that owns the stream.
+        open_call: opens the call the stream runs on (once, when the stream starts);
+            a :class:`WalogError` from it fails the stream.
+    """
+
+    def __init__(self, client: StreamOwner, open_call: Callable[[], Awaitable[AddCall]]) -> None:
         self._client = client
-        self._call = call
+        self._open_call = open_call
+        self._call: AddCall | None = None
         self._loop = asyncio.get_running_loop()
         self._batches: collections.deque[PendingBatch] = collections.deque()
         self._lacs: list[tuple[int, int, bytes]] = []
@@ -74,7 +94,7 @@ class AddStream:
         self._wake = asyncio.Event()
         self.broken = False
         self._sender = self._loop.create_task(self._send_loop())
-        self._receiver = self._loop.create_task(self._receive_loop())
+        self._receiver: asyncio.Task[None] | None = None
 
     def add_packed(
         self,
@@ -147,6 +167,8 @@ class AddStream:
     async def _send_loop(self) -> None:
         config = self._client.config
         try:
+            call = self._call = await self._open_call()
+            self._receiver = self._loop.create_task(self._receive_loop(call))
             while True:
                 await self._wake.wait()
                 self._wake.clear()
@@ -161,7 +183,9 @@ class AddStream:
                     )
                     for batch in sent:
                         self._unanswered[batch.batch_id] = batch
-                    await self._call.write(frame)
+                    await call.write(frame)
+        except WalogError as exc:  # the call could not be opened
+            self.fail(str(exc), unauthorized=isinstance(exc, UnauthorizedError))
         except grpc.RpcError as exc:
             error = translate_rpc_error(self._client.bookie_id, exc)
             self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
@@ -170,10 +194,10 @@ class AddStream:
 
     # -- receiving --------------------------------------------------------------------
 
-    async def _receive_loop(self) -> None:
+    async def _receive_loop(self, call: AddCall) -> None:
         try:
             while True:
-                frame = await self._call.read()
+                frame = await call.read()
                 if not isinstance(frame, pb.AddResponseFrame):  # grpc.aio.EOF
                     self.fail("the bookie ended the add stream")
                     return
@@ -230,10 +254,11 @@ class AddStream:
         self._lacs.clear()
         self._forces.clear()
         self._force_sent_at.clear()
-        self._call.cancel()
+        if self._call is not None:
+            self._call.cancel()
         current = asyncio.current_task()
         for task in (self._sender, self._receiver):
-            if task is not current:
+            if task is not None and task is not current:
                 task.cancel()
         # Last: the callbacks may send again, on a new stream.
         for future in forces:
@@ -244,4 +269,4 @@ class AddStream:
             batch.callback(batch.entry_ids, error_type(message))
 
 
-__all__ = ["AddStream", "StreamOwner"]
+__all__ = ["AddCall", "AddStream", "StreamOwner"]

@@ -8,6 +8,7 @@ requires a client certificate signed by that CA. A bookie started with
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from pathlib import Path
 
 import grpc
@@ -51,6 +52,15 @@ class TlsConfig:
             private_key=_read(self.key, "key"),
             certificate_chain=_read(self.cert, "certificate"),
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same settings for the bookies' native port (files are read now)."""
+        for path, what in ((self.ca, "CA"), (self.cert, "certificate"), (self.key, "key")):
+            _read(path, what)  # one clear error for a bad path, as for gRPC
+        context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
+        if self.cert is not None and self.key is not None:
+            context.load_cert_chain(str(self.cert), str(self.key))
+        return context
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

@@ -18,6 +18,7 @@ from walog.digest import entry_digest
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import BatchCallback, Status, StoredEntry
+from walog.transport.native import NativeCallError
 from walog.transport.packing import PackedEntries
 
 log = get_logger("walog.transport")
@@ -150,8 +151,9 @@ class BatchEncoder:
 
 def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
     """The walog error for a failed call to ``bookie_id``."""
-    code = exc.code() if isinstance(exc, grpc.Call | grpc.aio.AioRpcError) else None
-    details = exc.details() if isinstance(exc, grpc.Call | grpc.aio.AioRpcError) else str(exc)
+    described = isinstance(exc, grpc.Call | grpc.aio.AioRpcError | NativeCallError)
+    code = exc.code() if described else None
+    details = exc.details() if described else str(exc)
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return UnauthorizedError(f"bookie {bookie_id} refused the credentials: {details}")
     name = code.name if code is not None else "error"

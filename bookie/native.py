@@ -1,0 +1,345 @@
+"""The bookie's native port: the ``Bookie`` RPCs as frames over TCP or TLS.
+
+Same service object, same messages and same answers as the gRPC port (bookie/server.py);
+only the carriage differs (walog/transport/frames.py), at a fraction of gRPC's CPU per
+message. Each connection starts with a HELLO that carries the bearer token when the bookie
+requires one. Each call runs as one task; the add stream's frames are handed to it through
+a bounded queue, and a connection whose client sends faster than its calls consume stops
+being read until they catch up. Answers wait while the socket's send buffer is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hmac
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from google.protobuf.message import DecodeError, Message
+
+from walog.proto import bookie_pb2 as pb
+from walog.transport.frames import (
+    HELLO_MAGIC,
+    Code,
+    FrameDecoder,
+    FrameError,
+    Kind,
+    Method,
+    encode,
+    encode_end,
+    encode_status,
+)
+
+if TYPE_CHECKING:
+    from bookie.server import BookieService
+
+log = structlog.get_logger("bookie.native")
+
+QUEUED_FRAMES_HIGH = 64
+"""A connection stops reading while a call has this many frames it has not consumed..."""
+QUEUED_FRAMES_LOW = 8
+"""... and reads again once every call is down to this many."""
+
+_NO_CONTEXT: Any = None
+"""The service's handlers take a gRPC context and do not use it."""
+_REQUESTS: dict[int, Callable[[bytes], Message]] = {
+    Method.READ: pb.ReadRequest.FromString,
+    Method.READ_LAC: pb.ReadLacRequest.FromString,
+    Method.WATCH_LAC: pb.WatchLacRequest.FromString,
+    Method.FENCE: pb.FenceRequest.FromString,
+    Method.INFO: pb.InfoRequest.FromString,
+    Method.LIST_LEDGERS: pb.ListLedgersRequest.FromString,
+}
+
+
+class _Messages:
+    """The client's messages of one streaming call, as an async iterator."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+        self.queue: collections.deque[pb.AddFrame] = collections.deque()
+        self.ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, message: pb.AddFrame | None) -> None:
+        if message is None:
+            self.ended = True
+        else:
+            self.queue.append(message)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def __aiter__(self) -> _Messages:
+        return self
+
+    async def __anext__(self) -> pb.AddFrame:
+        while not self.queue:
+            if self.ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        message = self.queue.popleft()
+        if len(self.queue) <= QUEUED_FRAMES_LOW:
+            self._connection.caught_up()
+        return message
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: handshake, calls by id, flow control both ways."""
+
+    def __init__(self, server: NativeServer) -> None:
+        self._server = server
+        self._service = server.service
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+        self._greeted = False
+        self.calls: dict[int, asyncio.Task[None]] = {}
+        """The running calls by id."""
+        self._streams: dict[int, _Messages] = {}
+        self._last_call = 0
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading = True
+        self.closed = asyncio.Event()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        for task in self.calls.values():
+            task.cancel()
+        self._writable.set()  # nothing waits on a dead socket
+        self.closed.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+            for call_id, kind, method, body in frames:
+                self._frame(call_id, kind, method, body)
+        except FrameError as exc:
+            log.warning("native protocol error", error=str(exc))
+            self.abort()
+
+    # -- frames -------------------------------------------------------------------------
+
+    def _frame(self, call_id: int, kind: Kind, method: int, body: bytes) -> None:
+        if not self._greeted:
+            self._hello(kind, body)
+            return
+        if kind == Kind.DATA:
+            stream = self._streams.get(call_id)
+            if stream is not None:
+                stream.put(_add_frame(body))
+                if len(stream.queue) >= QUEUED_FRAMES_HIGH and self._reading:
+                    self._reading = False
+                    assert self._transport is not None
+                    self._transport.pause_reading()
+            elif call_id > self._last_call:  # ids only grow: a late frame opens nothing
+                self._last_call = call_id
+                self._start(call_id, method, body)
+        elif kind == Kind.END:
+            stream = self._streams.get(call_id)
+            if stream is not None:
+                stream.put(None)
+        elif kind == Kind.CANCEL:
+            task = self.calls.get(call_id)
+            if task is not None:
+                task.cancel()
+        else:
+            raise FrameError(f"unexpected {kind.name} frame")
+
+    def _hello(self, kind: Kind, body: bytes) -> None:
+        if kind != Kind.HELLO or not body.startswith(HELLO_MAGIC):
+            raise FrameError("the connection did not start with a walog HELLO")
+        token = body[len(HELLO_MAGIC) :]
+        expected = self._server.token
+        if expected is not None and not hmac.compare_digest(token, expected):
+            refusal = encode_status(Code.UNAUTHENTICATED, "missing or wrong bearer token")
+            self._send(encode(0, Kind.HELLO, 0, refusal))
+            self.close()
+            return
+        self._greeted = True
+        self._send(encode(0, Kind.HELLO, 0, encode_status(Code.OK)))
+
+    def _start(self, call_id: int, method: int, body: bytes) -> None:
+        if method == Method.ADD:
+            stream = self._streams[call_id] = _Messages(self)
+            stream.put(_add_frame(body))
+            work = self._stream_call(call_id, self._service.Add(stream, _NO_CONTEXT))
+        elif method in _REQUESTS:
+            try:
+                request = _REQUESTS[method](body)
+            except DecodeError:
+                self._send(encode_end(call_id, Code.INVALID_ARGUMENT, "malformed request"))
+                return
+            handler = self._handler(method)
+            if method == Method.WATCH_LAC:
+                work = self._stream_call(call_id, handler(request, _NO_CONTEXT))
+            else:
+                work = self._unary_call(call_id, handler(request, _NO_CONTEXT))
+        else:
+            self._send(encode_end(call_id, Code.UNIMPLEMENTED, f"unknown method {method}"))
+            return
+        task = asyncio.get_running_loop().create_task(work)
+        self.calls[call_id] = task
+        task.add_done_callback(lambda _: self._ended(call_id))
+
+    def _handler(self, method: int) -> Callable[..., Any]:
+        service = self._service
+        handlers: dict[int, Callable[..., Any]] = {
+            Method.READ: service.Read,
+            Method.READ_LAC: service.ReadLac,
+            Method.WATCH_LAC: service.WatchLac,
+            Method.FENCE: service.Fence,
+            Method.INFO: service.Info,
+            Method.LIST_LEDGERS: service.ListLedgers,
+        }
+        return handlers[method]
+
+    def _ended(self, call_id: int) -> None:
+        self.calls.pop(call_id, None)
+        self._streams.pop(call_id, None)
+        self.caught_up()
+
+    # -- calls --------------------------------------------------------------------------
+
+    async def _unary_call(self, call_id: int, answer: Any) -> None:
+        try:
+            response = await answer
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:
+            log.exception("native call failed", call_id=call_id)
+            self._send(encode_end(call_id, Code.INTERNAL, repr(exc)))
+            return
+        self._send(
+            encode(call_id, Kind.DATA, 0, response.SerializeToString())
+            + encode_end(call_id, Code.OK)
+        )
+
+    async def _stream_call(self, call_id: int, answers: AsyncIterator[Message]) -> None:
+        try:
+            async for response in answers:
+                if not self._writable.is_set():
+                    await self._writable.wait()
+                self._send(encode(call_id, Kind.DATA, 0, response.SerializeToString()))
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:
+            log.exception("native stream failed", call_id=call_id)
+            self._send(encode_end(call_id, Code.INTERNAL, repr(exc)))
+            return
+        self._send(encode_end(call_id, Code.OK))
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def caught_up(self) -> None:
+        """Read again once no call has more than ``QUEUED_FRAMES_LOW`` frames waiting."""
+        if self._reading or self._transport is None:
+            return
+        if all(len(s.queue) <= QUEUED_FRAMES_LOW for s in self._streams.values()):
+            self._reading = True
+            self._transport.resume_reading()
+
+    def _send(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def close(self) -> None:
+        """Close once written."""
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Close at once."""
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _add_frame(body: bytes) -> pb.AddFrame:
+    try:
+        return pb.AddFrame.FromString(body)
+    except DecodeError as exc:
+        raise FrameError(f"malformed AddFrame: {exc}") from exc
+
+
+class NativeServer:
+    """The native listener of one bookie.
+
+    Args:
+        service: the bookie service that answers the calls (shared with the gRPC port).
+        token: the bearer token clients must present, or None.
+        ssl_context: TLS settings, or None for plaintext.
+    """
+
+    def __init__(
+        self,
+        service: BookieService,
+        *,
+        token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.service = service
+        self.token = token.encode() if token is not None else None
+        self._ssl = ssl_context
+        self._server: asyncio.Server | None = None
+        self.connections: set[_Connection] = set()
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0: any free port); returns the port.
+
+        Raises:
+            OSError: the port cannot be bound.
+        """
+        loop = asyncio.get_running_loop()
+
+        async def listen(port: int) -> asyncio.Server:
+            return await loop.create_server(
+                lambda: _Connection(self), host, port, ssl=self._ssl, reuse_address=True
+            )
+
+        server = await listen(port)
+        ports = sorted({sock.getsockname()[1] for sock in server.sockets})
+        if len(ports) > 1:  # a name with several addresses got a free port for each
+            server.close()
+            await server.wait_closed()
+            server = await listen(ports[0])
+        self._server = server
+        self.port = server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def drain(self, grace: float) -> None:
+        """Stop accepting; let running calls end (the service's drain ends add streams and
+        LAC watches) for up to ``grace`` seconds; then close every connection."""
+        if self._server is not None:
+            self._server.close()
+        calls = [task for c in self.connections for task in c.calls.values()]
+        if calls:
+            await asyncio.wait(calls, timeout=grace)
+        self.stop_now()
+
+    def stop_now(self) -> None:
+        """Close the listener and every connection at once."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.abort()
+
+
+__all__ = ["NativeServer"]

@@ -1,0 +1,171 @@
+"""Pure rules of the native bookie protocol: the same protobuf messages as the gRPC service,
+carried as length-prefixed frames over one TCP (or TLS) connection per client and bookie.
+
+gRPC in Python pays a few hundred microseconds of CPU per message on each side (HTTP/2
+framing, the completion-queue thread and its hand-offs of the GIL); an asyncio protocol that
+reads and writes whole frames pays a few tens. The bookie serves both; clients that learn
+the native port (``InfoResponse.native_port``) use it, the others use gRPC.
+
+A frame is a 10-byte header, then its body::
+
+    length:uint32  call_id:uint32  kind:uint8  method:uint8   (big-endian)
+
+``length`` counts the body only. The first frame each way is ``HELLO``: the client's body is
+:data:`HELLO_MAGIC` followed by its bearer token (may be empty); the bookie answers with a
+``HELLO`` whose body is an :class:`Code` byte and a reason, and closes the connection unless
+the code is ``OK``. After that the client numbers its calls from 1 up, each id greater than
+the last one (a late frame of a finished call then starts nothing):
+
+* ``DATA``: one message of a call. The client's first ``DATA`` of an id starts a call of
+  ``method`` (the byte is ignored afterwards); the bookie's carry the answers.
+* ``END`` from the client: it sends no more messages on the call (half-close).
+  ``END`` from the bookie: the call is over; the body is a :class:`Code` byte and a reason.
+* ``CANCEL`` from the client: drop the call; the bookie sends nothing more on it.
+
+Protocol answers stay statuses inside the messages, as on gRPC; the codes here are for the
+transport only.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+HEADER = struct.Struct("!IIBB")
+"""length, call id, kind, method."""
+MAX_BODY_BYTES = 64 * 1024 * 1024 + 4096
+"""The largest frame body either side accepts: a message under the gRPC limit, plus room."""
+HELLO_MAGIC = b"walog-native/1\n"
+"""What a client's HELLO starts with: the protocol and its version."""
+
+
+class Kind(enum.IntEnum):
+    """What a frame is."""
+
+    HELLO = 1
+    DATA = 2
+    END = 3
+    CANCEL = 4
+
+
+class Method(enum.IntEnum):
+    """The RPCs of the ``Bookie`` service (walog/proto/bookie.proto)."""
+
+    ADD = 1
+    READ = 2
+    READ_LAC = 3
+    WATCH_LAC = 4
+    FENCE = 5
+    INFO = 6
+    LIST_LEDGERS = 7
+
+
+class Code(enum.IntEnum):
+    """How a call (or the handshake) ended, as far as the transport is concerned. The names
+    are those of ``grpc.StatusCode``, so both transports' failures read alike."""
+
+    OK = 0
+    CANCELLED = 1
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    UNAUTHENTICATED = 16
+
+
+class FrameError(Exception):
+    """The peer broke the frame protocol; the connection cannot go on."""
+
+
+def encode(call_id: int, kind: Kind, method: int, body: bytes = b"") -> bytes:
+    """One frame."""
+    return HEADER.pack(len(body), call_id, kind, method) + body
+
+
+def encode_end(call_id: int, code: Code, reason: str = "") -> bytes:
+    """The bookie's ``END`` of a call."""
+    return encode(call_id, Kind.END, 0, encode_status(code, reason))
+
+
+def encode_status(code: Code, reason: str = "") -> bytes:
+    """The body of a bookie's ``HELLO`` or ``END``: the code, then the reason."""
+    return bytes((code,)) + reason.encode()
+
+
+def decode_status(body: bytes) -> tuple[Code, str]:
+    """The code and reason of a ``HELLO`` or ``END`` body from the bookie (an unknown or
+    missing code reads as ``INTERNAL``)."""
+    if not body:
+        return Code.INTERNAL, "empty status"
+    try:
+        code = Code(body[0])
+    except ValueError:
+        return Code.INTERNAL, f"unknown status code {body[0]}"
+    return code, body[1:].decode(errors="replace")
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames.
+
+    Args:
+        max_body: the largest body accepted; a larger length is a :class:`FrameError`.
+    """
+
+    def __init__(self, max_body: int = MAX_BODY_BYTES) -> None:
+        self._max_body = max_body
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, Kind, int, bytes]]:
+        """The frames completed by ``data``: (call id, kind, method, body) each.
+
+        Raises:
+            FrameError: a frame is too large or of an unknown kind.
+        """
+        if self._buffer:
+            self._buffer += data
+            source: bytes | bytearray = self._buffer
+        else:
+            source = data  # the common case: no copy until the frame's body
+        frames: list[tuple[int, Kind, int, bytes]] = []
+        offset = 0
+        end = len(source)
+        header = HEADER.size
+        with memoryview(source) as view:
+            while end - offset >= header:
+                length, call_id, kind, method = HEADER.unpack_from(source, offset)
+                if length > self._max_body:
+                    raise FrameError(f"frame of {length} bytes is over the {self._max_body} limit")
+                if not Kind.HELLO <= kind <= Kind.CANCEL:
+                    raise FrameError(f"unknown frame kind {kind}")
+                start = offset + header
+                if end - start < length:
+                    break
+                frames.append((call_id, Kind(kind), method, bytes(view[start : start + length])))
+                offset = start + length
+        if source is self._buffer:
+            del self._buffer[:offset]
+        elif offset < end:
+            self._buffer += source[offset:]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not make a whole frame yet."""
+        return len(self._buffer)
+
+
+__all__ = [
+    "HEADER",
+    "HELLO_MAGIC",
+    "MAX_BODY_BYTES",
+    "Code",
+    "FrameDecoder",
+    "FrameError",
+    "Kind",
+    "Method",
+    "decode_status",
+    "encode",
+    "encode_end",
+    "encode_status",
+]
