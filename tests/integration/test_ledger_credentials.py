@@ -14,6 +14,8 @@ from tests.integration.bookies import BookieProcess
 from walog.errors import UnauthorizedError
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.transport.credentials import TlsConfig
+from walog.transport.grpc import GrpcBookieClient
+from walog.transport.native import NativeCallError, NativeConnection
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 
@@ -76,6 +78,48 @@ async def test_client_with_tls_and_token_writes_and_reads(
         await writer.close()
         reader = await client.open_ledger(writer.ledger_id)
         assert [e.data for e in await reader.read(0, 0)] == [b"over tls"]
+        (bookie,) = await client.bookies()
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        assert connection.transport == "native"  # TLS and the token on the native port too
+
+
+async def test_native_port_refuses_a_wrong_token_in_its_hello(
+    secured: tuple[str, TlsConfig],
+) -> None:
+    uri, tls = secured
+    async with await aio.connect(uri, tls=tls, auth_token="s3cret", config=CONFIG) as client:
+        (bookie,) = await client.bookies()
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        port = (await connection.info()).native_port
+    for token in ("wrong", None):
+        with pytest.raises(NativeCallError) as refused:
+            await NativeConnection.open(
+                "bookie", "127.0.0.1", port, token=token, ssl_context=tls.ssl_context()
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    right = await NativeConnection.open(
+        "bookie", "127.0.0.1", port, token="s3cret", ssl_context=tls.ssl_context()
+    )
+    right.close()
+
+
+async def test_native_port_refuses_a_client_without_a_certificate(
+    secured: tuple[str, TlsConfig],
+) -> None:
+    uri, tls = secured
+    async with await aio.connect(uri, tls=tls, auth_token="s3cret", config=CONFIG) as client:
+        (bookie,) = await client.bookies()
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        port = (await connection.info()).native_port
+    anonymous = TlsConfig(ca=tls.ca).ssl_context()
+    with pytest.raises(NativeCallError) as refused:
+        await NativeConnection.open(
+            "bookie", "127.0.0.1", port, token="s3cret", ssl_context=anonymous, within=5.0
+        )
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 async def test_wrong_token_stops_the_writer_with_unauthorized_error(
@@ -98,6 +142,8 @@ def test_tls_config_needs_both_cert_and_key() -> None:
 def test_missing_tls_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="CA file"):
         TlsConfig(ca=tmp_path / "absent.pem").channel_credentials()
+    with pytest.raises(ValueError, match="CA file"):
+        TlsConfig(ca=tmp_path / "absent.pem").ssl_context()
 
 
 def test_channel_credentials_are_grpc_credentials(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
-"""The gRPC transport the writer uses, against real bookie processes: batched frames,
-broken streams, the liveness timeout and lazy reconnection."""
+"""The transport the writer uses, native and gRPC, against real bookie processes: batched
+frames, broken streams, the liveness timeout and lazy reconnection."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,9 +26,9 @@ KEY = master_key(b"")
 CONFIG = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[GrpcBookiePool]:
-    bookies = GrpcBookiePool(CONFIG)
+@pytest.fixture(params=[True, False], ids=["native", "grpc"])
+async def pool(request: pytest.FixtureRequest) -> AsyncIterator[GrpcBookiePool]:
+    bookies = GrpcBookiePool(dataclasses.replace(CONFIG, native_transport=request.param))
     yield bookies
     await bookies.close()
 

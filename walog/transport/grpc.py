@@ -120,6 +120,14 @@ class GrpcBookieClient(BookieClient):
         self._request_ids = itertools.count(1)
         self.closed = False
 
+    @property
+    def transport(self) -> str | None:
+        """What carries the calls now: ``"native"``, ``"grpc"``, or None before the first
+        call (operations and tests)."""
+        if self._native is not None and not self._native.broken:
+            return "native"
+        return "grpc" if self._stub is not None else None
+
     def _open_stub(self) -> bookie_pb2_grpc.BookieAsyncStub:
         if self.closed:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: the client is closed")

@@ -1,0 +1,130 @@
+"""The bookies' native port against real bookie processes: announced through Info, used by
+clients when it is there, gRPC when it is not (or is off, or cannot be reached), and a
+connection that breaks the frame protocol is dropped without harm to the others."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import grpc
+import pytest
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+import walog.aio
+from walog.errors import BookieUnavailableError
+from walog.ledger.context import ClientConfig, Timeouts
+from walog.testing import LocalCluster
+from walog.transport.frames import HEADER, Kind
+from walog.transport.grpc import GrpcBookieClient
+from walog.transport.native import NativeCallError, NativeConnection
+
+CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
+
+
+async def _write_and_read(client: walog.aio.AsyncClient, bookies: int) -> set[str | None]:
+    """Append to and read back a ledger over every bookie; the transports that carried it."""
+    writer = await client.create_ledger(bookies, bookies, bookies)
+    for index in range(10):
+        await writer.append(b"entry %d" % index)
+    await writer.close()
+    reader = await client.open_ledger(writer.ledger_id)
+    assert [e.data for e in await reader.read(0, 9)] == [b"entry %d" % i for i in range(10)]
+    connections = [client.ctx.pool.get(b) for b in await client.bookies()]
+    assert all(isinstance(c, GrpcBookieClient) for c in connections)
+    return {c.transport for c in connections if isinstance(c, GrpcBookieClient)}
+
+
+async def test_bookies_announce_a_native_port_and_clients_use_it(cluster: LocalCluster) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
+        assert await _write_and_read(client, 3) == {"native"}
+        for bookie in cluster.bookie_ids:
+            connection = client.ctx.pool.get(bookie)
+            assert isinstance(connection, GrpcBookieClient)
+            port = (await connection.info()).native_port
+            assert port > 0 and bookie != f"127.0.0.1:{port}"
+
+
+async def test_with_native_transport_off_every_call_goes_over_grpc(cluster: LocalCluster) -> None:
+    config = ClientConfig(timeouts=CONFIG.timeouts, native_transport=False)
+    async with await walog.aio.connect(cluster.metadata_uri, config=config) as client:
+        assert await _write_and_read(client, 3) == {"grpc"}
+
+
+async def test_a_bookie_without_native_port_is_reached_over_grpc() -> None:
+    with LocalCluster(bookies=1, bookie_args=["--native-port", "-1"]) as local:
+        async with await walog.aio.connect(local.metadata_uri, config=CONFIG) as client:
+            assert await _write_and_read(client, 1) == {"grpc"}
+            (bookie,) = local.bookie_ids
+            connection = client.ctx.pool.get(bookie)
+            assert isinstance(connection, GrpcBookieClient)
+            assert (await connection.info()).native_port == 0
+
+
+async def test_an_unreachable_native_port_leaves_the_calls_to_grpc(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts = 0
+
+    async def unreachable(*args: object, **kwargs: object) -> None:
+        nonlocal attempts
+        attempts += 1
+        raise NativeCallError(grpc.StatusCode.UNAVAILABLE, "filtered")
+
+    monkeypatch.setattr(NativeConnection, "open", unreachable)
+    async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
+        assert await _write_and_read(client, 3) == {"grpc"}
+    assert attempts == 3  # once per bookie, then gRPC for NATIVE_RETRY_S seconds
+
+
+async def test_a_restarted_bookie_is_found_again_on_its_native_port(
+    fresh_cluster: LocalCluster,
+) -> None:
+    async with await walog.aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as client:
+        assert await _write_and_read(client, 3) == {"native"}
+        bookie = fresh_cluster.bookie_ids[0]
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        fresh_cluster.kill(bookie)
+        with pytest.raises(BookieUnavailableError, match=bookie):
+            await connection.read_lac(1)
+        fresh_cluster.restart(bookie)
+        async for attempt in AsyncRetrying(
+            stop=stop_after_delay(20),
+            wait=wait_fixed(0.1),
+            retry=retry_if_exception_type(BookieUnavailableError),
+            reraise=True,
+        ):
+            with attempt:
+                await connection.read_lac(1)
+        assert connection.transport == "native"
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # not a frame at all
+        HEADER.pack(3, 1, Kind.DATA, 1) + b"abc",  # a call before HELLO
+        HEADER.pack(2**31, 0, Kind.HELLO, 0),  # a frame over the size limit
+    ],
+    ids=["http", "no-hello", "huge"],
+)
+async def test_a_connection_that_breaks_the_frame_protocol_is_dropped_and_others_go_on(
+    cluster: LocalCluster, garbage: bytes
+) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
+        bookie = cluster.bookie_ids[0]
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        port = (await connection.info()).native_port
+
+        def talk() -> bytes:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                raw.sendall(garbage)
+                try:
+                    return raw.recv(100)
+                except ConnectionResetError:
+                    return b""
+
+        assert await asyncio.to_thread(talk) == b""  # closed without an answer
+        assert await _write_and_read(client, 3) == {"native"}
