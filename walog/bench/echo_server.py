@@ -1,9 +1,11 @@
-"""The far end of the gRPC floor: a grpc.aio server that answers every message with its size.
+"""The far end of the transport floors: a server that answers every message with its size.
 
-Run as ``python -m walog.bench.echo_server PORT_FILE [SYNC_FILE]``; it writes its port to
-PORT_FILE once it serves and runs until terminated. With SYNC_FILE it appends every message
-to that file and fdatasyncs it before answering, on the event loop: the least a bookie can do
-for one PERSISTENT add at a time.
+Run as ``python -m walog.bench.echo_server [--native] PORT_FILE [SYNC_FILE]``; it writes its
+port to PORT_FILE once it serves and runs until terminated. It speaks grpc.aio (one
+bidirectional-stream method), or with ``--native`` the frames of a bookie's native port
+(walog/transport/frames.py) on an asyncio protocol, answering a HELLO and then each DATA
+frame. With SYNC_FILE it appends every message to that file and fdatasyncs it before
+answering, on the event loop: the least a bookie can do for one PERSISTENT add at a time.
 """
 
 from __future__ import annotations
@@ -17,15 +19,57 @@ from pathlib import Path
 
 import grpc
 
+from walog.transport.frames import Code, FrameDecoder, Kind, encode, encode_status
+
 METHOD = "/walog.bench.Echo/Stream"
 """The one bidirectional-stream method, with raw bytes in and out (no protobuf)."""
 _ACK = struct.Struct("<I")
 
 
+def _open(sync_file: Path | None) -> int:
+    return -1 if sync_file is None else os.open(sync_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+
+class _NativeEcho(asyncio.Protocol):
+    """One connection in native frames: HELLO answered OK, each DATA answered with a DATA."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        answers = []
+        for call_id, kind, _, body in self._decoder.feed(data):
+            if kind == Kind.HELLO:
+                answers.append(encode(0, Kind.HELLO, 0, encode_status(Code.OK)))
+            elif kind == Kind.DATA:
+                if self._fd >= 0:
+                    os.write(self._fd, body)
+                    os.fdatasync(self._fd)
+                answers.append(encode(call_id, Kind.DATA, 0, _ACK.pack(len(body))))
+        if answers and self._transport is not None:
+            self._transport.write(b"".join(answers))
+
+
+async def serve_native(port_file: Path, sync_file: Path | None = None) -> None:
+    """Serve native frames on a free loopback port; write the port to ``port_file``.
+    With ``sync_file``, every message is appended to it and synced before its answer."""
+    fd = _open(sync_file)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _NativeEcho(fd), "127.0.0.1", 0)
+    port_file.write_text(str(server.sockets[0].getsockname()[1]))  # noqa: ASYNC240
+    await server.serve_forever()
+
+
 async def serve(port_file: Path, sync_file: Path | None = None) -> None:
     """Serve the echo method on a free loopback port; write the port to ``port_file``.
     With ``sync_file``, every message is appended to it and synced before its answer."""
-    fd = -1 if sync_file is None else os.open(sync_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = _open(sync_file)
 
     async def stream(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
         async for frame in requests:
@@ -47,12 +91,19 @@ async def serve(port_file: Path, sync_file: Path | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``PORT_FILE [SYNC_FILE]``: serve until terminated, writing the port to PORT_FILE."""
+    """``[--native] PORT_FILE [SYNC_FILE]``: serve until terminated, writing the port to
+    PORT_FILE."""
     args = list(sys.argv[1:] if argv is None else argv)
+    native = args[:1] == ["--native"]
+    args = args[1:] if native else args
     if len(args) not in (1, 2):
-        print("usage: python -m walog.bench.echo_server PORT_FILE [SYNC_FILE]", file=sys.stderr)
+        print(
+            "usage: python -m walog.bench.echo_server [--native] PORT_FILE [SYNC_FILE]",
+            file=sys.stderr,
+        )
         return 2
-    asyncio.run(serve(Path(args[0]), Path(args[1]) if len(args) == 2 else None))
+    run = serve_native if native else serve
+    asyncio.run(run(Path(args[0]), Path(args[1]) if len(args) == 2 else None))
     return 0
 
 

@@ -9,7 +9,8 @@
   least that one append in flight can take before its journal sync.
 * :func:`quorum_floor` - one 1 KiB message at a time to three echo processes, timed to the
   second answer, bare and with each process syncing the message to disk before answering:
-  the floor of an E3/Qw3/Qa2 append in flight on this stack.
+  the floor of an E3/Qw3/Qa2 append in flight on this stack; over grpc.aio, or over the
+  frames of a bookie's native port with walog's own native client calls.
 
 The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 """
@@ -31,6 +32,8 @@ import grpc
 
 from walog.bench.echo_server import METHOD
 from walog.bench.stats import Latency, Rate, cpu_seconds, payload
+from walog.transport.frames import Method
+from walog.transport.native import EOF, NativeCall, NativeConnection
 
 FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""
@@ -107,10 +110,11 @@ async def _round_trips(target: str, seconds: float, entry_bytes: int) -> Latency
 
 @contextlib.contextmanager
 def _echo_servers(
-    count: int, sync_dir: str | os.PathLike[str] | None = None
+    count: int, sync_dir: str | os.PathLike[str] | None = None, *, native: bool = False
 ) -> Iterator[tuple[list[str], list[int]]]:
     """Start ``count`` echo servers (each syncing to its own file in ``sync_dir`` when
-    given); yield their targets and process ids; terminate them."""
+    given; speaking native frames instead of gRPC with ``native``); yield their targets
+    and process ids; terminate them."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     servers: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
@@ -118,7 +122,8 @@ def _echo_servers(
             port_files = []
             for index in range(count):
                 port_files.append(Path(tmp) / f"port-{index}")
-                argv = [sys.executable, "-m", "walog.bench.echo_server", str(port_files[-1])]
+                argv = [sys.executable, "-m", "walog.bench.echo_server"]
+                argv += ["--native", str(port_files[-1])] if native else [str(port_files[-1])]
                 if sync_dir is not None:
                     argv.append(str(Path(sync_dir) / f"{Path(tmp).name}-{index}.sync"))
                 servers.append(subprocess.Popen(argv, env=env))
@@ -126,7 +131,7 @@ def _echo_servers(
             for server, port_file in zip(servers, port_files, strict=True):
                 while not port_file.exists() or not port_file.read_text():
                     if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the gRPC echo server did not start")
+                        raise RuntimeError("the echo server did not start")
                     time.sleep(0.05)
             targets = [f"127.0.0.1:{port_file.read_text()}" for port_file in port_files]
             yield targets, [server.pid for server in servers]
@@ -152,8 +157,27 @@ def grpc_echo_floor(
         return rates, asyncio.run(_round_trips(target, seconds, entry_bytes))
 
 
+async def _open_calls(
+    targets: Sequence[str], native: bool, stack: contextlib.AsyncExitStack
+) -> list[grpc.aio.StreamStreamCall[bytes, bytes] | NativeCall]:
+    """One echo stream to each target, closed with ``stack``."""
+    calls: list[grpc.aio.StreamStreamCall[bytes, bytes] | NativeCall] = []
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        if native:
+            connection = await NativeConnection.open(target, host, int(port))
+            stack.callback(connection.close)
+            calls.append(connection.call(Method.ADD, bytes))
+        else:
+            channel = grpc.aio.insecure_channel(target)
+            stack.push_async_callback(channel.close, None)
+            await asyncio.wait_for(channel.channel_ready(), 10.0)
+            calls.append(channel.stream_stream(METHOD, None, None)(None))
+    return calls
+
+
 async def _quorum_round_trips(
-    targets: Sequence[str], quorum: int, seconds: float, entry_bytes: int
+    targets: Sequence[str], quorum: int, seconds: float, entry_bytes: int, native: bool
 ) -> Latency:
     message = payload(entry_bytes)
     latency = Latency()
@@ -162,21 +186,17 @@ async def _quorum_round_trips(
     reached: asyncio.Future[None] = loop.create_future()
     everyone: asyncio.Future[None] = loop.create_future()
 
-    async def receive(call: grpc.aio.StreamStreamCall[bytes, bytes]) -> None:
+    async def receive(call: grpc.aio.StreamStreamCall[bytes, bytes] | NativeCall) -> None:
         nonlocal answers
-        async for _ in call:
+        while await call.read() is not EOF:
             answers += 1
             if answers == quorum:
                 reached.set_result(None)
             if answers == len(targets):
                 everyone.set_result(None)
 
-    channels = [grpc.aio.insecure_channel(target) for target in targets]
-    try:
-        calls = []
-        for channel in channels:
-            await asyncio.wait_for(channel.channel_ready(), 10.0)
-            calls.append(channel.stream_stream(METHOD, None, None)(None))
+    async with contextlib.AsyncExitStack() as stack:
+        calls = await _open_calls(targets, native, stack)
         receivers = [asyncio.create_task(receive(call)) for call in calls]
         warm_up = WARM_UP_ROUNDS
         deadline = time.perf_counter() + seconds
@@ -195,11 +215,8 @@ async def _quorum_round_trips(
             # The slower answers too, before the next message.
             await asyncio.wait_for(everyone, ANSWER_TIMEOUT_S)
         for call in calls:
-            await call.done_writing()
-        await asyncio.gather(*receivers)
-    finally:
-        for channel in channels:
-            await channel.close(None)
+            call.cancel()
+        await asyncio.gather(*receivers, return_exceptions=True)
     return latency
 
 
@@ -220,6 +237,7 @@ def quorum_floor(
     seconds: float,
     sync_dir: str | os.PathLike[str],
     *,
+    native: bool = False,
     servers: int = 3,
     quorum: int = 2,
     entry_bytes: int = 1024,
@@ -227,12 +245,13 @@ def quorum_floor(
     """One message at a time sent to ``servers`` echo processes, timed to the ``quorum``-th
     answer: bare, and with every server appending and fdatasyncing the message (in
     ``sync_dir``) before it answers. The second is an E3/Qw3/Qa2 PERSISTENT append with no
-    bookie logic at all: what one append in flight costs in Python on grpc.aio here."""
-    with _echo_servers(servers) as (targets, _):
-        bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes))
-    with _echo_servers(servers, sync_dir) as (targets, pids):
+    bookie logic at all: what one append in flight costs in Python here, on grpc.aio or
+    (``native``) on the native port's frames."""
+    with _echo_servers(servers, native=native) as (targets, _):
+        bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, native))
+    with _echo_servers(servers, sync_dir, native=native) as (targets, pids):
         pids = [os.getpid(), *pids]
         before = sum(cpu_seconds(pid) for pid in pids)
-        synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes))
+        synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, native))
         used = sum(cpu_seconds(pid) for pid in pids) - before
     return QuorumFloor(bare, synced, used / (synced.count + WARM_UP_ROUNDS))
