@@ -5,8 +5,11 @@ journal record first. The files and their format are in :mod:`bookie.journal_fil
 a checkpoint no longer needs a file, it is retired: kept for reuse (up to
 ``recycle_files``) or deleted. The next file is a kept one renamed and overwritten from the
 start: a file of full size gains no size, so its syncs have no file metadata to write, and
-the pages written are pages the system already holds. One dedicated thread owns the open
-file:
+the pages written are pages the system already holds. A new file gets its full size
+reserved when it is made (``posix_fallocate``) for the same reason: on ext4 here a sync of a
+write into reserved space took ~215 us against ~300 us for one that grows the file (p50,
+three processes syncing at once). Replay stops at the reserved space's zeros as at any
+torn tail. One dedicated thread owns the open file:
 
 - it takes everything queued (up to ``group_max_bytes``) as one group. With
   ``group_wait_s == 0`` (the default) the group is written at once: records that arrive
@@ -270,6 +273,7 @@ class Journal:
             self._fd = os.open(path, os.O_WRONLY)
         else:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._reserve()
         fsync_dir(self.directory)
         header = file_header(file_seq)
         if os.write(self._fd, header) != len(header):
@@ -277,6 +281,15 @@ class Journal:
         self._file_seq = file_seq
         self._seed = crc_seed(file_seq)
         self._offset = HEADER_BYTES
+
+    def _reserve(self) -> None:
+        """Reserve a new file's blocks up to the roll size, so that its syncs flush data
+        only, not the file's growing size. Best effort: a file system that cannot reserve
+        (or a full disk, which the writes will report) leaves the file to grow."""
+        try:
+            os.posix_fallocate(self._fd, 0, self._file_bytes)
+        except OSError as exc:
+            _log.info("journal file space not reserved", error=str(exc))
 
     def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
         assert self._loop is not None and self._done is not None

@@ -11,11 +11,14 @@ read with plain CRCs (and never recycled).
 
 Replay reads the files from a checkpoint mark; the first record with a bad frame (short
 header, absurd length, short payload, CRC mismatch) and everything after it in that file
-is cut off (the file is truncated there), so a torn tail is never served.
+is cut off (the file is truncated there), so a torn tail is never served. Space reserved
+for a file and never written reads as zeros: a zero frame ends the file's records the same
+way, quietly.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Iterator
@@ -37,6 +40,7 @@ _VERSION = 2
 _SEQ = struct.Struct(">Q")
 _SUFFIX = ".journal"
 _RECYCLED_SUFFIX = ".recycled"
+_UNWRITTEN = bytes(FRAME.size)
 HEADER_BYTES = _HEADER.size
 """Where a journal file's first record starts."""
 
@@ -157,14 +161,15 @@ def replay(
                         problem = "CRC mismatch"
                 if problem is not None:
                     # A torn tail, or a recycled file's old records: never acknowledged
-                    # (or long checkpointed) either way.
+                    # (or long checkpointed) either way. Zeros: reserved, never written.
                     size = os.fstat(handle.fileno()).st_size
-                    _log.info(
+                    _log.log(
+                        logging.DEBUG if header == _UNWRITTEN else logging.INFO,
                         "journal tail cut",
                         file=str(path),
                         offset=offset,
                         cut_bytes=size - offset,
-                        problem=problem,
+                        problem="reserved space" if header == _UNWRITTEN else problem,
                     )
                     handle.truncate(offset)
                     break

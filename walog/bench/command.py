@@ -35,6 +35,7 @@ import structlog
 from tqdm import tqdm
 
 import walog.aio
+from bookie.journal_files import journal_files
 from walog.bench import floors, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
@@ -339,11 +340,11 @@ class _Run:
         with self.bar("bookie restart", unit="step") as tick:
             written = self.aio(lambda c: scenarios.fill_ledger(c, self.plan.restart_mb))
             tick(1)
-            journal = _journal_bytes(self.cluster.bookie_dir(0))
             self.cluster.kill(0)
             started = time.perf_counter()
             self.cluster.restart(0)
             elapsed = time.perf_counter() - started
+            journal = _journal_bytes(self.cluster.bookie_dir(0))
             tick(1)
         self.results["bookie_restart_s"] = round(elapsed, 3)
         self.results["journal_mb"] = round(journal / 1e6, 2)
@@ -406,11 +407,11 @@ def _per_op(cpu: dict[str, float], ops: int, digits: int = 1) -> dict[str, float
 
 
 def _journal_bytes(bookie_dir: Path) -> int:
-    return sum(
-        path.stat().st_size
-        for path in bookie_dir.rglob("*")
-        if path.is_file() and "journal" in str(path.relative_to(bookie_dir)).lower()
-    )
+    """Bytes of journal records on disk after a restart: the files replay cut to their
+    records' end (space reserved past them is released by replay), without the file the
+    restarted bookie has just opened."""
+    found = journal_files(bookie_dir / "journal")
+    return sum(path.stat().st_size for _, path in found[:-1])
 
 
 def _machine() -> dict[str, Any]:

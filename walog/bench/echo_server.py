@@ -4,13 +4,15 @@ Run as ``python -m walog.bench.echo_server [--native] PORT_FILE [SYNC_FILE]``; i
 port to PORT_FILE once it serves and runs until terminated. It speaks grpc.aio (one
 bidirectional-stream method), or with ``--native`` the frames of a bookie's native port
 (walog/transport/frames.py) on an asyncio protocol, answering a HELLO and then each DATA
-frame. With SYNC_FILE it appends every message to that file and fdatasyncs it before
-answering, on the event loop: the least a bookie can do for one PERSISTENT add at a time.
+frame. With SYNC_FILE (its space reserved first, as the journal's) it appends every message to
+that file and fdatasyncs it before answering, on the event loop: the least a bookie can do
+for one PERSISTENT add at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import sys
@@ -26,8 +28,23 @@ METHOD = "/walog.bench.Echo/Stream"
 _ACK = struct.Struct("<I")
 
 
+RESERVED_BYTES = 64 * 1024 * 1024
+"""Space reserved in a sync file up front, as a bookie's journal reserves its files: a sync
+then flushes data only, not a growing file size."""
+
+
+def reserve(fd: int) -> None:
+    """Reserve :data:`RESERVED_BYTES` in the file ``fd`` (best effort)."""
+    with contextlib.suppress(OSError):
+        os.posix_fallocate(fd, 0, RESERVED_BYTES)
+
+
 def _open(sync_file: Path | None) -> int:
-    return -1 if sync_file is None else os.open(sync_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    if sync_file is None:
+        return -1
+    fd = os.open(sync_file, os.O_WRONLY | os.O_CREAT)
+    reserve(fd)
+    return fd
 
 
 class _NativeEcho(asyncio.Protocol):

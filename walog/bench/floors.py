@@ -1,7 +1,8 @@
 """Physical floors: what the disk and a bare gRPC stream can do on this machine.
 
-* :func:`fdatasync_floor` - 4 KiB ``write`` + ``fdatasync`` one at a time, the cost a
-  PERSISTENT acknowledgement pays at least once per journal group commit.
+* :func:`fdatasync_floor` - 4 KiB ``write`` + ``fdatasync`` one at a time into a file whose
+  space is reserved (as the journal's is), the cost a PERSISTENT acknowledgement pays at
+  least once per journal group commit.
 * :func:`grpc_echo_floor` - a grpc.aio bidirectional stream between two Python processes,
   carrying 1 KiB entries packed ``batch`` to a message and acknowledged per message: the
   ceiling of any Python client/server pair that batches the same way, before a bookie does
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import grpc
 
-from walog.bench.echo_server import METHOD
+from walog.bench.echo_server import METHOD, reserve
 from walog.bench.stats import Latency, Rate, cpu_seconds, payload
 from walog.transport.frames import Method
 from walog.transport.native import EOF, NativeCall, NativeConnection
@@ -44,11 +45,13 @@ ANSWER_TIMEOUT_S = 10.0
 
 
 def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int = 4096) -> Latency:
-    """Time ``size``-byte appends, each followed by ``fdatasync``, for ``seconds``."""
+    """Time ``size``-byte appends, each followed by ``fdatasync``, for ``seconds``, into a
+    file with its space reserved (:func:`walog.bench.echo_server.reserve`)."""
     block = payload(size)
     latency = Latency()
     fd, name = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
     try:
+        reserve(fd)
         deadline = time.perf_counter() + seconds
         while (now := time.perf_counter()) < deadline:
             os.write(fd, block)

@@ -38,8 +38,8 @@ def frames(path: Path) -> list[tuple[int, int]]:
     while offset + _FRAME.size <= len(raw):
         length, _ = _FRAME.unpack_from(raw, offset)
         end = offset + _FRAME.size + length
-        if end > len(raw):
-            break
+        if length == 0 or end > len(raw):
+            break  # reserved space, or a torn tail
         spans.append((offset, end))
         offset = end
     return spans
@@ -346,3 +346,20 @@ async def test_without_group_wait_records_queued_during_a_sync_form_the_next_gro
     assert reports[1].group_no == reports[0].group_no + 1
     assert reports[1].tags == [0, 1, 2] and reports[1].synced
     assert syncs == 2
+
+
+async def test_a_new_journal_file_reserves_its_roll_size_and_replay_stops_at_the_reserved_zeros(
+    tmp_path: Path,
+) -> None:
+    core = await open_core(tmp_path, journal_file_bytes=1 << 20)
+    for entry_id in range(10):
+        await add(core, 4, entry_id)
+    await core.abandon()  # as after SIGKILL: no checkpoint, the journal holds everything
+    (_, path), *_ = journal_files(tmp_path / "journal")
+    assert path.stat().st_size == 1 << 20
+    assert path.stat().st_blocks * 512 >= 1 << 20  # reserved on disk, not a sparse hole
+    written = frames(path)[-1][1]
+    core = await open_core(tmp_path, journal_file_bytes=1 << 20)
+    assert sorted(await read_all(core, 4, 20)) == list(range(10))
+    assert path.stat().st_size == written  # replay released the unwritten space
+    await core.close()
