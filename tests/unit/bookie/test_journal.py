@@ -12,7 +12,7 @@ from typing import cast
 import crc32c
 import pytest
 
-from bookie.journal import GroupReport, Journal
+from bookie.journal import RESERVE_BYTES, GroupReport, Journal
 from bookie.journal_files import (
     HEADER_BYTES,
     JournalMark,
@@ -348,18 +348,18 @@ async def test_without_group_wait_records_queued_during_a_sync_form_the_next_gro
     assert syncs == 2
 
 
-async def test_a_new_journal_file_reserves_its_roll_size_and_replay_stops_at_the_reserved_zeros(
+async def test_a_journal_file_reserves_space_ahead_of_its_writes_and_replay_stops_at_the_zeros(
     tmp_path: Path,
 ) -> None:
-    core = await open_core(tmp_path, journal_file_bytes=1 << 20)
+    core = await open_core(tmp_path)
     for entry_id in range(10):
         await add(core, 4, entry_id)
     await core.abandon()  # as after SIGKILL: no checkpoint, the journal holds everything
     (_, path), *_ = journal_files(tmp_path / "journal")
-    assert path.stat().st_size == 1 << 20
-    assert path.stat().st_blocks * 512 >= 1 << 20  # reserved on disk, not a sparse hole
     written = frames(path)[-1][1]
-    core = await open_core(tmp_path, journal_file_bytes=1 << 20)
+    assert path.stat().st_size > RESERVE_BYTES > written
+    assert path.stat().st_blocks * 512 >= RESERVE_BYTES  # reserved on disk, not a hole
+    core = await open_core(tmp_path)
     assert sorted(await read_all(core, 4, 20)) == list(range(10))
     assert path.stat().st_size == written  # replay released the unwritten space
     await core.close()
