@@ -6,7 +6,10 @@ see ``AddBatch`` in the proto; large batches are encoded once for all their book
 flushed as :class:`AddFrame` messages, encoded by hand, of up to ``max_frame_entries`` /
 ``max_frame_bytes`` whenever the stream can take a message: while one frame is being
 written, the next one fills up. There are no flush timers; Python pays per message, not per
-byte, so the batching comes from the stream's own back-pressure.
+byte, so the batching comes from the stream's own back-pressure. Over a native call
+(walog/transport/native.py) the frames go out at the end of the loop turn in which their
+adds were queued, straight from a scheduled callback while the socket can take them, and
+the replies are handled as they arrive: no task wakes up per frame.
 
 Each batch has an id, unique in the client, by the time it is sent; a reply names the
 batch and the entries of it that share one status (usually all of them), and goes straight
@@ -32,6 +35,7 @@ from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.ledger.context import ClientConfig
 from walog.proto import bookie_pb2 as pb
 from walog.transport.base import AddReply, BatchCallback, ForceReply
+from walog.transport.native import NativeCall, NativeCallError
 from walog.transport.packing import PackedEntries
 from walog.transport.wire import (
     BatchEncoder,
@@ -93,6 +97,10 @@ class AddStream:
         self._watchdog: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self.broken = False
+        self._direct: NativeCall | None = None
+        """A native call, once open: frames go out at the end of the loop turn in which
+        they were queued, and replies come in as they arrive, without task wake-ups."""
+        self._flush_pending = False
         self._sender = self._loop.create_task(self._send_loop())
         self._receiver: asyncio.Task[None] | None = None
 
@@ -121,11 +129,11 @@ class AddStream:
             config.max_frame_bytes,
             self._client.encoder,
         )
-        self._wake.set()
+        self._kick()
 
     def lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
         self._lacs.append((ledger_id, lac, master_key))
-        self._wake.set()
+        self._kick()
 
     def force(
         self, ledger_id: int, request_id: int, master_key: bytes
@@ -134,7 +142,7 @@ class AddStream:
         self._force_waiters[request_id] = future
         self._forces.append((ledger_id, request_id, master_key))
         self._force_sent_at[request_id] = self._arm_watchdog()
-        self._wake.set()
+        self._kick()
         return future
 
     # -- timeouts ---------------------------------------------------------------------
@@ -164,33 +172,70 @@ class AddStream:
 
     # -- sending ----------------------------------------------------------------------
 
-    async def _send_loop(self) -> None:
+    def _kick(self) -> None:
+        """Something was queued: flush at the end of this loop turn over a native call,
+        else wake the sender task."""
+        if self._direct is None:
+            self._wake.set()
+        elif not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush_direct)
+
+    def _flush_direct(self) -> None:
+        self._flush_pending = False
+        call = self._direct
+        if call is None or self.broken:
+            return
+        try:
+            while self._queued() and call.writable:
+                call.send(self._next_frame())
+        except grpc.RpcError as exc:
+            self._failed_call(exc)
+            return
+        if self._queued():
+            self._wake.set()  # the socket is full: the sender task waits until it drains
+
+    def _queued(self) -> bool:
+        return bool(self._batches or self._lacs or self._forces)
+
+    def _next_frame(self) -> bytes:
+        """Take the next frame off the queues; its batches now await answers."""
         config = self._client.config
+        frame, sent = build_frame(
+            self._batches,
+            self._lacs,
+            self._forces,
+            config.max_frame_entries,
+            config.max_frame_bytes,
+            self._client.encoder,
+        )
+        for batch in sent:
+            self._unanswered[batch.batch_id] = batch
+        return frame
+
+    async def _send_loop(self) -> None:
         try:
             call = self._call = await self._open_call()
-            self._receiver = self._loop.create_task(self._receive_loop(call))
+            if isinstance(call, NativeCall):
+                self._direct = call
+                call.subscribe(self._on_reply, self._on_end)
+            else:
+                self._receiver = self._loop.create_task(self._receive_loop(call))
             while True:
+                while self._queued():
+                    await call.write(self._next_frame())
                 await self._wake.wait()
                 self._wake.clear()
-                while self._batches or self._lacs or self._forces:
-                    frame, sent = build_frame(
-                        self._batches,
-                        self._lacs,
-                        self._forces,
-                        config.max_frame_entries,
-                        config.max_frame_bytes,
-                        self._client.encoder,
-                    )
-                    for batch in sent:
-                        self._unanswered[batch.batch_id] = batch
-                    await call.write(frame)
         except WalogError as exc:  # the call could not be opened
             self.fail(str(exc), unauthorized=isinstance(exc, UnauthorizedError))
         except grpc.RpcError as exc:
-            error = translate_rpc_error(self._client.bookie_id, exc)
-            self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+            self._failed_call(exc)
         except Exception as exc:  # the call ended under us (UsageError, InvalidStateError)
             self.fail(f"add stream failed: {exc!r}")
+
+    def _failed_call(self, exc: grpc.RpcError) -> None:
+        error = translate_rpc_error(self._client.bookie_id, exc)
+        self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
 
     # -- receiving --------------------------------------------------------------------
 
@@ -203,10 +248,21 @@ class AddStream:
                     return
                 self._dispatch(frame)
         except grpc.RpcError as exc:
-            error = translate_rpc_error(self._client.bookie_id, exc)
-            self.fail(str(error), unauthorized=isinstance(error, UnauthorizedError))
+            self._failed_call(exc)
         except Exception as exc:  # a malformed reply must not leave adds waiting forever
             self.fail(f"add stream failed: {exc!r}")
+
+    def _on_reply(self, frame: pb.AddResponseFrame) -> None:
+        try:
+            self._dispatch(frame)
+        except Exception as exc:  # a malformed reply must not leave adds waiting forever
+            self.fail(f"add stream failed: {exc!r}")
+
+    def _on_end(self, error: NativeCallError | None) -> None:
+        if error is None:
+            self.fail("the bookie ended the add stream")
+        else:
+            self._failed_call(error)
 
     def _dispatch(self, frame: pb.AddResponseFrame) -> None:
         unanswered = self._unanswered

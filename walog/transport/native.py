@@ -73,6 +73,29 @@ class NativeCall:
         self._finished = False
         self._error: NativeCallError | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._on_message: Callable[[Any], None] | None = None
+        self._on_end: Callable[[NativeCallError | None], None] | None = None
+
+    def subscribe(
+        self,
+        on_message: Callable[[Any], None],
+        on_end: Callable[[NativeCallError | None], None],
+    ) -> None:
+        """Have each message decoded and handed to ``on_message`` as it arrives, and the
+        call's end (None: normal) to ``on_end``, instead of :meth:`read`: no task wakes up
+        per message. A message that does not decode ends the call (INTERNAL)."""
+        self._on_message = on_message
+        self._on_end = on_end
+        while self._messages and not self._finished:
+            self.receive(self._messages.popleft())
+        if self._finished:
+            on_end(self._error)
+
+    @property
+    def writable(self) -> bool:
+        """Whether :meth:`send` may be called now: the call is open and the socket's send
+        buffer has room."""
+        return not self._finished and self._connection.is_writable
 
     def send(self, message: bytes, *, last: bool = False) -> None:
         """Send ``message`` now, whatever the socket's buffer holds (requests of unary and
@@ -130,8 +153,18 @@ class NativeCall:
 
     def receive(self, body: bytes) -> None:
         """A message from the bookie."""
-        self._messages.append(body)
-        self._wake()
+        on_message = self._on_message
+        if on_message is None:
+            self._messages.append(body)
+            self._wake()
+            return
+        try:
+            message = self._decode(body)
+        except Exception as exc:
+            self._connection.send(encode(self.call_id, Kind.CANCEL, self._method))
+            self.finish(_error(Code.INTERNAL, f"undecodable message: {exc!r}"))
+            return
+        on_message(message)
 
     def finish(self, error: NativeCallError | None) -> None:
         """The call is over (``error`` None: normally)."""
@@ -143,6 +176,8 @@ class NativeCall:
             self._timer.cancel()
         self._connection.forget(self.call_id)
         self._wake()
+        if self._on_end is not None:
+            self._on_end(error)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -236,6 +271,11 @@ class NativeConnection(asyncio.Protocol):
         """Return once the socket's send buffer has room."""
         if not self._writable.is_set():
             await self._writable.wait()
+
+    @property
+    def is_writable(self) -> bool:
+        """Whether the socket's send buffer has room now."""
+        return self._writable.is_set()
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` on the socket (dropped once the connection is closed)."""
