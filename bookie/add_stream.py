@@ -13,6 +13,11 @@ have completed as soon as the stream can take a message; results that complete w
 message is being written go into the next one. There are no timers: the batching comes from
 the stream's own back-pressure. A client that stops reading its answers stops being read.
 
+The gRPC port drives a stream through iterators (:meth:`AddStream.run`); the native port
+drives it by calls (:meth:`AddStream.run_direct`, :meth:`~AddStream.feed`,
+:meth:`~AddStream.end_input`): frames are dispatched as they arrive and the results of a
+loop turn go out at its end, without a task wake-up per frame.
+
 One bad entry never ends the stream: it is answered with its status (BAD_REQUEST for a
 malformed add, TOO_MANY_REQUESTS over the admission bound, IO_ERROR if storage fails). A
 malformed batch (bad key, unknown durability, packed entries ending in garbage) is answered
@@ -86,6 +91,13 @@ class AddStream:
         # Set whenever a response frame went out: a reader ahead of a slow client waits
         # on it rather than piling up unsent results.
         self._sent = asyncio.Event()
+        # Driven by calls (run_direct): where frames go, whether they can, the end.
+        self._sink: Callable[[pb.AddResponseFrame], None] | None = None
+        self._sink_ready: Callable[[], bool] = lambda: True
+        self._on_finished: Callable[[], None] = lambda: None
+        self._flush_pending = False
+        self._drain_watch: asyncio.Future[Any] | None = None
+        self._closed = False
 
     async def run(self, frames: AsyncIterator[pb.AddFrame]) -> AsyncIterator[pb.AddResponseFrame]:
         """Consume ``frames`` and yield response frames until the client half-closes (or the
@@ -115,6 +127,69 @@ class AddStream:
             # interrupted); the service keeps them referenced until they are done.
             self._service.adopt(self._pending)
 
+    # -- driven by calls (the native port) ---------------------------------------------
+
+    def run_direct(
+        self,
+        sink: Callable[[pb.AddResponseFrame], None],
+        ready: Callable[[], bool],
+        finished: Callable[[], None],
+    ) -> None:
+        """Start a stream driven by calls: :meth:`feed` each frame, :meth:`end_input` at the
+        client's half-close. Each loop turn's results go to ``sink`` at its end while
+        ``ready()`` (the socket can take them; call :meth:`flush` when it can again);
+        ``finished`` is called once the input ended (or the bookie drains) and every
+        accepted request is answered."""
+        self._sink, self._sink_ready, self._on_finished = sink, ready, finished
+        self._drain_watch = asyncio.ensure_future(self._service.draining.wait())
+        self._drain_watch.add_done_callback(lambda _: self.end_input())
+
+    def feed(self, frame: pb.AddFrame) -> None:
+        """One frame from the client (ignored once the input ended: a draining bookie
+        reads no more)."""
+        if not self._reading_done:
+            self._dispatch(frame)
+
+    def end_input(self) -> None:
+        """No more frames: the stream finishes once every accepted request is answered."""
+        self._reading_done = True
+        self._notify()
+
+    def flush(self) -> None:
+        """Send the results gathered so far if the sink can take them; finish when done."""
+        self._flush_pending = False
+        if self._closed or self._sink is None:
+            return
+        if self._frame.results or self._frame.forces:
+            if not self._sink_ready():
+                return
+            frame, self._frame = self._frame, pb.AddResponseFrame()
+            self._sink(frame)
+        if self._reading_done and not self._pending:
+            self.abandon()
+            self._on_finished()
+
+    def abandon(self) -> None:
+        """Stop for good (the call was cancelled or its connection lost): nothing more is
+        sent; adds already handed to storage finish on their own."""
+        if self._closed:
+            return
+        self._closed = True
+        self._reading_done = True
+        if self._drain_watch is not None:
+            self._drain_watch.cancel()
+        self._service.adopt(self._pending)
+
+    def _notify(self) -> None:
+        """Results or the end are ready: wake the iterator, or flush at the end of the turn."""
+        if self._sink is None:
+            self._wake.set()
+        elif not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    # -- driven by iterators (the gRPC port) ------------------------------------------
+
     async def _read(self, frames: AsyncIterator[pb.AddFrame]) -> None:
         draining = self._service.draining
         try:
@@ -133,7 +208,7 @@ class AddStream:
             log.debug("add stream read ended", error=repr(exc))
         finally:
             self._reading_done = True
-            self._wake.set()
+            self._notify()
 
     def _dispatch(self, frame: pb.AddFrame) -> None:
         service = self._service
@@ -177,7 +252,7 @@ class AddStream:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
-        self._wake.set()
+        self._notify()
 
     def _answer(
         self, batch: pb.AddBatch, entry_ids: Iterable[int], status: Status, last_add_synced: int
@@ -190,7 +265,7 @@ class AddStream:
             status=wire_status(status),
             last_add_synced=last_add_synced,
         )
-        self._wake.set()
+        self._notify()
 
     def _answer_force(self, force: pb.ForceRequest, status: Status, last_add_synced: int) -> None:
         self._frame.forces.add(
@@ -199,7 +274,7 @@ class AddStream:
             status=wire_status(status),
             last_add_synced=last_add_synced,
         )
-        self._wake.set()
+        self._notify()
 
     async def _add(
         self, batch: pb.AddBatch, blob: bytes, entries: list[PackedEntry], received: float

@@ -3,15 +3,15 @@
 Same service object, same messages and same answers as the gRPC port (bookie/server.py);
 only the carriage differs (walog/transport/frames.py), at a fraction of gRPC's CPU per
 message. Each connection starts with a HELLO that carries the bearer token when the bookie
-requires one. Each call runs as one task; the add stream's frames are handed to it through
-a bounded queue, and a connection whose client sends faster than its calls consume stops
-being read until they catch up. Answers wait while the socket's send buffer is full.
+requires one. An add stream is driven by calls (:meth:`AddStream.run_direct`): each frame is
+dispatched as it arrives and each loop turn's results go out at its end. Other calls run as
+one task each. While the socket's send buffer is full, answers wait and the connection is
+not read: a client that does not read its answers stops being read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import hmac
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -34,14 +34,10 @@ from walog.transport.frames import (
 )
 
 if TYPE_CHECKING:
+    from bookie.add_stream import AddStream
     from bookie.server import BookieService
 
 log = structlog.get_logger("bookie.native")
-
-QUEUED_FRAMES_HIGH = 64
-"""A connection stops reading while a call has this many frames it has not consumed..."""
-QUEUED_FRAMES_LOW = 8
-"""... and reads again once every call is down to this many."""
 
 _NO_CONTEXT: Any = None
 """The service's handlers take a gRPC context and do not use it."""
@@ -55,38 +51,6 @@ _REQUESTS: dict[int, Callable[[bytes], Message]] = {
 }
 
 
-class _Messages:
-    """The client's messages of one streaming call, as an async iterator."""
-
-    def __init__(self, connection: _Connection) -> None:
-        self._connection = connection
-        self.queue: collections.deque[pb.AddFrame] = collections.deque()
-        self.ended = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, message: pb.AddFrame | None) -> None:
-        if message is None:
-            self.ended = True
-        else:
-            self.queue.append(message)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def __aiter__(self) -> _Messages:
-        return self
-
-    async def __anext__(self) -> pb.AddFrame:
-        while not self.queue:
-            if self.ended:
-                raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        message = self.queue.popleft()
-        if len(self.queue) <= QUEUED_FRAMES_LOW:
-            self._connection.caught_up()
-        return message
-
-
 class _Connection(asyncio.Protocol):
     """One client connection: handshake, calls by id, flow control both ways."""
 
@@ -97,12 +61,12 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._greeted = False
         self.calls: dict[int, asyncio.Task[None]] = {}
-        """The running calls by id."""
-        self._streams: dict[int, _Messages] = {}
+        """The running calls by id, add streams aside."""
+        self.adds: dict[int, tuple[AddStream, asyncio.Future[None]]] = {}
+        """The running add streams by id, each with a future done when it ends."""
         self._last_call = 0
         self._writable = asyncio.Event()
         self._writable.set()
-        self._reading = True
         self.closed = asyncio.Event()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -116,14 +80,22 @@ class _Connection(asyncio.Protocol):
         self._server.connections.discard(self)
         for task in self.calls.values():
             task.cancel()
+        for call_id in list(self.adds):
+            self._end_add(call_id)
         self._writable.set()  # nothing waits on a dead socket
         self.closed.set()
 
     def pause_writing(self) -> None:
         self._writable.clear()
+        if self._transport is not None:
+            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._writable.set()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+        for stream, _ in list(self.adds.values()):
+            stream.flush()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -141,24 +113,22 @@ class _Connection(asyncio.Protocol):
             self._hello(kind, body)
             return
         if kind == Kind.DATA:
-            stream = self._streams.get(call_id)
-            if stream is not None:
-                stream.put(_add_frame(body))
-                if len(stream.queue) >= QUEUED_FRAMES_HIGH and self._reading:
-                    self._reading = False
-                    assert self._transport is not None
-                    self._transport.pause_reading()
+            add = self.adds.get(call_id)
+            if add is not None:
+                add[0].feed(_add_frame(body))
             elif call_id > self._last_call:  # ids only grow: a late frame opens nothing
                 self._last_call = call_id
                 self._start(call_id, method, body)
         elif kind == Kind.END:
-            stream = self._streams.get(call_id)
-            if stream is not None:
-                stream.put(None)
+            add = self.adds.get(call_id)
+            if add is not None:
+                add[0].end_input()
         elif kind == Kind.CANCEL:
             task = self.calls.get(call_id)
             if task is not None:
                 task.cancel()
+            if call_id in self.adds:
+                self._end_add(call_id)
         else:
             raise FrameError(f"unexpected {kind.name} frame")
 
@@ -177,10 +147,19 @@ class _Connection(asyncio.Protocol):
 
     def _start(self, call_id: int, method: int, body: bytes) -> None:
         if method == Method.ADD:
-            stream = self._streams[call_id] = _Messages(self)
-            stream.put(_add_frame(body))
-            work = self._stream_call(call_id, self._service.Add(stream, _NO_CONTEXT))
-        elif method in _REQUESTS:
+            frame = _add_frame(body)
+            stream = self._service.open_add_stream()
+            self.adds[call_id] = (stream, asyncio.get_running_loop().create_future())
+            stream.run_direct(
+                sink=lambda answer: self._send(
+                    encode(call_id, Kind.DATA, 0, answer.SerializeToString())
+                ),
+                ready=self._writable.is_set,
+                finished=lambda: self._end_add(call_id, Code.OK),
+            )
+            stream.feed(frame)
+            return
+        if method in _REQUESTS:
             try:
                 request = _REQUESTS[method](body)
             except DecodeError:
@@ -212,8 +191,17 @@ class _Connection(asyncio.Protocol):
 
     def _ended(self, call_id: int) -> None:
         self.calls.pop(call_id, None)
-        self._streams.pop(call_id, None)
-        self.caught_up()
+
+    def _end_add(self, call_id: int, code: Code | None = None) -> None:
+        """Forget an add stream; with ``code``, tell the client it ended."""
+        add = self.adds.pop(call_id, None)
+        if add is None:
+            return
+        stream, done = add
+        stream.abandon()
+        done.set_result(None)
+        if code is not None:
+            self._send(encode_end(call_id, code))
 
     # -- calls --------------------------------------------------------------------------
 
@@ -246,14 +234,6 @@ class _Connection(asyncio.Protocol):
         self._send(encode_end(call_id, Code.OK))
 
     # -- plumbing -----------------------------------------------------------------------
-
-    def caught_up(self) -> None:
-        """Read again once no call has more than ``QUEUED_FRAMES_LOW`` frames waiting."""
-        if self._reading or self._transport is None:
-            return
-        if all(len(s.queue) <= QUEUED_FRAMES_LOW for s in self._streams.values()):
-            self._reading = True
-            self._transport.resume_reading()
 
     def _send(self, data: bytes) -> None:
         transport = self._transport
@@ -329,7 +309,10 @@ class NativeServer:
         LAC watches) for up to ``grace`` seconds; then close every connection."""
         if self._server is not None:
             self._server.close()
-        calls = [task for c in self.connections for task in c.calls.values()]
+        calls: list[asyncio.Future[Any]] = []
+        for connection in self.connections:
+            calls += connection.calls.values()
+            calls += (done for _, done in connection.adds.values())
         if calls:
             await asyncio.wait(calls, timeout=grace)
         self.stop_now()

@@ -141,13 +141,16 @@ class BookieService(pb_grpc.BookieServicer):
     def _mark_write(self, ledger_id: int) -> None:
         self.last_write[ledger_id] = time.monotonic()
 
+    def open_add_stream(self) -> AddStream:
+        """A new add stream of this service (either port's; see bookie/add_stream.py)."""
+        self.stats.add_streams += 1
+        return AddStream(self, self._mark_write)
+
     async def Add(
         self, request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.AddResponseFrame]:
         """Bidirectional add stream (see bookie/add_stream.py)."""
-        self.stats.add_streams += 1
-        stream = AddStream(self, self._mark_write)
-        async for frame in stream.run(request_iterator):
+        async for frame in self.open_add_stream().run(request_iterator):
             yield frame
 
     async def Read(
