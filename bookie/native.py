@@ -5,13 +5,15 @@ only the carriage differs (walog/transport/frames.py), at a fraction of gRPC's C
 message. Each connection starts with a HELLO that carries the bearer token when the bookie
 requires one. An add stream is driven by calls (:meth:`AddStream.run_direct`): each frame is
 dispatched as it arrives and each loop turn's results go out at its end. Other calls run as
-one task each. While the socket's send buffer is full, answers wait and the connection is
-not read: a client that does not read its answers stops being read.
+one task each, at most ``MAX_UNARY_CALLS`` unary ones at a time. While the socket's send
+buffer is full, answers wait and the connection is not read: a client that does not read
+its answers stops being read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("bookie.native")
 
+MAX_UNARY_CALLS = 32
+"""Unary calls one connection may have running; the frames after one that would start
+another wait, unread, until one ends (each running call may hold a whole answer)."""
+_UNARY = frozenset({Method.READ, Method.READ_LAC, Method.FENCE, Method.INFO, Method.LIST_LEDGERS})
 _NO_CONTEXT: Any = None
 """The service's handlers take a gRPC context and do not use it."""
 _REQUESTS: dict[int, Callable[[bytes], Message]] = {
@@ -65,8 +71,13 @@ class _Connection(asyncio.Protocol):
         self.adds: dict[int, tuple[AddStream, asyncio.Future[None]]] = {}
         """The running add streams by id, each with a future done when it ends."""
         self._last_call = 0
+        self._unary: set[int] = set()
+        """Ids of the running unary calls."""
+        self._backlog: collections.deque[tuple[int, Kind, int, bytes]] = collections.deque()
+        """Frames received and not handled yet: behind a unary call over the limit."""
         self._writable = asyncio.Event()
         self._writable.set()
+        self._paused = False
         self.closed = asyncio.Event()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -82,29 +93,63 @@ class _Connection(asyncio.Protocol):
             task.cancel()
         for call_id in list(self.adds):
             self._end_add(call_id)
+        self._backlog.clear()
         self._writable.set()  # nothing waits on a dead socket
         self.closed.set()
 
     def pause_writing(self) -> None:
         self._writable.clear()
-        if self._transport is not None:
-            self._transport.pause_reading()
+        self._pace()
 
     def resume_writing(self) -> None:
         self._writable.set()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._pace()
         for stream, _ in list(self.adds.values()):
             stream.flush()
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self._decoder.feed(data)
-            for call_id, kind, method, body in frames:
+            self._backlog.extend(self._decoder.feed(data))
+        except FrameError as exc:
+            log.warning("native protocol error", error=str(exc))
+            self.abort()
+            return
+        self._handle_backlog()
+
+    # -- flow control -------------------------------------------------------------------
+
+    def _handle_backlog(self) -> None:
+        backlog = self._backlog
+        try:
+            while backlog:
+                call_id, kind, method, body = backlog[0]
+                if (
+                    len(self._unary) >= MAX_UNARY_CALLS
+                    and kind == Kind.DATA
+                    and method in _UNARY
+                    and call_id > self._last_call
+                ):
+                    break  # one more unary call would be over the limit
+                backlog.popleft()
                 self._frame(call_id, kind, method, body)
         except FrameError as exc:
             log.warning("native protocol error", error=str(exc))
             self.abort()
+            return
+        self._pace()
+
+    def _pace(self) -> None:
+        """Read while answers can be written and no frame waits; else stop reading."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        pause = not self._writable.is_set() or bool(self._backlog)
+        if pause != self._paused:
+            self._paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
 
     # -- frames -------------------------------------------------------------------------
 
@@ -169,6 +214,7 @@ class _Connection(asyncio.Protocol):
             if method == Method.WATCH_LAC:
                 work = self._stream_call(call_id, handler(request, _NO_CONTEXT))
             else:
+                self._unary.add(call_id)
                 work = self._unary_call(call_id, handler(request, _NO_CONTEXT))
         else:
             self._send(encode_end(call_id, Code.UNIMPLEMENTED, f"unknown method {method}"))
@@ -191,6 +237,10 @@ class _Connection(asyncio.Protocol):
 
     def _ended(self, call_id: int) -> None:
         self.calls.pop(call_id, None)
+        if call_id in self._unary:
+            self._unary.discard(call_id)
+            if self._backlog:
+                self._handle_backlog()
 
     def _end_add(self, call_id: int, code: Code | None = None) -> None:
         """Forget an add stream; with ``code``, tell the client it ended."""
@@ -208,6 +258,8 @@ class _Connection(asyncio.Protocol):
     async def _unary_call(self, call_id: int, answer: Any) -> None:
         try:
             response = await answer
+            if not self._writable.is_set():
+                await self._writable.wait()
         except asyncio.CancelledError:
             return
         except Exception as exc:

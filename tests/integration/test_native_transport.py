@@ -5,6 +5,7 @@ connection that breaks the frame protocol is dropped without harm to the others.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 
 import grpc
@@ -14,8 +15,9 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 import walog.aio
 from walog.errors import BookieUnavailableError
 from walog.ledger.context import ClientConfig, Timeouts
+from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
-from walog.transport.frames import HEADER, Kind
+from walog.transport.frames import HEADER, HELLO_MAGIC, Kind, Method, encode
 from walog.transport.grpc import GrpcBookieClient
 from walog.transport.native import NativeCallError, NativeConnection
 
@@ -127,4 +129,41 @@ async def test_a_connection_that_breaks_the_frame_protocol_is_dropped_and_others
                     return b""
 
         assert await asyncio.to_thread(talk) == b""  # closed without an answer
+        assert await _write_and_read(client, 3) == {"native"}
+
+
+async def test_a_client_that_does_not_read_its_answers_stops_being_read(
+    fresh_cluster: LocalCluster,
+) -> None:
+    bookie = fresh_cluster.bookie_ids[0]
+    async with await walog.aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as client:
+        writer = await client.create_ledger(3, 3, 3)
+        for _ in range(4):
+            await writer.append(bytes(1024 * 1024))
+        await writer.close()
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        port = (await connection.info()).native_port
+        read = pb.ReadRequest(ledger_id=writer.ledger_id, first_entry_id=0, last_entry_id=3)
+        body = read.SerializeToString()
+
+        def flood() -> int:
+            """Ask for 4 MiB answers without ever reading one, until the bookie stops
+            reading; returns the bytes sent."""
+            sent = 0
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                raw.sendall(encode(0, Kind.HELLO, 0, HELLO_MAGIC))
+                raw.settimeout(3.0)
+                try:
+                    for call_id in itertools.count(1):
+                        chunk = encode(call_id, Kind.DATA, Method.READ, body)
+                        raw.sendall(chunk + encode(call_id, Kind.END, Method.READ))
+                        sent += len(chunk)
+                        assert sent < 256 * 1024 * 1024, "the bookie reads on and on"
+                except TimeoutError:
+                    pass
+            return sent
+
+        assert await asyncio.to_thread(flood) > 0
+        # The bookie serves the others meanwhile and after.
         assert await _write_and_read(client, 3) == {"native"}
