@@ -3,9 +3,7 @@ port when it has one (:mod:`walog.transport.native`), over grpc.aio otherwise.
 
 The first call to a bookie asks its ``Info`` over gRPC; when the answer names a native port
 (and ``ClientConfig.native_transport`` is on) every call goes over one native connection,
-which costs a fraction of gRPC's CPU per message. A native port that cannot be reached is
-skipped for ``NATIVE_RETRY_S`` seconds, and gRPC carries the calls meanwhile; a bookie
-that refuses the credentials fails the call either way.
+which costs a fraction of gRPC's CPU per message (:mod:`walog.transport.route` decides).
 
 The add stream (:mod:`walog.transport.add_stream`) batches adds into frames and matches the
 replies. Read, ReadLac and Fence are unary calls bounded by ``timeouts.read``; the entries
@@ -30,8 +28,7 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 
-from walog._log import get_logger
-from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
+from walog.errors import BookieUnavailableError, WalogError
 from walog.ledger.context import ClientConfig
 from walog.ledger.durability import Durability
 from walog.proto import bookie_pb2 as pb
@@ -52,13 +49,12 @@ from walog.transport.base import (
 )
 from walog.transport.credentials import TlsConfig, auth_metadata
 from walog.transport.frames import Method
-from walog.transport.native import NativeCall, NativeConnection
+from walog.transport.native import NativeCall
 from walog.transport.packing import PackedEntries
+from walog.transport.route import NativeRoute
 from walog.transport.wire import BatchEncoder, status_of, translate_rpc_error, verified_entries
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-NATIVE_RETRY_S = 5.0
-"""After a bookie's native port could not be reached, use gRPC this long before trying it again."""
 _ADD_METHOD = "/walog.bookie.v1.Bookie/Add"
 _GRPC_NAMES = {
     Method.READ: "Read",
@@ -68,8 +64,6 @@ _GRPC_NAMES = {
     Method.INFO: "Info",
 }
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
-
-log = get_logger("walog.transport")
 
 
 class _Outgoing(NamedTuple):
@@ -107,16 +101,18 @@ class GrpcBookieClient(BookieClient):
         """Numbers and encodes add batches; shared by the connections of a pool."""
         self._credentials = credentials
         self._server_name = server_name
-        self._ssl = ssl_context
         self._metadata = auth_metadata(auth_token)
-        self._auth_token = auth_token.strip() if auth_token is not None else None
         self._channel: grpc.aio.Channel | None = None
         self._stub: bookie_pb2_grpc.BookieAsyncStub | None = None
         self._stream: AddStream | None = None
-        self._native: NativeConnection | None = None
-        self._connecting: asyncio.Future[NativeConnection | None] | None = None
-        self._grpc_until = 0.0
-        """Until this loop time, calls go over gRPC (no native port, or it failed)."""
+        self._route = NativeRoute(
+            bookie_id,
+            config,
+            self._grpc_info,
+            token=auth_token.strip() if auth_token is not None else None,
+            ssl_context=ssl_context,
+            server_name=server_name,
+        )
         self._request_ids = itertools.count(1)
         self.closed = False
 
@@ -124,7 +120,7 @@ class GrpcBookieClient(BookieClient):
     def transport(self) -> str | None:
         """What carries the calls now: ``"native"``, ``"grpc"``, or None before the first
         call (operations and tests)."""
-        if self._native is not None and not self._native.broken:
+        if self._route.current is not None:
             return "native"
         return "grpc" if self._stub is not None else None
 
@@ -152,72 +148,14 @@ class GrpcBookieClient(BookieClient):
         assert self._stub is not None
         return self._stub
 
-    async def _connection(self) -> NativeConnection | None:
-        """The native connection, opened when needed; None: use gRPC.
-
-        Raises:
-            WalogError: the bookie cannot be reached, or refuses the credentials.
-        """
-        if self.closed:
-            raise BookieUnavailableError(f"bookie {self.bookie_id}: the client is closed")
-        native = self._native
-        if native is not None and not native.broken:
-            return native
-        loop = asyncio.get_running_loop()
-        if not self.config.native_transport or loop.time() < self._grpc_until:
-            return None
-        if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._connect())
-            self._connecting.add_done_callback(self._connected)
-        return await asyncio.shield(self._connecting)
-
-    def _connected(self, connecting: asyncio.Future[NativeConnection | None]) -> None:
-        self._connecting = None
-        if not connecting.cancelled() and connecting.exception() is None:
-            self._native = connecting.result()
-
-    async def _connect(self) -> NativeConnection | None:
-        # The port is asked anew each time: a restarted bookie may have another one.
-        try:
-            info = await self._open_stub().Info(
-                pb.InfoRequest(), timeout=self.config.timeouts.read, metadata=self._metadata
-            )
-        except grpc.RpcError as exc:
-            raise translate_rpc_error(self.bookie_id, exc) from exc
-        loop = asyncio.get_running_loop()
-        if info.native_port <= 0:
-            self._grpc_until = float("inf")  # this bookie has no native port
-            return None
-        host = self.bookie_id.rpartition(":")[0].strip("[]")
-        try:
-            connection = await NativeConnection.open(
-                f"bookie {self.bookie_id}",
-                host,
-                info.native_port,
-                token=self._auth_token,
-                ssl_context=self._ssl,
-                server_hostname=self._server_name or host,
-                within=self.config.timeouts.read,
-            )
-        except grpc.RpcError as exc:
-            error = translate_rpc_error(self.bookie_id, exc)
-            if isinstance(error, UnauthorizedError):
-                raise error from exc
-            log.warning(
-                "native port unreachable, using gRPC",
-                bookie=self.bookie_id,
-                port=info.native_port,
-                error=str(exc),
-            )
-            self._grpc_until = loop.time() + NATIVE_RETRY_S
-            return None
-        if self.closed:
-            connection.close()
-            raise BookieUnavailableError(f"bookie {self.bookie_id}: the client is closed")
-        return connection
+    async def _grpc_info(self) -> pb.InfoResponse:
+        response: pb.InfoResponse = await self._open_stub().Info(
+            pb.InfoRequest(), timeout=self.config.timeouts.read, metadata=self._metadata
+        )
+        return response
 
     async def _open_add_call(self) -> AddCall:
-        native = await self._connection()
+        native = await self._route.connection()
         if native is not None:
             return native.call(Method.ADD, pb.AddResponseFrame.FromString)
         self._open_stub()
@@ -243,7 +181,7 @@ class GrpcBookieClient(BookieClient):
         """One request, one answer within ``within`` seconds, over the native connection or
         gRPC."""
         try:
-            native = await self._connection()
+            native = await self._route.connection()
             if native is not None:
                 return await native.unary(method, request, response_type.FromString, within)
             rpc = getattr(self._open_stub(), _GRPC_NAMES[method])
@@ -384,7 +322,7 @@ class GrpcBookieClient(BookieClient):
             max_entries=max_entries,
             heartbeat_ms=max(1, round(heartbeat * 1000)),
         )
-        native = await self._connection()
+        native = await self._route.connection()
         call: NativeCall | grpc.aio.UnaryStreamCall[pb.WatchLacRequest, pb.ReadResponse]
         if native is not None:
             call = native.call(Method.WATCH_LAC, pb.ReadResponse.FromString)
@@ -479,9 +417,7 @@ class GrpcBookieClient(BookieClient):
         self.closed = True
         if self._stream is not None:
             self._stream.fail("the client is closed")
-        if self._native is not None:
-            self._native.close()
-            self._native = None
+        self._route.close()
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = None
