@@ -200,18 +200,19 @@ loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this on
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
 * **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time
-  covers process start, journal replay and registration. "journal on disk" is the size of its
-  journal files at the kill (an upper bound of what replay reads).
+  covers process start, journal replay and registration. "journal on disk" is the size of the
+  journal files replay went through, as replay left them (cut at their last record).
 * **peers** (with `--peers`) - etcd 3.4 with three members (1 KiB puts, blocking Python client
   in a subprocess, 32 threads) and NATS JetStream 2.x with three servers, an R3 file stream
   and `sync_interval: always` (1 KiB publishes, {ledger_window} in flight), both on loopback;
-  the floors are a 4 KiB write + fdatasync loop on the cluster's disk and a bare grpc.aio
-  stream between two Python processes carrying 1 KiB entries N to a message, and one 1 KiB
-  message at a time (its round trip); the quorum floor sends one 1 KiB message at a time to
-  three echo processes and waits for the second answer, bare and with each process appending
-  it to a file and fdatasyncing before it answers. The peers need
-  `apt-get install -y etcd-server` and `pip install 'walog[peers]'`; a missing one is
-  reported as skipped.
+  the floors are a 4 KiB write + fdatasync loop on the cluster's disk (into reserved space,
+  as the journal writes) and a bare grpc.aio stream between two Python processes carrying
+  1 KiB entries N to a message, and one 1 KiB message at a time (its round trip); the quorum
+  floor sends one 1 KiB message at a time to three echo processes and waits for the second
+  answer, bare and with each process appending it to a file and fdatasyncing before it
+  answers, over grpc.aio and over the native port's frames (walog's own client calls). The
+  peers need `apt-get install -y etcd-server` and `pip install 'walog[peers]'`; a missing one
+  is reported as skipped.
 
 The report can be re-rendered from its JSON without measuring again:
 `walog bench --from-json docs/benchmarks.json --report docs/benchmarks.md` (the command line

@@ -122,8 +122,8 @@ def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str
     lines += [
         "",
         f"The remaining {outside:.3f} ms of the p50 is outside the bookies' add handling: "
-        "the writer, gRPC on both sides (its C core hands each message between its own "
-        "threads and the event loop) and the loopback network, both ways.",
+        "the writer, the native port's framing on both sides, the loopback network both "
+        "ways, and each process waiting for one of the two cores.",
         "",
     ]
     return lines
@@ -131,15 +131,16 @@ def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str
 
 def _thread_lines(by_thread: dict[str, dict[str, float]]) -> list[str]:
     """The pipelined ledger append's CPU per entry split by thread (``main`` runs the event
-    loop: gRPC and the protocol; a bookie's ``bookie-journal`` writes and syncs the journal,
-    ``bookie-storage`` writes checkpoints; ``event_engine`` threads are gRPC's own)."""
+    loop: the transport and the protocol; a bookie's ``bookie-journal`` writes and syncs the
+    journal, ``bookie-storage`` writes checkpoints; ``event_engine`` threads are gRPC's own)."""
     if not by_thread:
         return []
     lines = [
         "",
         "The same ledger-append CPU by thread (`/proc/PID/task`; `main` runs the event loop:",
-        "gRPC and the protocol code; `bookie-journal` writes and fdatasyncs the journal;",
-        "`bookie-storage` writes checkpoints; `event_engine` threads are gRPC's own):",
+        "the transport and the protocol code; `bookie-journal` writes and fdatasyncs the",
+        "journal; `bookie-storage` writes checkpoints; `event_engine` threads are gRPC's own,",
+        "busy only where a call still goes over gRPC):",
         "",
         "| process | thread | us CPU per entry |",
         "|---|---|---:|",
