@@ -16,11 +16,13 @@ After every test that used one, a guard restarts (and reports) bookies it left d
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 from tests.zk import ZooKeeperServer, ZooKeeperUnavailable
 from walog.testing import LocalCluster
@@ -38,6 +40,22 @@ def _ensure_all_running(cluster: LocalCluster) -> None:
             cluster.restart(index)
     if down:
         pytest.fail(f"the test left bookies of a shared cluster down: {', '.join(down)}")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging_config() -> Iterator[None]:
+    """Commands run in-process (the CLI, ``walog bench``) configure structlog for their
+    process, bound to the streams of the test that ran them: restore the configuration, so
+    no later test logs to a stream that is closed by then."""
+    saved = structlog.get_config()
+    was_configured = structlog.is_configured()
+    kazoo_level = logging.getLogger("kazoo").level
+    yield
+    logging.getLogger("kazoo").setLevel(kazoo_level)
+    if was_configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()
 
 
 @pytest.fixture(autouse=True)

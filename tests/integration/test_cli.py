@@ -4,17 +4,14 @@ ledger and log subcommands work against a real cluster."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 
 import walog
 from walog import cli
@@ -38,20 +35,6 @@ SUBCOMMANDS = [
     ["autorecovery"],
     ["bench"],
 ]
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging_config() -> Iterator[None]:
-    """The CLI configures structlog for its process; keep other tests' configuration."""
-    saved = structlog.get_config()
-    was_configured = structlog.is_configured()
-    kazoo_level = logging.getLogger("kazoo").level
-    yield
-    logging.getLogger("kazoo").setLevel(kazoo_level)
-    if was_configured:
-        structlog.configure(**saved)
-    else:
-        structlog.reset_defaults()
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
