@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError, Message
 from walog.proto import bookie_pb2 as pb
 from walog.transport.frames import (
     HELLO_MAGIC,
+    RPC_NAMES,
     Code,
     FrameDecoder,
     FrameError,
@@ -210,7 +211,7 @@ class _Connection(asyncio.Protocol):
             except DecodeError:
                 self._send(encode_end(call_id, Code.INVALID_ARGUMENT, "malformed request"))
                 return
-            handler = self._handler(method)
+            handler = getattr(self._service, RPC_NAMES[Method(method)])
             if method == Method.WATCH_LAC:
                 work = self._stream_call(call_id, handler(request, _NO_CONTEXT))
             else:
@@ -222,18 +223,6 @@ class _Connection(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(work)
         self.calls[call_id] = task
         task.add_done_callback(lambda _: self._ended(call_id))
-
-    def _handler(self, method: int) -> Callable[..., Any]:
-        service = self._service
-        handlers: dict[int, Callable[..., Any]] = {
-            Method.READ: service.Read,
-            Method.READ_LAC: service.ReadLac,
-            Method.WATCH_LAC: service.WatchLac,
-            Method.FENCE: service.Fence,
-            Method.INFO: service.Info,
-            Method.LIST_LEDGERS: service.ListLedgers,
-        }
-        return handlers[method]
 
     def _ended(self, call_id: int) -> None:
         self.calls.pop(call_id, None)

@@ -60,6 +60,18 @@ class Method(enum.IntEnum):
     LIST_LEDGERS = 7
 
 
+RPC_NAMES: dict[Method, str] = {
+    Method.ADD: "Add",
+    Method.READ: "Read",
+    Method.READ_LAC: "ReadLac",
+    Method.WATCH_LAC: "WatchLac",
+    Method.FENCE: "Fence",
+    Method.INFO: "Info",
+    Method.LIST_LEDGERS: "ListLedgers",
+}
+"""Each method's RPC name in the gRPC service."""
+
+
 class Code(enum.IntEnum):
     """How a call (or the handshake) ended, as far as the transport is concerned. The names
     are those of ``grpc.StatusCode``, so both transports' failures read alike."""
@@ -159,6 +171,7 @@ __all__ = [
     "HEADER",
     "HELLO_MAGIC",
     "MAX_BODY_BYTES",
+    "RPC_NAMES",
     "Code",
     "FrameDecoder",
     "FrameError",

@@ -48,7 +48,7 @@ from walog.transport.base import (
     StoredEntry,
 )
 from walog.transport.credentials import TlsConfig, auth_metadata
-from walog.transport.frames import Method
+from walog.transport.frames import RPC_NAMES, Method
 from walog.transport.native import NativeCall
 from walog.transport.packing import PackedEntries
 from walog.transport.route import NativeRoute
@@ -56,13 +56,6 @@ from walog.transport.wire import BatchEncoder, status_of, translate_rpc_error, v
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _ADD_METHOD = "/walog.bookie.v1.Bookie/Add"
-_GRPC_NAMES = {
-    Method.READ: "Read",
-    Method.READ_LAC: "ReadLac",
-    Method.WATCH_LAC: "WatchLac",
-    Method.FENCE: "Fence",
-    Method.INFO: "Info",
-}
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
 
 
@@ -184,7 +177,7 @@ class GrpcBookieClient(BookieClient):
             native = await self._route.connection()
             if native is not None:
                 return await native.unary(method, request, response_type.FromString, within)
-            rpc = getattr(self._open_stub(), _GRPC_NAMES[method])
+            rpc = getattr(self._open_stub(), RPC_NAMES[method])
             return await rpc(request, timeout=within, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise translate_rpc_error(self.bookie_id, exc) from exc
