@@ -40,6 +40,7 @@ class PendingBatch:
         "entry_ids",
         "ledger_id",
         "master_key",
+        "packed",
         "parts",
         "queued_at",
         "recovery",
@@ -62,6 +63,9 @@ class PendingBatch:
         self.callback = callback
         self.queued_at = queued_at
         self.parts: list[bytes] = []
+        self.packed: PackedEntries | None = None
+        """The packed adds, while they are the batch's only part: then its encoding is
+        shared with the other bookies' streams (see :meth:`BatchEncoder.shared`)."""
         self.entry_ids: list[int] = []
         self.size = 0
         self.batch_id = -1
@@ -112,7 +116,9 @@ def encode_batch(
 
 
 class BatchEncoder:
-    """Numbers add batches and encodes the large ones once for all their bookies.
+    """Numbers add batches and encodes packed adds once for all their bookies: large ones
+    when they are queued, smaller ones that travel alone (merged with no other adds) when
+    their frame is built.
 
     Shared by the connections of a pool: batch ids are unique in the pool, so on every
     stream. The writer queues the same packed adds on the stream of each bookie of their
@@ -233,6 +239,7 @@ def queue_packed(
     ):
         last = PendingBatch(ledger_id, master_key, recovery, durability, callback, now)
         batches.append(last)
+    last.packed = None if last.parts else packed
     last.parts.append(packed.blob)
     last.entry_ids.extend(packed.entry_ids)
     last.size += packed.payload_bytes
@@ -261,7 +268,13 @@ def build_frame(
         )
     ):
         batch = batches.popleft()
-        if batch.encoded is None:
+        if batch.encoded is None and batch.packed is not None:
+            # Packed adds that travel alone: encoded once for every stream they go to.
+            batch.batch_id, encoded = encoder.shared(
+                batch.ledger_id, batch.master_key, batch.recovery, batch.durability, batch.packed
+            )
+            pieces.append(encoded)
+        elif batch.encoded is None:
             batch.batch_id = encoder.next_id()
             pieces.append(
                 encode_batch(
@@ -275,7 +288,8 @@ def build_frame(
             )
         else:
             pieces.append(batch.encoded)
-        batch.parts, batch.encoded = [], None  # the payloads now live in the frame only
+        # The payloads now live in the frame only.
+        batch.parts, batch.encoded, batch.packed = [], None, None
         sent.append(batch)
         count += len(batch.entry_ids)
         size += batch.size

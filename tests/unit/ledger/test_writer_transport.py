@@ -1,4 +1,4 @@
-"""Pure parts of the gRPC transport the writer relies on: frames and read verification."""
+"""Pure parts of the transport the writer relies on: frames and read verification."""
 
 from __future__ import annotations
 
@@ -228,3 +228,24 @@ def test_a_large_batch_is_encoded_once_and_sent_as_the_same_bytes_to_every_booki
     _queue(small, entries[:2])
     _, (merged,) = build_frame(small, [], [], 512, 1 << 22, encoder)
     assert merged.batch_id != frames[0][1][0].batch_id and merged.entry_ids == [0, 1]
+
+
+def test_small_packed_adds_that_travel_alone_are_encoded_once_for_every_bookie() -> None:
+    encoder = BatchEncoder()
+    packed = PackedEntries.pack([_Out(0, -1, b"small", 7)])
+    streams: list[collections.deque[PendingBatch]] = [collections.deque() for _ in range(3)]
+    for batches in streams:  # one bookie's stream after the other, as the writer does
+        queue_packed(
+            batches, 1, KEY, False, pb.PERSISTENT, _ignore, packed, 0.0, 512, 1 << 22, encoder
+        )
+    frames = [build_frame(b, [], [], 512, 1 << 22, encoder) for b in streams]
+    assert frames[0][0] is frames[1][0] is frames[2][0]
+    assert len({sent[0].batch_id for _, sent in frames}) == 1
+    # Merged with more adds on a stream, they get an id and an encoding of their own.
+    merged_queue = collections.deque[PendingBatch]()
+    for more in (packed, PackedEntries.pack([_Out(1, 0, b"more", 8)])):
+        queue_packed(
+            merged_queue, 1, KEY, False, pb.PERSISTENT, _ignore, more, 0.0, 512, 1 << 22, encoder
+        )
+    _, (merged,) = build_frame(merged_queue, [], [], 512, 1 << 22, encoder)
+    assert merged.entry_ids == [0, 1] and merged.batch_id != frames[0][1][0].batch_id
