@@ -241,6 +241,8 @@ def test_report_weighs_the_tail_rate_against_the_cpu_per_record(tmp_path: Path) 
         "tail_records_per_s": 1000,
         "quorum_floor_cpu_us": 700.0,
         "tail_ack_p50_ms": 3.0,
+        "tail_journal_sync_max_ms": 181.0,
+        "tail_journal_syncs_over_20ms": 3,
     }
     report = tmp_path / "benchmarks.md"
     write_report(results, report)
@@ -248,3 +250,4 @@ def test_report_weighs_the_tail_rate_against_the_cpu_per_record(tmp_path: Path) 
     assert "| **all** | **1100** | **900** |" in text
     assert "900 us per record keep 45 % of the 2 CPUs busy" in text
     assert "the quorum floor's 700 us per round would keep 35 % busy" in text
+    assert "The slowest journal sync during the tail scenario took 181 ms; 3 syncs" in text

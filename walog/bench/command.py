@@ -40,10 +40,14 @@ from walog.bench import floors, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.bench.stats import cpu_seconds, thread_cpu_seconds
+from walog.latency import bucket_of, percentile_us
 from walog.ledger.durability import Durability
 from walog.testing import LocalCluster
 
 T = TypeVar("T")
+
+SLOW_SYNC_S = 0.02
+"""A journal sync at least this long counts as held up by the disk (tail scenario)."""
 
 SCENARIOS = ("ledger", "volatile", "latency", "log", "sync", "tail", "recovery", "restart")
 """Scenario names for ``--only``, in the order a run measures them."""
@@ -257,6 +261,11 @@ class _Run:
             for key, part in (("tail_ack", tail.acked), ("tail_after_ack", tail.after_ack)):
                 r[f"{key}_p50_ms"] = round(part.percentile_ms(50.0), 3)
                 r[f"{key}_p99_ms"] = round(part.percentile_ms(99.0), 3)
+            slowest = percentile_us(tail.journal_syncs, 100.0)
+            if slowest is not None:
+                r["tail_journal_sync_max_ms"] = round(slowest / 1000.0, 1)
+                slow = bucket_of(SLOW_SYNC_S)
+                r["tail_journal_syncs_over_20ms"] = sum(tail.journal_syncs[slow:])
         if "recovery" in only:
             self.recovery()
 

@@ -23,6 +23,7 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "tail_ack_p99_ms": ("tail lag, part append -> ack, p99", "ms", None, False),
     "tail_after_ack_p50_ms": ("tail lag, part ack -> reader, p50", "ms", None, False),
     "tail_after_ack_p99_ms": ("tail lag, part ack -> reader, p99", "ms", None, False),
+    "tail_journal_sync_max_ms": ("tail: slowest journal sync meanwhile", "ms", None, False),
     "recovery_s": ("recovery of an open ledger (worst)", "s", 0.5, False),
     "bookie_restart_s": ("bookie restart after SIGKILL", "s", None, False),
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),

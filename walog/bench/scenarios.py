@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import itertools
 import struct
 import time
 import uuid
@@ -250,6 +251,9 @@ class TailLag:
     after_ack: Latency
     """From the acknowledgement to the record coming out of the reader (the LAC's way to
     the bookies and on to the reader)."""
+    journal_syncs: list[int]
+    """The bookies' journal-sync histogram (:mod:`walog.latency` buckets) over the run,
+    summed: a sync the disk held up stalls every record behind it."""
 
 
 async def tail_lag(
@@ -295,6 +299,7 @@ async def tail_lag(
             await asyncio.sleep(interval)
         await writer.flush()
 
+    syncs_before = (await stage_counts(client)).get("journal_sync", [])
     producer = asyncio.create_task(produce())
     seen = 0
     try:
@@ -318,7 +323,9 @@ async def tail_lag(
         producer.cancel()
         await reader.close()
         await writer.close()
-    return TailLag(latency, acked, after_ack)
+    syncs = (await stage_counts(client)).get("journal_sync", [])
+    syncs = [a - b for a, b in itertools.zip_longest(syncs, syncs_before, fillvalue=0)]
+    return TailLag(latency, acked, after_ack, syncs)
 
 
 @dataclasses.dataclass(frozen=True)

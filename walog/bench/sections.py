@@ -220,4 +220,15 @@ def saturation_section(results: dict[str, Any]) -> list[str]:
                 f" ms (p50) where one append in flight takes {results['append_p50_ms']:.2f} ms"
             )
         lines += [text + ".", ""]
+    slowest = results.get("tail_journal_sync_max_ms")
+    if slowest is not None:
+        lines += [
+            f"The slowest journal sync during the tail scenario took {slowest:g} ms; "
+            f"{results.get('tail_journal_syncs_over_20ms', 0)} syncs (summed over the "
+            "bookies) took about 20 ms or more. The three bookies share one disk, whose "
+            "occasional stalls (up to ~200 ms on this machine, as often with a bare "
+            "fdatasync loop) hold up every bookie at once, and with them every record "
+            "written meanwhile: one such stall in the run is enough to set the tail's p99.",
+            "",
+        ]
     return lines
