@@ -181,6 +181,10 @@ _SCENARIOS = """\
 All scenarios run against a `walog.testing.LocalCluster`: three real bookie processes on
 loopback with an SQLite metadata store, every ledger E=3, Qw=3, Qa=2, on this one machine
 (client and bookies share its cores). Each scenario runs for a fixed wall-clock budget.
+The ones that send one entry at a time (one in flight, tail lag) run first, while the
+bookies have nothing to flush: the throughput scenarios leave hundreds of MB per bookie for
+their checkpoints to write to the disk the journals sync on (a production bookie puts its
+journal on a disk of its own, `--journal-dir`).
 
 * **ledger append, pipelined** - 1 KiB entries, {ledger_window} appends in flight,
   `append_nowait` of the asyncio API; PERSISTENT (bookies acknowledge after the journal
