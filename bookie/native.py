@@ -192,6 +192,10 @@ class _Connection(asyncio.Protocol):
         self._send(encode(0, Kind.HELLO, 0, encode_status(Code.OK)))
 
     def _start(self, call_id: int, method: int, body: bytes) -> None:
+        if self._service.draining.is_set():
+            # As the gRPC port: a bookie shutting down starts no new calls.
+            self._send(encode_end(call_id, Code.UNAVAILABLE, "the bookie is shutting down"))
+            return
         if method == Method.ADD:
             frame = _add_frame(body)
             stream = self._service.open_add_stream()
