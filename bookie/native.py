@@ -35,6 +35,7 @@ from walog.transport.frames import (
     encode_end,
     encode_status,
 )
+from walog.transport.native import keepalive
 
 if TYPE_CHECKING:
     from bookie.add_stream import AddStream
@@ -87,6 +88,9 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         self._server.connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            keepalive(sock)  # a client gone without a word frees its calls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)

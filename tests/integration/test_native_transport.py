@@ -167,3 +167,25 @@ async def test_a_client_that_does_not_read_its_answers_stops_being_read(
         assert await asyncio.to_thread(flood) > 0
         # The bookie serves the others meanwhile and after.
         assert await _write_and_read(client, 3) == {"native"}
+
+
+async def test_a_call_left_unanswered_closes_its_connection_and_the_next_call_reconnects(
+    fresh_cluster: LocalCluster,
+) -> None:
+    config = ClientConfig(timeouts=Timeouts(add=5.0, read=1.0))
+    async with await walog.aio.connect(fresh_cluster.metadata_uri, config=config) as client:
+        bookie = fresh_cluster.bookie_ids[1]
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, GrpcBookieClient)
+        await connection.read_lac(1)
+        first = connection._route.current
+        assert first is not None
+        fresh_cluster.pause(bookie)
+        try:
+            with pytest.raises(BookieUnavailableError, match="DEADLINE_EXCEEDED"):
+                await connection.read_lac(1)
+        finally:
+            fresh_cluster.resume(bookie)
+        assert first.broken  # a peer this silent may be gone: never waited on again
+        await connection.read_lac(1)
+        assert connection._route.current not in (None, first)

@@ -167,6 +167,8 @@ class AddStream:
         deadline = oldest + self._client.add_timeout
         if deadline <= self._loop.time():
             self.fail(f"no answer within {self._client.add_timeout} seconds")
+            if self._direct is not None:
+                self._direct.drop_connection()
         else:
             self._watchdog = self._loop.call_at(deadline, self._check)
 

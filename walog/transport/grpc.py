@@ -331,6 +331,8 @@ class GrpcBookieClient(BookieClient):
             nonlocal silent
             silent = True
             call.cancel()
+            if isinstance(call, NativeCall):
+                call.drop_connection()
 
         # A watchdog, not wait_for: wait_for can swallow the consumer's cancellation when
         # a message arrives at the same moment (Python < 3.12).

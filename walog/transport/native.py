@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +54,22 @@ class NativeCallError(grpc.RpcError):
     def details(self) -> str:
         """What happened."""
         return self._details
+
+
+KEEPALIVE_IDLE_S = 10
+"""An idle connection is probed after this many seconds..."""
+KEEPALIVE_PROBES = 3
+"""... every ``KEEPALIVE_IDLE_S / 2`` seconds, and closed after this many unanswered."""
+
+
+def keepalive(sock: socket.socket) -> None:
+    """TCP keepalive on ``sock``, so that a peer gone without a word (a host that died, a
+    cable pulled) is noticed on an idle connection too (best effort: Linux options)."""
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_IDLE_S // 2)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
 
 
 def _error(code: Code, details: str) -> NativeCallError:
@@ -146,8 +164,14 @@ class NativeCall:
 
     def _expire(self, seconds: float) -> None:
         if not self._finished:
-            self._connection.send(encode(self.call_id, Kind.CANCEL, self._method))
             self.finish(_error(Code.DEADLINE_EXCEEDED, f"no answer within {seconds:g} s"))
+            self.drop_connection()
+
+    def drop_connection(self) -> None:
+        """The bookie left this call unanswered too long: close the whole connection (its
+        other calls fail too), so that the next call connects anew instead of waiting on a
+        peer that may be gone without a word."""
+        self._connection.close()
 
     # -- from the connection ------------------------------------------------------------
 
@@ -298,6 +322,9 @@ class NativeConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            keepalive(sock)
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f": {exc}" if exc is not None else ""
