@@ -226,9 +226,9 @@ def saturation_section(results: dict[str, Any]) -> list[str]:
             f"The slowest journal sync during the tail scenario took {slowest:g} ms; "
             f"{results.get('tail_journal_syncs_over_20ms', 0)} syncs (summed over the "
             "bookies) took about 20 ms or more. The three bookies share one disk, whose "
-            "occasional stalls (up to ~200 ms on this machine, as often with a bare "
-            "fdatasync loop) hold up every bookie at once, and with them every record "
-            "written meanwhile: one such stall in the run is enough to set the tail's p99.",
+            "occasional stalls (a bare fdatasync loop on this machine shows them too) hold "
+            "up every bookie at once, and with them every record written meanwhile: one "
+            "such stall in the run is enough to set the tail's p99.",
             "",
         ]
     return lines
