@@ -116,10 +116,14 @@ class _Connection(asyncio.Protocol):
         try:
             self._backlog.extend(self._decoder.feed(data))
         except FrameError as exc:
-            log.warning("native protocol error", error=str(exc))
-            self.abort()
+            self._broken(exc)
             return
         self._handle_backlog()
+
+    def _broken(self, exc: FrameError) -> None:
+        """The client broke the frame protocol: drop the connection."""
+        log.warning("native protocol error", error=str(exc))
+        self.abort()
 
     # -- flow control -------------------------------------------------------------------
 
@@ -138,8 +142,7 @@ class _Connection(asyncio.Protocol):
                 backlog.popleft()
                 self._frame(call_id, kind, method, body)
         except FrameError as exc:
-            log.warning("native protocol error", error=str(exc))
-            self.abort()
+            self._broken(exc)
             return
         self._pace()
 

@@ -84,15 +84,20 @@ async def test_client_with_tls_and_token_writes_and_reads(
         assert connection.transport == "native"  # TLS and the token on the native port too
 
 
-async def test_native_port_refuses_a_wrong_token_in_its_hello(
-    secured: tuple[str, TlsConfig],
-) -> None:
+async def _native_port(secured: tuple[str, TlsConfig]) -> tuple[int, TlsConfig]:
+    """The secured bookie's native port (asked over gRPC, with the right credentials)."""
     uri, tls = secured
     async with await aio.connect(uri, tls=tls, auth_token="s3cret", config=CONFIG) as client:
         (bookie,) = await client.bookies()
         connection = client.ctx.pool.get(bookie)
         assert isinstance(connection, GrpcBookieClient)
-        port = (await connection.info()).native_port
+        return (await connection.info()).native_port, tls
+
+
+async def test_native_port_refuses_a_wrong_token_in_its_hello(
+    secured: tuple[str, TlsConfig],
+) -> None:
+    port, tls = await _native_port(secured)
     for token in ("wrong", None):
         with pytest.raises(NativeCallError) as refused:
             await NativeConnection.open(
@@ -108,12 +113,7 @@ async def test_native_port_refuses_a_wrong_token_in_its_hello(
 async def test_native_port_refuses_a_client_without_a_certificate(
     secured: tuple[str, TlsConfig],
 ) -> None:
-    uri, tls = secured
-    async with await aio.connect(uri, tls=tls, auth_token="s3cret", config=CONFIG) as client:
-        (bookie,) = await client.bookies()
-        connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
-        port = (await connection.info()).native_port
+    port, tls = await _native_port(secured)
     anonymous = TlsConfig(ca=tls.ca).ssl_context()
     with pytest.raises(NativeCallError) as refused:
         await NativeConnection.open(
