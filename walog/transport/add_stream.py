@@ -225,7 +225,14 @@ class AddStream:
                 self._receiver = self._loop.create_task(self._receive_loop(call))
             while True:
                 while self._queued():
-                    await call.write(self._next_frame())
+                    if self._direct is not None:
+                        # Wait first, then take the frame and send it in one step: a
+                        # scheduled flush may send newer frames meanwhile, never before it.
+                        await self._direct.wait_writable()
+                        if self._queued():
+                            self._direct.send(self._next_frame())
+                    else:
+                        await call.write(self._next_frame())
                 await self._wake.wait()
                 self._wake.clear()
         except WalogError as exc:  # the call could not be opened

@@ -130,6 +130,10 @@ class NativeCall:
         await self._connection.writable()
         self.send(message)
 
+    async def wait_writable(self) -> None:
+        """Return once the socket's send buffer has room (or the connection is gone)."""
+        await self._connection.writable()
+
     async def done_writing(self) -> None:
         """Tell the bookie no more messages come on this call."""
         if not self._finished:
