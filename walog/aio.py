@@ -34,7 +34,7 @@ from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
 from walog.transport.credentials import TlsConfig
-from walog.transport.grpc import GrpcBookiePool
+from walog.transport.network import NetworkBookiePool
 
 
 async def connect(
@@ -61,7 +61,7 @@ async def connect(
     config = config or ClientConfig()
     if config.keep_freed_memory:
         keep_freed_memory()
-    pool = GrpcBookiePool(config, tls=tls, auth_token=auth_token)
+    pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
     store = await open_store(metadata_uri, timeout=timeout)
     return AsyncClient(LedgerContext(store, pool, config))
 

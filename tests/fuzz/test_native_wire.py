@@ -19,7 +19,7 @@ import walog.aio
 from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
 from walog.transport.frames import HELLO_MAGIC, Code, FrameDecoder, Kind, decode_status, encode
-from walog.transport.grpc import GrpcBookieClient
+from walog.transport.network import NetworkBookieClient
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 MANY = settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
@@ -53,7 +53,7 @@ def native_port() -> Iterator[int]:
 async def _native_port(cluster: LocalCluster) -> int:
     async with await walog.aio.connect(cluster.metadata_uri) as client:
         connection = client.ctx.pool.get(cluster.bookie_ids[0])
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         return (await connection.info()).native_port
 
 

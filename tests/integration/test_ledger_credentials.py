@@ -14,8 +14,8 @@ from tests.integration.bookies import BookieProcess
 from walog.errors import UnauthorizedError
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.transport.credentials import TlsConfig
-from walog.transport.grpc import GrpcBookieClient
 from walog.transport.native import NativeCallError, NativeConnection
+from walog.transport.network import NetworkBookieClient
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 
@@ -80,7 +80,7 @@ async def test_client_with_tls_and_token_writes_and_reads(
         assert [e.data for e in await reader.read(0, 0)] == [b"over tls"]
         (bookie,) = await client.bookies()
         connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         assert connection.transport == "native"  # TLS and the token on the native port too
 
 
@@ -90,7 +90,7 @@ async def _native_port(secured: tuple[str, TlsConfig]) -> tuple[int, TlsConfig]:
     async with await aio.connect(uri, tls=tls, auth_token="s3cret", config=CONFIG) as client:
         (bookie,) = await client.bookies()
         connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         return (await connection.info()).native_port, tls
 
 

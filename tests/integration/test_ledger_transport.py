@@ -19,7 +19,7 @@ from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
 from walog.transport import add_stream, wire
 from walog.transport.base import Status
-from walog.transport.grpc import GrpcBookiePool
+from walog.transport.network import NetworkBookiePool
 from walog.transport.packing import unpack_entries
 
 KEY = master_key(b"")
@@ -27,13 +27,13 @@ CONFIG = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))
 
 
 @pytest.fixture(params=[True, False], ids=["native", "grpc"])
-async def pool(request: pytest.FixtureRequest) -> AsyncIterator[GrpcBookiePool]:
-    bookies = GrpcBookiePool(dataclasses.replace(CONFIG, native_transport=request.param))
+async def pool(request: pytest.FixtureRequest) -> AsyncIterator[NetworkBookiePool]:
+    bookies = NetworkBookiePool(dataclasses.replace(CONFIG, native_transport=request.param))
     yield bookies
     await bookies.close()
 
 
-def _add(pool: GrpcBookiePool, bookie: str, ledger_id: int, entry_id: int) -> Any:
+def _add(pool: NetworkBookiePool, bookie: str, ledger_id: int, entry_id: int) -> Any:
     data = b"entry-%d" % entry_id
     lac = entry_id - 1
     return pool.get(bookie).add(
@@ -42,7 +42,7 @@ def _add(pool: GrpcBookiePool, bookie: str, ledger_id: int, entry_id: int) -> An
 
 
 async def test_adds_travel_in_batched_frames(
-    cluster: LocalCluster, pool: GrpcBookiePool, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, pool: NetworkBookiePool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frames: list[int] = []
     build = wire.build_frame
@@ -62,7 +62,7 @@ async def test_adds_travel_in_batched_frames(
 
 
 async def test_broken_stream_fails_pending_adds_and_reconnects_lazily(
-    fresh_cluster: LocalCluster, pool: GrpcBookiePool
+    fresh_cluster: LocalCluster, pool: NetworkBookiePool
 ) -> None:
     bookie = fresh_cluster.bookie_ids[0]
     assert (await _add(pool, bookie, 9_000_002, 0)).status is Status.OK
@@ -80,7 +80,7 @@ async def test_broken_stream_fails_pending_adds_and_reconnects_lazily(
 
 
 async def test_unanswered_adds_fail_after_the_add_timeout(
-    fresh_cluster: LocalCluster, pool: GrpcBookiePool
+    fresh_cluster: LocalCluster, pool: NetworkBookiePool
 ) -> None:
     bookie = fresh_cluster.bookie_ids[1]
     assert (await _add(pool, bookie, 9_000_003, 0)).status is Status.OK
@@ -97,7 +97,7 @@ async def test_unanswered_adds_fail_after_the_add_timeout(
 
 
 async def test_reads_verify_and_return_consecutive_entries(
-    cluster: LocalCluster, pool: GrpcBookiePool
+    cluster: LocalCluster, pool: NetworkBookiePool
 ) -> None:
     bookie = cluster.bookie_ids[2]
     await asyncio.gather(*(_add(pool, bookie, 9_000_004, e) for e in range(5)))

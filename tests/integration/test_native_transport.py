@@ -18,8 +18,8 @@ from walog.ledger.context import ClientConfig, Timeouts
 from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
 from walog.transport.frames import HEADER, HELLO_MAGIC, Kind, Method, encode
-from walog.transport.grpc import GrpcBookieClient
 from walog.transport.native import NativeCallError, NativeConnection
+from walog.transport.network import NetworkBookieClient
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 
@@ -33,8 +33,8 @@ async def _write_and_read(client: walog.aio.AsyncClient, bookies: int) -> set[st
     reader = await client.open_ledger(writer.ledger_id)
     assert [e.data for e in await reader.read(0, 9)] == [b"entry %d" % i for i in range(10)]
     connections = [client.ctx.pool.get(b) for b in await client.bookies()]
-    assert all(isinstance(c, GrpcBookieClient) for c in connections)
-    return {c.transport for c in connections if isinstance(c, GrpcBookieClient)}
+    assert all(isinstance(c, NetworkBookieClient) for c in connections)
+    return {c.transport for c in connections if isinstance(c, NetworkBookieClient)}
 
 
 async def test_bookies_announce_a_native_port_and_clients_use_it(cluster: LocalCluster) -> None:
@@ -42,7 +42,7 @@ async def test_bookies_announce_a_native_port_and_clients_use_it(cluster: LocalC
         assert await _write_and_read(client, 3) == {"native"}
         for bookie in cluster.bookie_ids:
             connection = client.ctx.pool.get(bookie)
-            assert isinstance(connection, GrpcBookieClient)
+            assert isinstance(connection, NetworkBookieClient)
             port = (await connection.info()).native_port
             assert port > 0 and bookie != f"127.0.0.1:{port}"
 
@@ -59,7 +59,7 @@ async def test_a_bookie_without_native_port_is_reached_over_grpc() -> None:
             assert await _write_and_read(client, 1) == {"grpc"}
             (bookie,) = local.bookie_ids
             connection = client.ctx.pool.get(bookie)
-            assert isinstance(connection, GrpcBookieClient)
+            assert isinstance(connection, NetworkBookieClient)
             assert (await connection.info()).native_port == 0
 
 
@@ -86,7 +86,7 @@ async def test_a_restarted_bookie_is_found_again_on_its_native_port(
         assert await _write_and_read(client, 3) == {"native"}
         bookie = fresh_cluster.bookie_ids[0]
         connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         fresh_cluster.kill(bookie)
         with pytest.raises(BookieUnavailableError, match=bookie):
             await connection.read_lac(1)
@@ -117,7 +117,7 @@ async def test_a_connection_that_breaks_the_frame_protocol_is_dropped_and_others
     async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
         bookie = cluster.bookie_ids[0]
         connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         port = (await connection.info()).native_port
 
         def talk() -> bytes:
@@ -142,7 +142,7 @@ async def test_a_client_that_does_not_read_its_answers_stops_being_read(
             await writer.append(bytes(1024 * 1024))
         await writer.close()
         connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         port = (await connection.info()).native_port
         read = pb.ReadRequest(ledger_id=writer.ledger_id, first_entry_id=0, last_entry_id=3)
         body = read.SerializeToString()
@@ -176,7 +176,7 @@ async def test_a_call_left_unanswered_closes_its_connection_and_the_next_call_re
     async with await walog.aio.connect(fresh_cluster.metadata_uri, config=config) as client:
         bookie = fresh_cluster.bookie_ids[1]
         connection = client.ctx.pool.get(bookie)
-        assert isinstance(connection, GrpcBookieClient)
+        assert isinstance(connection, NetworkBookieClient)
         await connection.read_lac(1)
         first = connection._route.current
         assert first is not None

@@ -15,7 +15,7 @@ from walog.ledger.context import ClientConfig, Timeouts
 from walog.ledger.readops import write_set_bookies
 from walog.testing import LocalCluster
 from walog.transport.base import Status
-from walog.transport.grpc import GrpcBookiePool
+from walog.transport.network import NetworkBookiePool
 
 KEY = master_key(b"")
 FAST = ClientConfig(timeouts=Timeouts(add=2.0, read=1.0))
@@ -25,9 +25,9 @@ append within ~0.1 s; the machine is shared, so leave plenty of room)."""
 
 
 @pytest.fixture
-async def raw() -> AsyncIterator[GrpcBookiePool]:
+async def raw() -> AsyncIterator[NetworkBookiePool]:
     """A bare bookie connection for partial writes and per-bookie checks."""
-    pool = GrpcBookiePool(FAST)
+    pool = NetworkBookiePool(FAST)
     yield pool
     await pool.close()
 
@@ -50,7 +50,7 @@ async def test_reads_return_every_entry_in_order_striped_or_not(
             await reader.read(5, 4)
 
 
-async def test_no_recovery_open_never_fences(cluster: LocalCluster, raw: GrpcBookiePool) -> None:
+async def test_no_recovery_open_never_fences(cluster: LocalCluster, raw: NetworkBookiePool) -> None:
     async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)
         for i in range(5):
@@ -72,7 +72,7 @@ async def test_no_recovery_open_never_fences(cluster: LocalCluster, raw: GrpcBoo
 
 
 async def test_reads_are_bounded_by_the_lac_unconfirmed_reads_are_not(
-    cluster: LocalCluster, raw: GrpcBookiePool
+    cluster: LocalCluster, raw: NetworkBookiePool
 ) -> None:
     async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)

@@ -21,22 +21,22 @@ from walog.ledger.recovery import recover
 from walog.metadata.layout import LedgerMetadata
 from walog.testing import LocalCluster
 from walog.transport.base import Status
-from walog.transport.grpc import GrpcBookiePool
+from walog.transport.network import NetworkBookiePool
 
 KEY = master_key(b"")
 FAST = ClientConfig(timeouts=Timeouts(add=2.0, read=1.0))
 
 
 @pytest.fixture
-async def raw() -> AsyncIterator[GrpcBookiePool]:
+async def raw() -> AsyncIterator[NetworkBookiePool]:
     """A bare bookie connection for partial writes and per-bookie reads."""
-    pool = GrpcBookiePool(FAST)
+    pool = NetworkBookiePool(FAST)
     yield pool
     await pool.close()
 
 
 async def _partial_add(
-    pool: GrpcBookiePool, bookies: list[str], md: LedgerMetadata, entry_id: int, lac: int
+    pool: NetworkBookiePool, bookies: list[str], md: LedgerMetadata, entry_id: int, lac: int
 ) -> None:
     data = f"entry-{entry_id}".encode()
     digest = entry_digest(md.ledger_id, entry_id, lac, data)
@@ -45,7 +45,7 @@ async def _partial_add(
         assert reply.status is Status.OK, (bookie, reply)
 
 
-async def _holds(pool: GrpcBookiePool, bookie: str, ledger_id: int, entry_id: int) -> bool:
+async def _holds(pool: NetworkBookiePool, bookie: str, ledger_id: int, entry_id: int) -> bool:
     reply = await pool.get(bookie).read(ledger_id, entry_id, entry_id)
     return reply.status is Status.OK and any(e.entry_id == entry_id for e in reply.entries)
 
@@ -55,7 +55,9 @@ async def _append(writer: Any, count: int) -> None:
         await writer.append(f"entry-{i}".encode())
 
 
-async def test_fencing_example_of_seed_002(any_cluster: LocalCluster, raw: GrpcBookiePool) -> None:
+async def test_fencing_example_of_seed_002(
+    any_cluster: LocalCluster, raw: NetworkBookiePool
+) -> None:
     """Writer acked 0..11, wrote 12 partially; recovery reads 12, writes it back to its whole
     write quorum, finds 13 absent and closes at 12; the writer's next add is fenced."""
     async with await aio.connect(any_cluster.metadata_uri, config=FAST) as client:
@@ -94,7 +96,7 @@ async def test_writer_close_after_recovery_at_its_own_lac_succeeds(cluster: Loca
 
 
 async def test_fence_flag_on_recovery_reads_a_read_alone_rejects_the_writer(
-    cluster: LocalCluster, raw: GrpcBookiePool
+    cluster: LocalCluster, raw: NetworkBookiePool
 ) -> None:
     async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)
@@ -108,7 +110,7 @@ async def test_fence_flag_on_recovery_reads_a_read_alone_rejects_the_writer(
 
 
 async def test_concurrent_recoverers_agree_on_the_last_entry(
-    any_cluster: LocalCluster, raw: GrpcBookiePool
+    any_cluster: LocalCluster, raw: NetworkBookiePool
 ) -> None:
     async with await aio.connect(any_cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)
@@ -161,7 +163,7 @@ async def test_paused_bookie_during_recovery_does_not_truncate(
 
 
 async def test_unknown_is_not_absent_recovery_waits_for_a_paused_bookie(
-    fresh_cluster: LocalCluster, raw: GrpcBookiePool
+    fresh_cluster: LocalCluster, raw: NetworkBookiePool
 ) -> None:
     """Qa=1: entry 10 may be acknowledged by its only holder, which is frozen. Recovery must
     not close short of it: it waits (timeouts are unknown answers) until the bookie returns."""
@@ -242,7 +244,7 @@ async def test_writer_ensemble_change_racing_recovery_loses_no_acked_entry(
 
 
 async def test_closed_ledger_is_never_read_past_its_last_entry(
-    cluster: LocalCluster, raw: GrpcBookiePool
+    cluster: LocalCluster, raw: NetworkBookiePool
 ) -> None:
     async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
         writer = await client.create_ledger(3, 3, 2)

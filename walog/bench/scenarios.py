@@ -28,7 +28,7 @@ from walog.errors import WalogError
 from walog.latency import percentile_us
 from walog.ledger.durability import Durability
 from walog.log.position import Position
-from walog.transport.grpc import GrpcBookieClient
+from walog.transport.network import NetworkBookieClient
 
 Progress = Callable[[int], None]
 """Called with a count of operations just completed (drives a progress bar)."""
@@ -140,7 +140,7 @@ async def stage_counts(client: AsyncClient) -> dict[str, list[int]]:
     total: dict[str, list[int]] = {}
     for bookie in await client.bookies():
         connection = client.ctx.pool.get(bookie)
-        if not isinstance(connection, GrpcBookieClient):
+        if not isinstance(connection, NetworkBookieClient):
             continue
         for stage in (await connection.info()).latencies:
             counts = total.setdefault(stage.stage, [0] * len(stage.counts))

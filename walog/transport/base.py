@@ -1,8 +1,9 @@
 """The transport interface the ledger protocol talks through.
 
 The protocol code (walog/ledger) sees bookies only through :class:`BookieClient` and
-:class:`BookiePool`. ``walog.transport.grpc`` implements them over grpc.aio with batched
-frames; the simulator (tests/sim) implements them in memory with injected faults.
+:class:`BookiePool`. ``walog.transport.network`` implements them over the network, with
+batched frames (a bookie's native port, or gRPC); the simulator (tests/sim) implements them
+in memory with injected faults.
 
 Bookie answers are values (a :class:`Status` per request), because the protocol counts
 them (coverage, ack quorums). A bookie that cannot be reached or does not answer in time

@@ -3,7 +3,7 @@
 Adds travel packed (``AddBatch.entries`` in the proto) and bookies journal them packed as
 they arrived. Each entry is a 24-byte big-endian header ``entry_id:int64 lac:int64
 digest:uint32 length:uint32`` followed by ``length`` payload bytes. Pure: no I/O, used by
-the writer, the gRPC transport and the bookie alike.
+the writer, the transport and the bookie alike.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pure wire rules of the bookie protocol, client side: frames, status codes, digest checks,
 and the translation of ``grpc.RpcError`` into walog errors (the one place it happens).
 
-No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.grpc` use these.
+No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.network` use these.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def _answer_single(
     callback(reply)
 
 
-class GrpcBookieClient(BookieClient):
+class NetworkBookieClient(BookieClient):
     """The connection to one bookie: a lazily opened gRPC channel, native connection and
     add stream."""
 
@@ -419,7 +419,7 @@ class GrpcBookieClient(BookieClient):
             self._stub = None
 
 
-class GrpcBookiePool(BookiePool):
+class NetworkBookiePool(BookiePool):
     """Connections to bookies by id (native or gRPC), shared by every ledger of a client.
 
     Args:
@@ -441,15 +441,15 @@ class GrpcBookiePool(BookiePool):
         self._ssl = tls.ssl_context() if tls is not None else None
         auth_metadata(auth_token)  # validate now, not on the first call
         self._auth_token = auth_token
-        self._clients: dict[str, GrpcBookieClient] = {}
+        self._clients: dict[str, NetworkBookieClient] = {}
         self._encoder = BatchEncoder()
         self._closed = False
 
-    def get(self, bookie_id: str) -> GrpcBookieClient:
+    def get(self, bookie_id: str) -> NetworkBookieClient:
         """The (lazily opened) connection to ``bookie_id``."""
         client = self._clients.get(bookie_id)
         if client is None:
-            client = GrpcBookieClient(
+            client = NetworkBookieClient(
                 bookie_id,
                 self.config,
                 credentials=self._credentials,
@@ -471,4 +471,4 @@ class GrpcBookiePool(BookiePool):
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcBookieClient", "GrpcBookiePool"]
+__all__ = ["MAX_MESSAGE_BYTES", "NetworkBookieClient", "NetworkBookiePool"]
