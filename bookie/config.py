@@ -87,6 +87,12 @@ class BookieConfig:
     """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""
     gc_grace: float = 300.0
     """``--gc-grace``: a ledger written to within this many seconds is never collected."""
+    gc_stray_interval: float = 3600.0
+    """``--gc-stray-interval``: seconds between scans for stray copies (closed ledgers whose
+    ensembles no longer name this bookie); 0 turns the scan off."""
+    gc_stray_grace: float = 3600.0
+    """``--gc-stray-grace``: a copy written to within this many seconds is never taken for a
+    stray one (an auto-recovery may still be copying it)."""
     drain_timeout: float = 5.0
     """``--drain-timeout``: on SIGTERM, seconds granted to in-flight requests."""
     metadata_timeout: float = 10.0
@@ -124,8 +130,13 @@ class BookieConfig:
             raise ValueError(
                 f"--volatile-flush-interval must be >= 1 second, got {self.volatile_flush_interval}"
             )
-        if self.gc_grace < 0:
-            raise ValueError(f"--gc-grace must be >= 0, got {self.gc_grace}")
+        for flag, value in {
+            "--gc-grace": self.gc_grace,
+            "--gc-stray-interval": self.gc_stray_interval,
+            "--gc-stray-grace": self.gc_stray_grace,
+        }.items():
+            if value < 0:
+                raise ValueError(f"{flag} must be >= 0, got {value}")
         if self.max_inflight_bytes < self.max_entry_bytes:
             raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
 

@@ -1,4 +1,4 @@
-"""Garbage collection of deleted ledgers: drop what the metadata store no longer knows.
+"""Garbage collection: drop deleted ledgers, and copies of closed ledgers nobody reads.
 
 A ledger's metadata is created before any of its entries reaches a bookie, and it is
 deleted only when the ledger is deleted. So a ledger this bookie stores whose metadata is
@@ -9,6 +9,17 @@ bookie's list; one created before is in the metadata store's list unless it was 
 As a second guard a ledger written to within ``grace`` seconds (or since less than
 ``grace`` after the bookie started) is kept, and each candidate's absence is confirmed
 with one more metadata read just before it is deleted.
+
+A second, rarer scan (every ``stray_interval`` seconds) drops *stray copies*: entries of a
+CLOSED ledger none of whose fragments names this bookie. They are left by an auto-recovery
+that copied a fragment here and then lost its compare-and-set to a writer or another
+worker, or by a bookie that was replaced while it was down. No reader ever asks this bookie
+for them (readers follow the ensembles) and a closed ledger's ensembles change only by
+auto-recovery swapping a lost bookie for a new one, so the copy can only become live again
+through such a swap, which writes its entries anew. A copy written to within
+``stray_grace`` seconds is kept (an auto-recovery may be copying it now and not have swapped
+yet), and the metadata is read once more just before the copy is deleted (BookKeeper's
+bookies collect over-replicated ledgers by the same rule).
 """
 
 from __future__ import annotations
@@ -21,8 +32,8 @@ from typing import Protocol
 import structlog
 
 from walog.errors import WalogError
-from walog.metadata.layout import LEDGERS, ledger_path
-from walog.metadata.store import MetadataStore
+from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
+from walog.metadata.store import MetadataStore, NodeNotFoundError
 
 log = structlog.get_logger("bookie.gc")
 
@@ -57,6 +68,12 @@ def collectable(
     return sorted(out)
 
 
+def is_stray(metadata: LedgerMetadata, bookie_id: str) -> bool:
+    """Whether a copy of the ledger on ``bookie_id`` is stray: the ledger is closed and no
+    fragment's ensemble names the bookie."""
+    return metadata.is_closed and all(bookie_id not in bookies for _, bookies in metadata.ensembles)
+
+
 class CollectableCore(Protocol):
     """What the collector needs from the storage core."""
 
@@ -73,7 +90,7 @@ def _ledger_ids(names: Iterable[str]) -> list[int]:
 
 
 class LedgerCollector:
-    """Periodically deletes ledgers whose metadata is gone.
+    """Periodically deletes ledgers whose metadata is gone, and stray copies.
 
     Args:
         core: the storage core (``ledgers()``, ``delete_ledgers(ids)``).
@@ -81,6 +98,10 @@ class LedgerCollector:
         last_write: the service's last-write times per ledger (monotonic seconds).
         interval: seconds between scans.
         grace: seconds a recently written ledger is protected.
+        bookie_id: this bookie's id, as ensembles name it (stray copies are looked for only
+            with one).
+        stray_interval: seconds between scans for stray copies (0: never).
+        stray_grace: seconds a recently written copy is protected from the stray scan.
         clock: monotonic clock (tests pass their own).
     """
 
@@ -92,6 +113,9 @@ class LedgerCollector:
         *,
         interval: float,
         grace: float,
+        bookie_id: str | None = None,
+        stray_interval: float = 0.0,
+        stray_grace: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = core
@@ -99,9 +123,14 @@ class LedgerCollector:
         self._last_write = last_write
         self._interval = interval
         self._grace = grace
+        self._bookie_id = bookie_id
+        self._stray_interval = stray_interval
+        self._stray_grace = stray_grace
         self._clock = clock
         self._started = clock()
+        self._next_stray_scan = self._started + stray_interval
         self.deleted_total = 0
+        self.strays_deleted_total = 0
 
     async def collect_once(self) -> list[int]:
         """Run one scan; return the ids deleted."""
@@ -119,15 +148,55 @@ class LedgerCollector:
         )
         confirmed = [c for c in candidates if await self._store.exists(ledger_path(c)) is None]
         if confirmed:
-            await self._core.delete_ledgers(confirmed)
-            for ledger_id in confirmed:
-                self._last_write.pop(ledger_id, None)
+            await self._delete(confirmed)
             self.deleted_total += len(confirmed)
             log.info("deleted ledgers absent from metadata", ledger_ids=confirmed)
         return confirmed
 
+    async def collect_strays_once(self) -> list[int]:
+        """Run one scan for stray copies; return the ids of the ledgers whose copy was
+        deleted. Reads the metadata of every ledger stored here and not written within
+        ``stray_grace``, then once more for each stray one just before deleting it."""
+        bookie_id = self._bookie_id
+        if bookie_id is None:
+            return []
+        now = self._clock()
+        quiet = [
+            ledger_id
+            for ledger_id in self._core.ledgers()
+            if now - self._last_write.get(ledger_id, self._started) >= self._stray_grace
+        ]
+        strays = [c for c in quiet if await self._stray(c, bookie_id)]
+        confirmed = [c for c in strays if await self._stray(c, bookie_id)]
+        if confirmed:
+            await self._delete(confirmed)
+            self.strays_deleted_total += len(confirmed)
+            log.info("deleted stray copies of closed ledgers", ledger_ids=confirmed)
+        return confirmed
+
+    async def _stray(self, ledger_id: int, bookie_id: str) -> bool:
+        try:
+            raw, _ = await self._store.get(ledger_path(ledger_id))
+        except NodeNotFoundError:
+            return False  # deleted: the other scan's business
+        try:
+            metadata = LedgerMetadata.from_json(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            # What cannot be read is never taken as a reason to delete.
+            log.warning(
+                "unreadable ledger metadata kept out of gc", ledger_id=ledger_id, error=repr(exc)
+            )
+            return False
+        return is_stray(metadata, bookie_id)
+
+    async def _delete(self, ledger_ids: list[int]) -> None:
+        await self._core.delete_ledgers(ledger_ids)
+        for ledger_id in ledger_ids:
+            self._last_write.pop(ledger_id, None)
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Scan every ``interval`` seconds until ``stop`` is set."""
+        """Scan every ``interval`` seconds (and for stray copies every ``stray_interval``)
+        until ``stop`` is set."""
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self._interval)
@@ -137,9 +206,12 @@ class LedgerCollector:
                 return
             try:
                 await self.collect_once()
+                if self._stray_interval > 0 and self._clock() >= self._next_stray_scan:
+                    self._next_stray_scan = self._clock() + self._stray_interval
+                    await self.collect_strays_once()
             except WalogError as exc:
                 # The metadata store is unreachable: collect nothing, try next round.
                 log.warning("ledger gc skipped", error=str(exc))
 
 
-__all__ = ["CollectableCore", "LedgerCollector", "collectable"]
+__all__ = ["CollectableCore", "LedgerCollector", "collectable", "is_stray"]

@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
         ("--max-entry-bytes", int, d.max_entry_bytes, "largest entry payload accepted"),
         ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
         ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
+        ("--gc-stray-interval", float, d.gc_stray_interval,
+         "seconds between scans for stray copies of closed ledgers (0: off)"),
+        ("--gc-stray-grace", float, d.gc_stray_grace,
+         "seconds a written copy is never taken for a stray one"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
     ]  # fmt: skip
@@ -122,6 +126,9 @@ def _samples(server: BookieServer, core: BookieCore, collector: LedgerCollector)
     ]
     out.append(("walog_bookie_inflight_add_bytes", "gauge", server.service.admission.in_flight))
     out.append(("walog_bookie_gc_deleted_ledgers_total", "counter", collector.deleted_total))
+    out.append(
+        ("walog_bookie_gc_deleted_stray_copies_total", "counter", collector.strays_deleted_total)
+    )
     core_stats = core.stats
     values = (
         dataclasses.asdict(core_stats) if dataclasses.is_dataclass(core_stats) else vars(core_stats)
@@ -168,7 +175,14 @@ async def _serve(
 ) -> None:
     server = BookieServer(config, core, instance_id)
     collector = LedgerCollector(
-        core, store, server.service.last_write, interval=config.gc_interval, grace=config.gc_grace
+        core,
+        store,
+        server.service.last_write,
+        interval=config.gc_interval,
+        grace=config.gc_grace,
+        bookie_id=config.bookie_id,
+        stray_interval=config.gc_stray_interval,
+        stray_grace=config.gc_stray_grace,
     )
     await server.start()
     metrics: MetricsServer | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ from tests.integration.bookies import (
 )
 from walog.latency import STAGES, percentile_us
 from walog.metadata import open_store
-from walog.metadata.layout import bookie_path, ledger_path
+from walog.metadata.layout import LedgerMetadata, LedgerState, bookie_path, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
@@ -197,8 +198,12 @@ async def gc_bookie(tmp_path: Path) -> AsyncIterator[BookieProcess]:
     bookie = BookieProcess(
         tmp_path / "bookie",
         f"sqlite:///{tmp_path}/meta.db",
-        extra_args=["--gc-interval", "0.2", "--gc-grace", "0", "--metrics-port", str(metrics_port)],
-    )
+        extra_args=[
+            "--gc-interval", "0.2", "--gc-grace", "0",
+            "--gc-stray-interval", "0.2", "--gc-stray-grace", "0",
+            "--metrics-port", str(metrics_port),
+        ],
+    )  # fmt: skip
     bookie.metrics_port = metrics_port  # type: ignore[attr-defined]
     bookie.start().wait_ready()
     yield bookie
@@ -229,6 +234,56 @@ async def test_gc_deletes_only_ledgers_whose_metadata_is_gone(
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
         assert b"walog_bookie_gc_deleted_ledgers_total" in text
         assert b"walog_bookie_adds_total" in text
+    finally:
+        await store.close()
+
+
+async def _wait_until_listed(stub: pb_grpc.BookieStub, wanted: list[int]) -> list[int]:
+    """The bookie's ledgers once they are ``wanted`` (the GC runs in the bookie process; its
+    effect is only observable by asking again, one RPC a round, for at most 30 s)."""
+    async with asyncio.timeout(30):
+        while True:
+            listed = sorted((await stub.ListLedgers(pb.ListLedgersRequest())).ledger_ids)
+            if listed == wanted:
+                return listed
+            await asyncio.sleep(0.1)
+
+
+async def test_gc_deletes_stray_copies_of_closed_ledgers_whose_ensembles_no_longer_name_the_bookie(
+    gc_bookie: BookieProcess,
+) -> None:
+    me, other = gc_bookie.bookie_id, "127.0.0.1:1"
+
+    def ledger(
+        ledger_id: int, state: LedgerState, *ensembles: tuple[int, tuple[str, ...]]
+    ) -> bytes:
+        metadata = LedgerMetadata(ledger_id, 1, 1, 1, state, 9, tuple(ensembles))
+        return metadata.to_json()
+
+    store = await open_store(gc_bookie.metadata)
+    try:
+        # 20: closed, never named this bookie (a copy made for a swap that did not happen).
+        await store.create(ledger_path(20), ledger(20, "CLOSED", (0, (other,))))
+        # 21: closed, this bookie holds its first fragment.
+        await store.create(ledger_path(21), ledger(21, "CLOSED", (0, (me,)), (5, (other,))))
+        # 22: open (its ensembles may still change): never collected by this rule.
+        await store.create(ledger_path(22), ledger(22, "OPEN", (0, (other,))))
+        # 23: a record that cannot be read is no reason to delete anything.
+        await store.create(ledger_path(23), b"not json")
+        async with grpc.aio.insecure_channel(gc_bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            adds = [make_add(ledger_id, 0, b"copy") for ledger_id in (20, 21, 22, 23)]
+            results, _ = await send_frames(stub, [pb.AddFrame(batches=adds)])
+            assert {r.status for r in results} == {pb.OK}
+            assert await _wait_until_listed(stub, [21, 22, 23]) == [21, 22, 23]
+            # Closed with an ensemble that names this bookie: the copy is live.
+            _, version = await store.get(ledger_path(22))
+            await store.set(ledger_path(22), ledger(22, "CLOSED", (0, (me,))), version)
+            await asyncio.sleep(1.0)  # several scans
+            assert await _wait_until_listed(stub, [21, 22, 23]) == [21, 22, 23]
+        url = f"http://127.0.0.1:{gc_bookie.metrics_port}/metrics"  # type: ignore[attr-defined]
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert re.search(rb"walog_bookie_gc_deleted_stray_copies_total(\{[^}]*\})? 1(\.0)?\n", text)
     finally:
         await store.close()
 

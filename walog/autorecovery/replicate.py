@@ -10,8 +10,8 @@ replacement acknowledged all of them does a compare-and-set put it into the frag
 ensemble. A lost CAS re-reads the metadata: if the fragment still names the lost bookie the
 swap is applied to the new version, else (a writer or another auto-recovery got there
 first) nothing more is done. Adds are idempotent on a bookie, so a pass that dies half way
-is simply run again; copies made for a swap that never happened stay on their bookie until
-the ledger is deleted.
+is simply run again; copies made for a swap that never happened are deleted by their bookie
+(its stray-copy scan, :mod:`bookie.gc`).
 """
 
 from __future__ import annotations

@@ -75,6 +75,8 @@ def test_ipv6_listen_address_is_accepted() -> None:
         ({"group_wait_ms": -1}, "--group-wait-ms must be >= 0"),
         ({"volatile_flush_interval": 0.5}, "--volatile-flush-interval must be >= 1"),
         ({"max_inflight_bytes": 10}, "--max-inflight-bytes must be at least"),
+        ({"gc_stray_interval": -1}, "--gc-stray-interval must be >= 0"),
+        ({"gc_stray_grace": -5}, "--gc-stray-grace must be >= 0"),
     ],
 )
 def test_bad_settings_name_the_flag(changes: dict[str, object], problem: str) -> None:
