@@ -7,12 +7,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+from pathlib import Path
 
 import grpc
 import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 import walog.aio
+from bookie.config import BookieConfig
+from bookie.core import BookieCore
+from bookie.server import BookieServer
+from tests.integration.bookies import make_add
+from tests.zk import free_port
 from walog.errors import BookieUnavailableError
 from walog.ledger.context import ClientConfig, Timeouts
 from walog.proto import bookie_pb2 as pb
@@ -189,3 +195,35 @@ async def test_a_call_left_unanswered_closes_its_connection_and_the_next_call_re
         assert first.broken  # a peer this silent may be gone: never waited on again
         await connection.read_lac(1)
         assert connection._route.current not in (None, first)
+
+
+async def test_a_draining_bookie_answers_new_native_calls_unavailable(tmp_path: Path) -> None:
+    # In process, to hold the bookie in its draining state as long as the test needs.
+    config = BookieConfig(
+        data_dir=tmp_path / "bookie",
+        listen=f"127.0.0.1:{free_port()}",
+        metadata=f"sqlite:///{tmp_path}/meta.db",
+    )
+    core = await BookieCore.open(config.storage_config())
+    server = BookieServer(config, core, "instance")
+    await server.start()
+    connection = await NativeConnection.open("bookie", "127.0.0.1", server.service.native_port)
+    try:
+        lac = pb.ReadLacRequest(ledger_id=1)
+        answer = await connection.unary(Method.READ_LAC, lac, pb.ReadLacResponse.FromString, 5)
+        assert answer.status == pb.NO_SUCH_LEDGER
+        server.service.draining.set()
+        with pytest.raises(NativeCallError) as refused:
+            await connection.unary(Method.READ_LAC, lac, pb.ReadLacResponse.FromString, 5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in refused.value.details()
+        add = connection.call(Method.ADD, pb.AddResponseFrame.FromString)
+        add.send(pb.AddFrame(batches=[make_add(1, 0, b"late")]).SerializeToString())
+        with pytest.raises(NativeCallError) as refused:
+            await add.read()
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert core.ledgers() == []  # nothing was stored
+    finally:
+        connection.close()
+        await server.stop_now()
+        await core.close()
