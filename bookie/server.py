@@ -12,6 +12,7 @@ gRPC errors are left for transport problems (bad token, server shutting down).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import shutil
@@ -196,14 +197,21 @@ class BookieService(pb_grpc.BookieServicer):
     ) -> AsyncIterator[pb.ReadResponse]:
         """A standing long poll: one answer each time the LAC passes the last one sent,
         with the newly confirmed entries held here; the current LAC as a heartbeat when
-        nothing happens; the stream ends when the bookie drains."""
+        nothing happens; the stream ends when the bookie drains. With ``min_interval_ms``
+        the answers that bring news are spaced at least that far apart (up to a heartbeat)."""
         ledger_id = request.ledger_id
-        if ledger_id < 0 or request.max_entries < 0 or request.heartbeat_ms <= 0:
+        if (
+            ledger_id < 0
+            or request.max_entries < 0
+            or request.heartbeat_ms <= 0
+            or request.min_interval_ms < 0
+        ):
             self.stats.bad_requests += 1
             yield pb.ReadResponse(status=pb.BAD_REQUEST, lac=-1)
             return
         self.stats.lac_watches += 1
         heartbeat = min(max(request.heartbeat_ms / 1000.0, MIN_HEARTBEAT_S), MAX_LONG_POLL_S)
+        spacing = min(request.min_interval_ms / 1000.0, heartbeat)
         sent = request.previous_lac
         while not self.draining.is_set():
             if self.core.lac(ledger_id) <= sent:  # else news arrived while the last was sent
@@ -218,8 +226,12 @@ class BookieService(pb_grpc.BookieServicer):
             response = self._read_response(ledger_id, status, records)
             # The LAC sent is the one read now, which may be past ``lac``: entries above
             # ``lac`` are simply not brought along.
+            news = response.lac > sent
             sent = max(sent, response.lac)
             yield response
+            if news and spacing > 0 and not self.draining.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.draining.wait(), spacing)
 
     def _read_response(
         self, ledger_id: int, status: Status, records: list[StoredRecord]

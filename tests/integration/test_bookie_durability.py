@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -347,12 +348,52 @@ async def test_lac_watch_sends_the_current_lac_as_a_heartbeat_when_idle(
     call.cancel()
 
 
+async def test_lac_watch_with_a_min_interval_spaces_its_answers_and_misses_nothing(
+    stub: pb_grpc.BookieStub,
+) -> None:
+    ledger = 18
+    spacing = 0.3
+    call = stub.WatchLac(
+        pb.WatchLacRequest(
+            ledger_id=ledger,
+            previous_lac=-1,
+            max_entries=100,
+            heartbeat_ms=60_000,
+            min_interval_ms=round(spacing * 1000),
+        )
+    )
+    loop = asyncio.get_running_loop()
+    seen: list[int] = []
+    times: list[float] = []
+
+    async def watch() -> None:
+        while not seen or seen[-1] < 29:
+            reply = await asyncio.wait_for(call.read(), timeout=20)
+            times.append(loop.time())
+            seen.extend(e.entry_id for e in reply.entries)
+
+    watching = asyncio.ensure_future(watch())
+    started = loop.time()
+    # 31 entries, one every ~30 ms: each confirms the one before it (LAC 0..29).
+    for e in range(31):
+        add = make_add(ledger, e, payload(ledger, e), lac=e - 1)
+        await send_frames(stub, [pb.AddFrame(batches=[add])])
+        await asyncio.sleep(0.03)
+    await asyncio.wait_for(watching, 20)
+    assert seen == list(range(30))  # every confirmed entry, once, in order
+    # The adds took about a second: without the spacing that is ~30 answers.
+    assert len(times) <= (times[-1] - started) / spacing + 2
+    assert all(b - a >= spacing / 2 for a, b in itertools.pairwise(times[1:]))  # load jitter
+    call.cancel()
+
+
 @pytest.mark.parametrize(
     "request_",
     [
         pb.WatchLacRequest(ledger_id=-1, heartbeat_ms=1000),
         pb.WatchLacRequest(ledger_id=1, heartbeat_ms=0),
         pb.WatchLacRequest(ledger_id=1, heartbeat_ms=1000, max_entries=-1),
+        pb.WatchLacRequest(ledger_id=1, heartbeat_ms=1000, min_interval_ms=-1),
     ],
 )
 async def test_lac_watch_refuses_a_malformed_request(

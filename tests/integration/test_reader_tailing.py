@@ -12,9 +12,10 @@ import walog.aio as aio
 from walog.digest import entry_digest, master_key
 from walog.errors import NoSuchEntryError
 from walog.ledger.context import ClientConfig, Timeouts
+from walog.ledger.lacwatch import BACKUP_INTERVAL_S, WATCH_HEARTBEAT_S
 from walog.ledger.readops import write_set_bookies
 from walog.testing import LocalCluster
-from walog.transport.base import Status
+from walog.transport.base import ReadReply, Status
 from walog.transport.network import NetworkBookiePool
 
 KEY = master_key(b"")
@@ -205,7 +206,54 @@ async def test_a_frozen_bookie_of_the_write_set_does_not_hold_a_tailer_back(
                 assert [e.data for e in await reader.read(0, 3)] == [
                     f"entry-{i}".encode() for i in range(4)
                 ]
+                # A frozen lead hands over (20 ms after the backup told news); the watch
+                # has no event to wait on, so poll it, bounded.
+                async with asyncio.timeout(5):
+                    while reader._lac_watch.lead == frozen:  # noqa: ASYNC110
+                        await asyncio.sleep(0.01)
             finally:
                 fresh_cluster.resume(frozen)
             await reader.close()
+        await writer.close()
+
+
+async def test_the_lead_watch_tells_every_lac_and_the_backup_only_every_backup_interval(
+    cluster: LocalCluster,
+) -> None:
+    async with await aio.connect(cluster.metadata_uri, config=FAST) as client:
+        writer = await client.create_ledger(3, 3, 2)  # Qw - Qa + 1 = 2 watches
+        reader = await client.open_ledger(writer.ledger_id, recovery=False)
+        told: dict[str, list[int]] = {}
+        take_lac = reader._lac_watch._on_reply
+
+        def count(bookie: str, reply: ReadReply) -> None:
+            told.setdefault(bookie, []).append(reply.lac)
+            take_lac(bookie, reply)
+
+        reader._lac_watch._on_reply = count
+        waiting = asyncio.ensure_future(reader.wait_last_add_confirmed(-1, 60.0))
+        await writer.append(b"first")
+        assert await asyncio.wait_for(waiting, 30) == 0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        lac = 0
+        for i in range(1, 61):
+            await writer.append(b"entry %d" % i)
+            await asyncio.sleep(0.005)
+            lac = await reader.wait_last_add_confirmed(lac, 10.0)
+        while lac < 60:
+            lac = await reader.wait_last_add_confirmed(lac, 10.0)
+        elapsed = loop.time() - started
+        lead = reader._lac_watch.lead
+        assert lead is not None and len(told) == 2
+        (backup,) = set(told) - {lead}
+        # LAC n is told when entry n + 1 arrives (or by an explicit LAC): the lead tells
+        # nearly each one; the backup at most once per BACKUP_INTERVAL_S, with heartbeats.
+        assert len(told[lead]) >= 40
+        assert len(told[backup]) <= elapsed / BACKUP_INTERVAL_S + 5
+        # Heartbeats of an idle ledger (every WATCH_HEARTBEAT_S) are no news: no lead moves.
+        heard = len(told[backup])
+        assert await reader.wait_last_add_confirmed(lac, 2.5 * WATCH_HEARTBEAT_S) == lac
+        assert len(told[backup]) > heard and reader._lac_watch.lead == lead
+        await reader.close()
         await writer.close()

@@ -199,9 +199,10 @@ journal on a disk of its own, `--journal-dir`).
   clock) reads them. A record becomes readable once its entry is confirmed and the
   bookies learn the new last add confirmed, which travels on the writer's next entry (a
   writer this steady lets its next append carry it, `ClientConfig.lac_linger`) or in an
-  explicit update once that append is overdue; the bookies the reader's LAC watches stand on
-  then push the new LAC with the entry. So the lag is about one append round trip, up to one
-  gap between appends, and two one-way messages.
+  explicit update once that append is overdue; the bookie of the reader's leading LAC watch
+  then pushes the new LAC with the entry (its backup watch answers at most every 20 ms).
+  So the lag is about one append round trip, up to one gap between appends, and two
+  one-way messages.
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
 * **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time

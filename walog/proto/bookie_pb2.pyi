@@ -483,7 +483,10 @@ class WatchLacRequest(_message.Message):
     for the ledger moves past the last one it sent (starting from previous_lac), bringing the
     newly confirmed entries it holds, up to max_entries (0: none). Without news it sends the
     current LAC every heartbeat_ms, so the reader can tell a silent bookie from an idle
-    writer. The stream ends when the bookie shuts down.
+    writer. With min_interval_ms > 0, answers that bring news are sent at least that far
+    apart (each then covers everything confirmed meanwhile): a backup watch that costs little
+    while another watch keeps the reader up to date. The stream ends when the bookie shuts
+    down.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -492,10 +495,12 @@ class WatchLacRequest(_message.Message):
     PREVIOUS_LAC_FIELD_NUMBER: _builtins.int
     MAX_ENTRIES_FIELD_NUMBER: _builtins.int
     HEARTBEAT_MS_FIELD_NUMBER: _builtins.int
+    MIN_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     previous_lac: _builtins.int
     max_entries: _builtins.int
     heartbeat_ms: _builtins.int
+    min_interval_ms: _builtins.int
     def __init__(
         self,
         *,
@@ -503,10 +508,11 @@ class WatchLacRequest(_message.Message):
         previous_lac: _builtins.int = ...,
         max_entries: _builtins.int = ...,
         heartbeat_ms: _builtins.int = ...,
+        min_interval_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_ms", b"heartbeat_ms", "ledger_id", b"ledger_id", "max_entries", b"max_entries", "previous_lac", b"previous_lac"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_ms", b"heartbeat_ms", "ledger_id", b"ledger_id", "max_entries", b"max_entries", "min_interval_ms", b"min_interval_ms", "previous_lac", b"previous_lac"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

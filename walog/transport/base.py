@@ -220,11 +220,18 @@ class BookieClient(abc.ABC):
         wait on the bookie until its LAC exceeds previous_lac)."""
 
     async def watch_lac(
-        self, ledger_id: int, previous_lac: int, *, max_entries: int, heartbeat: float
+        self,
+        ledger_id: int,
+        previous_lac: int,
+        *,
+        max_entries: int,
+        heartbeat: float,
+        min_interval: float = 0.0,
     ) -> AsyncGenerator[ReadReply, None]:
         """A standing long poll: yields an answer each time the bookie's LAC passes the
         last one yielded (from ``previous_lac``), with up to ``max_entries`` of the newly
         confirmed entries, and the current LAC every ``heartbeat`` seconds without news.
+        Answers that bring news come at least ``min_interval`` seconds apart.
 
         Ends only by raising (:class:`BookieUnavailableError` when the bookie goes away or
         stays silent) or by the caller closing it. This default chains long polls; a
@@ -241,8 +248,11 @@ class BookieClient(abc.ABC):
             )
             if not max_entries and reply.entries:
                 reply = dataclasses.replace(reply, entries=[])
+            news = reply.lac > after
             yield reply
             after = max(after, reply.lac)
+            if news and min_interval > 0:
+                await asyncio.sleep(min_interval)
 
     @abc.abstractmethod
     async def read_lac(self, ledger_id: int) -> ReadLacReply:

@@ -305,7 +305,13 @@ class NetworkBookieClient(BookieClient):
         return self._read_reply(ledger_id, first_entry_id, response)
 
     async def watch_lac(
-        self, ledger_id: int, previous_lac: int, *, max_entries: int, heartbeat: float
+        self,
+        ledger_id: int,
+        previous_lac: int,
+        *,
+        max_entries: int,
+        heartbeat: float,
+        min_interval: float = 0.0,
     ) -> AsyncGenerator[ReadReply, None]:
         """A server stream of LAC answers (see :class:`BookieClient`); a stream silent
         for ``heartbeat + timeouts.read`` seconds counts as a lost bookie."""
@@ -314,6 +320,7 @@ class NetworkBookieClient(BookieClient):
             previous_lac=previous_lac,
             max_entries=max_entries,
             heartbeat_ms=max(1, round(heartbeat * 1000)),
+            min_interval_ms=round(min_interval * 1000),
         )
         native = await self._route.connection()
         call: NativeCall | grpc.aio.UnaryStreamCall[pb.WatchLacRequest, pb.ReadResponse]
