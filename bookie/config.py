@@ -201,10 +201,6 @@ class StorageConfig:
     """
 
     data_dir: Path
-    native_port: int = 0
-    """``--native-port``: the port of the native protocol (the same calls as frames over TCP
-    or TLS, cheaper per message than gRPC) on the host of ``listen``; 0 (the default) takes
-    any free port, announced to clients through ``Info``; -1 turns it off."""
     journal_dir: Path | None = None
     group_wait_s: float = 0.0
     group_max_bytes: int = 512 * 1024
