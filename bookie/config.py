@@ -52,6 +52,11 @@ class BookieConfig:
     """``--native-port``: the port of the native protocol (the same calls as frames over TCP
     or TLS, cheaper per message than gRPC) on the host of ``listen``; 0 (the default) takes
     any free port, announced to clients through ``Info``; -1 turns it off."""
+    native_socket: str = ""
+    """``--native-socket PATH``: a Unix socket speaking the native protocol too, for clients
+    on this host (cheaper per message than TCP); "" (the default): ``DATA_DIR/native.sock``;
+    ``off``: none. Never opened with TLS or with the native port off (see
+    :attr:`native_socket_path`)."""
     journal_dir: Path | None = None
     """``--journal-dir``: the journal's directory (a separate disk); default: ``data_dir``."""
     metrics_port: int | None = None
@@ -149,6 +154,15 @@ class BookieConfig:
     def journal_path(self) -> Path:
         """The journal directory actually used (as :attr:`StorageConfig.journal_path`)."""
         return self.storage_config().journal_path
+
+    @property
+    def native_socket_path(self) -> Path | None:
+        """The Unix socket to open, absolute; None when there is none: ``--native-socket
+        off``, the native port off, or TLS (a local socket would skip the certificates)."""
+        if self.native_socket == "off" or self.native_port < 0 or self.tls_enabled:
+            return None
+        path = Path(self.native_socket) if self.native_socket else self.data_dir / "native.sock"
+        return path.absolute()
 
     @property
     def tls_enabled(self) -> bool:

@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="port of the native protocol on the --listen host (0: any free, -1: off) [0]",
     )
+    p.add_argument(
+        "--native-socket",
+        default=d.native_socket,
+        metavar="PATH",
+        help="Unix socket of the native protocol for clients on this host "
+        "('off': none) [DATA_DIR/native.sock]",
+    )
     p.add_argument("--journal-dir", type=Path, help="journal directory [DATA_DIR/journal]")
     p.add_argument("--metrics-port", type=int, metavar="N", help="Prometheus /metrics port")
     p.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")

@@ -1,4 +1,5 @@
-"""The bookie's native port: the ``Bookie`` RPCs as frames over TCP or TLS.
+"""The bookie's native port: the ``Bookie`` RPCs as frames over TCP or TLS (and a Unix
+socket for clients on the same host).
 
 Same service object, same messages and same answers as the gRPC port (bookie/server.py);
 only the carriage differs (walog/transport/frames.py), at a fraction of gRPC's CPU per
@@ -15,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import hmac
+import os
 import ssl
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
     from bookie.server import BookieService
 
 log = structlog.get_logger("bookie.native")
+
+_UNIX_PATH_MAX = 108
+"""Bytes in a Unix socket address on Linux, the terminating NUL included."""
 
 MAX_UNARY_CALLS = 32
 """Unary calls one connection may have running; the frames after one that would start
@@ -330,6 +336,8 @@ class NativeServer:
         self.token = token.encode() if token is not None else None
         self._ssl = ssl_context
         self._server: asyncio.Server | None = None
+        self._unix: asyncio.Server | None = None
+        self._unix_path: Path | None = None
         self.connections: set[_Connection] = set()
         self.port = 0
 
@@ -356,11 +364,35 @@ class NativeServer:
         self.port = server.sockets[0].getsockname()[1]
         return self.port
 
+    async def start_unix(self, path: Path) -> str | None:
+        """Listen on the Unix socket ``path`` too (the same calls and token, no TLS);
+        returns the path, or None when it cannot serve there: a path too long for a socket
+        address, or taken by something other than a stale socket of an earlier run."""
+        if len(os.fsencode(path)) >= _UNIX_PATH_MAX:
+            log.info("no native Unix socket: path too long", path=str(path))
+            return None
+        found = await asyncio.to_thread(_what_is, path)
+        if found == "socket":
+            if await _answers(path):
+                log.warning("no native Unix socket: another process serves it", path=str(path))
+                return None
+            # Left by a bookie that did not stop cleanly.
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+        elif found is not None:
+            log.warning("no native Unix socket: the path is taken", path=str(path))
+            return None
+        loop = asyncio.get_running_loop()
+        self._unix = await loop.create_unix_server(lambda: _Connection(self), str(path))
+        self._unix_path = path
+        # Whoever may reach the TCP port on this host may use the socket (the token, if
+        # any, is asked for all the same).
+        os.chmod(path, 0o666)
+        return str(path)
+
     async def drain(self, grace: float) -> None:
         """Stop accepting; let running calls end (the service's drain ends add streams and
         LAC watches) for up to ``grace`` seconds; then close every connection."""
-        if self._server is not None:
-            self._server.close()
+        self._stop_listening()
         calls: list[asyncio.Future[Any]] = []
         for connection in self.connections:
             calls += connection.calls.values()
@@ -370,11 +402,36 @@ class NativeServer:
         self.stop_now()
 
     def stop_now(self) -> None:
-        """Close the listener and every connection at once."""
-        if self._server is not None:
-            self._server.close()
+        """Close the listeners and every connection at once."""
+        self._stop_listening()
         for connection in list(self.connections):
             connection.abort()
+
+    def _stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._unix is not None:
+            self._unix.close()
+            self._unix = None
+            if self._unix_path is not None:
+                self._unix_path.unlink(missing_ok=True)
+
+
+def _what_is(path: Path) -> str | None:
+    """``"socket"``, ``"other"`` or None (nothing there)."""
+    if path.is_socket():
+        return "socket"
+    return "other" if path.exists() or path.is_symlink() else None
+
+
+async def _answers(path: Path) -> bool:
+    """Whether a process accepts connections on the Unix socket ``path``."""
+    try:
+        _, writer = await asyncio.open_unix_connection(str(path))
+    except OSError:
+        return False
+    writer.close()
+    return True
 
 
 __all__ = ["NativeServer"]

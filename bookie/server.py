@@ -119,6 +119,7 @@ class BookieService(pb_grpc.BookieServicer):
         self.config = config
         self.instance_id = instance_id
         self.native_port = 0
+        self.native_socket = ""
         """The native protocol's port once it listens (0: none)."""
         self.stats = ServiceStats()
         self.admission = Admission(config.max_inflight_bytes)
@@ -324,6 +325,7 @@ class BookieService(pb_grpc.BookieServicer):
             journal_syncs=int(core_stats.journal_syncs),
             journal_groups=int(core_stats.journal_groups),
             native_port=self.native_port,
+            native_socket=self.native_socket,
             latencies=[
                 pb.StageLatency(stage=stage, counts=counts)
                 for stage, counts in self.core.latencies.counts.items()
@@ -400,6 +402,13 @@ class BookieServer:
                 raise OSError(
                     exc.errno, f"cannot listen on native port {self.config.native_port}: {exc}"
                 ) from exc
+            path = self.config.native_socket_path
+            if path is not None:
+                try:
+                    self.service.native_socket = await self._native.start_unix(path) or ""
+                except OSError as exc:
+                    # Local clients use the native port instead: a warning, not a failure.
+                    log.warning("native Unix socket not opened", path=str(path), error=str(exc))
         await self._server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -407,6 +416,7 @@ class BookieServer:
             "bookie serving",
             listen=self.config.listen,
             native_port=self.service.native_port or None,
+            native_socket=self.service.native_socket or None,
             tls=self.config.tls_enabled,
         )
 

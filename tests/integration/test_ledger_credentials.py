@@ -82,6 +82,10 @@ async def test_client_with_tls_and_token_writes_and_reads(
         connection = client.ctx.pool.get(bookie)
         assert isinstance(connection, NetworkBookieClient)
         assert connection.transport == "native"  # TLS and the token on the native port too
+        # No Unix socket beside a TLS port: it would let local clients skip the certificates.
+        assert (await connection.info()).native_socket == ""
+        assert connection._route.current is not None
+        assert connection._route.current.unix_path is None
 
 
 async def _native_port(secured: tuple[str, TlsConfig]) -> tuple[int, TlsConfig]:

@@ -26,6 +26,7 @@ from walog.testing import LocalCluster
 from walog.transport.frames import HEADER, HELLO_MAGIC, Kind, Method, encode
 from walog.transport.native import NativeCallError, NativeConnection
 from walog.transport.network import NetworkBookieClient
+from walog.transport.route import NativeRoute
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 
@@ -72,17 +73,17 @@ async def test_a_bookie_without_native_port_is_reached_over_grpc() -> None:
 async def test_an_unreachable_native_port_leaves_the_calls_to_grpc(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    attempts = 0
+    attempts = {"port": 0, "socket": 0}
 
     async def unreachable(*args: object, **kwargs: object) -> None:
-        nonlocal attempts
-        attempts += 1
+        attempts["socket" if kwargs.get("unix_path") else "port"] += 1
         raise NativeCallError(grpc.StatusCode.UNAVAILABLE, "filtered")
 
     monkeypatch.setattr(NativeConnection, "open", unreachable)
     async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
         assert await _write_and_read(client, 3) == {"grpc"}
-    assert attempts == 3  # once per bookie, then gRPC for NATIVE_RETRY_S seconds
+    # Once per bookie each (its Unix socket, then its port), then gRPC for NATIVE_RETRY_S.
+    assert attempts == {"port": 3, "socket": 3}
 
 
 async def test_a_restarted_bookie_is_found_again_on_its_native_port(
@@ -197,16 +198,116 @@ async def test_a_call_left_unanswered_closes_its_connection_and_the_next_call_re
         assert connection._route.current not in (None, first)
 
 
-async def test_a_draining_bookie_answers_new_native_calls_unavailable(tmp_path: Path) -> None:
-    # In process, to hold the bookie in its draining state as long as the test needs.
+def _routes(client: walog.aio.AsyncClient, bookies: list[str]) -> dict[str, str | None]:
+    """The Unix socket each bookie's native connection goes through (None: TCP)."""
+    out = {}
+    for bookie in bookies:
+        connection = client.ctx.pool.get(bookie)
+        assert isinstance(connection, NetworkBookieClient)
+        assert connection._route.current is not None
+        out[bookie] = connection._route.current.unix_path
+    return out
+
+
+async def test_clients_on_the_bookies_host_use_their_unix_sockets(cluster: LocalCluster) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
+        assert await _write_and_read(client, 3) == {"native"}
+        routes = _routes(client, cluster.bookie_ids)
+        for index, bookie in enumerate(cluster.bookie_ids):
+            assert routes[bookie] == str(cluster.bookie_dir(index) / "native.sock")
+
+
+async def test_a_bookie_without_unix_socket_is_reached_on_its_native_port(
+    fresh_cluster: LocalCluster,
+) -> None:
+    plain = fresh_cluster.bookie_ids[0]
+    fresh_cluster.restart(plain, extra_args=["--native-socket", "off"])
+    async with await walog.aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as client:
+        assert await _write_and_read(client, 3) == {"native"}
+        routes = _routes(client, fresh_cluster.bookie_ids)
+        assert routes.pop(plain) is None
+        assert None not in routes.values()
+
+
+async def test_a_unix_socket_that_leads_to_another_bookie_is_not_used(
+    cluster: LocalCluster,
+) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri, config=CONFIG) as client:
+        first, second = (client.ctx.pool.get(b) for b in cluster.bookie_ids[:2])
+        assert isinstance(first, NetworkBookieClient) and isinstance(second, NetworkBookieClient)
+        elsewhere = (await second.info()).native_socket
+        assert elsewhere
+
+        async def misleading() -> pb.InfoResponse:
+            info = await first.info()
+            info.native_socket = elsewhere  # the second bookie's socket, announced as ours
+            return info
+
+        route = NativeRoute(cluster.bookie_ids[0], CONFIG, misleading)
+        try:
+            connection = await route.connection()
+            assert connection is not None and connection.unix_path is None  # the port
+            info = await connection.unary(
+                Method.INFO, pb.InfoRequest(), pb.InfoResponse.FromString, 5
+            )
+            assert info.bookie_id == cluster.bookie_ids[0]
+        finally:
+            route.close()
+
+
+async def _bookie_in_process(tmp_path: Path, *args: str) -> tuple[BookieServer, BookieCore]:
+    """A bookie run inside the test (its core and both ports), for states a process
+    cannot be held in."""
     config = BookieConfig(
         data_dir=tmp_path / "bookie",
         listen=f"127.0.0.1:{free_port()}",
         metadata=f"sqlite:///{tmp_path}/meta.db",
+        **dict(zip(args[::2], args[1::2], strict=True)),  # type: ignore[arg-type]
     )
     core = await BookieCore.open(config.storage_config())
     server = BookieServer(config, core, "instance")
     await server.start()
+    return server, core
+
+
+async def test_a_bookie_replaces_a_stale_unix_socket_and_removes_its_own_at_the_end(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bookie" / "native.sock"
+    path.parent.mkdir()
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(str(path))  # bound, never listening: what a killed process leaves
+    server, core = await _bookie_in_process(tmp_path)
+    try:
+        assert server.service.native_socket == str(path)
+        connection = await NativeConnection.open("bookie", "", 0, unix_path=str(path))
+        connection.close()
+    finally:
+        await server.stop_now()
+        await core.close()
+    assert not path.exists()
+
+
+async def test_a_unix_socket_path_in_use_or_too_long_is_left_alone(tmp_path: Path) -> None:
+    taken = tmp_path / "taken.sock"
+    with socket.socket(socket.AF_UNIX) as other:
+        other.bind(str(taken))
+        other.listen()
+        long = tmp_path / ("x" * 120) / "native.sock"
+        for path in (taken, long):
+            server, core = await _bookie_in_process(tmp_path, "native_socket", str(path))
+            try:
+                assert server.service.native_socket == ""  # local clients use the port
+                assert server.service.native_port > 0
+            finally:
+                await server.stop_now()
+                await core.close()
+        assert taken.is_socket()
+
+
+async def test_a_draining_bookie_answers_new_native_calls_unavailable(tmp_path: Path) -> None:
+    # In process, to hold the bookie in its draining state as long as the test needs.
+    server, core = await _bookie_in_process(tmp_path)
     connection = await NativeConnection.open("bookie", "127.0.0.1", server.service.native_port)
     try:
         lac = pb.ReadLacRequest(ledger_id=1)

@@ -597,6 +597,7 @@ class InfoResponse(_message.Message):
     JOURNAL_GROUPS_FIELD_NUMBER: _builtins.int
     LATENCIES_FIELD_NUMBER: _builtins.int
     NATIVE_PORT_FIELD_NUMBER: _builtins.int
+    NATIVE_SOCKET_FIELD_NUMBER: _builtins.int
     bookie_id: _builtins.str
     instance_id: _builtins.str
     read_only: _builtins.bool
@@ -611,6 +612,11 @@ class InfoResponse(_message.Message):
     native_port: _builtins.int
     """The port of the bookie's native protocol on the host of its id (0: none): the same
     calls as frames over TCP or TLS, cheaper per message (walog/transport/frames.py).
+    """
+    native_socket: _builtins.str
+    """The path of a Unix socket speaking the same native protocol, for clients on the
+    bookie's own host ("": none; never offered by a bookie that speaks TLS). A client
+    checks with Info over it that it reached this very bookie before using it.
     """
     @_builtins.property
     def latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageLatency]: ...
@@ -628,10 +634,11 @@ class InfoResponse(_message.Message):
         journal_groups: _builtins.int = ...,
         latencies: _abc.Iterable[Global___StageLatency] | None = ...,
         native_port: _builtins.int = ...,
+        native_socket: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookie_id", b"bookie_id", "free_disk_bytes", b"free_disk_bytes", "instance_id", b"instance_id", "journal_groups", b"journal_groups", "journal_syncs", b"journal_syncs", "latencies", b"latencies", "max_entry_bytes", b"max_entry_bytes", "native_port", b"native_port", "read_only", b"read_only", "total_disk_bytes", b"total_disk_bytes", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookie_id", b"bookie_id", "free_disk_bytes", b"free_disk_bytes", "instance_id", b"instance_id", "journal_groups", b"journal_groups", "journal_syncs", b"journal_syncs", "latencies", b"latencies", "max_entry_bytes", b"max_entry_bytes", "native_port", b"native_port", "native_socket", b"native_socket", "read_only", b"read_only", "total_disk_bytes", b"total_disk_bytes", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -226,6 +226,8 @@ class NativeConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.broken = False
+        #: The Unix socket this connection goes through, None for TCP.
+        self.unix_path: str | None = None
 
     @classmethod
     async def open(
@@ -238,8 +240,10 @@ class NativeConnection(asyncio.Protocol):
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         within: float = 10.0,
+        unix_path: str | None = None,
     ) -> NativeConnection:
-        """Connect, say HELLO (with ``token``) and wait for the bookie's answer.
+        """Connect (to ``host:port``, or to the Unix socket ``unix_path`` when given), say
+        HELLO (with ``token``) and wait for the bookie's answer.
 
         Raises:
             NativeCallError: UNAVAILABLE when the port cannot be reached in ``within``
@@ -247,15 +251,19 @@ class NativeConnection(asyncio.Protocol):
         """
         loop = asyncio.get_running_loop()
         connection = cls(name)
+        connection.unix_path = unix_path
         try:
             async with asyncio.timeout(within):
-                await loop.create_connection(
-                    lambda: connection,
-                    host,
-                    port,
-                    ssl=ssl_context,
-                    server_hostname=server_hostname if ssl_context is not None else None,
-                )
+                if unix_path is not None:
+                    await loop.create_unix_connection(lambda: connection, unix_path)
+                else:
+                    await loop.create_connection(
+                        lambda: connection,
+                        host,
+                        port,
+                        ssl=ssl_context,
+                        server_hostname=server_hostname if ssl_context is not None else None,
+                    )
                 hello = HELLO_MAGIC + (token or "").encode()
                 connection.send(encode(0, Kind.HELLO, 0, hello))
                 await connection._greeted

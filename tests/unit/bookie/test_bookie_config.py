@@ -96,3 +96,23 @@ def test_metrics_text_keeps_counters_exact() -> None:
     text = render([("walog_x_total", "counter", 1234567.0), ("g", "gauge", 0.25)], {"b": "h:1"})
     assert b'walog_x_total{b="h:1"} 1234567\n' in text
     assert b'g{b="h:1"} 0.25\n' in text
+
+
+def _config(**changes: object) -> BookieConfig:
+    base: dict[str, object] = {
+        "data_dir": Path("/d"),
+        "listen": "h:1",
+        "metadata": "sqlite:///m.db",
+    }
+    return BookieConfig(**base, **changes)  # type: ignore[arg-type]
+
+
+def test_the_native_unix_socket_defaults_to_the_data_dir() -> None:
+    assert _config().native_socket_path == Path("/d/native.sock")
+    assert _config(native_socket="/run/b.sock").native_socket_path == Path("/run/b.sock")
+
+
+def test_there_is_no_native_unix_socket_when_off_with_tls_or_without_native_port() -> None:
+    assert _config(native_socket="off").native_socket_path is None
+    assert _config(native_port=-1).native_socket_path is None
+    assert _config(tls_cert=Path("c"), tls_key=Path("k")).native_socket_path is None
