@@ -192,26 +192,30 @@ def test_thread_cpu_is_split_by_os_thread_name() -> None:
 
 def test_report_sets_one_append_in_flight_against_the_quorum_floor(tmp_path: Path) -> None:
     results = {**_results(), "grpc_fanout_p50_us": 600.0, "quorum_floor_p50_us": 1100.0}
-    results |= {"native_fanout_p50_us": 400.0, "native_quorum_floor_p50_us": 900.0}
+    results |= {"native_fanout_p50_us": 400.0, "native_quorum_floor_p50_us": 950.0}
+    results |= {"unix_fanout_p50_us": 350.0, "unix_quorum_floor_p50_us": 900.0}
     results |= {"append_p50_ms": 1.2, "etcd_put_p50_ms": 1.5, "nats_p50_ms": 1.4}
     report = tmp_path / "benchmarks.md"
     write_report(results, report)
     text = " ".join(report.read_text().split())
     assert "| grpc.aio | 0.600 | 1.100 |" in text
-    assert "| native frames (walog's default) | 0.400 | 0.900 |" in text
+    assert "| native frames over TCP | 0.400 | 0.950 |" in text
+    assert (
+        "| native frames over Unix sockets (walog's default on one host) | 0.350 | 0.900 |" in text
+    )
     assert "walog's append took 1.200 ms (p50), 0.300 ms above it" in text
     assert "The 0.8 ms target lies below this floor." in text
     assert "one etcd put in flight took 1.50 ms and one NATS R3 publish 1.40 ms" in text
-    results["native_quorum_floor_p50_us"] = 700.0
+    results["unix_quorum_floor_p50_us"] = 700.0
     write_report(results, report)
     assert "lies below this floor" not in report.read_text()
 
 
-@pytest.mark.parametrize("native", [False, True], ids=["grpc", "native"])
+@pytest.mark.parametrize("transport", ["grpc", "native", "unix"])
 def test_quorum_floor_times_the_second_answer_and_leaves_no_sync_files(
-    tmp_path: Path, native: bool
+    tmp_path: Path, transport: str
 ) -> None:
-    floor = floors.quorum_floor(0.3, tmp_path, native=native)
+    floor = floors.quorum_floor(0.3, tmp_path, transport=transport)
     assert floor.bare.count > 0 and floor.synced.count > 0 and floor.cpu_s_per_round > 0
     assert list(tmp_path.iterdir()) == []
 

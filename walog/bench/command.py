@@ -375,11 +375,12 @@ class _Run:
         r["grpc_echo_eps"] = {str(batch): round(rate.per_second) for batch, rate in echo.items()}
         r["grpc_rtt_p50_us"] = round(round_trip.percentile_ms(50.0) * 1000.0, 1)
         r["grpc_rtt_p99_us"] = round(round_trip.percentile_ms(99.0) * 1000.0, 1)
-        for transport, prefix, native in (("grpc.aio", "", False), ("native", "native_", True)):
+        for transport, prefix in (("grpc", ""), ("native", "native_"), ("unix", "unix_")):
             with self.bar(f"floor: one message to 3 echo processes, {transport}", unit="run"):
-                quorum = floors.quorum_floor(min(seconds, 3.0), self.data_dir, native=native)
-            fanout = "native_fanout_p50_us" if native else "grpc_fanout_p50_us"
-            r[fanout] = round(quorum.bare.percentile_ms(50.0) * 1000.0, 1)
+                quorum = floors.quorum_floor(min(seconds, 3.0), self.data_dir, transport=transport)
+            r[f"{prefix or 'grpc_'}fanout_p50_us"] = round(
+                quorum.bare.percentile_ms(50.0) * 1000.0, 1
+            )
             r[f"{prefix}quorum_floor_p50_us"] = round(quorum.synced.percentile_ms(50.0) * 1000.0, 1)
             r[f"{prefix}quorum_floor_p99_us"] = round(quorum.synced.percentile_ms(99.0) * 1000.0, 1)
             r[f"{prefix}quorum_floor_cpu_us"] = round(quorum.cpu_s_per_round * 1e6, 1)

@@ -1,12 +1,13 @@
 """The far end of the transport floors: a server that answers every message with its size.
 
-Run as ``python -m walog.bench.echo_server [--native] PORT_FILE [SYNC_FILE]``; it writes its
-port to PORT_FILE once it serves and runs until terminated. It speaks grpc.aio (one
-bidirectional-stream method), or with ``--native`` the frames of a bookie's native port
+Run as ``python -m walog.bench.echo_server [--native|--unix] PORT_FILE [SYNC_FILE]``; it
+writes its port to PORT_FILE once it serves and runs until terminated. It speaks grpc.aio
+(one bidirectional-stream method), or with ``--native`` the frames of a bookie's native port
 (walog/transport/frames.py) on an asyncio protocol, answering a HELLO and then each DATA
-frame. With SYNC_FILE (its space reserved first, as the journal's) it appends every message to
-that file and fdatasyncs it before answering, on the event loop: the least a bookie can do
-for one PERSISTENT add at a time.
+frame; ``--unix`` serves those frames on the Unix socket ``PORT_FILE.sock`` instead and
+writes ``unix:PATH`` to PORT_FILE. With SYNC_FILE (its space reserved first, as the
+journal's) it appends every message to that file and fdatasyncs it before answering, on the
+event loop: the least a bookie can do for one PERSISTENT add at a time.
 """
 
 from __future__ import annotations
@@ -83,6 +84,15 @@ async def serve_native(port_file: Path, sync_file: Path | None = None) -> None:
     await server.serve_forever()
 
 
+async def serve_unix(port_file: Path, sync_file: Path | None = None) -> None:
+    """:func:`serve_native` on the Unix socket ``PORT_FILE.sock``; writes ``unix:PATH``."""
+    fd = _open(sync_file)
+    path = f"{port_file}.sock"
+    server = await asyncio.get_running_loop().create_unix_server(lambda: _NativeEcho(fd), path)
+    port_file.write_text(f"unix:{path}")  # noqa: ASYNC240
+    await server.serve_forever()
+
+
 async def serve(port_file: Path, sync_file: Path | None = None) -> None:
     """Serve the echo method on a free loopback port; write the port to ``port_file``.
     With ``sync_file``, every message is appended to it and synced before its answer."""
@@ -108,18 +118,18 @@ async def serve(port_file: Path, sync_file: Path | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``[--native] PORT_FILE [SYNC_FILE]``: serve until terminated, writing the port to
-    PORT_FILE."""
+    """``[--native|--unix] PORT_FILE [SYNC_FILE]``: serve until terminated, writing the
+    port to PORT_FILE."""
     args = list(sys.argv[1:] if argv is None else argv)
-    native = args[:1] == ["--native"]
-    args = args[1:] if native else args
+    run = {"--native": serve_native, "--unix": serve_unix}.get(args[0] if args else "")
+    args = args[1:] if run is not None else args
     if len(args) not in (1, 2):
         print(
-            "usage: python -m walog.bench.echo_server [--native] PORT_FILE [SYNC_FILE]",
+            "usage: python -m walog.bench.echo_server [--native|--unix] PORT_FILE [SYNC_FILE]",
             file=sys.stderr,
         )
         return 2
-    run = serve_native if native else serve
+    run = run or serve
     asyncio.run(run(Path(args[0]), Path(args[1]) if len(args) == 2 else None))
     return 0
 

@@ -11,7 +11,8 @@
 * :func:`quorum_floor` - one 1 KiB message at a time to three echo processes, timed to the
   second answer, bare and with each process syncing the message to disk before answering:
   the floor of an E3/Qw3/Qa2 append in flight on this stack; over grpc.aio, or over the
-  frames of a bookie's native port with walog's own native client calls.
+  frames of a bookie's native port with walog's own native client calls, on TCP or on Unix
+  sockets (how walog reaches bookies on its own host).
 
 The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 """
@@ -113,11 +114,12 @@ async def _round_trips(target: str, seconds: float, entry_bytes: int) -> Latency
 
 @contextlib.contextmanager
 def _echo_servers(
-    count: int, sync_dir: str | os.PathLike[str] | None = None, *, native: bool = False
+    count: int, sync_dir: str | os.PathLike[str] | None = None, *, transport: str = "grpc"
 ) -> Iterator[tuple[list[str], list[int]]]:
     """Start ``count`` echo servers (each syncing to its own file in ``sync_dir`` when
-    given; speaking native frames instead of gRPC with ``native``); yield their targets
-    and process ids; terminate them."""
+    given; speaking ``transport``: ``grpc``, ``native`` frames on TCP or on ``unix``
+    sockets); yield their targets (``HOST:PORT`` or ``unix:PATH``) and process ids;
+    terminate them."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     servers: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="walog-echo-") as tmp:
@@ -126,7 +128,8 @@ def _echo_servers(
             for index in range(count):
                 port_files.append(Path(tmp) / f"port-{index}")
                 argv = [sys.executable, "-m", "walog.bench.echo_server"]
-                argv += ["--native", str(port_files[-1])] if native else [str(port_files[-1])]
+                argv += [] if transport == "grpc" else [f"--{transport}"]
+                argv.append(str(port_files[-1]))
                 if sync_dir is not None:
                     argv.append(str(Path(sync_dir) / f"{Path(tmp).name}-{index}.sync"))
                 servers.append(subprocess.Popen(argv, env=env))
@@ -136,7 +139,7 @@ def _echo_servers(
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("the echo server did not start")
                     time.sleep(0.05)
-            targets = [f"127.0.0.1:{port_file.read_text()}" for port_file in port_files]
+            targets = [_target(port_file.read_text()) for port_file in port_files]
             yield targets, [server.pid for server in servers]
         finally:
             for server in servers:
@@ -146,6 +149,10 @@ def _echo_servers(
             if sync_dir is not None:
                 for sync_file in Path(sync_dir).glob(f"{Path(tmp).name}-*.sync"):
                     sync_file.unlink()
+
+
+def _target(announced: str) -> str:
+    return announced if announced.startswith("unix:") else f"127.0.0.1:{announced}"
 
 
 def grpc_echo_floor(
@@ -161,13 +168,17 @@ def grpc_echo_floor(
 
 
 async def _open_calls(
-    targets: Sequence[str], native: bool, stack: contextlib.AsyncExitStack
+    targets: Sequence[str], transport: str, stack: contextlib.AsyncExitStack
 ) -> list[grpc.aio.StreamStreamCall[bytes, bytes] | NativeCall]:
     """One echo stream to each target, closed with ``stack``."""
     calls: list[grpc.aio.StreamStreamCall[bytes, bytes] | NativeCall] = []
     for target in targets:
         host, _, port = target.rpartition(":")
-        if native:
+        if transport == "unix":
+            connection = await NativeConnection.open(target, "", 0, unix_path=port)
+            stack.callback(connection.close)
+            calls.append(connection.call(Method.ADD, bytes))
+        elif transport == "native":
             connection = await NativeConnection.open(target, host, int(port))
             stack.callback(connection.close)
             calls.append(connection.call(Method.ADD, bytes))
@@ -180,7 +191,7 @@ async def _open_calls(
 
 
 async def _quorum_round_trips(
-    targets: Sequence[str], quorum: int, seconds: float, entry_bytes: int, native: bool
+    targets: Sequence[str], quorum: int, seconds: float, entry_bytes: int, transport: str
 ) -> Latency:
     message = payload(entry_bytes)
     latency = Latency()
@@ -199,7 +210,7 @@ async def _quorum_round_trips(
                 everyone.set_result(None)
 
     async with contextlib.AsyncExitStack() as stack:
-        calls = await _open_calls(targets, native, stack)
+        calls = await _open_calls(targets, transport, stack)
         receivers = [asyncio.create_task(receive(call)) for call in calls]
         warm_up = WARM_UP_ROUNDS
         deadline = time.perf_counter() + seconds
@@ -240,7 +251,7 @@ def quorum_floor(
     seconds: float,
     sync_dir: str | os.PathLike[str],
     *,
-    native: bool = False,
+    transport: str = "grpc",
     servers: int = 3,
     quorum: int = 2,
     entry_bytes: int = 1024,
@@ -248,13 +259,13 @@ def quorum_floor(
     """One message at a time sent to ``servers`` echo processes, timed to the ``quorum``-th
     answer: bare, and with every server appending and fdatasyncing the message (in
     ``sync_dir``) before it answers. The second is an E3/Qw3/Qa2 PERSISTENT append with no
-    bookie logic at all: what one append in flight costs in Python here, on grpc.aio or
-    (``native``) on the native port's frames."""
-    with _echo_servers(servers, native=native) as (targets, _):
-        bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, native))
-    with _echo_servers(servers, sync_dir, native=native) as (targets, pids):
+    bookie logic at all: what one append in flight costs in Python here, on ``transport``
+    (``grpc``, or the native port's frames on TCP, ``native``, or Unix sockets, ``unix``)."""
+    with _echo_servers(servers, transport=transport) as (targets, _):
+        bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, transport))
+    with _echo_servers(servers, sync_dir, transport=transport) as (targets, pids):
         pids = [os.getpid(), *pids]
         before = sum(cpu_seconds(pid) for pid in pids)
-        synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, native))
+        synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, transport))
         used = sum(cpu_seconds(pid) for pid in pids) - before
     return QuorumFloor(bare, synced, used / (synced.count + WARM_UP_ROUNDS))

@@ -34,6 +34,8 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "quorum_floor_p50_us": ("floor: same, each syncing before it answers, p50", "us", None, False),
     "native_fanout_p50_us": ("floor: 1 KiB to 3 native echoes, 2nd answer, p50", "us", None, False),
     "native_quorum_floor_p50_us": ("floor: same, each syncing first, p50", "us", None, False),
+    "unix_fanout_p50_us": ("floor: same over Unix sockets, 2nd answer, p50", "us", None, False),
+    "unix_quorum_floor_p50_us": ("floor: same, each syncing first, p50", "us", None, False),
     "etcd_put_ops": ("etcd 3 members, 1 KiB puts", "ops/s", None, True),
     "etcd_put_p50_ms": ("etcd put, one in flight, p50", "ms", None, False),
     "nats_r3_sync_ops": ("NATS R3 sync always, 1 KiB", "ops/s", None, True),
@@ -216,7 +218,8 @@ journal on a disk of its own, `--journal-dir`).
   1 KiB entries N to a message, and one 1 KiB message at a time (its round trip); the quorum
   floor sends one 1 KiB message at a time to three echo processes and waits for the second
   answer, bare and with each process appending it to a file and fdatasyncing before it
-  answers, over grpc.aio and over the native port's frames (walog's own client calls). The
+  answers, over grpc.aio and over the native port's frames (walog's own client calls) on TCP
+  and on Unix sockets (what walog uses for bookies on its own host, as here). The
   peers need `apt-get install -y etcd-server` and `pip install 'walog[peers]'`; a missing one
   is reported as skipped.
 

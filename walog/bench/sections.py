@@ -75,7 +75,12 @@ def floor_section(results: dict[str, Any], target_ms: float | None) -> list[str]
     floor = None
     for name, bare_key, synced_key in (
         ("grpc.aio", "grpc_fanout_p50_us", "quorum_floor_p50_us"),
-        ("native frames (walog's default)", "native_fanout_p50_us", "native_quorum_floor_p50_us"),
+        ("native frames over TCP", "native_fanout_p50_us", "native_quorum_floor_p50_us"),
+        (
+            "native frames over Unix sockets (walog's default on one host)",
+            "unix_fanout_p50_us",
+            "unix_quorum_floor_p50_us",
+        ),
     ):
         if bare_key in results and synced_key in results:
             floor = float(results[synced_key]) / 1000.0
@@ -122,8 +127,8 @@ def _stage_lines(stages: dict[str, dict[str, float]], p50_ms: float) -> list[str
     lines += [
         "",
         f"The remaining {outside:.3f} ms of the p50 is outside the bookies' add handling: "
-        "the writer, the native port's framing on both sides, the loopback network both "
-        "ways, and each process waiting for one of the two cores.",
+        "the writer, the native framing on both sides, the sockets both ways, and each "
+        "process waiting for one of the two cores.",
         "",
     ]
     return lines
@@ -191,7 +196,11 @@ def saturation_section(results: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | {_us(append.get(name))} | {_us(tail.get(name))} |")
     append_total, tail_total = sum(append.values()), sum(tail.values())
     lines.append(f"| **all** | **{_us(append_total)}** | **{_us(tail_total)}** |")
-    floor = results.get("native_quorum_floor_cpu_us") or results.get("quorum_floor_cpu_us")
+    floor = (
+        results.get("unix_quorum_floor_cpu_us")
+        or results.get("native_quorum_floor_cpu_us")
+        or results.get("quorum_floor_cpu_us")
+    )
     if floor:
         lines.append(f"| quorum floor: client + 3 syncing echo processes | {floor:.0f} | |")
     lines.append("")
