@@ -119,8 +119,9 @@ class BookieService(pb_grpc.BookieServicer):
         self.config = config
         self.instance_id = instance_id
         self.native_port = 0
-        self.native_socket = ""
         """The native protocol's port once it listens (0: none)."""
+        self.native_socket = ""
+        """The native protocol's Unix socket once it listens ("": none)."""
         self.stats = ServiceStats()
         self.admission = Admission(config.max_inflight_bytes)
         self.draining = asyncio.Event()
