@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import structlog
 
+import walog._loop
 from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.core import BookieCore
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
     try:
-        asyncio.run(run(config))
+        walog._loop.run(run(config))
     except (WalogError, OSError, ValueError) as exc:
         log.error("bookie failed", error=str(exc), kind=type(exc).__name__)
         print(f"walog bookie: error: {exc}", file=sys.stderr)

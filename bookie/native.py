@@ -20,7 +20,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from google.protobuf.message import DecodeError, Message
@@ -91,7 +91,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast("asyncio.Transport", transport)  # uvloop's are not subclasses
         self._transport = transport
         self._server.connections.add(self)
         sock = transport.get_extra_info("socket")

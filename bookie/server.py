@@ -419,6 +419,7 @@ class BookieServer:
             native_port=self.service.native_port or None,
             native_socket=self.service.native_socket or None,
             tls=self.config.tls_enabled,
+            event_loop=type(asyncio.get_running_loop()).__module__.partition(".")[0],
         )
 
     async def mark_not_serving(self) -> None:

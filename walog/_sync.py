@@ -16,6 +16,8 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
+from walog._loop import new_event_loop
+
 T = TypeVar("T")
 
 
@@ -41,7 +43,7 @@ class LoopThread:
     _instance_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, name: str = "walog-loop") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self._pid = os.getpid()
         started = threading.Event()
 

@@ -114,6 +114,24 @@ def bookie(tmp_path: Path) -> Iterator[BookieProcess]:
     process.stop_quietly()
 
 
+@pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
+async def test_a_bookie_serves_on_the_event_loop_walog_event_loop_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setenv("WALOG_EVENT_LOOP", kind)  # inherited by the bookie process
+    bookie = BookieProcess(tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db")
+    bookie.start().wait_ready()
+    try:
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            results, _ = await send_frames(stub, [pb.AddFrame(batches=[make_add(3, 0, b"x")])])
+            assert [r.status for r in results] == [pb.OK]
+        serving = [line for line in bookie.log().splitlines() if "bookie serving" in line]
+        assert json.loads(serving[-1])["event_loop"] == kind
+    finally:
+        bookie.stop_quietly()
+
+
 def test_garbage_bytes_on_the_port_do_not_crash_the_bookie(bookie: BookieProcess) -> None:
     for junk in (b"\x00\xff" * 5000, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n"):
         # The bookie may reset the connection at any point of this exchange (or keep it

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+import walog._loop
 import walog.aio
 from walog.autorecovery.replicate import Report, recover
 from walog.cli import add_connection_options
@@ -165,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verify_percent and not args.verify_entries:
         parser.error("--verify-percent needs --verify-entries")
     try:
-        return asyncio.run(_run(args))
+        return walog._loop.run(_run(args))
     except (WalogError, ValueError, OSError) as exc:
         print(f"walog autorecovery: error: {exc}", file=sys.stderr)
         return 1

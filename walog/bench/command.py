@@ -13,7 +13,6 @@ no peer binaries) is reported as skipped with the reason, never filled in.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime
 import importlib.util
@@ -34,6 +33,7 @@ from typing import Any, TypeVar
 import structlog
 from tqdm import tqdm
 
+import walog._loop
 import walog.aio
 from bookie.journal_files import journal_files
 from walog.bench import floors, peers, scenarios
@@ -206,7 +206,7 @@ class _Run:
             finally:
                 await client.close()
 
-        return asyncio.run(run())
+        return walog._loop.run(run())
 
     def walog_scenarios(self) -> None:
         seconds = self.plan.seconds
@@ -276,7 +276,7 @@ class _Run:
         """Recovery time of open ledgers of several lengths (:data:`_Plan.recovery_lengths`)."""
         r = self.results
         with self.bar("recovery vs length", unit="ledger") as tick:
-            points = asyncio.run(
+            points = walog._loop.run(
                 scenarios.recovery_time(self.uri, self.plan.recovery_lengths, progress=tick)
             )
         r["recovery"] = [{"entries": p.entries, "seconds": round(p.seconds, 4)} for p in points]

@@ -19,9 +19,11 @@ import struct
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import grpc
 
+import walog._loop
 from walog.transport.frames import Code, FrameDecoder, Kind, encode, encode_status
 
 METHOD = "/walog.bench.Echo/Stream"
@@ -57,7 +59,7 @@ class _NativeEcho(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast("asyncio.Transport", transport)  # uvloop's are not subclasses
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
@@ -130,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     run = run or serve
-    asyncio.run(run(Path(args[0]), Path(args[1]) if len(args) == 2 else None))
+    walog._loop.run(run(Path(args[0]), Path(args[1]) if len(args) == 2 else None))
     return 0
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import grpc
 
+import walog._loop
 from walog.bench.echo_server import METHOD, reserve
 from walog.bench.stats import Latency, Rate, cpu_seconds, payload
 from walog.transport.frames import Method
@@ -162,9 +163,9 @@ def grpc_echo_floor(
     and the round trip of one message at a time on such a stream."""
     with _echo_servers(1) as ((target,), _):
         rates = {
-            batch: asyncio.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
+            batch: walog._loop.run(_pump(target, batch, seconds, entry_bytes)) for batch in batches
         }
-        return rates, asyncio.run(_round_trips(target, seconds, entry_bytes))
+        return rates, walog._loop.run(_round_trips(target, seconds, entry_bytes))
 
 
 async def _open_calls(
@@ -262,10 +263,14 @@ def quorum_floor(
     bookie logic at all: what one append in flight costs in Python here, on ``transport``
     (``grpc``, or the native port's frames on TCP, ``native``, or Unix sockets, ``unix``)."""
     with _echo_servers(servers, transport=transport) as (targets, _):
-        bare = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, transport))
+        bare = walog._loop.run(
+            _quorum_round_trips(targets, quorum, seconds, entry_bytes, transport)
+        )
     with _echo_servers(servers, sync_dir, transport=transport) as (targets, pids):
         pids = [os.getpid(), *pids]
         before = sum(cpu_seconds(pid) for pid in pids)
-        synced = asyncio.run(_quorum_round_trips(targets, quorum, seconds, entry_bytes, transport))
+        synced = walog._loop.run(
+            _quorum_round_trips(targets, quorum, seconds, entry_bytes, transport)
+        )
         used = sum(cpu_seconds(pid) for pid in pids) - before
     return QuorumFloor(bare, synced, used / (synced.count + WARM_UP_ROUNDS))

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import walog._loop
 from walog.bench.scenarios import LEDGER_WINDOW
 from walog.bench.stats import Latency, payload
 from walog.testing import free_port
@@ -153,7 +154,7 @@ def nats(seconds: float, size: int = 1024) -> dict[str, Any]:
             commands.append([binary, "-c", str(config)])
         with _processes(commands, Path(tmp)):
             urls = [f"nats://127.0.0.1:{client}" for _, client, _ in nodes]
-            return asyncio.run(_nats_measure(urls, seconds, size))
+            return walog._loop.run(_nats_measure(urls, seconds, size))
 
 
 async def _ignore(_: Exception) -> None:

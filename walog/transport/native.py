@@ -17,7 +17,7 @@ import itertools
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import grpc.aio
@@ -332,7 +332,7 @@ class NativeConnection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast("asyncio.Transport", transport)  # uvloop's are not subclasses
         self._transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
