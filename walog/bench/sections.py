@@ -219,9 +219,9 @@ def saturation_section(results: dict[str, Any]) -> list[str]:
                 "reader"
             )
         text += (
-            ". So close to saturation each message waits behind others in every process "
-            "and thread it passes, and that queueing, not one slow step, is most of the "
-            "tail lag"
+            ". Each message waits behind others in every process and thread it passes, "
+            "more often the busier the cores (a four-process pipeline on two cores), and "
+            "that queueing, not one slow step, is much of the tail lag"
         )
         if "tail_ack_p50_ms" in results and "append_p50_ms" in results:
             text += (
