@@ -175,12 +175,12 @@ async def _open_calls(
     calls: list[grpc.aio.StreamStreamCall[bytes, bytes] | NativeCall] = []
     for target in targets:
         host, _, port = target.rpartition(":")
-        if transport == "unix":
-            connection = await NativeConnection.open(target, "", 0, unix_path=port)
-            stack.callback(connection.close)
-            calls.append(connection.call(Method.ADD, bytes))
-        elif transport == "native":
-            connection = await NativeConnection.open(target, host, int(port))
+        if transport in ("native", "unix"):
+            if transport == "unix":
+                path = target.removeprefix("unix:")
+                connection = await NativeConnection.open(target, "", 0, unix_path=path)
+            else:
+                connection = await NativeConnection.open(target, host, int(port))
             stack.callback(connection.close)
             calls.append(connection.call(Method.ADD, bytes))
         else:
