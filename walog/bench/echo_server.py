@@ -123,15 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``[--native|--unix] PORT_FILE [SYNC_FILE]``: serve until terminated, writing the
     port to PORT_FILE."""
     args = list(sys.argv[1:] if argv is None else argv)
-    run = {"--native": serve_native, "--unix": serve_unix}.get(args[0] if args else "")
-    args = args[1:] if run is not None else args
+    servers = {"--native": serve_native, "--unix": serve_unix}
+    run = servers[args.pop(0)] if args and args[0] in servers else serve
     if len(args) not in (1, 2):
         print(
             "usage: python -m walog.bench.echo_server [--native|--unix] PORT_FILE [SYNC_FILE]",
             file=sys.stderr,
         )
         return 2
-    run = run or serve
     walog._loop.run(run(Path(args[0]), Path(args[1]) if len(args) == 2 else None))
     return 0
 

@@ -131,9 +131,7 @@ class NativeRoute:
                 within=self._config.timeouts.read,
             )
         except grpc.RpcError as exc:
-            error = translate_rpc_error(self.bookie_id, exc)
-            if isinstance(error, UnauthorizedError):
-                raise error from exc
+            self._raise_if_refused(exc)
             log.warning(
                 "native port unreachable, using gRPC",
                 bookie=self.bookie_id,
@@ -163,9 +161,7 @@ class NativeRoute:
                 unix_path=info.native_socket,
             )
         except grpc.RpcError as exc:
-            error = translate_rpc_error(self.bookie_id, exc)
-            if isinstance(error, UnauthorizedError):
-                raise error from exc
+            self._raise_if_refused(exc)
             log.info("native Unix socket unreachable", bookie=self.bookie_id, error=str(exc))
             return None
         try:
@@ -186,6 +182,13 @@ class NativeRoute:
             )
             return None
         return self._unless_closed(connection)
+
+    def _raise_if_refused(self, exc: grpc.RpcError) -> None:
+        """A bookie that refuses the credentials fails the call whichever way it is reached:
+        :class:`UnauthorizedError`; any other failure is left to the caller."""
+        error = translate_rpc_error(self.bookie_id, exc)
+        if isinstance(error, UnauthorizedError):
+            raise error from exc
 
     def _unless_closed(self, connection: NativeConnection) -> NativeConnection:
         if self.closed:
