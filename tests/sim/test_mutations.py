@@ -42,6 +42,7 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
             "stalled",
         },
     ),
+    "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
     "close_while_in_recovery": (
         "recovery_races_writer",
         300,

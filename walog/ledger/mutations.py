@@ -17,6 +17,8 @@ Known mutations:
 - ``out_of_order_ack``: the writer completes an add once it has its ack quorum, without
   waiting for lower entries.
 - ``close_while_in_recovery``: the writer's close overwrites an IN_RECOVERY ledger.
+- ``close_short_of_acks``: the writer's close records its LAC even where it lags the
+  entries acknowledged to the caller (a VOLATILE ledger's unsynced entries).
 - ``log_fences_only_last_ledger``: a new log writer fences only the last ledger.
 """
 
@@ -32,6 +34,7 @@ KNOWN: frozenset[str] = frozenset(
         "recovery_starts_at_lac",
         "out_of_order_ack",
         "close_while_in_recovery",
+        "close_short_of_acks",
         "log_fences_only_last_ledger",
     }
 )
