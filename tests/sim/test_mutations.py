@@ -43,6 +43,11 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
         },
     ),
     "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
+    "lost_answer_taken_for_rival": (
+        "log_duel",
+        300,
+        {"log_listed_ledger_deleted", "recovery_failed", "log_ledger_missing", "log_record_lost"},
+    ),
     "close_while_in_recovery": (
         "recovery_races_writer",
         300,

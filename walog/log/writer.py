@@ -363,7 +363,11 @@ class AsyncLogWriter:
             self._roll_task = None
         return None
 
-    def _append_ledger(self, meta: LogMetadata, expected_last: int, new_id: int) -> LogMetadata:
+    def _append_ledger(
+        self, meta: LogMetadata, expected_last: int, new_id: int
+    ) -> LogMetadata | None:
+        if _applied(meta, self.epoch, new_id):
+            return None  # this roll's own CAS, applied although its answer was lost
         if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
             raise _fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
         return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)))
@@ -382,6 +386,12 @@ class AsyncLogWriter:
         await _record_closed(self._client, self.name, old)
 
     # -- closing ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncLogWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         """Flush, close the current ledger and record its end. Safe to call twice.
@@ -437,6 +447,20 @@ async def _create_log_ledger(
     )
 
 
+def _applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
+    """True when ``meta`` already holds the change that appended ledger ``new_id`` as
+    ``epoch``: the CAS was applied although its answer was lost (a connection dropped
+    between request and reply), and the retry that re-reads the list finds it.
+
+    Only the writer that created ``new_id`` appends it, and every later takeover bumps the
+    epoch, so the pair identifies the change; taking it for a rival's would delete a
+    ledger the stored list names.
+    """
+    if mutations.enabled("lost_answer_taken_for_rival"):
+        return False
+    return meta.epoch == epoch and meta.last_ledger_id == new_id
+
+
 class _ListChanged(WalogError):
     """The list changed under a takeover in a way that needs fencing again.
 
@@ -471,7 +495,9 @@ async def _take_over_once(
         recovered[info.ledger_id] = await _recover(client, info, options.password)
     new_writer = await _create_log_ledger(client, name, options)
 
-    def mutate(fresh: LogMetadata) -> LogMetadata:
+    def mutate(fresh: LogMetadata) -> LogMetadata | None:
+        if _applied(fresh, meta.epoch + 1, new_writer.ledger_id):
+            return None  # this takeover's own CAS, applied although its answer was lost
         # Changes that leave the fenced tail and the epoch alone (cursors, archive marks,
         # truncation of the head) need no new fencing; anything else does.
         if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
