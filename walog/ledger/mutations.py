@@ -20,6 +20,8 @@ Known mutations:
 - ``close_short_of_acks``: the writer's close records its LAC even where it lags the
   entries acknowledged to the caller (a VOLATILE ledger's unsynced entries).
 - ``log_fences_only_last_ledger``: a new log writer fences only the last ledger.
+- ``log_acks_across_roll_unordered``: the log writer acknowledges an entry of a new ledger
+  while an entry of the previous one is still in flight.
 - ``lost_answer_taken_for_rival``: a log takeover or roll that finds its own change in the
   list (its CAS applied, the answer lost) takes it for a rival's.
 """
@@ -39,6 +41,7 @@ KNOWN: frozenset[str] = frozenset(
         "close_short_of_acks",
         "log_fences_only_last_ledger",
         "lost_answer_taken_for_rival",
+        "log_acks_across_roll_unordered",
     }
 )
 """Every mutation name the protocol code knows."""

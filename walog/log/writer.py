@@ -11,14 +11,19 @@ record's future resolves with its position once its entry is acknowledged. Rolli
 the seed too: create the next ledger, CAS-append it, switch new entries to it, then close the
 previous one, so appends never wait for the metadata store.
 
-Any failed entry ends the writer (a later record must never become durable after an earlier
-one failed). A fenced or recovered ledger means another writer took over: the error is
+Records are acknowledged in append order, across rolls too: an entry of the new ledger
+that completes while an entry of the previous one is still in flight waits for it. Any
+failed entry ends the writer and fails every later record with it, even one whose entry
+completed, so the acknowledged records are always a prefix of the appended ones (a WAL's
+users rely on every acknowledged record's predecessors being in the log). A fenced or
+recovered ledger means another writer took over: the error is
 :class:`walog.WriterFencedError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import time
@@ -92,6 +97,15 @@ class LogWriterConfig:
             raise ValueError(f"LogWriterConfig.linger must be >= 0, got {self.linger}")
 
 
+@dataclasses.dataclass(slots=True, eq=False)
+class _SentEntry:
+    """An entry sent to a ledger, with the sinks of its records (in slot order)."""
+
+    ledger: _ActiveLedger
+    sinks: list[PositionSink]
+    entry: asyncio.Future[int]
+
+
 @dataclasses.dataclass(eq=False)
 class _ActiveLedger:
     """A ledger this writer appends to, with what the roll policy counts."""
@@ -145,6 +159,8 @@ class AsyncLogWriter:
         self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
         self._age_timer: asyncio.TimerHandle | None = None
         self._retiring: set[_ActiveLedger] = set()
+        # Entries not yet delivered to their records' sinks, in the order they were sent.
+        self._undelivered: collections.deque[_SentEntry] = collections.deque()
         self._current = self._activate(ledger)
 
     # -- appends ---------------------------------------------------------------------------
@@ -249,34 +265,51 @@ class AsyncLogWriter:
         ledger.entries += 1
         ledger.size_bytes += batch.size
         ledger.inflight.add(entry)
-        entry.add_done_callback(lambda f: self._entry_done(ledger, futures, f))
+        self._undelivered.append(_SentEntry(ledger, futures, entry))
+        entry.add_done_callback(lambda f: self._entry_done(ledger, f))
         self._maybe_roll()
 
-    def _entry_done(
-        self,
-        ledger: _ActiveLedger,
-        futures: list[PositionSink],
-        entry: asyncio.Future[int],
-    ) -> None:
+    def _entry_done(self, ledger: _ActiveLedger, entry: asyncio.Future[int]) -> None:
         ledger.inflight.discard(entry)
+        if mutations.enabled("log_acks_across_roll_unordered"):
+            for sent in [s for s in self._undelivered if s.entry is entry]:
+                self._undelivered.remove(sent)
+                self._deliver(sent)
+            return
+        # Within a ledger entries complete in order; across a roll an entry of the new
+        # ledger may complete first, and waits here for the older ones.
+        undelivered = self._undelivered
+        while undelivered and undelivered[0].entry.done():
+            error = self._deliver(undelivered.popleft())
+            if error is not None:
+                # Every later record fails with this one, whatever its entry's outcome.
+                while undelivered:
+                    self._fail_futures(undelivered.popleft().sinks, error)
+
+    def _deliver(self, sent: _SentEntry) -> BaseException | None:
+        """Resolve the records of a completed entry; when the entry failed, fail them and
+        the writer and return the error."""
+        entry, sinks = sent.entry, sent.sinks
         if entry.cancelled():
             self._fail(WalogError(f"log {self.name!r}: an entry send was cancelled"))
-            self._fail_futures(futures, self._failure or asyncio.CancelledError())
-            return
+            error = self._failure or asyncio.CancelledError()
+            self._fail_futures(sinks, error)
+            return error
         exc = entry.exception()
         if exc is not None:
             if isinstance(exc, LedgerFencedError | LedgerClosedError):
-                exc = _fenced(self.name, ledger.ledger_id, exc)
+                exc = _fenced(self.name, sent.ledger.ledger_id, exc)
             self._fail(exc)
-            self._fail_futures(futures, exc)
-            return
+            self._fail_futures(sinks, exc)
+            return exc
         entry_id = entry.result()
-        ledger_id = ledger.ledger_id  # a property chain: read once per entry, not per record
+        ledger_id = sent.ledger.ledger_id  # a property chain: read once per entry
         # The ids come from the ledger and the slots from enumerate: valid by construction,
         # so each record's position skips Position's validation.
-        for slot, future in enumerate(futures):
+        for slot, future in enumerate(sinks):
             if not future.done():  # a caller may have cancelled its own future
                 future.set_result(unchecked_position(ledger_id, entry_id, slot))
+        return None
 
     def _fail(self, exc: BaseException) -> None:
         """End the writer: the first failure is what every later call raises."""
