@@ -111,9 +111,9 @@ def _data_text(data: bytes) -> str:
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     try:
-        module = importlib.import_module("walog.log.quickstart")
+        module = importlib.import_module("walog.quickstart")
     except ModuleNotFoundError as exc:
-        if exc.name not in ("walog.log.quickstart", "walog.log"):
+        if exc.name not in ("walog.quickstart", "walog.log"):
             raise
         return _ledger_demo()
     result: int = module.run_quickstart()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walog.log.quickstart import run_quickstart
+from walog.quickstart import run_quickstart
 
 
 def test_quickstart_shows_takeover_fencing_and_truncation() -> None:

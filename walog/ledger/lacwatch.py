@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from walog.errors import BookieError, WalogError
-from walog.transport.base import BookiePool, ReadReply, Status
+from walog.transport.base import BookiePool, ReadReply
+from walog.wire.status import Status
 
 log = structlog.get_logger("walog.ledger.lacwatch")
 
