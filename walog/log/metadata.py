@@ -13,8 +13,12 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "truncated_through": "5:10:0" | null,# every record before it was truncated (deleted)
  "orphans_scanned_below": 9,         # ids below were checked for lost-CAS leftovers
  "cursors": {"billing": "7:12:0"},   # consumer -> next position it will read
- "archive_intent": {...} | null}     # an archive run in progress (walog.spark.archive)
+ "archive_intent": {...} | null,     # an archive run in progress (walog.spark.archive)
+ "sinks": {"orders-etl": 41}}        # sink id -> last batch it linked (walog.log.sink)
 ```
+
+Keys a record lacks read as their defaults, so records written before a key existed stay
+readable; readers of older versions ignore keys they do not know.
 
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
 crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
@@ -119,6 +123,9 @@ class LogMetadata:
     """Ledger ids below this were checked for leftovers of lost CAS writes."""
     archive_intent: dict[str, Any] | None = None
     """Opaque to the log layer: the archive job's record of a run in progress."""
+    sinks: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Sink id -> the last batch id it linked into the list (walog.log.sink): a batch at or
+    below it is already in the log and is never linked again."""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -159,6 +166,7 @@ class LogMetadata:
             "truncated_through": _text(self.truncated_through),
             "orphans_scanned_below": self.orphans_scanned_below,
             "archive_intent": self.archive_intent,
+            "sinks": dict(sorted(self.sinks.items())),
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -183,6 +191,7 @@ class LogMetadata:
                 truncated_through=_position(doc.get("truncated_through")),
                 orphans_scanned_below=int(doc.get("orphans_scanned_below", 0)),
                 archive_intent=doc.get("archive_intent"),
+                sinks={str(k): int(v) for k, v in doc.get("sinks", {}).items()},
             )
         except (TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc

@@ -1,0 +1,418 @@
+"""The ``walog`` sink: ``df.write.format("walog")`` and ``writeStream.format("walog")``.
+
+Each task writes its partition's rows into a ledger of its own, tagged for the log
+(walog.log.sink), and reports it; the driver's commit links the tasks' ledgers into the log
+in partition order with one CAS. Exactly once per batch job and per micro-batch:
+
+- a failed task deletes its ledger before failing; a task killed outright, and a speculative
+  attempt whose report Spark discards, leave a ledger no commit links, which the commit
+  (same transaction) or the orphan collector (later) deletes;
+- with ``sinkId`` (required for streams: Spark's micro-batch id is the batch id; optional
+  ``batchId`` for jobs) the log records the last linked batch, so a retried commit, a stream
+  restarted from its checkpoint after the CAS or a rerun job links nothing twice;
+- abort deletes the failed attempt's ledgers.
+
+Rows: one column ``data`` (binary or string) becomes one record each; any other column is
+refused by name, unless ``serialize=json`` writes every row as one JSON object.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import concurrent.futures
+import dataclasses
+import datetime
+import decimal
+import json
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from walog.client import Client, LedgerWriter
+from walog.log.records import RecordBatch
+from walog.log.sink import (
+    DEFAULT_ORPHAN_GRACE,
+    SinkBatch,
+    SinkLedger,
+    collect_sink_orphans,
+    commit_sink_batch,
+    delete_unlinked,
+)
+from walog.log.writer import LedgerOptions, LogWriterConfig
+from walog.spark.batch import worker_client
+from walog.spark.options import _positive_float, _positive_int
+
+IN_FLIGHT_ENTRIES = 64
+"""Entries a task has sent and not yet seen acknowledged, at most."""
+DEFAULT_MAX_ENTRY_BYTES = LogWriterConfig().max_entry_bytes
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""The local property Spark sets to the micro-batch id on a stream's tasks."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The sink's parsed options (plain data, pickled to executors).
+
+    Attributes:
+        metadata: metadata store URI (option ``metadata``, required).
+        log: the log written to (option ``log``, required; created when missing).
+        sink_id: ``sinkId``: batches of one sink id are linked at most once each.
+        batch_id: ``batchId``: a batch job's number for its ``sinkId`` (needs it).
+        serialize: ``serialize``: ``json`` writes whole rows as JSON; None needs ``data``.
+        ledger: ``ensembleSize``, ``writeQuorum``, ``ackQuorum``, ``password``.
+        max_entry_bytes: ``maxEntryBytes``: records are packed into entries up to this.
+        orphan_grace: ``orphanGraceSeconds``: age after which an unlinked sink ledger of no
+            linked batch is deleted (a commit refuses ledgers older than half of it).
+        timeout: ``timeout``: seconds to wait for the metadata store.
+    """
+
+    metadata: str
+    log: str
+    sink_id: str | None = None
+    batch_id: int | None = None
+    serialize: str | None = None
+    ledger: LedgerOptions = dataclasses.field(default_factory=LedgerOptions)
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    orphan_grace: float = DEFAULT_ORPHAN_GRACE
+    timeout: float = 10.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
+        """Parse Spark's option mapping (keys case-insensitive).
+
+        Raises:
+            ValueError: a required option is missing or a value is malformed.
+        """
+        lowered = {str(k).lower(): str(v) for k, v in options.items()}
+        for required in ("metadata", "log"):
+            if not lowered.get(required):
+                raise ValueError(
+                    f"the walog sink needs option {required!r}: "
+                    '.option("metadata", URI).option("log", NAME)'
+                )
+        sink_id = lowered.get("sinkid")
+        if sink_id is not None and not sink_id.strip():
+            raise ValueError("option sinkId is empty")
+        if streaming and sink_id is None:
+            raise ValueError(
+                "writeStream.format('walog') needs option 'sinkId': a name for this query's "
+                "output, kept across restarts, so each micro-batch is linked into the log once"
+            )
+        batch_id = None
+        if streaming and "batchid" in lowered:
+            raise ValueError("option batchId is for batch jobs; a stream numbers its own")
+        if not streaming and (sink_id is None) != ("batchid" not in lowered):
+            raise ValueError(
+                "options sinkId and batchId go together on a batch job: the log links "
+                "batch N of a sink id once, and only after every lower batch id"
+            )
+        if "batchid" in lowered:
+            raw = lowered["batchid"]
+            if not raw.strip().isdigit():
+                raise ValueError(f"option batchId={raw!r}: expected a whole number >= 0")
+            batch_id = int(raw)
+        serialize = lowered.get("serialize")
+        if serialize is not None and serialize.strip().lower() != "json":
+            raise ValueError(f"option serialize={serialize!r}: the one format is 'json'")
+        defaults = LedgerOptions()
+        ensemble = _positive_int(lowered, "ensembleSize", defaults.ensemble_size)
+        write_quorum = _positive_int(lowered, "writeQuorum", defaults.write_quorum)
+        ack_quorum = _positive_int(lowered, "ackQuorum", defaults.ack_quorum)
+        assert ensemble is not None and write_quorum is not None and ack_quorum is not None
+        max_entry = _positive_int(lowered, "maxEntryBytes", DEFAULT_MAX_ENTRY_BYTES)
+        assert max_entry is not None
+        RecordBatch(max_entry, 1)  # validates the bound
+        return cls(
+            metadata=lowered["metadata"],
+            log=lowered["log"],
+            sink_id=None if sink_id is None else sink_id.strip(),
+            batch_id=batch_id,
+            serialize=None if serialize is None else "json",
+            ledger=LedgerOptions(
+                ensemble_size=ensemble,
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+                password=lowered.get("password", "").encode(),
+            ),
+            max_entry_bytes=max_entry,
+            orphan_grace=_positive_float(lowered, "orphanGraceSeconds", DEFAULT_ORPHAN_GRACE),
+            timeout=_positive_float(lowered, "timeout", 10.0),
+        )
+
+
+def check_columns(schema: StructType, options: WriteOptions) -> None:
+    """Refuse a DataFrame the sink cannot write, naming the offending columns.
+
+    Raises:
+        ValueError: no ``data`` column, ``data`` of another type, or other columns without
+            ``serialize=json``.
+    """
+    if options.serialize == "json":
+        return
+    names = [f.name for f in schema.fields]
+    extra = [n for n in names if n != "data"]
+    if extra:
+        raise ValueError(
+            f"the walog sink writes one column 'data' (binary or string); "
+            f"columns {', '.join(repr(n) for n in extra)} are not written: select only "
+            "'data', or set option serialize=json to write each row as a JSON object"
+        )
+    if "data" not in names:
+        raise ValueError("the walog sink needs a column 'data' (binary or string)")
+    kind = schema["data"].dataType
+    if not isinstance(kind, (BinaryType, StringType)):
+        raise ValueError(
+            f"column 'data' is {kind.simpleString()}; the walog sink writes binary or string "
+            "(cast it, or set option serialize=json)"
+        )
+
+
+# -- executor side -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkMessage(WriterCommitMessage):
+    """A task's report: its partition and the closed ledgers it wrote (none if empty)."""
+
+    partition: int
+    ledgers: tuple[SinkLedger, ...]
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+def payloads(batch: pa.RecordBatch, serialize: str | None) -> Iterable[bytes]:
+    """The record payloads of an Arrow batch of the sink's input.
+
+    Raises:
+        ValueError: a null ``data`` value.
+    """
+    if serialize == "json":
+        return (
+            json.dumps(row, default=_json_default, separators=(",", ":")).encode()
+            for row in batch.to_pylist()
+        )
+    column = batch.column(0)
+    if column.null_count:
+        raise ValueError("column 'data' holds a null; every record needs a payload")
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = pc.cast(column, pa.binary())
+    out: list[bytes] = column.to_pylist()
+    return out
+
+
+class _TaskLedger:
+    """Packs a task's records into entries of one ledger, created at the first record."""
+
+    def __init__(self, client: Client, options: WriteOptions, tags: dict[str, str]) -> None:
+        self.client = client
+        self.options = options
+        self.tags = tags
+        self.writer: LedgerWriter | None = None
+        self.max_records = LogWriterConfig().max_records_per_entry
+        self.entry = RecordBatch(options.max_entry_bytes, self.max_records)
+        self.size = 0
+        self.inflight: collections.deque[concurrent.futures.Future[int]] = collections.deque()
+
+    def add(self, timestamp: float, payload: bytes) -> None:
+        if len(payload) > self.entry.max_payload_bytes:
+            raise ValueError(
+                f"a record of {len(payload)} bytes exceeds maxEntryBytes "
+                f"{self.options.max_entry_bytes} less the record format's overhead"
+            )
+        if not self.entry.fits(len(payload)):
+            self._send()
+        if self.entry.add(timestamp, payload):
+            self._send()
+
+    def _send(self) -> None:
+        if not len(self.entry):
+            return
+        if self.writer is None:
+            led = self.options.ledger
+            self.writer = self.client.create_ledger(
+                led.ensemble_size,
+                led.write_quorum,
+                led.ack_quorum,
+                durability=led.durability,
+                password=led.password,
+                custom_metadata=self.tags,
+            )
+        data = self.entry.encode()
+        self.size += len(data)
+        self.inflight.append(self.writer.append_async(data))
+        self.entry = RecordBatch(self.options.max_entry_bytes, self.max_records)
+        while len(self.inflight) > IN_FLIGHT_ENTRIES:
+            self.inflight.popleft().result()
+
+    def finish(self) -> tuple[SinkLedger, ...]:
+        """Send the last entry, close the ledger; the ledgers written (none if no rows)."""
+        self._send()
+        if self.writer is None:
+            return ()
+        while self.inflight:
+            self.inflight.popleft().result()
+        self.writer.close()
+        return (SinkLedger(self.writer.ledger_id, self.writer.last_add_confirmed, self.size),)
+
+    def discard(self) -> None:
+        """Delete what this task wrote (it failed: nothing of it may be linked)."""
+        for future in self.inflight:
+            future.cancel()
+        if self.writer is not None:
+            self.client.delete_ledger(self.writer.ledger_id)
+
+
+def write_partition(
+    options: WriteOptions, txn: str, batch_id: int, batches: Iterator[pa.RecordBatch]
+) -> SinkMessage:
+    """Write one partition's rows into a ledger of its own (runs on executors)."""
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    client = worker_client(options.metadata, options.timeout)
+    tags = SinkBatch(options.log, txn, (), options.sink_id, batch_id).tags()
+    task = _TaskLedger(client, options, tags)
+    try:
+        for batch in batches:
+            now = time.time()
+            for payload in payloads(batch, options.serialize):
+                task.add(now, payload)
+        ledgers = task.finish()
+    except BaseException:
+        task.discard()
+        raise
+    return SinkMessage(partition, ledgers)
+
+
+# -- driver side -------------------------------------------------------------------------
+
+
+def _ledgers(messages: Sequence[WriterCommitMessage | None]) -> list[SinkLedger]:
+    reports = sorted((m for m in messages if isinstance(m, SinkMessage)), key=lambda m: m.partition)
+    return [led for m in reports for led in m.ledgers]
+
+
+def commit_batch(
+    options: WriteOptions, txn: str, batch_id: int, messages: Sequence[WriterCommitMessage | None]
+) -> bool:
+    """Link the tasks' ledgers in partition order, then delete what was not linked.
+
+    Returns True when this commit linked the batch (False: it was linked before).
+    """
+    client = worker_client(options.metadata, options.timeout)
+    ledgers = _ledgers(messages)
+    batch = SinkBatch(options.log, txn, tuple(ledgers), options.sink_id, batch_id)
+
+    async def run() -> bool:
+        ctx = client.async_client
+        linked = True
+        if ledgers or options.sink_id is not None:
+            linked = await commit_sink_batch(ctx, batch, options.ledger, grace=options.orphan_grace)
+        await delete_unlinked(ctx, options.log, [led.ledger_id for led in ledgers])
+        await collect_sink_orphans(ctx, options.log, grace=options.orphan_grace, txn=txn)
+        return linked
+
+    return client.loop_thread.run(run())
+
+
+def abort_batch(
+    options: WriteOptions, txn: str, messages: Sequence[WriterCommitMessage | None]
+) -> None:
+    """Delete the ledgers of a failed attempt (those its tasks reported, and any other of
+    its transaction that is not linked)."""
+    client = worker_client(options.metadata, options.timeout)
+
+    async def run() -> None:
+        ctx = client.async_client
+        await delete_unlinked(ctx, options.log, [led.ledger_id for led in _ledgers(messages)])
+        await collect_sink_orphans(ctx, options.log, grace=options.orphan_grace, txn=txn)
+
+    client.loop_thread.run(run())
+
+
+def _ensure_log(options: WriteOptions) -> None:
+    client = worker_client(options.metadata, options.timeout)
+    client.open_log(options.log)
+
+
+class WalogBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("walog")``: one transaction per job."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        self.txn = uuid.uuid4().hex
+        self.batch_id = options.batch_id or 0
+        _ensure_log(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkMessage:
+        """Write one partition (executor)."""
+        return write_partition(self.options, self.txn, self.batch_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Link every task's ledgers into the log (driver)."""
+        commit_batch(self.options, self.txn, self.batch_id, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Delete what the job wrote (driver)."""
+        abort_batch(self.options, self.txn, messages)
+
+
+class WalogStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("walog")``: one transaction per micro-batch run."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        self.run_id = uuid.uuid4().hex
+        _ensure_log(options)
+
+    def _txn(self, batch_id: int) -> str:
+        return f"{self.run_id}-{batch_id}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkMessage:
+        """Write one partition of a micro-batch (executor)."""
+        ctx = TaskContext.get()
+        raw = None if ctx is None else ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if raw is None:
+            raise RuntimeError(f"Spark did not set {BATCH_ID_PROPERTY} on a stream's task")
+        batch_id = int(raw)
+        return write_partition(self.options, self._txn(batch_id), batch_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Link the micro-batch (driver); a batch linked before is not linked again."""
+        commit_batch(self.options, self._txn(batchId), batchId, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Delete what the failed micro-batch wrote (driver)."""
+        abort_batch(self.options, self._txn(batchId), messages)
+
+
+__all__ = [
+    "BATCH_ID_PROPERTY",
+    "SinkMessage",
+    "WalogBatchWriter",
+    "WalogStreamWriter",
+    "WriteOptions",
+    "abort_batch",
+    "check_columns",
+    "commit_batch",
+    "payloads",
+    "write_partition",
+]
