@@ -13,10 +13,11 @@ Exactly once:
   replaying its last batch or a rerun job with the same ids changes nothing.
 - A commit whose CAS was applied but whose answer was lost finds its first ledger listed
   and stops there.
-- Positions order like the log only when ledger ids ascend along the list. A ledger that
-  would break this (a newer ledger was listed meanwhile, or tasks of later partitions
-  created theirs first) is copied into a fresh ledger before the CAS; the copy carries the
-  same tags, the original is deleted.
+- Positions order like the log only when ledger ids ascend along the list. Ledgers that
+  would break this (a newer ledger was listed meanwhile, or a later partition's task
+  created its ledger first) are copied into fresh ledgers before the CAS, from the first
+  one out of order on; the copies carry the same tags, the originals are deleted. A
+  caller that does not need its order kept sorts the ledgers by id first (no copies).
 - Ledgers that were not linked (failed or speculative attempts, a driver that crashed before
   its CAS) are deleted by :func:`collect_sink_orphans`: those of a batch its sink has since
   linked at once, the others once older than a grace period. A commit refuses ledgers older
@@ -111,17 +112,16 @@ def list_floor(meta: LogMetadata) -> int:
 def out_of_order(ledgers: Sequence[SinkLedger], floor: int) -> list[int]:
     """Indexes of ``ledgers`` to copy so that ids ascend above ``floor`` in this order.
 
-    Keeps the ledger that can stay where it is and copies the rest: a ledger stays when its
-    id exceeds the last one kept (pure).
+    A copy gets a newer id than every ledger existing then, so everything after the first
+    copied ledger is copied too: the longest ascending prefix stays, the rest is copied
+    (pure).
     """
-    copy: list[int] = []
     last = floor
     for i, led in enumerate(ledgers):
-        if led.ledger_id > last:
-            last = led.ledger_id
-        else:
-            copy.append(i)
-    return copy
+        if led.ledger_id <= last:
+            return list(range(i, len(ledgers)))
+        last = led.ledger_id
+    return []
 
 
 def link(

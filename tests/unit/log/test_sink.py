@@ -54,9 +54,11 @@ def test_a_batch_whose_ledger_is_listed_is_already_linked_without_a_sink_id() ->
 
 
 def test_ledgers_that_would_break_ascending_ids_are_copied() -> None:
-    ledgers = [SinkLedger(i, 0, 1) for i in (12, 11, 15, 9, 16)]
-    assert out_of_order(ledgers, floor=10) == [1, 3]
-    assert out_of_order(ledgers, floor=15) == [0, 1, 2, 3]
+    # A copy is newer than every ledger: whatever follows the first copy is copied too.
+    ledgers = [SinkLedger(i, 0, 1) for i in (12, 13, 11, 15, 16)]
+    assert out_of_order(ledgers, floor=10) == [2, 3, 4]
+    assert out_of_order(ledgers, floor=12) == [0, 1, 2, 3, 4]
+    assert out_of_order(ledgers[3:], floor=10) == []
     assert out_of_order([], floor=3) == []
 
 
