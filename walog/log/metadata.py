@@ -14,7 +14,8 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "orphans_scanned_below": 9,         # ids below were checked for lost-CAS leftovers
  "cursors": {"billing": "7:12:0"},   # consumer -> next position it will read
  "archive_intent": {...} | null,     # an archive run in progress (walog.spark.archive)
- "sinks": {"orders-etl": 41}}        # sink id -> last batch it linked (walog.log.sink)
+ "sinks": {"orders-etl": 41},        # sink id -> last batch it linked (walog.log.sink)
+ "archive_location": "/data/arch" | null} # where archived ledgers live (walog.log.archived)
 ```
 
 Keys a record lacks read as their defaults, so records written before a key existed stay
@@ -123,6 +124,9 @@ class LogMetadata:
     """Ledger ids below this were checked for leftovers of lost CAS writes."""
     archive_intent: dict[str, Any] | None = None
     """Opaque to the log layer: the archive job's record of a run in progress."""
+    archive_location: str | None = None
+    """The archive's root directory (``ledger=<id>/*.parquet``), set by the archive job:
+    readers find records that truncation removed from the bookies there."""
     sinks: dict[str, int] = dataclasses.field(default_factory=dict)
     """Sink id -> the last batch id it linked into the list (walog.log.sink): a batch at or
     below it is already in the log and is never linked again."""
@@ -167,6 +171,7 @@ class LogMetadata:
             "orphans_scanned_below": self.orphans_scanned_below,
             "archive_intent": self.archive_intent,
             "sinks": dict(sorted(self.sinks.items())),
+            "archive_location": self.archive_location,
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -192,6 +197,7 @@ class LogMetadata:
                 orphans_scanned_below=int(doc.get("orphans_scanned_below", 0)),
                 archive_intent=doc.get("archive_intent"),
                 sinks={str(k): int(v) for k, v in doc.get("sinks", {}).items()},
+                archive_location=doc.get("archive_location"),
             )
         except (TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc
