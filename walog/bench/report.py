@@ -28,6 +28,7 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "bookie_restart_s": ("bookie restart after SIGKILL", "s", None, False),
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
+    "spark_sink_mb_s": ("Spark batch sink (write + commit), local[2]", "MB/s", None, True),
     "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
     "grpc_rtt_p50_us": ("floor: grpc.aio stream round trip, 1 KiB, p50", "us", None, False),
     "grpc_fanout_p50_us": ("floor: 1 KiB to 3 grpc.aio echoes, 2nd answer, p50", "us", None, False),
