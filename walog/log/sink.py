@@ -246,8 +246,11 @@ async def _link_once(
         ledgers = list(batch.ledgers)
         ledgers[i] = copied
         batch = held[0] = dataclasses.replace(batch, ledgers=tuple(ledgers))
+    # A ledger the list records as CLOSED was closed by its writer before it said so.
     recovered = {
-        info.ledger_id: await _recover(client, info, options.password) for info in meta.ledgers[-2:]
+        info.ledger_id: await _recover(client, info, options.password)
+        for info in meta.ledgers[-2:]
+        if not info.is_closed
     }
     linked = False
 

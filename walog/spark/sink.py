@@ -352,7 +352,7 @@ def commit_batch(
     async def run() -> bool:
         ctx = client.async_client
         linked = True
-        if ledgers or options.sink_id is not None:
+        if ledgers:  # an empty batch has nothing to link (and fences no writer)
             linked = await commit_sink_batch(ctx, batch, options.ledger, grace=options.orphan_grace)
         await delete_unlinked(ctx, options.log, [led.ledger_id for led in ledgers])
         await collect_sink_orphans(ctx, options.log, grace=options.orphan_grace, txn=txn)
