@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,14 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
 import walog
-from walog.log.sink import SINK_TAG, SinkBatch, commit_sink_batch
+from walog.log.sink import (
+    DEFAULT_ORPHAN_GRACE,
+    SINK_TAG,
+    SinkBatch,
+    SinkCommitError,
+    collect_sink_orphans,
+    commit_sink_batch,
+)
 from walog.spark.sink import WriteOptions, commit_batch, write_partition
 from walog.testing import LocalCluster
 
@@ -219,3 +227,29 @@ def test_stream_sink_links_each_micro_batch_once_across_a_restart_after_the_cas(
         assert client.open_log(target).metadata().sinks["copy"] >= int(last.name)
         assert _unlinked_sink_ledgers(client, target) == []
     assert _log_rows(spark, uri, target) == [f"in-{i:03d}".encode() for i in range(70)]
+
+
+def test_abandoned_sink_ledgers_are_collected_after_the_grace_period_and_never_linked_late(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    options = WriteOptions.parse(
+        {"metadata": cluster.metadata_uri, "log": log_name}, streaming=False
+    )
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name)
+        # A driver crashed after its tasks wrote: nothing names the batch as linked.
+        left = write_partition(options, "txn-crashed", 0, _arrow(5, "x"))
+        batch = SinkBatch(log_name, "txn-crashed", left.ledgers)
+        # Too old to link: the collector may already consider it abandoned.
+        with pytest.raises(SinkCommitError, match="more than the"):
+            client.loop_thread.run(
+                commit_sink_batch(client.async_client, batch, options.ledger, grace=1e-3)
+            )
+        assert log.collect_orphans() == 0  # within the default grace period: kept
+        assert _unlinked_sink_ledgers(client, log_name) == [left.ledgers[0].ledger_id]
+        later = time.time() + DEFAULT_ORPHAN_GRACE + 1
+        deleted = client.loop_thread.run(
+            collect_sink_orphans(client.async_client, log_name, now=later)
+        )
+        assert deleted == 1 and _unlinked_sink_ledgers(client, log_name) == []
+        assert log.metadata().ledger_ids == []

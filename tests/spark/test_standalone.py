@@ -49,16 +49,25 @@ def _pipeline(
 def _kill_an_executor_mid_stream(
     standalone: StandaloneSpark, work: Path, driver: subprocess.Popen[bytes]
 ) -> int | None:
-    """Once the restarted stream runs, SIGKILL one executor JVM (its worker starts another)."""
+    """Once the restarted stream has committed a micro-batch, SIGKILL one executor JVM
+    (its worker starts another; Spark runs the lost tasks again)."""
     deadline = time.monotonic() + 600
-    marker = work / "stream-restarting"
+    marker, commits = work / "stream-restarting", work / "checkpoints" / "enrich" / "commits"
+    before: int | None = None
     while time.monotonic() < deadline and driver.poll() is None:
-        pids = standalone.executor_pids() if marker.exists() else []
-        if pids:
-            os.kill(pids[0], signal.SIGKILL)
-            return pids[0]
-        time.sleep(0.2)  # polling another process's files: there is no event to await
+        if before is None and marker.exists():
+            before = _committed(commits)
+        if before is not None and _committed(commits) > before:
+            pids = standalone.executor_pids()
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                return pids[0]
+        time.sleep(0.1)  # polling another process's files: there is no event to await
     return None
+
+
+def _committed(commits: Path) -> int:
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
 
 
 def _check(summary: dict[str, Any], events: int) -> None:
