@@ -4,14 +4,15 @@ reads the tiered log from its first record.
 
     python examples/spark/pipeline.py --metadata URI --work DIR [--master spark://HOST:7077]
 
-1. A service thread appends ``--events`` JSON events to log ``events``.
+1. A service appends half of ``--events`` JSON events to log ``events``.
 2. A streaming query (checkpointed in ``DIR/checkpoints``) reads ``events`` and writes each
    event, with its amount in cents added, to log ``events-enriched`` through the walog sink
-   (``sinkId`` makes every micro-batch land once). Halfway it is stopped and started again
-   from its checkpoint, as after a driver restart.
-3. ``walog archive`` copies the closed ledgers of ``events`` to ``DIR/archive``; retention
+   (``sinkId`` makes every micro-batch land once), up to the log's end.
+3. The service appends the other half; the query starts again from its checkpoint, as after
+   a driver restart, and takes up where it stopped.
+4. ``walog archive`` copies the closed ledgers of ``events`` to ``DIR/archive``; retention
    (``require_archived``) then deletes them from the bookies.
-4. A batch query reads ``events`` from ``earliest``: the archived part comes from Parquet,
+5. A batch query reads ``events`` from ``earliest``: the archived part comes from Parquet,
    the rest from the bookies. Totals per user go to ``DIR/totals`` (Parquet).
 
 It prints one JSON summary line. Without ``--metadata`` it starts a local cluster.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +37,19 @@ SOURCE, TARGET = "events", "events-enriched"
 EVENT_SCHEMA = "user string, amount long, seq long"
 
 
-def service(metadata: str, count: int, started: threading.Event) -> None:
-    """Append ``count`` events in 100 bursts (records of a burst share entries; ledgers
+def service(metadata: str, first: int, end: int) -> None:
+    """Append events ``first..end-1`` in bursts (records of a burst share entries; ledgers
     roll every 20 entries, so archiving has several to take)."""
-    burst = max(1, count // 100)
+    burst = max(1, (end - first) // 50)
     with walog.connect(metadata) as client:
         log = client.open_log(SOURCE, roll_policy=walog.RollPolicy(max_entries=20))
         with log.open_writer() as writer:
-            started.set()
-            for first in range(0, count, burst):
+            for start in range(first, end, burst):
                 futures = [
                     writer.append_async(
                         json.dumps({"user": f"u{i % 7}", "amount": i % 100, "seq": i}).encode()
                     )
-                    for i in range(first, min(count, first + burst))
+                    for i in range(start, min(end, start + burst))
                 ]
                 for future in futures:
                     future.result(timeout=60)
@@ -103,13 +102,11 @@ def run(
 ) -> dict[str, Any]:
     """The whole pipeline; returns the summary."""
     walog.spark.register(spark)
-    started = threading.Event()
-    producer = threading.Thread(target=service, args=(metadata, events, started), daemon=True)
-    producer.start()
-    started.wait(60)
-    batches = stream_once(spark, metadata, work, per_trigger)  # while the service appends
+    half = events // 2
+    service(metadata, 0, half)
+    batches = stream_once(spark, metadata, work, per_trigger)
+    service(metadata, half, events)  # a new writer takes over the log, as after a redeploy
     (work / "stream-restarting").touch()  # tests watch for it
-    producer.join()
     batches += stream_once(spark, metadata, work, per_trigger)  # restarted from the checkpoint
     enriched = spark.read.format("walog").option("metadata", metadata).option("log", TARGET).load()
     seqs = enriched.select(
