@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address = bookie id")
     p.add_argument("--metadata", required=True, metavar="URI", help="zk://... or sqlite:///...")
     p.add_argument(
+        "--rack", default=d.rack, metavar="NAME", help=f"rack or zone of this host [{d.rack}]"
+    )
+    p.add_argument(
         "--native-port",
         type=int,
         default=d.native_port,
@@ -194,7 +197,7 @@ async def _serve(
     )
     await server.start()
     metrics: MetricsServer | None = None
-    registration = Registration(store, config.bookie_id, instance_id, __version__)
+    registration = Registration(store, config.bookie_id, instance_id, __version__, rack=config.rack)
     gc_task: asyncio.Task[None] | None = None
     try:
         if config.metrics_port is not None:

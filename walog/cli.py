@@ -223,6 +223,17 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bookies(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        racks = client.bookie_racks()
+    if args.json:
+        _emit(json.dumps([{"bookie_id": b, "rack": r} for b, r in sorted(racks.items())]))
+        return 0
+    for bookie, rack in sorted(racks.items()):
+        _emit(f"{bookie}\t{rack}")
+    return 0
+
+
 def _cmd_ledgers(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         for ledger_id in client.list_ledgers():
@@ -378,6 +389,8 @@ def _build_parser() -> _Parser:
     )
     tail.add_argument("--json", action="store_true", help="one JSON object per record")
 
+    bookies = command("bookies", _cmd_bookies, "list the available bookies and their racks")
+    bookies.add_argument("--json", action="store_true", help="one JSON array")
     command("ledgers", _cmd_ledgers, "list ledger ids")
     ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
     ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)

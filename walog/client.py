@@ -18,6 +18,7 @@ from walog._sync import Handoff, LoopThread, SyncContext
 from walog.ledger.context import ClientConfig
 from walog.ledger.durability import Durability
 from walog.ledger.entry import Entry
+from walog.ledger.placement import PlacementPolicy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.writer import AsyncLedgerWriter, as_payload
 from walog.log.retention import RetentionPolicy, RollPolicy
@@ -159,6 +160,7 @@ def connect(
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
+    placement: str | PlacementPolicy | None = None,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
 
@@ -166,7 +168,14 @@ def connect(
     """
     loop = LoopThread.instance()
     client = loop.run(
-        aio.connect(metadata_uri, timeout=timeout, tls=tls, auth_token=auth_token, config=config)
+        aio.connect(
+            metadata_uri,
+            timeout=timeout,
+            tls=tls,
+            auth_token=auth_token,
+            config=config,
+            placement=placement,
+        )
     )
     return Client(client, loop)
 
@@ -230,6 +239,10 @@ class Client(SyncContext):
     def bookies(self) -> list[str]:
         """Ids of the bookies currently available, sorted."""
         return self.loop_thread.run(self.async_client.bookies())
+
+    def bookie_racks(self) -> dict[str, str]:
+        """The rack of each available bookie, by bookie id."""
+        return self.loop_thread.run(self.async_client.bookie_racks())
 
     # -- logs (walog.log) -------------------------------------------------------------
 

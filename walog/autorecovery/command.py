@@ -17,6 +17,7 @@ import walog.aio
 from walog.autorecovery.replicate import Report, recover
 from walog.cli import add_connection_options
 from walog.errors import WalogError
+from walog.ledger.placement import POLICIES, placement_policy
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_LOST_AFTER_S = 300.0
@@ -70,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --verify-entries, also read P %% of the other entries of each share, "
         "picked at random each pass (100: every entry) [0]",
     )
+    parser.add_argument(
+        "--placement",
+        choices=list(POLICIES),
+        default=next(iter(POLICIES)),
+        help="how replacements are chosen: the rack-aware rule the writers use, or at "
+        "random [%(default)s]",
+    )
     parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
     return parser
 
@@ -119,12 +127,14 @@ def _missing_long(since: dict[str, float], now: float, lost_after: float, bookie
 
 async def _run(args: argparse.Namespace) -> int:
     passwords = [b"", *(p.encode() for p in args.password)]
-    client = await walog.aio.connect(args.metadata, timeout=args.timeout)
+    placement = placement_policy(args.placement)
+    client = await walog.aio.connect(args.metadata, timeout=args.timeout, placement=placement)
     try:
         if args.once:
             report = await recover(
                 client.ctx,
                 passwords=passwords,
+                placement=placement,
                 verify=args.verify_entries,
                 verify_percent=args.verify_percent,
             )
@@ -141,6 +151,7 @@ async def _run(args: argparse.Namespace) -> int:
                 client.ctx,
                 passwords=passwords,
                 is_lost=functools.partial(_missing_long, missing_since, now, args.lost_after),
+                placement=placement,
                 verify=args.verify_entries,
                 verify_percent=args.verify_percent,
             )

@@ -47,6 +47,8 @@ class LocalCluster:
             temporary directory, removed by :meth:`close`.
         host: the loopback address the bookies listen on (their ids are ``HOST:PORT``).
         bookie_args: extra flags for every bookie (for example ``["--group-wait-ms", "2"]``).
+        racks: rack names handed out in turn (bookie ``n`` gets ``racks[n % len(racks)]``,
+            its ``--rack``); empty: every bookie in the default rack.
         start_timeout: seconds a bookie may take to serve and register.
 
     Use it as a context manager (or call :meth:`start` and :meth:`close`).
@@ -60,6 +62,7 @@ class LocalCluster:
         *,
         host: str = "127.0.0.1",
         bookie_args: Sequence[str] = (),
+        racks: Sequence[str] = (),
         start_timeout: float = 60.0,
     ) -> None:
         if bookies < 0:
@@ -69,6 +72,7 @@ class LocalCluster:
         self._initial = bookies
         self._host = host
         self._bookie_args = list(bookie_args)
+        self._racks = list(racks)
         self._start_timeout = start_timeout
         self._owns_dir = data_dir is None
         self.data_dir = Path(
@@ -310,11 +314,14 @@ class LocalCluster:
             self._metadata_uri,
             port=self._free_port(),
             host=self._host,
-            extra_args=self._bookie_args,
+            extra_args=[*self._bookie_args, *self._rack_args(index)],
             log_path=self.data_dir / "logs" / f"bookie-{index}.log",
         )
         self._bookies.append(bookie)
         return bookie
+
+    def _rack_args(self, index: int) -> list[str]:
+        return ["--rack", self._racks[index % len(self._racks)]] if self._racks else []
 
     def _wait_started(self, bookie: BookieProcess) -> None:
         """Wait for a freshly started bookie; move it to a new port when its port was taken
