@@ -162,6 +162,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if args.hosts is not None:
+        return _run_host_cluster(args, stop)
     metadata = args.metadata or "sqlite"
     with LocalCluster(bookies=args.bookies, metadata=metadata, data_dir=args.data_dir) as cluster:
         _emit(cluster.metadata_uri)
@@ -174,6 +176,29 @@ def _cmd_local(args: argparse.Namespace) -> int:
         )
         stop.wait()
         print("walog: stopping the local cluster", file=sys.stderr, flush=True)
+    return 0
+
+
+def _run_host_cluster(args: argparse.Namespace, stop: threading.Event) -> int:
+    from walog.testing.hosts import HostCluster
+
+    if args.metadata:
+        raise CliError("--hosts starts a ZooKeeper ensemble of its own: leave out --metadata", 2)
+    cluster = HostCluster(bookies=args.hosts, racks=args.racks, data_dir=args.data_dir)
+    with cluster:
+        _emit(cluster.metadata_uri)
+        hosts = ", ".join(f"{b} ({r})" for b, r in cluster.racks.items())
+        client = cluster.host(cluster.client_hosts[0]).namespace
+        print(
+            f"walog: {len(cluster.bookie_ids)} bookies on their own hosts: {hosts}; a "
+            f"ZooKeeper ensemble on zk1-zk3; run clients on a client host, e.g. "
+            f"'ip netns exec {client} walog bookies --metadata URI'; logs under "
+            f"{cluster.data_dir}; Ctrl-C or SIGTERM stops everything",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.wait()
+        print("walog: stopping the hosts", file=sys.stderr, flush=True)
     return 0
 
 
@@ -364,7 +389,18 @@ def _build_parser() -> _Parser:
     local = command("local", _cmd_local, "run a local cluster until Ctrl-C; prints its URI")
     local.add_argument("--bookies", type=int, default=3, help="number of bookies [3]")
     local.add_argument("--data-dir", help="keep bookie data here [a temporary directory]")
-    local.epilog = "With --metadata, the bookies register in that store instead of SQLite."
+    local.add_argument(
+        "--hosts",
+        type=int,
+        metavar="N",
+        help="N bookies, each on a host of its own (network namespaces, needs root), with a "
+        "3-node ZooKeeper ensemble and client hosts",
+    )
+    local.add_argument("--racks", type=int, default=3, help="with --hosts: racks [3]")
+    local.epilog = (
+        "With --metadata, the bookies register in that store instead of SQLite. With "
+        "--hosts, everything runs in network namespaces reachable only from its hosts."
+    )
 
     append = command("append", _cmd_append, "append records to a log (takes over its writer)")
     append.add_argument("log", help="log name (created if missing)")
