@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import collections
 import signal
+import time
 from pathlib import Path
 
 import walog.aio
@@ -27,6 +28,26 @@ from walog.log.position import Position
 from walog.log.retention import RollPolicy
 
 BATCH = 16
+
+
+class Pace:
+    """At most ``per_second`` batches a second (a token bucket one batch deep)."""
+
+    def __init__(self, per_second: float) -> None:
+        self._interval = 1.0 / per_second
+        self._next = time.monotonic()
+
+    def ready(self) -> bool:
+        """True (and the batch counted) when the next batch may go now."""
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = max(self._next + self._interval, now - self._interval)
+        return True
+
+    def wait_s(self) -> float:
+        """Seconds until the next batch may go."""
+        return max(0.0, self._next - time.monotonic())
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -45,12 +66,16 @@ async def run(args: argparse.Namespace) -> int:
         )
         writer = await log.open_writer()
         _emit("takeover", ledger=writer.ledger_id)
+        pace = Pace(args.rate / BATCH)
         pending: collections.deque[tuple[str, asyncio.Future[Position]]] = collections.deque()
         try:
             while not stop.is_set() or pending:
-                while not stop.is_set() and len(pending) < args.window:
+                while not stop.is_set() and len(pending) < args.window and pace.ready():
                     for key in state.keys(BATCH):
                         pending.append((str(key), writer.append_nowait(payload(key))))
+                if not pending:
+                    await asyncio.sleep(pace.wait_s())
+                    continue
                 key, future = pending[0]
                 position = await future
                 rows: list[dict[str, object]] = [{"key": key, "pos": str(position)}]
@@ -81,6 +106,7 @@ def main() -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("incarnation", type=int)
     parser.add_argument("--window", type=int, default=64, help="appends in flight at most")
+    parser.add_argument("--rate", type=float, default=800.0, help="records a second at most")
     parser.add_argument("--quorum", default="3,3,2", help="E,Qw,Qa of new ledgers")
     parser.add_argument("--roll-entries", type=int, default=400, help="entries per ledger")
     return asyncio.run(run(parser.parse_args()))

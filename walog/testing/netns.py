@@ -171,8 +171,9 @@ class Host:
     rack: str = ""
 
     def exec_prefix(self) -> list[str]:
-        """The command prefix that runs a program on this host."""
-        return ["ip", "netns", "exec", self.namespace]
+        """The command prefix that runs a program on this host; the program is killed
+        when the process that started it dies (so a killed test leaves none running)."""
+        return ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.namespace]
 
 
 class HostNetwork:
