@@ -35,6 +35,7 @@ class HostWriter:
         out_dir: Path,
         incarnation: int = 0,
         rate: float = 300.0,
+        roll_entries: int = 400,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -49,7 +50,7 @@ class HostWriter:
             self.proc = cluster.popen(
                 host,
                 ["python", "-m", "tests.hosts.writer", cluster.metadata_uri, log, str(out_dir),
-                 str(incarnation), "--rate", str(rate)],
+                 str(incarnation), "--rate", str(rate), "--roll-entries", str(roll_entries)],
                 log=events,
             )  # fmt: skip
 
