@@ -3,6 +3,7 @@ what they say, heal, and nothing left behind by an owner that was killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -83,6 +84,31 @@ def test_bookies_listen_on_their_own_host_addresses_in_their_racks(hosts: HostCl
 def test_the_zookeeper_ensemble_has_one_leader_and_a_quorum(hosts: HostCluster) -> None:
     modes = sorted(node.mode() or "down" for node in hosts.zookeepers)
     assert modes == ["follower", "follower", "leader"]
+
+
+def test_compare_and_set_survives_zookeeper_leader_changes_neither_lost_nor_doubled(
+    hosts: HostCluster,
+) -> None:
+    loop = hosts.popen(
+        "c1",
+        ["python", "-m", "tests.hosts.cas_loop", hosts.metadata_uri, "/cas-counter", "12"],
+        log=subprocess.PIPE,
+    )
+    try:
+        time.sleep(2)  # the loop is under way: the leader dies mid-stream
+        first = hosts.kill_zk_leader()
+        hosts.zk_leader()  # a new leader serves
+        hosts.start_zk(first)
+        time.sleep(2)
+        second = hosts.kill_zk_leader()
+        hosts.start_zk(second)
+        out, _ = loop.communicate(timeout=60)
+    finally:
+        healthy(hosts)
+    assert loop.returncode == 0, out.decode()[-2000:]
+    result = json.loads(out.decode().splitlines()[-1])
+    assert result["errors"] == []
+    assert result["done"] == result["stored"] > 0
 
 
 def test_an_isolated_host_reaches_no_one_until_healed(hosts: HostCluster) -> None:

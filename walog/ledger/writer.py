@@ -478,6 +478,11 @@ class AsyncLedgerWriter:
 
     # -- failures ---------------------------------------------------------------------
 
+    def abort(self, error: WalogError) -> None:
+        """Stop appending: every add not yet completed, and every later one, fails with
+        ``error``. The ledger stays OPEN (a reader's recovery closes it)."""
+        self._fail(error)
+
     def _fail(self, error: WalogError) -> None:
         """Stop the writer: every add not yet completed (and every later one) fails."""
         if self._error is not None:
