@@ -36,6 +36,7 @@ class HostWriter:
         incarnation: int = 0,
         rate: float = 300.0,
         roll_entries: int = 400,
+        session_timeout: float | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -49,7 +50,8 @@ class HostWriter:
         with self.events.open("ab") as events:
             self.proc = cluster.popen(
                 host,
-                ["python", "-m", "tests.hosts.writer", cluster.metadata_uri, log, str(out_dir),
+                ["python", "-m", "tests.hosts.writer", cluster.uri(session_timeout), log,
+                 str(out_dir),
                  str(incarnation), "--rate", str(rate), "--roll-entries", str(roll_entries)],
                 log=events,
             )  # fmt: skip

@@ -34,6 +34,9 @@ WRITER_HOST, READER_HOST = "c1", "c2"
 FAULT_S = 6.0
 """How long each fault lasts: past the 4 s session timeout, so cut-off bookies'
 registrations expire and come back after the heal."""
+WRITER_SESSION_S = 15.0
+"""The writer's ZooKeeper session outlasts a leader election on a busy machine (without
+contact for a whole session timeout it would stop, presuming its session expired)."""
 PROGRESS = 150
 """Appends acknowledged during a fault, and again after the heal, to count as going on."""
 
@@ -44,7 +47,9 @@ class Run:
     def __init__(self, cluster: HostCluster, out: Path) -> None:
         self.cluster = cluster
         self.out = out
-        self.writer = HostWriter(cluster, WRITER_HOST, LOG, out / "writer")
+        self.writer = HostWriter(
+            cluster, WRITER_HOST, LOG, out / "writer", session_timeout=WRITER_SESSION_S
+        )
         self.exempt: set[Fragment] = set()
         self.phases = 0
 

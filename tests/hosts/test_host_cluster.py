@@ -181,3 +181,35 @@ def test_without_root_hosts_fail_with_one_line_saying_so(monkeypatch: pytest.Mon
     assert "\n" not in str(failure.value)
     with pytest.raises(HostNetworkError, match="need root"):
         HostNetwork("noroot").create()
+
+
+def test_walog_local_hosts_runs_racked_bookies_on_hosts_until_sigterm() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    local = subprocess.Popen(
+        [sys.executable, "-m", "walog", "local", "--hosts", "3", "--racks", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        assert local.stdout is not None and local.stderr is not None
+        uri = local.stdout.readline().decode().strip()
+        assert uri.startswith("zk://10.77.0."), local.stderr.read().decode()[-2000:]
+        banner = local.stderr.readline().decode()
+        namespace = banner.split("'ip netns exec ", 1)[1].split()[0]
+        listing = subprocess.run(
+            ["ip", "netns", "exec", namespace, sys.executable, "-m", "walog", "bookies",
+             "--metadata", uri],
+            capture_output=True, env=env, cwd=REPO_ROOT, timeout=60, check=False,
+        )  # fmt: skip
+        assert listing.returncode == 0, listing.stderr.decode()[-2000:]
+        racks = sorted(line.split("\t")[1] for line in listing.stdout.decode().splitlines())
+        assert racks == ["rack-1", "rack-2", "rack-3"]
+        local.send_signal(signal.SIGTERM)
+        assert local.wait(60) == 0
+    finally:
+        if local.poll() is None:
+            local.kill()
+            local.wait()
+    assert not [n for n in list_namespaces() if n.startswith(f"wlh-{local.pid}-")]

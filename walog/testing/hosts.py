@@ -134,8 +134,13 @@ class HostCluster:
     def metadata_uri(self) -> str:
         """``zk://ZK1:2181,ZK2:2181,ZK3:2181/walog?session_timeout=S``, reachable from the
         hosts (not from this process's own network)."""
+        return self.uri()
+
+    def uri(self, session_timeout: float | None = None) -> str:
+        """:attr:`metadata_uri`, with another session timeout (seconds) when given."""
         hosts = ",".join(node.address for node in self.zookeepers)
-        return f"zk://{hosts}/walog?session_timeout={self._session_timeout:g}"
+        timeout = self._session_timeout if session_timeout is None else session_timeout
+        return f"zk://{hosts}/walog?session_timeout={timeout:g}"
 
     @property
     def bookie_ids(self) -> list[str]:
