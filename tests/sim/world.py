@@ -44,6 +44,7 @@ class World:
         self.history = History(self.bookies)
         self.meta.observers.append(self.history.on_metadata)
         self.log_history = LogHistory()
+        self.meta.observers.append(self.log_history.metadata_observer(self.history.violate))
         self.log_options = (3, 3, 2, 2)
         """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger)."""
         self.client_names: list[str] = []
