@@ -1,6 +1,6 @@
 """walog: a replicated write-ahead log for Python services, built on BookKeeper-style ledgers.
 
-This module is the public API; everything else may change. See docs/ for the guide.
+This module is the public API; everything else may change. docs/api.md is its reference.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ _EXPORTS: dict[str, str] = {
     "Segment": "walog.log.position",
     "RollPolicy": "walog.log.retention",
     "RetentionPolicy": "walog.log.retention",
+    "LogWriterConfig": "walog.log.writer",
+    "ClientConfig": "walog.config",
+    "Timeouts": "walog.config",
+    "TlsConfig": "walog.transport.credentials",
     "WalogError": "walog.errors",
     "LedgerFencedError": "walog.errors",
     "WriterFencedError": "walog.errors",
