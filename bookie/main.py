@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import sys
 from collections.abc import Coroutine, Sequence
@@ -22,21 +21,26 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 import walog._loop
 from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.core import BookieCore
 from bookie.gc import LedgerCollector
+from bookie.health import BookieHealth
+from bookie.http import MetricsServer
 from bookie.logging import configure_logging
-from bookie.metrics import MetricsServer, Sample
+from bookie.metrics import BookieCollector
 from bookie.registration import Registration
 from bookie.server import BookieServer
 from walog import __version__
 from walog.errors import WalogError
+from walog.latency import StageLatencies
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.store import MetadataStore
+from walog.metrics.histogram import LoopHistogram
 
 log = structlog.get_logger("bookie")
 
@@ -76,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         "('off': none) [DATA_DIR/native.sock]",
     )
     p.add_argument("--journal-dir", type=Path, help="journal directory [DATA_DIR/journal]")
-    p.add_argument("--metrics-port", type=int, metavar="N", help="Prometheus /metrics port")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="N", help="port of /metrics, /healthz and /readyz"
+    )
     p.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")
     p.add_argument("--tls-key", type=Path, metavar="F", help="PEM private key")
     p.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: require client certs")
@@ -126,25 +132,82 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
         parser.error(str(exc))
 
 
-def _samples(server: BookieServer, core: BookieCore, collector: LedgerCollector) -> list[Sample]:
-    stats = server.service.stats
-    out: list[Sample] = [
-        (f"walog_bookie_{field.name}_total", "counter", float(getattr(stats, field.name)))
-        for field in dataclasses.fields(stats)
-    ]
-    out.append(("walog_bookie_inflight_add_bytes", "gauge", server.service.admission.in_flight))
-    out.append(("walog_bookie_gc_deleted_ledgers_total", "counter", collector.deleted_total))
-    out.append(
-        ("walog_bookie_gc_deleted_stray_copies_total", "counter", collector.strays_deleted_total)
-    )
-    core_stats = core.stats
-    values = (
-        dataclasses.asdict(core_stats) if dataclasses.is_dataclass(core_stats) else vars(core_stats)
-    )
-    for name, value in sorted(values.items()):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append((f"walog_bookie_storage_{name}", "counter", float(value)))
-    return out
+class _Parts:
+    """The running bookie's parts as the metrics collector reads them."""
+
+    def __init__(self, server: BookieServer, core: BookieCore, gc: LedgerCollector) -> None:
+        self._server = server
+        self._core = core
+        self._gc = gc
+
+    @property
+    def service_stats(self) -> object:
+        return self._server.service.stats
+
+    @property
+    def storage_stats(self) -> object:
+        return self._core.stats
+
+    @property
+    def latencies(self) -> StageLatencies:
+        return self._core.latencies
+
+    def histograms(self) -> dict[str, tuple[str, LoopHistogram]]:
+        core = self._core
+        return {
+            "walog_bookie_read_latency_seconds": (
+                "Reads: storage time to answer (long-poll waits excluded)",
+                self._server.service.read_latency,
+            ),
+            "walog_bookie_journal_group_entries": (
+                "Records per journal group commit",
+                core.group_entries,
+            ),
+            "walog_bookie_journal_group_bytes": (
+                "Bytes per journal group commit",
+                core.group_bytes,
+            ),
+        }
+
+    def gauges(self) -> dict[str, tuple[str, float]]:
+        service = self._server.service
+        return {
+            "walog_bookie_inflight_add_bytes": (
+                "Payload bytes of adds accepted and not answered yet",
+                service.admission.in_flight,
+            ),
+            "walog_bookie_read_only": (
+                "1 while the bookie refuses adds (read-only), else 0",
+                float(read_only_reason(self._core) is not None),
+            ),
+            "walog_bookie_draining": (
+                "1 once the bookie is shutting down, else 0",
+                float(service.draining.is_set()),
+            ),
+            "walog_bookie_ledgers": ("Ledgers stored on the bookie", len(self._core.ledgers())),
+        }
+
+    def counters(self) -> dict[str, tuple[str, float]]:
+        gc = self._gc
+        return {
+            "walog_bookie_gc_deleted_ledgers": (
+                "Ledgers deleted by the GC (their metadata was gone)",
+                gc.deleted_total,
+            ),
+            "walog_bookie_gc_deleted_stray_copies": (
+                "Stray copies of closed ledgers deleted by the GC",
+                gc.strays_deleted_total,
+            ),
+        }
+
+
+def read_only_reason(core: BookieCore) -> str | None:
+    """Why the bookie refuses adds, or None while it accepts them."""
+    failed = core.journal.failed
+    if failed is not None:
+        # A failed journal refuses every write until the bookie restarts.
+        return f"journal failed: {failed}"
+    return None
 
 
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
@@ -195,16 +258,24 @@ async def _serve(
     await server.start()
     metrics: MetricsServer | None = None
     registration = Registration(store, config.bookie_id, instance_id, __version__)
+    health = BookieHealth(
+        asyncio.get_running_loop(),
+        is_registered=lambda: registration.registered,
+        is_draining=server.service.draining.is_set,
+        read_only_reason=lambda: read_only_reason(core),
+    )
+    health_task = asyncio.create_task(health.watch(server.apply_state))
     gc_task: asyncio.Task[None] | None = None
     try:
         if config.metrics_port is not None:
             host, _ = parse_listen(config.listen)
-            metrics = MetricsServer(
-                host,
-                config.metrics_port,
-                lambda: _samples(server, core, collector),
-                {"bookie": config.bookie_id},
+            registry = CollectorRegistry(auto_describe=True)
+            disks = {"data": config.data_dir, "journal": config.journal_path}
+            info = {"version": __version__, "instance_id": instance_id}
+            registry.register(
+                BookieCollector(_Parts(server, core, collector), config.bookie_id, disks, info)
             )
+            metrics = MetricsServer(host, config.metrics_port, registry, health)
             metrics.start()
         if await _until_stopped(registration.register(), stop):
             gc_task = asyncio.create_task(collector.run(stop))
@@ -219,6 +290,7 @@ async def _serve(
             log.warning("unregister failed", error=str(exc))
         await server.drain()
     finally:
+        health_task.cancel()
         if gc_task is not None:
             gc_task.cancel()
         if metrics is not None:

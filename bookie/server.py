@@ -29,6 +29,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from bookie.add_stream import AddStream, wire_status
 from bookie.config import BookieConfig, parse_listen
 from bookie.core import BookieCore
+from bookie.health import WRITES_SERVICE, BookieState
 from bookie.native import NativeServer
 from bookie.security import (
     TokenAuthInterceptor,
@@ -39,6 +40,7 @@ from bookie.security import (
 from bookie.storage import StoredRecord
 from walog import __version__
 from walog.digest import MASTER_KEY_BYTES
+from walog.metrics.histogram import LoopHistogram
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.transport.base import Status
@@ -123,6 +125,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.native_socket = ""
         """The native protocol's Unix socket once it listens ("": none)."""
         self.stats = ServiceStats()
+        self.read_latency = LoopHistogram()
+        """Seconds the storage took to answer each read (long-poll waits excluded)."""
         self.admission = Admission(config.max_inflight_bytes)
         self.draining = asyncio.Event()
         self.last_write: dict[int, float] = {}
@@ -186,9 +190,11 @@ class BookieService(pb_grpc.BookieServicer):
             timeout = min(request.long_poll_timeout_ms / 1000.0, MAX_LONG_POLL_S)
             await self._wait_lac_or_drain(ledger_id, request.previous_lac, timeout)
         max_bytes = min(request.max_bytes or DEFAULT_READ_BYTES, MAX_READ_BYTES)
+        started = time.monotonic()
         status, records = await self.core.read(
             ledger_id, request.first_entry_id, request.last_entry_id, max_bytes
         )
+        self.read_latency.observe(time.monotonic() - started)
         if long_poll and status == Status.NO_SUCH_ENTRY:
             # A long poll answers the LAC; the entries are a bonus when they exist.
             status = Status.OK
@@ -413,6 +419,8 @@ class BookieServer:
         await self._server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        # Not writable until registered: bookie/health.py keeps this one up to date.
+        await self.health.set(WRITES_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info(
             "bookie serving",
             listen=self.config.listen,
@@ -421,6 +429,18 @@ class BookieServer:
             tls=self.config.tls_enabled,
             event_loop=type(asyncio.get_running_loop()).__module__.partition(".")[0],
         )
+
+    async def apply_state(self, state: BookieState) -> None:
+        """Bring the gRPC health statuses in line with ``state`` (see bookie/health.py)."""
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        ready = state in (BookieState.WRITABLE, BookieState.READ_ONLY, BookieState.STARTING)
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, serving if ready else not_serving)
+        writable = state is BookieState.WRITABLE
+        await self.health.set(WRITES_SERVICE, serving if writable else not_serving)
 
     async def mark_not_serving(self) -> None:
         """Report NOT_SERVING on the health service (first step of a clean shutdown)."""

@@ -1,0 +1,1 @@
+"""Prometheus metrics of walog: the histograms both bookies and clients count into."""
