@@ -7,8 +7,8 @@ variable) and answers ``--help``. Log lines of the library go to stderr, from WA
 and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from this
 build, 130 on Ctrl-C); never a traceback.
 
-``bookie``, ``bench``, ``archive`` and ``autorecovery`` hand their arguments unchanged to
-the module that implements them, imported only when used.
+``bookie``, ``bench``, ``archive``, ``autorecovery`` and ``status`` hand their arguments
+unchanged to the module that implements them, imported only when used.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ _DELEGATED: dict[str, tuple[str, str, str]] = {
     "bench": ("walog.bench", "main", "run the benchmarks"),
     "archive": ("walog.spark.archive", "main", "archive closed ledgers of a log to Parquet"),
     "autorecovery": ("walog.autorecovery", "main", "re-replicate ledgers of lost bookies"),
+    "status": ("walog.status", "main", "bookies, ledgers and logs; exit 1 if any need attention"),
 }
 _FEATURE_NAMES = {"bench": "benchmarking", "archive": "archiving", "autorecovery": "autorecovery"}
 # At most this many appends wait for their acknowledgement at once in `walog append`.
