@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from bookie.core import BookieCore
+
 log = structlog.get_logger("bookie.health")
 
 WRITES_SERVICE = "walog.bookie.v1.Bookie.Writes"
@@ -32,6 +34,15 @@ LOOP_PROBE_TIMEOUT_S = 2.0
 """``/healthz`` fails when the event loop has not run a callback within this long."""
 WATCH_INTERVAL_S = 0.5
 """How often the gRPC health statuses are brought up to date with the bookie's state."""
+
+
+def read_only_reason(core: BookieCore) -> str | None:
+    """Why the bookie refuses adds, or None while it accepts them."""
+    failed = core.journal.failed
+    if failed is not None:
+        # A failed journal refuses every write until the bookie restarts.
+        return f"journal failed: {failed}"
+    return None
 
 
 class BookieState(enum.Enum):
@@ -124,4 +135,5 @@ __all__ = [
     "WRITES_SERVICE",
     "BookieHealth",
     "BookieState",
+    "read_only_reason",
 ]

@@ -28,19 +28,18 @@ from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.core import BookieCore
 from bookie.gc import LedgerCollector
-from bookie.health import BookieHealth
+from bookie.health import BookieHealth, read_only_reason
 from bookie.http import MetricsServer
 from bookie.logging import configure_logging
+from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
 from bookie.registration import Registration
 from bookie.server import BookieServer
 from walog import __version__
 from walog.errors import WalogError
-from walog.latency import StageLatencies
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.store import MetadataStore
-from walog.metrics.histogram import LoopHistogram
 
 log = structlog.get_logger("bookie")
 
@@ -132,84 +131,6 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
         parser.error(str(exc))
 
 
-class _Parts:
-    """The running bookie's parts as the metrics collector reads them."""
-
-    def __init__(self, server: BookieServer, core: BookieCore, gc: LedgerCollector) -> None:
-        self._server = server
-        self._core = core
-        self._gc = gc
-
-    @property
-    def service_stats(self) -> object:
-        return self._server.service.stats
-
-    @property
-    def storage_stats(self) -> object:
-        return self._core.stats
-
-    @property
-    def latencies(self) -> StageLatencies:
-        return self._core.latencies
-
-    def histograms(self) -> dict[str, tuple[str, LoopHistogram]]:
-        core = self._core
-        return {
-            "walog_bookie_read_latency_seconds": (
-                "Reads: storage time to answer (long-poll waits excluded)",
-                self._server.service.read_latency,
-            ),
-            "walog_bookie_journal_group_entries": (
-                "Records per journal group commit",
-                core.group_entries,
-            ),
-            "walog_bookie_journal_group_bytes": (
-                "Bytes per journal group commit",
-                core.group_bytes,
-            ),
-        }
-
-    def gauges(self) -> dict[str, tuple[str, float]]:
-        service = self._server.service
-        return {
-            "walog_bookie_inflight_add_bytes": (
-                "Payload bytes of adds accepted and not answered yet",
-                service.admission.in_flight,
-            ),
-            "walog_bookie_read_only": (
-                "1 while the bookie refuses adds (read-only), else 0",
-                float(read_only_reason(self._core) is not None),
-            ),
-            "walog_bookie_draining": (
-                "1 once the bookie is shutting down, else 0",
-                float(service.draining.is_set()),
-            ),
-            "walog_bookie_ledgers": ("Ledgers stored on the bookie", len(self._core.ledgers())),
-        }
-
-    def counters(self) -> dict[str, tuple[str, float]]:
-        gc = self._gc
-        return {
-            "walog_bookie_gc_deleted_ledgers": (
-                "Ledgers deleted by the GC (their metadata was gone)",
-                gc.deleted_total,
-            ),
-            "walog_bookie_gc_deleted_stray_copies": (
-                "Stray copies of closed ledgers deleted by the GC",
-                gc.strays_deleted_total,
-            ),
-        }
-
-
-def read_only_reason(core: BookieCore) -> str | None:
-    """Why the bookie refuses adds, or None while it accepts them."""
-    failed = core.journal.failed
-    if failed is not None:
-        # A failed journal refuses every write until the bookie restarts.
-        return f"journal failed: {failed}"
-    return None
-
-
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
     """Run the bookie until ``stop`` is set (SIGTERM/SIGINT set it when not given).
 
@@ -272,9 +193,8 @@ async def _serve(
             registry = CollectorRegistry(auto_describe=True)
             disks = {"data": config.data_dir, "journal": config.journal_path}
             info = {"version": __version__, "instance_id": instance_id}
-            registry.register(
-                BookieCollector(_Parts(server, core, collector), config.bookie_id, disks, info)
-            )
+            parts = BookieParts(server, core, collector, asyncio.get_running_loop())
+            registry.register(BookieCollector(parts, config.bookie_id, disks, info))
             metrics = MetricsServer(host, config.metrics_port, registry, health)
             metrics.start()
         if await _until_stopped(registration.register(), stop):

@@ -31,6 +31,7 @@ SERVICE_COUNTERS = {
     "forces": "Force (sync) requests",
     "reads": "Read requests",
     "read_entries": "Entries answered to read requests",
+    "read_bytes": "Payload bytes of the entries answered to read requests",
     "long_polls": "Long-poll LAC reads",
     "lac_watches": "LAC watch streams opened",
     "fences": "Fence requests, fencing reads included",

@@ -73,6 +73,7 @@ class ServiceStats:
     forces: int = 0
     reads: int = 0
     read_entries: int = 0
+    read_bytes: int = 0
     long_polls: int = 0
     lac_watches: int = 0
     fences: int = 0
@@ -245,6 +246,7 @@ class BookieService(pb_grpc.BookieServicer):
         self, ledger_id: int, status: Status, records: list[StoredRecord]
     ) -> pb.ReadResponse:
         self.stats.read_entries += len(records)
+        self.stats.read_bytes += sum(len(r.data) for r in records)
         return pb.ReadResponse(
             status=wire_status(status),
             entries=[

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bookie.health import WRITES_SERVICE
 from tests.integration.bookies import BookieProcess, free_port, make_add, send_frames
 from tests.integration.full_disk import fill, small_tmpfs
+from walog.digest import master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
 
@@ -103,20 +104,27 @@ async def test_bookie_metrics_count_the_adds_and_reads_a_workload_made(
                 pb.ReadRequest(ledger_id=7, first_entry_id=first, last_entry_id=first + 9)
             )
             assert reply.status == pb.OK
+        fenced = await stub.Fence(pb.FenceRequest(ledger_id=7, master_key=master_key(b"")))
+        assert fenced.status == pb.OK
     samples = await asyncio.to_thread(scrape, base)
     assert samples["walog_bookie_adds_total"] == 30
     assert samples["walog_bookie_stored_entries_total"] == 30
     assert samples["walog_bookie_failed_adds_total"] == 0
     assert samples["walog_bookie_add_latency_seconds_count"] == 30  # one per add batch
-    # Journal records: the 30 adds and the ledger's master key.
-    assert samples["walog_bookie_journal_group_entries_sum"] == 31
+    # Journal records: the 30 adds, the ledger's master key and its fence.
+    assert samples["walog_bookie_journal_group_entries_sum"] == 32
     syncs = samples["walog_bookie_journal_syncs_total"]
     assert 1 <= syncs == samples["walog_bookie_journal_fsync_seconds_count"]
     assert samples["walog_bookie_reads_total"] == 2
     assert samples["walog_bookie_read_entries_total"] == 20
+    assert samples["walog_bookie_read_bytes_total"] == 20 * 100
     assert samples["walog_bookie_read_latency_seconds_count"] == 2
     assert samples["walog_bookie_read_only"] == 0
     assert samples["walog_bookie_ledgers"] == 1
+    assert samples["walog_bookie_fenced_ledgers"] == 1
+    assert samples["walog_bookie_fences_total"] == 1
+    # Nothing checkpointed yet: the entries are in the journal and the write cache.
+    assert samples["walog_bookie_entry_logs"] == samples["walog_bookie_checkpoints_total"] == 0
 
 
 async def test_a_writable_bookie_is_alive_ready_and_serving_writes(
