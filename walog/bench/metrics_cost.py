@@ -75,7 +75,7 @@ def measure(
     seconds: float,
     bookie_metrics_urls: Sequence[str],
     *,
-    rounds: int = 3,
+    rounds: int = 4,
     progress: Callable[[int], None] = lambda _: None,
 ) -> MetricsCost:
     """Run ``2 * rounds`` pipelined-append rounds of ``seconds`` each, half with metrics.
