@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from walog.digest import MASTER_KEY_BYTES
-from walog.ledger.durability import Durability
-from walog.proto import bookie_pb2 as pb
-from walog.transport.base import Status
-from walog.transport.packing import PackedEntry, unpack_entries
+from walog.wire.digest import MASTER_KEY_BYTES
+from walog.wire.durability import Durability
+from walog.wire.packing import PackedEntry, unpack_entries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.status import Status
 
 if TYPE_CHECKING:
     from bookie.server import BookieService

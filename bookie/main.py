@@ -87,7 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: require client certs")
     p.add_argument("--auth-token-file", type=Path, metavar="F", help="bearer token clients send")
     p.add_argument(
-        "--allow-format", action="store_true", help="format even if disk and metadata disagree"
+        "--allow-format",
+        action="store_true",
+        help="write a new cookie although disk and metadata disagree (see --discard-instance)",
+    )
+    p.add_argument(
+        "--discard-instance",
+        metavar="ID",
+        help="with --allow-format, where the disk lost the incarnation the metadata store "
+        "names: its instance id, confirming that its acknowledged entries are re-replicated",
     )
     p.add_argument(
         "--cache-entry-logs",

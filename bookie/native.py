@@ -2,7 +2,7 @@
 socket for clients on the same host).
 
 Same service object, same messages and same answers as the gRPC port (bookie/server.py);
-only the carriage differs (walog/transport/frames.py), at a fraction of gRPC's CPU per
+only the carriage differs (walog/wire/frames.py), at a fraction of gRPC's CPU per
 message. Each connection starts with a HELLO that carries the bearer token when the bookie
 requires one. An add stream is driven by calls (:meth:`AddStream.run_direct`): each frame is
 dispatched as it arrives and each loop turn's results go out at its end. Other calls run as
@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from walog.proto import bookie_pb2 as pb
-from walog.transport.frames import (
+from walog.wire.frames import (
     HELLO_MAGIC,
     RPC_NAMES,
     Code,
@@ -38,7 +37,8 @@ from walog.transport.frames import (
     encode_end,
     encode_status,
 )
-from walog.transport.native import keepalive
+from walog.wire.keepalive import keepalive
+from walog.wire.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
     from bookie.add_stream import AddStream

@@ -39,16 +39,15 @@ from bookie.security import (
 )
 from bookie.storage import StoredRecord
 from walog import __version__
-from walog.digest import MASTER_KEY_BYTES
 from walog.metrics.histogram import LoopHistogram
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
-from walog.transport.base import Status
+from walog.wire.digest import MASTER_KEY_BYTES
+from walog.wire.limits import MAX_MESSAGE_BYTES
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
+from walog.wire.status import Status
 
 log = structlog.get_logger("bookie.server")
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""gRPC message limit both ways: a batched frame holds many entries."""
 DEFAULT_READ_BYTES = 4 * 1024 * 1024
 """A range read answers at most this many payload bytes unless the request asks less."""
 MAX_READ_BYTES = 32 * 1024 * 1024

@@ -15,7 +15,7 @@ _EXPORTS: dict[str, str] = {
     "Client": "walog.client",
     "LedgerWriter": "walog.client",
     "LedgerReader": "walog.client",
-    "Durability": "walog.ledger.durability",
+    "Durability": "walog.wire.durability",
     "Entry": "walog.ledger.entry",
     "LedgerMetadata": "walog.metadata.layout",
     "Log": "walog.log.sync",

@@ -20,8 +20,8 @@ from typing import Any, cast
 
 import walog._loop
 import walog.aio
+from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
-from walog.ledger.context import ClientConfig, Timeouts
 from walog.ledger.ensemble import available_bookies
 from walog.log.metadata import list_logs, read_log
 from walog.metadata.layout import AVAILABLE_BOOKIES, COOKIES, LEDGERS, LedgerMetadata

@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bookie.health import WRITES_SERVICE
 from tests.integration.bookies import BookieProcess, free_port, make_add, send_frames
 from tests.integration.full_disk import fill, small_tmpfs
-from walog.digest import master_key
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.wire.digest import master_key
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 
 def _get(url: str) -> tuple[int, str]:

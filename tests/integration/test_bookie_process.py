@@ -33,8 +33,8 @@ from walog.latency import STAGES, percentile_us
 from walog.metadata import open_store
 from walog.metadata.layout import LedgerMetadata, LedgerState, bookie_path, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 
 @pytest.fixture(params=["sqlite", pytest.param("zk", marks=pytest.mark.zk)])

@@ -322,13 +322,3 @@ def test_quickstart_runs_to_completion(capsys: pytest.CaptureFixture[str]) -> No
     status, out, err = _run(["quickstart"], capsys)
     assert status == 0, err
     assert out.strip()
-
-
-def test_quickstart_falls_back_to_the_ledger_demo_without_the_log_layer(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "walog.log.quickstart", None)
-    status, out, err = _run(["quickstart"], capsys)
-    assert status == 0, err
-    assert "read back ['entry 0'" in out
-    assert "the first writer's next append was refused" in out

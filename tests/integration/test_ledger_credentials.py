@@ -11,8 +11,8 @@ import pytest
 
 import walog.aio as aio
 from tests.integration.bookies import BookieProcess
+from walog.config import ClientConfig, Timeouts
 from walog.errors import UnauthorizedError
-from walog.ledger.context import ClientConfig, Timeouts
 from walog.transport.credentials import TlsConfig
 from walog.transport.native import NativeCallError, NativeConnection
 from walog.transport.network import NetworkBookieClient

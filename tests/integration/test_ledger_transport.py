@@ -12,15 +12,15 @@ import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 import walog.aio
-from walog.digest import entry_digest, master_key
+from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieUnavailableError
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
 from walog.transport import add_stream, wire
-from walog.transport.base import Status
 from walog.transport.network import NetworkBookiePool
-from walog.transport.packing import unpack_entries
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.packing import unpack_entries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.status import Status
 
 KEY = master_key(b"")
 CONFIG = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))

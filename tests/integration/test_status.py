@@ -13,9 +13,9 @@ import grpc.aio
 
 from tests.integration.bookies import BookieProcess, make_add, send_frames
 from tests.integration.full_disk import fill, small_tmpfs
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 
 def status(uri: str, *extra: str) -> subprocess.CompletedProcess[str]:

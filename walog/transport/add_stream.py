@@ -31,12 +31,10 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
+from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
-from walog.ledger.context import ClientConfig
-from walog.proto import bookie_pb2 as pb
 from walog.transport.base import AddReply, BatchCallback, ForceReply
 from walog.transport.native import NativeCall, NativeCallError
-from walog.transport.packing import PackedEntries
 from walog.transport.wire import (
     BatchEncoder,
     PendingBatch,
@@ -45,6 +43,8 @@ from walog.transport.wire import (
     status_of,
     translate_rpc_error,
 )
+from walog.wire.packing import PackedEntries
+from walog.wire.proto import bookie_pb2 as pb
 
 
 class StreamOwner(Protocol):

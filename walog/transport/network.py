@@ -28,11 +28,8 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 
+from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, WalogError
-from walog.ledger.context import ClientConfig
-from walog.ledger.durability import Durability
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc
 from walog.transport.add_stream import AddCall, AddStream
 from walog.transport.base import (
     AddCallback,
@@ -44,17 +41,20 @@ from walog.transport.base import (
     ForceReply,
     ReadLacReply,
     ReadReply,
-    Status,
     StoredEntry,
 )
 from walog.transport.credentials import TlsConfig, auth_metadata
-from walog.transport.frames import RPC_NAMES, Method
 from walog.transport.native import NativeCall
-from walog.transport.packing import PackedEntries
 from walog.transport.route import NativeRoute
 from walog.transport.wire import BatchEncoder, status_of, translate_rpc_error, verified_entries
+from walog.wire.durability import Durability
+from walog.wire.frames import RPC_NAMES, Method
+from walog.wire.limits import MAX_MESSAGE_BYTES
+from walog.wire.packing import PackedEntries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc
+from walog.wire.status import Status
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _ADD_METHOD = "/walog.bookie.v1.Bookie/Add"
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
 
@@ -478,4 +478,4 @@ class NetworkBookiePool(BookiePool):
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "NetworkBookieClient", "NetworkBookiePool"]
+__all__ = ["NetworkBookieClient", "NetworkBookiePool"]
