@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import grpc.aio
+import pytest
 
 from tests.integration.bookies import BookieProcess, make_add, send_frames
 from tests.integration.full_disk import fill, small_tmpfs
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, free_port
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
@@ -92,8 +93,16 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
     assert doc["healthy"] is False and len(doc["problems"]) == 3
 
 
-def test_status_of_an_unreachable_metadata_store_exits_1_naming_it(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path}/no-such-dir/meta.db"
+@pytest.mark.parametrize("kind", ["sqlite", "zookeeper"])
+def test_status_of_an_unreachable_metadata_store_exits_1_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    if kind == "sqlite":
+        uri = f"sqlite:///{tmp_path}/no-such-dir/meta.db"
+    else:
+        uri = f"zk://127.0.0.1:{free_port()}/walog"  # nothing listens there
     done = status(uri, "--timeout", "2")
     assert done.returncode == 1
-    assert f"metadata store {uri} unreachable" in done.stdout
+    assert done.stdout.startswith(f"NEEDS ATTENTION (1):\n  - metadata store {uri} unreachable")
+    doc = json.loads(status(uri, "--timeout", "2", "--json").stdout)
+    assert doc["healthy"] is False and doc["metadata"]["reachable"] is False
