@@ -1,20 +1,22 @@
 """What metrics cost the append path: pipelined appends with client metrics off and on.
 
 The rounds alternate off, on, on, off, ... (each pair in both orders) so a slow drift of
-the machine's load weighs on both sides alike. While metrics are on, a scraper thread
-collects the client's registry and every bookie's ``/metrics`` once a second, as
-Prometheus would.
+the machine's load weighs on both sides alike. While metrics are on, the client's registry
+is served over HTTP from this process and another process scrapes it and every bookie's
+``/metrics`` once a second, as Prometheus would.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
+import subprocess
+import sys
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+import prometheus_client
+from prometheus_client import CollectorRegistry
 
 import walog._loop
 import walog.aio
@@ -34,7 +36,7 @@ class MetricsCost:
     off_cpu_us: float
     """CPU time of this process (the client, all its threads) per entry, metrics off."""
     on_cpu_us: float
-    """The same with metrics on (the scraper thread included)."""
+    """The same with metrics on (serving the client's scrapes included)."""
     scrapes: int
 
     @property
@@ -43,31 +45,55 @@ class MetricsCost:
         return 100.0 * (1.0 - self.on_eps / self.off_eps)
 
 
+_SCRAPE_LOOP = """
+import sys, time, urllib.request
+urls = sys.argv[2:]
+interval = float(sys.argv[1])
+scrapes = 0
+while True:
+    started = time.monotonic()
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                reply.read()
+        except OSError as exc:
+            sys.exit(f"scrape of {url} failed: {exc}")
+    scrapes += 1
+    print(scrapes, flush=True)
+    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+"""
+
+
 class _Scraper:
-    """Scrapes a registry and some URLs every ``SCRAPE_INTERVAL_S`` until stopped."""
+    """Serves ``registry`` on a free port of this process, as a service embedding the client
+    would, and scrapes it and ``urls`` from another process every ``SCRAPE_INTERVAL_S``, as
+    Prometheus would: the client pays for exposing its metrics, not for fetching the
+    bookies'."""
 
     def __init__(self, registry: CollectorRegistry, urls: Sequence[str]) -> None:
         self._registry = registry
         self._urls = list(urls)
-        self._stop = threading.Event()
         self.scrapes = 0
-        self._thread = threading.Thread(target=self._run, name="bench-scraper", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SCRAPE_INTERVAL_S):
-            generate_latest(self._registry)
-            for url in self._urls:
-                with urllib.request.urlopen(url, timeout=10) as reply:
-                    reply.read()
-            self.scrapes += 1
+        self._proc: subprocess.Popen[str] | None = None
+        self._server: Any = None
 
     def __enter__(self) -> _Scraper:
-        self._thread.start()
+        self._server, _ = prometheus_client.start_http_server(
+            0, addr="127.0.0.1", registry=self._registry
+        )
+        own = f"http://127.0.0.1:{self._server.server_port}/metrics"
+        command = [sys.executable, "-c", _SCRAPE_LOOP, str(SCRAPE_INTERVAL_S), own, *self._urls]
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        assert self._proc is not None and self._proc.stdout is not None
+        self._proc.terminate()
+        out, _ = self._proc.communicate()
+        lines = out.split()
+        self.scrapes = int(lines[-1]) if lines else 0
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def measure(
