@@ -6,6 +6,7 @@ This module is the public API; everything else may change. See docs/ for the gui
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import Any
 
 # Public name -> module that defines it. Imported on first use, so `import walog` stays
@@ -41,7 +42,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted([*_EXPORTS, "aio", "testing", "spark"])
-__version__ = "0.1.0"
+try:
+    # The version lives in pyproject.toml only; the installed distribution's metadata has it.
+    __version__ = importlib.metadata.version("walog")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
