@@ -4,6 +4,7 @@ readiness probes, and the gRPC health of writes, for a writable and a read-only 
 from __future__ import annotations
 
 import asyncio
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bookie.health import WRITES_SERVICE
 from tests.integration.bookies import BookieProcess, free_port, make_add, send_frames
 from tests.integration.full_disk import fill, small_tmpfs
+from walog.testing import LocalCluster
 from walog.wire.digest import master_key
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
@@ -167,3 +169,24 @@ async def test_a_bookie_whose_journal_disk_is_full_is_ready_for_reads_but_not_wr
             assert samples["walog_bookie_disk_free_bytes,dir=journal"] < 1024 * 1024
         finally:
             bookie.stop_quietly()
+
+
+def test_a_local_cluster_bookie_whose_metrics_port_was_taken_moves_to_another(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import walog.testing.cluster as cluster_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([free_port(), port])  # the gRPC port, then the metrics port: taken
+
+        def pick(host: str = "127.0.0.1") -> int:
+            return next(picks, None) or free_port(host)
+
+        monkeypatch.setattr(cluster_module, "free_port", pick)
+        with LocalCluster(bookies=1, data_dir=tmp_path / "cluster", metrics=True) as cluster:
+            base = cluster.metrics_url(0)
+            assert not base.endswith(f":{port}")
+            assert _get(f"{base}/healthz") == (200, "alive\n")

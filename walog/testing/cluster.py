@@ -318,20 +318,24 @@ class LocalCluster:
 
     def _new_bookie(self) -> BookieProcess:
         index = len(self._bookies)
-        args = list(self._bookie_args)
-        if self._metrics:
-            self._metrics_ports[index] = self._free_port()
-            args += ["--metrics-port", str(self._metrics_ports[index])]
         bookie = BookieProcess(
             self.data_dir / "bookies" / str(index),
             self._metadata_uri,
             port=self._free_port(),
             host=self._host,
-            extra_args=args,
+            extra_args=self._bookie_args,
             log_path=self.data_dir / "logs" / f"bookie-{index}.log",
         )
         self._bookies.append(bookie)
+        self._new_metrics_port(bookie)
         return bookie
+
+    def _new_metrics_port(self, bookie: BookieProcess) -> None:
+        """Give the bookie a metrics port of its own (with ``metrics=True``)."""
+        if self._metrics:
+            index = self._bookies.index(bookie)
+            self._metrics_ports[index] = port = self._free_port()
+            bookie.extra_args = [*self._bookie_args, "--metrics-port", str(port)]
 
     def _wait_started(self, bookie: BookieProcess) -> None:
         """Wait for a freshly started bookie; move it to a new port when its port was taken
@@ -345,6 +349,7 @@ class LocalCluster:
                 if bookie.running or not any(hint in tail for hint in _PORT_TAKEN_HINTS):
                     raise
             bookie.port = self._free_port()
+            self._new_metrics_port(bookie)  # it may have been the metrics port
             shutil.rmtree(bookie.data_dir, ignore_errors=True)
             bookie.start()
         self.wait_ready(bookie.bookie_id)
