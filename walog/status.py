@@ -24,6 +24,7 @@ from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
 from walog.ledger.ensemble import available_bookies
 from walog.log.metadata import list_logs, read_log
+from walog.metadata.election import ELECTIONS, current_leader
 from walog.metadata.layout import AVAILABLE_BOOKIES, COOKIES, LEDGERS, LedgerMetadata
 from walog.metadata.store import NodeNotFoundError
 from walog.tables import render_table
@@ -67,6 +68,16 @@ class LogStatus:
 
 
 @dataclasses.dataclass
+class LeaderStatus:
+    """One leader election (``walog.metadata.election``), e.g. of the writers of a log."""
+
+    name: str
+    leader: str | None
+    """The candidate that leads now (None: nobody)."""
+    epoch: int | None
+
+
+@dataclasses.dataclass
 class ClusterStatus:
     """The whole screen, as data."""
 
@@ -77,6 +88,7 @@ class ClusterStatus:
     under_replicated: list[int]
     """Ledgers whose ensembles name a bookie that is neither writable nor read-only."""
     logs: list[LogStatus]
+    elections: list[LeaderStatus] = dataclasses.field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -99,6 +111,7 @@ class ClusterStatus:
             "ledgers": {**self.ledgers, "under_replicated": len(self.under_replicated)},
             "under_replicated_ledgers": self.under_replicated,
             "logs": [dataclasses.asdict(log) for log in self.logs],
+            "elections": [dataclasses.asdict(e) for e in self.elections],
             "problems": self.problems,
             "healthy": not self.problems,
         }
@@ -168,7 +181,14 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
         last = meta.ledgers[-1] if meta.ledgers else None
         open_segment = last.ledger_id if last is not None and not last.is_closed else None
         logs.append(LogStatus(name, len(meta.ledgers), open_segment, meta.epoch))
-    return ClusterStatus(metadata_uri, bookies, counts, under_replicated, logs)
+    elections = []
+    for name in await store.children(ELECTIONS):
+        try:
+            leader = await current_leader(store, name)
+        except (ValueError, KeyError):
+            leader = None  # a record this version cannot read: shown as no leader
+        elections.append(LeaderStatus(name, *(leader if leader is not None else (None, None))))
+    return ClusterStatus(metadata_uri, bookies, counts, under_replicated, logs, elections)
 
 
 def _bytes(value: int | None) -> str:
@@ -217,6 +237,13 @@ def render(status: ClusterStatus) -> str:
             for log in status.logs
         ]
         lines += render_table(["LOG", "SEGMENTS", "WRITING TO", "WRITER EPOCH"], log_rows)
+    if status.elections:
+        lines.append("")
+        rows = [
+            [e.name, e.leader or "(none)", "-" if e.epoch is None else str(e.epoch)]
+            for e in status.elections
+        ]
+        lines += render_table(["ELECTION", "LEADER", "EPOCH"], rows)
     lines.append("")
     problems = status.problems
     if problems:
@@ -274,4 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if status.problems else 0
 
 
-__all__ = ["BookieStatus", "ClusterStatus", "LogStatus", "gather", "main", "render"]
+__all__ = [
+    "BookieStatus",
+    "ClusterStatus",
+    "LeaderStatus",
+    "LogStatus",
+    "gather",
+    "main",
+    "render",
+]

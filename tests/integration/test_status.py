@@ -12,8 +12,10 @@ from pathlib import Path
 import grpc.aio
 import pytest
 
+import walog.aio
 from tests.integration.bookies import BookieProcess, make_add, send_frames
 from tests.integration.full_disk import fill, small_tmpfs
+from walog.metadata.election import elect
 from walog.testing import LocalCluster, free_port
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
@@ -24,17 +26,39 @@ def status(uri: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_status_of_a_healthy_cluster_exits_0_with_every_bookie_writable(
-    cluster: LocalCluster,
+async def test_status_of_a_healthy_cluster_exits_0_listing_bookies_logs_and_leaders(
+    cluster: LocalCluster, log_name: str
 ) -> None:
-    done = status(cluster.metadata_uri)
+    async with await walog.aio.connect(cluster.metadata_uri) as client:
+        log = await client.open_log(log_name)
+        async with await log.open_writer() as writer:
+            await writer.append(b"one")
+            leadership = await elect(client.ctx.store, f"kv-{log_name}", "node-7")
+            try:
+                done = await asyncio.to_thread(status, cluster.metadata_uri)
+                doc = json.loads(
+                    (await asyncio.to_thread(status, cluster.metadata_uri, "--json")).stdout
+                )
+            finally:
+                await leadership.resign()
+            ledger_id = writer.ledger_id
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.rstrip().endswith("healthy: nothing needs attention")
+    rows = [line.split() for line in done.stdout.splitlines()]
     for bookie in cluster.bookie_ids:
-        assert any(line.split()[:2] == [bookie, "writable"] for line in done.stdout.splitlines())
-    doc = json.loads(status(cluster.metadata_uri, "--json").stdout)
+        assert [bookie, "writable"] in [row[:2] for row in rows]
+    # The log: one segment, its writer appending to it in its first epoch.
+    assert [log_name, "1", str(ledger_id), "1"] in rows
+    assert [f"kv-{log_name}", "node-7", str(leadership.epoch)] in rows
     assert doc["healthy"] is True and doc["problems"] == []
     assert {b["bookie_id"] for b in doc["bookies"]} >= set(cluster.bookie_ids)
+    logs = {entry["name"]: entry for entry in doc["logs"]}
+    assert logs[log_name] == {
+        "name": log_name,
+        "segments": 1,
+        "open_segment": ledger_id,
+        "epoch": 1,
+    }
 
 
 async def _make_read_only(bookie: BookieProcess, journal_dir: Path) -> None:
