@@ -17,8 +17,7 @@ import time
 import structlog
 
 from walog.errors import WalogError
-from walog.ledger.placement import DEFAULT_RACK
-from walog.metadata.layout import bookie_path
+from walog.metadata.layout import DEFAULT_RACK, bookie_path
 from walog.metadata.store import MetadataStore, NodeExistsError
 
 log = structlog.get_logger("bookie.registration")

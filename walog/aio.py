@@ -18,10 +18,10 @@ import asyncio
 from collections.abc import Mapping
 from types import TracebackType
 
+from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
-from walog.ledger.context import ClientConfig, LedgerContext
+from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
-from walog.ledger.durability import Durability
 from walog.ledger.ensemble import available_bookies, available_racks
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
@@ -34,8 +34,10 @@ from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
+from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.transport.network import NetworkBookiePool
+from walog.wire.durability import Durability
 
 
 async def connect(
@@ -45,6 +47,7 @@ async def connect(
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
+    metrics: ClientMetrics | None = None,
     placement: str | PlacementPolicy | None = None,
 ) -> AsyncClient:
     """Connect to a walog cluster through its metadata store.
@@ -55,6 +58,8 @@ async def connect(
         tls: TLS settings for bookie connections (None: plaintext).
         auth_token: bearer token for bookies started with ``--auth-token-file``.
         config: client settings (timeouts, entry and frame limits).
+        metrics: where the client counts its Prometheus metrics (:func:`walog.metrics.register`);
+            None counts nothing.
         placement: how ensembles and replacements are chosen: ``"rack-aware"`` (the
             default: each write quorum on as many racks as possible), ``"random"``, or a
             :class:`walog.ledger.placement.PlacementPolicy`.
@@ -69,7 +74,7 @@ async def connect(
         keep_freed_memory()
     pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
     store = await open_store(metadata_uri, timeout=timeout)
-    return AsyncClient(LedgerContext(store, pool, config), placement=policy)
+    return AsyncClient(LedgerContext(store, pool, config, metrics), placement=policy)
 
 
 class AsyncClient:

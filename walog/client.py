@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
-from walog.ledger.context import ClientConfig
-from walog.ledger.durability import Durability
+from walog.config import ClientConfig
 from walog.ledger.entry import Entry
 from walog.ledger.placement import PlacementPolicy
 from walog.ledger.reader import AsyncLedgerReader
@@ -25,7 +24,9 @@ from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sync import Log
 from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
+from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
+from walog.wire.durability import Durability
 
 T = TypeVar("T")
 
@@ -160,6 +161,7 @@ def connect(
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
+    metrics: ClientMetrics | None = None,
     placement: str | PlacementPolicy | None = None,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
@@ -174,6 +176,7 @@ def connect(
             tls=tls,
             auth_token=auth_token,
             config=config,
+            metrics=metrics,
             placement=placement,
         )
     )

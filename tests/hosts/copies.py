@@ -16,7 +16,7 @@ import json
 import walog.aio
 from tests.chaos.worker import CHAOS_CLIENT
 from walog.ledger.readops import write_set_bookies
-from walog.transport.base import Status
+from walog.wire.status import Status
 
 
 async def survey(uri: str, log_name: str, lost: str) -> dict[str, object]:

@@ -18,16 +18,18 @@ from walog import cli
 from walog.testing import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
-CONTRACT = REPO.parent / "shared" / "CONTRACT.md"
+OPERATIONS = REPO / "docs" / "operations.md"
 SUBCOMMANDS = [
     ["quickstart"],
     ["bookie"],
     ["local"],
+    ["bookies"],
     ["append"],
     ["tail"],
     ["ledgers"],
     ["ledger", "show"],
     ["logs"],
+    ["status"],
     ["log", "show"],
     ["truncate"],
     ["recover"],
@@ -56,12 +58,21 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def test_subcommand_list_matches_the_contract() -> None:
-    if not CONTRACT.is_file():
-        pytest.skip(f"{CONTRACT} is absent")
-    section = CONTRACT.read_text().split("## CLI", 1)[1].split("\n\n")[1]
-    names = re.findall(r"`([a-z]+(?: [a-z]+)?)(?: [A-Z]+)?`", section)
-    assert sorted(names) == sorted(" ".join(words) for words in SUBCOMMANDS)
+def _documented_subcommands() -> list[str]:
+    """The subcommands of the command table in docs/operations.md ("The `walog` command"):
+    the lower-case words after ``walog`` in each row's first cell."""
+    section = OPERATIONS.read_text().split("## The `walog` command", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `walog ([^`]+)`", section, re.M)
+    return [" ".join(re.match(r"[a-z]+(?: [a-z]+)*", row)[0].split()[:2]) for row in rows]
+
+
+def test_subcommand_list_matches_the_operations_guide() -> None:
+    assert sorted(_documented_subcommands()) == sorted(" ".join(words) for words in SUBCOMMANDS)
+
+
+def test_parser_has_exactly_the_documented_subcommands() -> None:
+    actions = [a for a in cli._build_parser()._actions if a.choices and a.dest == "command"]
+    assert sorted(actions[0].choices) == sorted({words[0] for words in SUBCOMMANDS})
 
 
 @pytest.mark.parametrize("words", SUBCOMMANDS, ids=" ".join)
@@ -71,7 +82,7 @@ def test_every_subcommand_answers_help_and_takes_metadata(
     status, out, err = _run([*words, "--help"], capsys)
     assert status == 0, err
     assert "usage:" in out
-    assert "--metadata" in out, f"CONTRACT.md: every subcommand takes --metadata ({words})"
+    assert "--metadata" in out, f"every subcommand takes --metadata ({words})"
 
 
 def test_python_dash_m_walog_is_the_same_command() -> None:
@@ -206,11 +217,22 @@ def test_ledger_commands_against_a_cluster(
         assert status == 0, err
         assert {closed.ledger_id, open_ledger.ledger_id} <= {int(x) for x in out.split()}
 
-        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        status, out, err = _run(["ledgers", "--json"], capsys)
+        assert status == 0, err
+        assert {closed.ledger_id, open_ledger.ledger_id} <= set(json.loads(out)["ledgers"])
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id), "--json"], capsys)
         assert status == 0, err
         shown = json.loads(out)
         assert shown["state"] == "CLOSED" and shown["last_entry_id"] == 0
         assert len(shown["ensembles"][0][1]) == 3
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith(f"ledger {closed.ledger_id}: CLOSED, last entry 0, E=3")
+        assert lines[1].split() == ["FIRST", "ENTRY", "ENSEMBLE"]
+        assert lines[2].split()[0] == "0" and len(lines[2].split(", ")) == 3
 
         status, out, err = _run(["recover", str(open_ledger.ledger_id)], capsys)
         assert status == 0, err
@@ -253,10 +275,19 @@ def test_log_commands_against_a_cluster(
     assert status == 0, err
     assert json.loads(out)["data"] == "one"
 
-    status, out, err = _run(["log", "show", log_name], capsys)
+    status, out, err = _run(["logs", "--json"], capsys)
+    assert status == 0 and log_name in json.loads(out)["logs"], err
+
+    status, out, err = _run(["log", "show", log_name, "--json"], capsys)
     assert status == 0, err
     segments = json.loads(out)["segments"]
     assert segments and all("ledger_id" in s for s in segments)
+
+    status, out, err = _run(["log", "show", log_name], capsys)
+    assert status == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["LEDGER", "STATE", "FIRST", "POSITION", "LAST", "ENTRY"]
+    assert [int(row.split()[0]) for row in rows] == [s["ledger_id"] for s in segments]
 
     status, out, err = _run(["truncate", log_name, "--before", str(positions[0])], capsys)
     assert status == 0, err
@@ -302,13 +333,3 @@ def test_quickstart_runs_to_completion(capsys: pytest.CaptureFixture[str]) -> No
     status, out, err = _run(["quickstart"], capsys)
     assert status == 0, err
     assert out.strip()
-
-
-def test_quickstart_falls_back_to_the_ledger_demo_without_the_log_layer(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "walog.log.quickstart", None)
-    status, out, err = _run(["quickstart"], capsys)
-    assert status == 0, err
-    assert "read back ['entry 0'" in out
-    assert "the first writer's next append was refused" in out

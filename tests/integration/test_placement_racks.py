@@ -15,10 +15,10 @@ import pytest
 import walog.aio as aio
 from walog.autorecovery import recover
 from walog.cli import main as walog_main
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.config import ClientConfig, Timeouts
 from walog.testing import LocalCluster
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 RACKS = ["rack-a", "rack-b", "rack-c"]
 CONFIG = ClientConfig(timeouts=Timeouts(add=3.0, read=5.0))

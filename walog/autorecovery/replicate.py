@@ -31,7 +31,6 @@ from walog.autorecovery.rules import (
     still_damaged,
     with_replacement,
 )
-from walog.digest import entry_digest
 from walog.errors import (
     MetadataConflictError,
     NoSuchEntryError,
@@ -46,7 +45,8 @@ from walog.ledger.placement import PlacementPolicy, Racks, placement_policy
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
 from walog.metadata.layout import LEDGERS, LedgerMetadata
-from walog.transport.base import Status
+from walog.wire.digest import entry_digest
+from walog.wire.status import Status
 
 COPY_BATCH = 256
 """Entries read and written at once while copying a fragment."""
@@ -62,6 +62,9 @@ class Report:
 
     missing: set[str] = dataclasses.field(default_factory=set)
     """Bookies named by some ensemble but not available (lost or not, by the caller's rule)."""
+    under_replicated: set[int] = dataclasses.field(default_factory=set)
+    """Ledgers whose ensembles named an unavailable bookie when the pass looked at them
+    (repaired by this pass or not)."""
     repaired: list[tuple[Damage, dict[int, str]]] = dataclasses.field(default_factory=list)
     """Fragments repaired, with the replacement per ensemble index."""
     left_to_writers: list[Damage] = dataclasses.field(default_factory=list)
@@ -149,6 +152,8 @@ async def recover(
             continue  # deleted meanwhile
         missing = lost_bookies(metadata, available)
         report.missing |= missing
+        if missing:
+            report.under_replicated.add(ledger_id)
         lost = {b for b in missing if is_lost is None or is_lost(b)}
         repair, writers = damaged_fragments(metadata, lost)
         report.left_to_writers += writers

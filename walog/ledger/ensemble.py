@@ -10,17 +10,15 @@ metadata store.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Collection, Mapping, Sequence
 
 from walog.ledger.placement import (
-    DEFAULT_RACK,
     PlacementPolicy,
     RackAwarePlacement,
     not_enough_bookies,
 )
 from walog.ledger.quorum import write_quorums
-from walog.metadata.layout import AVAILABLE_BOOKIES, bookie_path
+from walog.metadata.layout import AVAILABLE_BOOKIES, bookie_path, registered_rack
 from walog.metadata.store import MetadataStore, NodeNotFoundError
 
 Fragments = tuple[tuple[int, tuple[str, ...]], ...]
@@ -32,16 +30,6 @@ Placement = RackAwarePlacement
 async def available_bookies(store: MetadataStore) -> list[str]:
     """Ids of the bookies currently registered as available, sorted."""
     return sorted(await store.children(AVAILABLE_BOOKIES))
-
-
-def registered_rack(record: bytes) -> str:
-    """The rack named by a bookie's availability record (``DEFAULT_RACK`` when it names
-    none, as the records of bookies from before racks)."""
-    try:
-        rack = json.loads(record).get("rack")
-    except (ValueError, AttributeError):
-        return DEFAULT_RACK
-    return rack if isinstance(rack, str) and rack else DEFAULT_RACK
 
 
 async def available_racks(store: MetadataStore) -> dict[str, str]:
@@ -114,7 +102,6 @@ __all__ = [
     "not_enough_bookies",
     "placement_candidates",
     "quorum_possible",
-    "registered_rack",
     "replace_in_ensemble",
     "with_new_fragment",
 ]

@@ -22,32 +22,15 @@ from __future__ import annotations
 
 import collections
 import random
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import ClassVar
 
 from walog._log import get_logger
 from walog.errors import NotEnoughBookiesError
 from walog.ledger.quorum import write_quorums
+from walog.metadata.layout import DEFAULT_RACK
 
 log = get_logger(__name__)
-
-DEFAULT_RACK = "default"
-"""The rack of a bookie started without ``--rack``."""
-
-_RACK_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
-def check_rack_name(name: str) -> str:
-    """``name`` when it is a valid rack name (1-64 letters, digits, ``.``, ``_``, ``-``).
-
-    Raises:
-        ValueError: naming the problem.
-    """
-    if not _RACK_NAME.fullmatch(name):
-        raise ValueError(f"a rack name is 1-64 letters, digits, '.', '_' or '-', got {name!r}")
-    return name
-
 
 Racks = Mapping[str, str]
 """Bookie id -> rack name. A bookie missing from the mapping has an unknown rack (a lost
@@ -403,7 +386,6 @@ __all__ = [
     "Racks",
     "RandomPlacement",
     "arrange_racks",
-    "check_rack_name",
     "not_enough_bookies",
     "placement_policy",
     "quorum_shortfall",

@@ -38,18 +38,17 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
-from walog.digest import entry_digest
 from walog.errors import (
     BookieError,
     BookieUnavailableError,
     MetadataConflictError,
     NotEnoughBookiesError,
     UnauthorizedError,
+    WalogError,
     is_retriable,
 )
 from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
-from walog.ledger.durability import Durability
 from walog.ledger.quorum import Answer, QuorumCoverage
 from walog.ledger.readops import (
     EntryProbe,
@@ -62,7 +61,10 @@ from walog.ledger.readops import (
     write_set_bookies,
 )
 from walog.metadata.layout import AVAILABLE_BOOKIES, LedgerMetadata
-from walog.transport.base import AddReply, FenceReply, ReadReply, Status, StoredEntry
+from walog.transport.base import AddReply, FenceReply, ReadReply, StoredEntry
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 log = get_logger(__name__)
 
@@ -187,6 +189,23 @@ async def recover(
             ledger stays IN_RECOVERY; recovering again later continues safely).
         NotEnoughBookiesError: a write-back lost bookies and none can replace them.
     """
+    metrics = ctx.metrics
+    if metrics is None:
+        return await _recover(ctx, ledger_id, master_key)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        closed = await _recover(ctx, ledger_id, master_key)
+    except WalogError:
+        metrics.failed_recoveries += 1
+        raise
+    metrics.recovery_duration.observe(loop.time() - started)
+    return closed
+
+
+async def _recover(
+    ctx: LedgerContext, ledger_id: int, master_key: bytes
+) -> tuple[LedgerMetadata, int]:
     async for attempt in AsyncRetrying(
         retry=retry_if_exception(is_retriable),
         stop=stop_after_attempt(RECOVERY_ATTEMPTS),

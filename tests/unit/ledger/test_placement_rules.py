@@ -10,15 +10,14 @@ import pytest
 
 from walog.errors import NotEnoughBookiesError
 from walog.ledger.placement import (
-    DEFAULT_RACK,
     RackAwarePlacement,
     RandomPlacement,
     arrange_racks,
-    check_rack_name,
     placement_policy,
     quorum_shortfall,
 )
 from walog.ledger.quorum import write_quorums
+from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 
 
 def _cluster(per_rack: dict[str, int]) -> dict[str, str]:
