@@ -91,15 +91,14 @@ def test_compare_and_set_survives_zookeeper_leader_changes_neither_lost_nor_doub
 ) -> None:
     loop = hosts.popen(
         "c1",
-        ["python", "-m", "tests.hosts.cas_loop", hosts.metadata_uri, "/cas-counter", "12"],
+        ["python", "-m", "tests.hosts.cas_loop", hosts.metadata_uri, "/cas-counter", "7"],
         log=subprocess.PIPE,
     )
     try:
-        time.sleep(2)  # the loop is under way: the leader dies mid-stream
+        time.sleep(1)  # the loop is under way: the leader dies mid-stream
         first = hosts.kill_zk_leader()
         hosts.zk_leader()  # a new leader serves
         hosts.start_zk(first)
-        time.sleep(2)
         second = hosts.kill_zk_leader()
         hosts.start_zk(second)
         out, _ = loop.communicate(timeout=60)
