@@ -25,6 +25,7 @@ from walog.testing.netns import (
     list_namespaces,
     sweep_stale,
 )
+from walog.testing.zookeeper import four_letter_word
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,6 +143,28 @@ def test_a_cut_link_separates_two_hosts_and_no_one_else(hosts: HostCluster) -> N
     finally:
         healthy(hosts)
     assert _datagram_arrives(hosts, "c1", "b1")
+
+
+def _ruok_seconds(cluster: HostCluster, source: str) -> float:
+    """How long asking zk1 ``ruok`` takes from ``source`` (a new connection)."""
+
+    def ask() -> float:
+        started = time.monotonic()
+        assert four_letter_word(cluster.zk_node(1).host.address, "ruok", timeout=5) == "imok"
+        return time.monotonic() - started
+
+    return call_in_namespace(cluster.host(source).namespace, ask)
+
+
+def test_a_delayed_host_waits_the_delay_each_way_on_new_connections(hosts: HostCluster) -> None:
+    hosts.delay("c1", 60)
+    try:
+        # The request and its answer each wait 60 ms: 120 ms at least, end to end intact.
+        assert _ruok_seconds(hosts, "c1") >= 0.12
+        assert _ruok_seconds(hosts, "c2") < 0.12  # other hosts are not delayed
+    finally:
+        hosts.undelay("c1")
+    assert _ruok_seconds(hosts, "c1") < 0.12
 
 
 def test_namespaces_of_a_killed_owner_are_swept_with_their_processes(tmp_path: Path) -> None:

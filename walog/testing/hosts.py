@@ -9,7 +9,9 @@ Hosts (one network namespace each, see :mod:`walog.testing.netns`):
 - ``ctl``: the cluster's own control host (readiness checks), never faulted.
 
 Faults: isolate a host or a whole rack, cut a link or one way of it, heal; kill, stop,
-pause a bookie; stop, kill or pause a ZooKeeper node, the leader, or a quorum.
+pause a bookie; stop, kill or pause a ZooKeeper node, the leader, or a quorum. Latency: a
+host's connections to other hosts through a userspace delaying proxy
+(:meth:`HostCluster.delay`; the kernel here has no ``netem``).
 
 Needs root, ``ip`` and ``nft``; :class:`~walog.testing.netns.HostNetworkError` says in
 one line what is missing. Everything is removed by :meth:`HostCluster.close` (also at
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
     from walog.metadata.store import MetadataStore
 
 BOOKIE_PORT = 3181
+_PROXY_PORT = 3999
+_PROXY_MARK = 0x77
 T = TypeVar("T")
 
 
@@ -122,6 +126,7 @@ class HostCluster:
         self._loop: LoopThread | None = None
         self._store: MetadataStore | None = None
         self._admin: AsyncClient | None = None
+        self._proxies: dict[str, subprocess.Popen[bytes]] = {}
         self._closed = False
         self._finalizer = weakref.finalize(
             self, _teardown, self.network, self.data_dir if self._owns_dir else None
@@ -280,6 +285,9 @@ class HostCluster:
             self._loop.stop()
         for node in self.zookeepers:
             node.kill()
+        for proxy in self._proxies.values():
+            proxy.kill()
+            proxy.wait()
         self._finalizer()
         atexit.unregister(self._finalizer)
 
@@ -361,6 +369,38 @@ class HostCluster:
     def heal(self) -> None:
         """Undo every network fault."""
         self.network.heal()
+
+    def delay(self, host: str, ms: float) -> None:
+        """Add ``ms`` milliseconds each way to every TCP connection ``host`` opens to
+        another host from now on (a userspace proxy on the host, :mod:`walog.testing.
+        delay_proxy`: this kernel has no ``netem``). Connections open already keep their
+        path: start the clients after this call."""
+        if ms <= 0:
+            raise ValueError(f"the delay must be > 0 ms, got {ms}")
+        if host in self._proxies:
+            raise LocalClusterError(f"host {host} is delayed already; undelay() it first")
+        proxy = self.popen(
+            host,
+            ["python", "-m", "walog.testing.delay_proxy", "--port", str(_PROXY_PORT),
+             "--delay-ms", str(ms), "--mark", str(_PROXY_MARK)],
+            log=subprocess.PIPE,
+        )  # fmt: skip
+        assert proxy.stdout is not None
+        if not proxy.stdout.readline().startswith(b"delay proxy on port"):
+            proxy.kill()
+            raise LocalClusterError(f"the delaying proxy on {host} did not start")
+        self._proxies[host] = proxy
+        self.network.redirect_outgoing(host, _PROXY_PORT, _PROXY_MARK)
+
+    def undelay(self, host: str) -> None:
+        """Stop delaying ``host``'s new connections (and end its proxy, which cuts the
+        connections that went through it)."""
+        proxy = self._proxies.pop(host, None)
+        if proxy is None:
+            return
+        self.network.stop_redirecting(host)
+        proxy.kill()
+        proxy.wait()
 
     # -- ZooKeeper ------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ PREFIX = "wlh"
 NETNS_DIR = "/run/netns"
 _CLONE_NEWNET = 0x40000000
 _FAULT_TABLE = "walog_faults"
+_DELAY_TABLE = "walog_delay"
 _NAME = re.compile(rf"^{PREFIX}-(?P<pid>\d+)-")
 
 T = TypeVar("T")
@@ -265,6 +266,22 @@ class HostNetwork:
         src, dst = self.host(sender), self.host(receiver)
         self._ensure_table(src)
         self._nft(src, f"add rule inet {_FAULT_TABLE} out ip daddr {dst.address} drop")
+
+    def redirect_outgoing(self, name: str, port: int, mark: int) -> None:
+        """Send every TCP connection host ``name`` opens to another host to its own
+        ``port`` (where a delaying proxy listens), except those marked ``mark``."""
+        host = self.host(name)
+        self._nft(
+            host,
+            f"add table ip {_DELAY_TABLE}\n"
+            f"add chain ip {_DELAY_TABLE} out {{ type nat hook output priority -100 ; }}\n"
+            f"add rule ip {_DELAY_TABLE} out meta mark != {mark} ip daddr {self._network} "
+            f"ip daddr != {host.address} meta l4proto tcp redirect to :{port}",
+        )
+
+    def stop_redirecting(self, name: str) -> None:
+        """Undo :meth:`redirect_outgoing` (connections already redirected stay so)."""
+        self._nft(self.host(name), f"delete table ip {_DELAY_TABLE}")
 
     def heal(self) -> None:
         """Undo every fault: isolated hosts plugged back in, every drop rule removed."""
