@@ -16,7 +16,10 @@ import asyncio
 import contextlib
 import socket
 import struct
+import subprocess
 import time
+
+from walog.testing.netns import Host, HostNetworkError
 
 _SO_ORIGINAL_DST = 80
 _SO_MARK = 36
@@ -95,6 +98,41 @@ async def serve(port: int, delay_s: float, mark: int) -> None:
     print(f"delay proxy on port {port}, {delay_s * 1000:g} ms each way", flush=True)
     async with server:
         await server.serve_forever()
+
+
+PROXY_PORT = 3999
+"""The port the proxy listens on, on its host."""
+PROXY_MARK = 0x77
+"""The firewall mark of the proxy's own connections (the redirect lets them through)."""
+
+
+def start_proxy(host: Host, delay_ms: float) -> subprocess.Popen[bytes]:
+    """Start a delaying proxy on ``host`` and wait until it listens (the redirect to it is
+    the caller's: :meth:`HostNetwork.redirect_outgoing`).
+
+    Raises:
+        ValueError: ``delay_ms`` is not positive.
+        HostNetworkError: the proxy did not start.
+    """
+    if delay_ms <= 0:
+        raise ValueError(f"the delay must be > 0 ms, got {delay_ms}")
+    proxy = host.popen(
+        ["python", "-m", "walog.testing.delay_proxy", "--port", str(PROXY_PORT),
+         "--delay-ms", str(delay_ms), "--mark", str(PROXY_MARK)],
+        log=subprocess.PIPE,
+    )  # fmt: skip
+    assert proxy.stdout is not None
+    output = b""
+    # Its first line says it listens; a warning of the interpreter may come first.
+    while line := proxy.stdout.readline():
+        if line.startswith(b"delay proxy on port"):
+            return proxy
+        output += line
+    proxy.kill()
+    proxy.wait()
+    raise HostNetworkError(
+        f"the delaying proxy on {host.name} did not start: {output.decode()[-500:]}"
+    )
 
 
 def main() -> None:

@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
@@ -37,19 +35,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, TypeVar
 
-from walog.metadata.layout import bookie_path
-from walog.testing.netns import Host, HostNetwork, call_in_namespace, owner_alive
-from walog.testing.process import BookieProcess, LocalClusterError, _package_root
-from walog.testing.zookeeper import ZooKeeperNode, wait_for_quorum
+from walog.testing.control import ControlHost
+from walog.testing.delay_proxy import PROXY_MARK, PROXY_PORT, start_proxy
+from walog.testing.netns import Host, HostNetwork, owner_alive
+from walog.testing.process import BookieProcess, LocalClusterError
+from walog.testing.zookeeper import ZooKeeperEnsemble, ZooKeeperNode
 
 if TYPE_CHECKING:
-    from walog._sync import LoopThread
     from walog.aio import AsyncClient
-    from walog.metadata.store import MetadataStore
 
 BOOKIE_PORT = 3181
-_PROXY_PORT = 3999
-_PROXY_MARK = 0x77
 T = TypeVar("T")
 
 
@@ -120,12 +115,11 @@ class HostCluster:
         ).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.network = HostNetwork(secrets.token_hex(3), subnet)
-        self.zookeepers: list[ZooKeeperNode] = []
+        self.ensemble = ZooKeeperEnsemble([], start_timeout)
+        """The ZooKeeper ensemble (its nodes, leader, what stops them)."""
         self._bookies: list[BookieProcess] = []
         self._bookie_hosts: list[Host] = []
-        self._loop: LoopThread | None = None
-        self._store: MetadataStore | None = None
-        self._admin: AsyncClient | None = None
+        self._control: ControlHost | None = None
         self._proxies: dict[str, subprocess.Popen[bytes]] = {}
         self._closed = False
         self._finalizer = weakref.finalize(
@@ -146,6 +140,11 @@ class HostCluster:
         hosts = ",".join(node.address for node in self.zookeepers)
         timeout = self._session_timeout if session_timeout is None else session_timeout
         return f"zk://{hosts}/walog?session_timeout={timeout:g}"
+
+    @property
+    def zookeepers(self) -> list[ZooKeeperNode]:
+        """The ensemble's nodes, ``zk1`` first."""
+        return self.ensemble.nodes
 
     @property
     def bookie_ids(self) -> list[str]:
@@ -224,14 +223,14 @@ class HostCluster:
         members = [(i + 1, host) for i, host in enumerate(zk_hosts)]
         for myid, host in members:
             node = ZooKeeperNode(host, myid, members, self.data_dir / f"zk{myid}")
-            self.zookeepers.append(node)
+            self.ensemble.nodes.append(node)
             node.start()
         for i in range(bookies):
             self._bookie_hosts.append(self.network.add_host(f"b{i + 1}", _rack_name(i % racks)))
         for i in range(clients):
             self.network.add_host(f"c{i + 1}")
-        wait_for_quorum(self.zookeepers, self._start_timeout)
-        self._open_store()
+        self.ensemble.leader(self._start_timeout)
+        self._control = ControlHost(self.host("ctl"), self.metadata_uri)
         for host in self._bookie_hosts:
             bookie = BookieProcess(
                 self.data_dir / "bookies" / host.name,
@@ -246,16 +245,6 @@ class HostCluster:
             bookie.start()
         for bookie in self._bookies:
             self.wait_ready(bookie.bookie_id)
-
-    def _open_store(self) -> None:
-        from walog._sync import LoopThread
-        from walog.metadata import open_store
-
-        # The loop thread (and the threads it starts) live on the control host.
-        self._loop = call_in_namespace(
-            self.host("ctl").namespace, lambda: LoopThread(name="walog-host-cluster")
-        )
-        self._store = self._loop.run(open_store(self.metadata_uri), timeout=60.0)
 
     def close(self) -> None:
         """Stop the bookies and the ensemble, delete the hosts, remove a temporary data
@@ -275,16 +264,9 @@ class HostCluster:
                     bookie.wait(10.0)
                 except subprocess.TimeoutExpired:
                     bookie.stop_quietly()
-        if self._admin is not None and self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.run(self._admin.close(), timeout=5.0)
-        if self._store is not None and self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.run(self._store.close(), timeout=5.0)
-        if self._loop is not None:
-            self._loop.stop()
-        for node in self.zookeepers:
-            node.kill()
+        if self._control is not None:
+            self._control.close()
+        self.ensemble.kill_all()
         for proxy in self._proxies.values():
             proxy.kill()
             proxy.wait()
@@ -302,7 +284,8 @@ class HostCluster:
         bookie = self.bookie(bookie_id)
         limit = self._start_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        while not self._registered_since_start(bookie):
+        assert self._control is not None, "start() first"
+        while not self._control.registered_since(bookie_id, bookie.started_at):
             code = bookie.proc.poll() if bookie.proc is not None else None
             if code is not None or time.monotonic() > deadline:
                 state = f"exited with status {code}" if code is not None else f"not up in {limit}s"
@@ -311,18 +294,6 @@ class HostCluster:
                     f"log {bookie.log_path}:\n{bookie.log_tail()}"
                 )
             time.sleep(0.05)  # polling another process's registration
-
-    def _registered_since_start(self, bookie: BookieProcess) -> bool:
-        from walog.errors import MetadataError
-        from walog.metadata.store import NodeNotFoundError
-
-        assert self._loop is not None and self._store is not None
-        try:
-            raw, _ = self._loop.run(self._store.get(bookie_path(bookie.bookie_id)), timeout=10.0)
-        except (NodeNotFoundError, MetadataError, TimeoutError):
-            return False
-        started = json.loads(raw).get("started", 0.0)
-        return isinstance(started, int | float) and started >= bookie.started_at
 
     def kill(self, bookie_id: str) -> None:
         """SIGKILL the bookie (its registration lingers until its session expires)."""
@@ -372,97 +343,59 @@ class HostCluster:
 
     def delay(self, host: str, ms: float) -> None:
         """Add ``ms`` milliseconds each way to every TCP connection ``host`` opens to
-        another host from now on (a userspace proxy on the host, :mod:`walog.testing.
-        delay_proxy`: this kernel has no ``netem``). Connections open already keep their
-        path: start the clients after this call."""
-        if ms <= 0:
-            raise ValueError(f"the delay must be > 0 ms, got {ms}")
+        another host from now on: a userspace proxy on the host
+        (:mod:`walog.testing.delay_proxy`; the kernel here has no ``netem``). Connections
+        open already keep their path: start the clients after this call."""
         if host in self._proxies:
             raise LocalClusterError(f"host {host} is delayed already; undelay() it first")
-        proxy = self.popen(
-            host,
-            ["python", "-m", "walog.testing.delay_proxy", "--port", str(_PROXY_PORT),
-             "--delay-ms", str(ms), "--mark", str(_PROXY_MARK)],
-            log=subprocess.PIPE,
-        )  # fmt: skip
-        assert proxy.stdout is not None
-        if not proxy.stdout.readline().startswith(b"delay proxy on port"):
-            proxy.kill()
-            raise LocalClusterError(f"the delaying proxy on {host} did not start")
-        self._proxies[host] = proxy
-        self.network.redirect_outgoing(host, _PROXY_PORT, _PROXY_MARK)
+        self._proxies[host] = start_proxy(self.host(host), ms)
+        self.network.redirect_outgoing(host, PROXY_PORT, PROXY_MARK)
 
     def undelay(self, host: str) -> None:
-        """Stop delaying ``host``'s new connections (and end its proxy, which cuts the
-        connections that went through it)."""
+        """Stop delaying ``host``'s new connections (ending its proxy cuts the ones that
+        went through it)."""
         proxy = self._proxies.pop(host, None)
-        if proxy is None:
-            return
-        self.network.stop_redirecting(host)
-        proxy.kill()
-        proxy.wait()
+        if proxy is not None:
+            self.network.stop_redirecting(host)
+            proxy.kill()
+            proxy.wait()
 
     # -- ZooKeeper ------------------------------------------------------------------------
 
     def zk_leader(self, timeout: float = 30.0) -> ZooKeeperNode:
         """The ensemble's current leader (waits for a quorum to serve)."""
-        return wait_for_quorum([n for n in self.zookeepers if n.running], timeout)
+        return self.ensemble.leader(timeout)
 
     def zk_node(self, myid: int) -> ZooKeeperNode:
         """Ensemble member ``myid`` (1-3)."""
-        return self.zookeepers[myid - 1]
+        return self.ensemble.node(myid)
 
     def stop_zk(self, myid: int) -> None:
         """Stop one ensemble member cleanly."""
-        self.zk_node(myid).stop()
+        self.ensemble.node(myid).stop()
 
     def kill_zk_leader(self) -> int:
         """SIGKILL the current leader; its id."""
-        leader = self.zk_leader()
-        leader.kill()
-        return leader.myid
+        return self.ensemble.kill_leader()
 
     def stop_zk_quorum(self) -> list[int]:
-        """SIGKILL a majority of the ensemble (the leader among them): no quorum is left;
-        the ids stopped."""
-        leader = self.zk_leader()
-        others = [n for n in self.zookeepers if n is not leader and n.running]
-        victims = [leader, *others][: len(self.zookeepers) // 2 + 1]
-        for node in victims:
-            node.kill()
-        return [n.myid for n in victims]
+        """SIGKILL a majority, the leader among them: no quorum is left; their ids."""
+        return self.ensemble.kill_quorum()
 
     def start_zk(self, *myids: int, wait: bool = True) -> None:
-        """Start stopped members again (all stopped ones without ids); wait for a quorum."""
-        for node in self.zookeepers:
-            if (not myids or node.myid in myids) and not node.running:
-                node.start()
-        if wait:
-            self.zk_leader(self._start_timeout)
+        """Start stopped members again (all without ids); wait for a quorum."""
+        self.ensemble.start(*myids, wait=wait)
 
     # -- metadata, from the control host -------------------------------------------------
 
     def call(self, func: Callable[[AsyncClient], Awaitable[T]], timeout: float = 60.0) -> T:
         """Run ``func(client)`` with a walog client on the control host and return its
         result: for metadata (ledgers, logs, bookies); read entries from a client host."""
-        if self._loop is None:
+        if self._control is None:
             raise LocalClusterError("this HostCluster is not started")
-        loop = self._loop
-
-        async def run() -> T:
-            if self._admin is None:
-                from walog.aio import connect
-
-                self._admin = await connect(self.metadata_uri)
-            return await func(self._admin)
-
-        return loop.run(run(), timeout=timeout)
+        return self._control.call(func, timeout)
 
     # -- processes on hosts ---------------------------------------------------------------
-
-    def command(self, host: str, argv: Sequence[str]) -> list[str]:
-        """The command line that runs ``argv`` on ``host`` (``ip netns exec``)."""
-        return [*self.host(host).exec_prefix(), *argv]
 
     def popen(
         self,
@@ -472,22 +405,8 @@ class HostCluster:
         log: IO[bytes] | int | None = None,
         env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` on ``host`` (a ``python`` first word is this interpreter, with
-        walog on its path); stdout and stderr go to ``log``."""
-        args = list(argv)
-        if args and args[0] == "python":
-            args[0] = sys.executable
-        full_env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_package_root()), full_env.get("PYTHONPATH", "")) if p
-        )
-        return subprocess.Popen(
-            self.command(host, args),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT if log is not None else None,
-            env=full_env,
-        )
+        """Start ``argv`` on ``host`` (:meth:`walog.testing.netns.Host.popen`)."""
+        return self.host(host).popen(argv, log=log, env=env)
 
 
 __all__ = ["BOOKIE_PORT", "HostCluster", "sweep_stale_dirs"]

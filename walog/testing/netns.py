@@ -33,9 +33,11 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
 
 from walog.errors import WalogError
 
@@ -175,6 +177,31 @@ class Host:
         """The command prefix that runs a program on this host; the program is killed
         when the process that started it dies (so a killed test leaves none running)."""
         return ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.namespace]
+
+    def popen(
+        self,
+        argv: Sequence[str],
+        *,
+        log: IO[bytes] | int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` on this host (a ``python`` first word is this interpreter, with
+        walog on its path); stdout and stderr go to ``log``."""
+        args = list(argv)
+        if args and args[0] == "python":
+            args[0] = sys.executable
+        full_env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+        root = str(Path(__file__).resolve().parents[2])  # holds the walog package
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (root, full_env.get("PYTHONPATH", "")) if p
+        )
+        return subprocess.Popen(
+            [*self.exec_prefix(), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT if log is not None else None,
+            env=full_env,
+        )
 
 
 class HostNetwork:

@@ -209,8 +209,58 @@ def wait_for_quorum(nodes: Sequence[ZooKeeperNode], timeout: float) -> ZooKeeper
         time.sleep(0.1)  # polling external processes: there is no event to await
 
 
+class ZooKeeperEnsemble:
+    """The members of an ensemble, and what a test does to them as a whole.
+
+    Args:
+        nodes: every member, in id order.
+        start_timeout: seconds a quorum may take to form.
+    """
+
+    def __init__(self, nodes: Sequence[ZooKeeperNode], start_timeout: float) -> None:
+        self.nodes = list(nodes)
+        self._start_timeout = start_timeout
+
+    def node(self, myid: int) -> ZooKeeperNode:
+        """Member ``myid`` (from 1)."""
+        return self.nodes[myid - 1]
+
+    def leader(self, timeout: float = 30.0) -> ZooKeeperNode:
+        """The current leader (waits for a quorum of the running members to serve)."""
+        return wait_for_quorum([n for n in self.nodes if n.running], timeout)
+
+    def kill_leader(self) -> int:
+        """SIGKILL the current leader; its id."""
+        leader = self.leader()
+        leader.kill()
+        return leader.myid
+
+    def kill_quorum(self) -> list[int]:
+        """SIGKILL a majority, the leader among them (no quorum is left); their ids."""
+        leader = self.leader()
+        others = [n for n in self.nodes if n is not leader and n.running]
+        victims = [leader, *others][: len(self.nodes) // 2 + 1]
+        for node in victims:
+            node.kill()
+        return [n.myid for n in victims]
+
+    def start(self, *myids: int, wait: bool = True) -> None:
+        """Start stopped members (all of them without ids); then wait for a quorum."""
+        for node in self.nodes:
+            if (not myids or node.myid in myids) and not node.running:
+                node.start()
+        if wait:
+            self.leader(self._start_timeout)
+
+    def kill_all(self) -> None:
+        """SIGKILL every member (teardown)."""
+        for node in self.nodes:
+            node.kill()
+
+
 __all__ = [
     "CLIENT_PORT",
+    "ZooKeeperEnsemble",
     "ZooKeeperError",
     "ZooKeeperNode",
     "classpath",
