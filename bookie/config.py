@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from bookie.disks import DiskThresholds
 from walog.ledger.context import DEFAULT_MAX_ENTRY_BYTES
 from walog.metadata.uri import parse_uri
 
@@ -98,6 +99,16 @@ class BookieConfig:
     gc_stray_grace: float = 3600.0
     """``--gc-stray-grace``: a copy written to within this many seconds is never taken for a
     stray one (an auto-recovery may still be copying it)."""
+    disk_usage_threshold: float = 0.95
+    """``--disk-usage-threshold``: above this used share of its data or journal disk the
+    bookie turns read-only (bookie/disks.py)."""
+    disk_usage_warn_threshold: float = 0.90
+    """``--disk-usage-warn-threshold``: above this used share a warning is logged."""
+    disk_usage_lwm_threshold: float = 0.90
+    """``--disk-usage-lwm-threshold``: a read-only bookie turns writable again once all its
+    disks are used below this share (the low-water mark)."""
+    disk_check_interval: float = 10.0
+    """``--disk-check-interval``: seconds between measurements of disk usage."""
     drain_timeout: float = 5.0
     """``--drain-timeout``: on SIGTERM, seconds granted to in-flight requests."""
     metadata_timeout: float = 10.0
@@ -125,6 +136,7 @@ class BookieConfig:
             "--max-inflight-bytes": self.max_inflight_bytes,
             "--max-entry-bytes": self.max_entry_bytes,
             "--gc-interval": self.gc_interval,
+            "--disk-check-interval": self.disk_check_interval,
             "--drain-timeout": self.drain_timeout,
             "--metadata-timeout": self.metadata_timeout,
         }
@@ -144,6 +156,15 @@ class BookieConfig:
                 raise ValueError(f"{flag} must be >= 0, got {value}")
         if self.max_inflight_bytes < self.max_entry_bytes:
             raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
+        self.disk_thresholds()  # validates the three shares
+
+    def disk_thresholds(self) -> DiskThresholds:
+        """The usage marks of read-only mode derived from the flags."""
+        return DiskThresholds(
+            high=self.disk_usage_threshold,
+            warn=self.disk_usage_warn_threshold,
+            low=self.disk_usage_lwm_threshold,
+        )
 
     @property
     def bookie_id(self) -> str:

@@ -86,6 +86,9 @@ class BookieCore:
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
+        self.read_only_reason: str | None = None
+        """Set while the bookie is read-only by disk usage (bookie/disks.py): plain adds
+        are answered READ_ONLY; reads, fences and recovery writes are still served."""
         self._states: dict[int, LedgerState] = {}
         # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
         # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
@@ -212,6 +215,12 @@ class BookieCore:
             raise StorageIOError("bookie storage is closed")
         return self._storage
 
+    @property
+    def read_only(self) -> bool:
+        """True while plain adds are refused: read-only by disk usage, or a failed journal
+        (which refuses every write until a restart)."""
+        return self.read_only_reason is not None or self.journal.failed is not None
+
     # -- writes -----------------------------------------------------------------------------
 
     async def add(
@@ -263,6 +272,9 @@ class BookieCore:
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
             return [(Status.IO_ERROR, [e[0] for e in entries], -1)]
+        if self.read_only_reason is not None and not recovery:
+            # A recovery write is still taken: it must reach every bookie of a write quorum.
+            return [(Status.READ_ONLY, [e[0] for e in entries], -1)]
         max_entry_bytes = self.config.max_entry_bytes
         valid: list[tuple[int, int, int, bytes]] = []
         for entry in entries:

@@ -27,6 +27,7 @@ import walog._loop
 from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.core import BookieCore
+from bookie.disks import DiskMonitor
 from bookie.gc import LedgerCollector
 from bookie.logging import configure_logging
 from bookie.metrics import MetricsServer, Sample
@@ -103,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
          "seconds between scans for stray copies of closed ledgers (0: off)"),
         ("--gc-stray-grace", float, d.gc_stray_grace,
          "seconds a written copy is never taken for a stray one"),
+        ("--disk-usage-threshold", float, d.disk_usage_threshold,
+         "used share of a data or journal disk that turns the bookie read-only"),
+        ("--disk-usage-warn-threshold", float, d.disk_usage_warn_threshold,
+         "used share of a disk that logs a warning"),
+        ("--disk-usage-lwm-threshold", float, d.disk_usage_lwm_threshold,
+         "used share all disks must fall below for a read-only bookie to take adds again"),
+        ("--disk-check-interval", float, d.disk_check_interval,
+         "seconds between measurements of disk usage"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
     ]  # fmt: skip
@@ -126,12 +135,17 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
         parser.error(str(exc))
 
 
-def _samples(server: BookieServer, core: BookieCore, collector: LedgerCollector) -> list[Sample]:
+def _samples(
+    server: BookieServer, core: BookieCore, collector: LedgerCollector, disks: DiskMonitor
+) -> list[Sample]:
     stats = server.service.stats
     out: list[Sample] = [
         (f"walog_bookie_{field.name}_total", "counter", float(getattr(stats, field.name)))
         for field in dataclasses.fields(stats)
     ]
+    out.append(("walog_bookie_read_only", "gauge", float(core.read_only)))
+    out.append(("walog_bookie_read_only_entered_total", "counter", disks.read_only_entered))
+    out.append(("walog_bookie_disk_usage_ratio", "gauge", disks.highest_share))
     out.append(("walog_bookie_inflight_add_bytes", "gauge", server.service.admission.in_flight))
     out.append(("walog_bookie_gc_deleted_ledgers_total", "counter", collector.deleted_total))
     out.append(
@@ -192,22 +206,39 @@ async def _serve(
         stray_interval=config.gc_stray_interval,
         stray_grace=config.gc_stray_grace,
     )
+    registration = Registration(store, config.bookie_id, instance_id, __version__)
+
+    async def apply_mode(reason: str | None) -> None:
+        core.read_only_reason = reason  # adds are refused first, then clients are told
+        await registration.set_read_only(reason is not None)
+
+    disks = DiskMonitor(
+        (config.data_dir, config.journal_path),
+        config.disk_thresholds(),
+        config.disk_check_interval,
+        lambda: core.journal.failed,
+        apply_mode,
+    )
+    # A failed journal write or sync turns the bookie read-only at once, not at the next
+    # measurement.
+    core.journal.listeners.append(lambda _report, error: disks.wake() if error else None)
+    await disks.check()  # a bookie that starts on a full disk registers read-only
     await server.start()
     metrics: MetricsServer | None = None
-    registration = Registration(store, config.bookie_id, instance_id, __version__)
-    gc_task: asyncio.Task[None] | None = None
+    tasks: list[asyncio.Task[None]] = []
     try:
         if config.metrics_port is not None:
             host, _ = parse_listen(config.listen)
             metrics = MetricsServer(
                 host,
                 config.metrics_port,
-                lambda: _samples(server, core, collector),
+                lambda: _samples(server, core, collector, disks),
                 {"bookie": config.bookie_id},
             )
             metrics.start()
         if await _until_stopped(registration.register(), stop):
-            gc_task = asyncio.create_task(collector.run(stop))
+            tasks.append(asyncio.create_task(collector.run(stop)))
+            tasks.append(asyncio.create_task(disks.run(stop)))
             log.info("bookie ready", bookie_id=config.bookie_id, port=server.port)
             await stop.wait()
         log.info("bookie stopping")
@@ -219,8 +250,8 @@ async def _serve(
             log.warning("unregister failed", error=str(exc))
         await server.drain()
     finally:
-        if gc_task is not None:
-            gc_task.cancel()
+        for task in tasks:
+            task.cancel()
         if metrics is not None:
             metrics.close()
         await server.stop_now()

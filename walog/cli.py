@@ -230,6 +230,15 @@ def _cmd_ledgers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bookies(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        modes = dict.fromkeys(client.bookies(), "available")
+        modes.update(dict.fromkeys(client.read_only_bookies(), "read-only"))
+    for bookie_id, mode in sorted(modes.items()):
+        _emit(f"{bookie_id} {mode}")
+    return 0
+
+
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
     with _connect(args) as client:
         md = client.ledger_metadata(args.ledger_id)
@@ -379,6 +388,7 @@ def _build_parser() -> _Parser:
     tail.add_argument("--json", action="store_true", help="one JSON object per record")
 
     command("ledgers", _cmd_ledgers, "list ledger ids")
+    command("bookies", _cmd_bookies, "list registered bookies: available or read-only")
     ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
     ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     ledger_sub.required = True

@@ -41,7 +41,7 @@ from walog.errors import (
 )
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import verify_password
-from walog.ledger.ensemble import Placement, available_bookies
+from walog.ledger.ensemble import Placement, available_bookies, read_only_bookies
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
 from walog.metadata.layout import LEDGERS, LedgerMetadata
@@ -139,6 +139,9 @@ async def recover(
         raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
     placement = placement or Placement()
     available = await available_bookies(ctx.store)
+    # Read-only bookies (full disks) hold their entries and serve them: not lost, but no
+    # replacement is placed on them.
+    alive = set(available) | set(await read_only_bookies(ctx.store))
     report = Report()
     names = await ctx.store.children(LEDGERS)
     for ledger_id in sorted(int(name) for name in names if name.isdigit()):
@@ -146,7 +149,7 @@ async def recover(
             metadata, _ = await ctx.read_metadata(ledger_id)
         except NoSuchLedgerError:
             continue  # deleted meanwhile
-        missing = lost_bookies(metadata, available)
+        missing = lost_bookies(metadata, alive)
         report.missing |= missing
         lost = {b for b in missing if is_lost is None or is_lost(b)}
         repair, writers = damaged_fragments(metadata, lost)

@@ -5,6 +5,7 @@ JSON documents, one per record. Paths:
 - ``/ledgers/<id>``                 ledger metadata (:class:`LedgerMetadata`)
 - ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
+- ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
 - ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
 - counter ``ledger-ids``            source of new ledger ids
 """
@@ -21,6 +22,7 @@ from walog.ledger.durability import Durability
 LEDGERS = "/ledgers"
 LOGS = "/logs"
 AVAILABLE_BOOKIES = "/bookies/available"
+READ_ONLY_BOOKIES = "/bookies/readonly"
 COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
@@ -40,6 +42,11 @@ def log_path(name: str) -> str:
 def bookie_path(bookie_id: str) -> str:
     """Path of a bookie's availability record."""
     return f"{AVAILABLE_BOOKIES}/{bookie_id}"
+
+
+def read_only_bookie_path(bookie_id: str) -> str:
+    """Path of a read-only bookie's registration (it serves reads, refuses new adds)."""
+    return f"{READ_ONLY_BOOKIES}/{bookie_id}"
 
 
 def cookie_path(bookie_id: str) -> str:
@@ -124,10 +131,12 @@ __all__ = [
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
+    "READ_ONLY_BOOKIES",
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
     "cookie_path",
     "ledger_path",
     "log_path",
+    "read_only_bookie_path",
 ]
