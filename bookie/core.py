@@ -117,6 +117,12 @@ class BookieCore:
         self._closed = False
         #: Called on the loop after every checkpoint with the number of entries it wrote.
         self.checkpoint_listeners: list[Callable[[int], None]] = []
+        #: Called on the loop when a checkpoint failed to write the entry logs or index.
+        self.failure_listeners: list[Callable[[], None]] = []
+        self.checkpoint_failure: StorageIOError | None = None
+        """The error of the last checkpoint if it failed (entry log or index write: a full
+        or failing disk); cleared by the next checkpoint that succeeds. Meanwhile plain adds
+        are refused: the entries would only pile up in memory."""
         self.journal = Journal(
             config.journal_path,
             file_bytes=config.journal_file_bytes,
@@ -216,10 +222,20 @@ class BookieCore:
         return self._storage
 
     @property
+    def storage_failure(self) -> str | None:
+        """Why the storage cannot take adds now, or None: a failed journal (for good), or a
+        failed checkpoint (until one succeeds)."""
+        if self.journal.failed is not None:
+            return f"journal failed: {self.journal.failed}"
+        if self.checkpoint_failure is not None:
+            return f"checkpoint failed: {self.checkpoint_failure}"
+        return None
+
+    @property
     def read_only(self) -> bool:
-        """True while plain adds are refused: read-only by disk usage, or a failed journal
-        (which refuses every write until a restart)."""
-        return self.read_only_reason is not None or self.journal.failed is not None
+        """True while plain adds are refused: read-only by disk usage, a failed checkpoint,
+        or a failed journal (which refuses every write until a restart)."""
+        return self.read_only_reason is not None or self.storage_failure is not None
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -272,7 +288,9 @@ class BookieCore:
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
             return [(Status.IO_ERROR, [e[0] for e in entries], -1)]
-        if self.read_only_reason is not None and not recovery:
+        if not recovery and (
+            self.read_only_reason is not None or self.checkpoint_failure is not None
+        ):
             # A recovery write is still taken: it must reach every bookie of a write quorum.
             return [(Status.READ_ONLY, [e[0] for e in entries], -1)]
         max_entry_bytes = self.config.max_entry_bytes
@@ -648,12 +666,16 @@ class BookieCore:
                 written = await loop.run_in_executor(
                     self._writer, storage.checkpoint, _sorted_entries(frozen), states, mark
                 )
-            except BaseException:
+            except BaseException as exc:
                 # Nothing was committed: the next checkpoint takes these again.
                 for ledger_id, entries in frozen.ledgers.items():
                     for entry_id, entry in entries.items():
                         self._cache.put(ledger_id, entry_id, entry)
                 self._dirty |= dirty
+                if isinstance(exc, StorageIOError):
+                    self.checkpoint_failure = exc
+                    for on_failure in self.failure_listeners:
+                        on_failure()
                 raise
             finally:
                 self._flushing = None
@@ -663,6 +685,9 @@ class BookieCore:
             except OSError as exc:
                 # Harmless for correctness (replay starts at the mark); retried next time.
                 _log.warning("old journal files not deleted", error=str(exc))
+        if self.checkpoint_failure is not None:
+            _log.warning("checkpoint succeeded again", entries=written)
+            self.checkpoint_failure = None
         self.stats.checkpoints += 1
         self.stats.entries_checkpointed += written
         for listener in self.checkpoint_listeners:
@@ -677,10 +702,12 @@ class BookieCore:
             self._checkpoint_wanted.clear()
             if self._closed:
                 return  # close() takes the final checkpoint
+            failing = self.checkpoint_failure is not None
             try:
                 await self._checkpoint()
             except StorageIOError as exc:
-                _log.error("checkpoint failed", error=str(exc))
+                # One line per outage, not one per retry (a full disk stays full a while).
+                (_log.debug if failing else _log.error)("checkpoint failed", error=str(exc))
             except Exception:
                 # Keep checkpointing: a dead loop would let the journal grow forever.
                 _log.exception("checkpoint failed")

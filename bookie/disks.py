@@ -12,7 +12,9 @@ the two marks keeps a disk near the limit from flapping between the modes.
 
 A journal that failed a write or a sync (full disk, I/O error) makes the bookie read-only
 for good: nothing it acknowledges after that could be made durable. Only a restart, which
-replays what the journal holds, ends that mode.
+replays what the journal holds, ends that mode. A checkpoint that failed to write the entry
+logs or the index makes it read-only until a checkpoint succeeds again (the entries stay
+in the journal and in memory meanwhile, and are served from there).
 
 :func:`full_disks` is the pure rule; :class:`DiskMonitor` measures (``statvfs`` in a
 thread) and calls back on every change of mode.
@@ -109,7 +111,8 @@ class DiskMonitor:
         directories: the data and journal directories (one measurement per file system).
         thresholds: the usage marks.
         interval_s: seconds between measurements.
-        journal_failure: returns the journal's failure, if any (read-only for good).
+        storage_failure: returns why the storage cannot take adds (a failed journal or
+            checkpoint), or None.
         on_change: awaited with the new mode's reason (None: writable) on every change;
             an exception is logged and the call is repeated at the next measurement.
     """
@@ -119,7 +122,7 @@ class DiskMonitor:
         directories: Sequence[Path],
         thresholds: DiskThresholds,
         interval_s: float,
-        journal_failure: Callable[[], BaseException | None],
+        storage_failure: Callable[[], str | None],
         on_change: ModeListener,
     ) -> None:
         by_device: dict[int, Path] = {}
@@ -128,7 +131,7 @@ class DiskMonitor:
         self.directories = tuple(by_device.values())
         self.thresholds = thresholds
         self.interval_s = interval_s
-        self._journal_failure = journal_failure
+        self._storage_failure = storage_failure
         self._on_change = on_change
         self._wake = asyncio.Event()
         self._full: set[Path] = set()
@@ -147,7 +150,7 @@ class DiskMonitor:
         return max((u.share for u in self.usages), default=0.0)
 
     def wake(self) -> None:
-        """Measure now (for example after the journal reported a failure)."""
+        """Measure now (for example after the storage reported a failure)."""
         self._wake.set()
 
     async def check(self) -> str | None:
@@ -157,17 +160,13 @@ class DiskMonitor:
         )
         self._log_warnings()
         self._full = full_disks(self.usages, self.thresholds, self._full)
-        failure = self._journal_failure()
-        if failure is not None:
-            reason: str | None = f"journal failed: {failure}"
-        elif self._full:
+        reason = self._storage_failure()
+        if reason is None and self._full:
             reason = "disk full: " + ", ".join(
                 f"{u.directory} {u.share:.1%} used (threshold {self.thresholds.high:.0%})"
                 for u in self.usages
                 if u.directory in self._full
             )
-        else:
-            reason = None
         if (reason is None) != (self.reason is None):
             if reason is not None:
                 self.read_only_entered += 1

@@ -216,12 +216,13 @@ async def _serve(
         (config.data_dir, config.journal_path),
         config.disk_thresholds(),
         config.disk_check_interval,
-        lambda: core.journal.failed,
+        lambda: core.storage_failure,
         apply_mode,
     )
-    # A failed journal write or sync turns the bookie read-only at once, not at the next
-    # measurement.
+    # A failed journal write or sync, or a failed checkpoint, turns the bookie read-only at
+    # once, not at the next measurement.
     core.journal.listeners.append(lambda _report, error: disks.wake() if error else None)
+    core.failure_listeners.append(disks.wake)
     await disks.check()  # a bookie that starts on a full disk registers read-only
     await server.start()
     metrics: MetricsServer | None = None

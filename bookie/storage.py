@@ -353,6 +353,7 @@ class EntryStorage:
         current = current_log = -1
         bucket: list[tuple[bytes, bytes]] = []
         per_ledger: dict[int, int] = {}
+        start_log, start_offset = self._write_log, self._write_offset
         try:
             for ledger_id, entry_id, entry in entries:
                 log_id, offset, length = self._append(ledger_id, entry_id, entry)
@@ -370,10 +371,14 @@ class EntryStorage:
             if self._write_fd >= 0:
                 self._sync_write_log()
         except (OSError, lmdb.Error) as exc:
-            # The log's tail is unknown now: never append to it again.
+            # The log's tail is unknown now: never append to it again. What this call wrote
+            # is in no index row: cut it off, so a full disk gets that space back.
             failed_log = self._write_log
             self._pending.clear()
             self._pending_bytes = 0
+            if self._write_fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._write_fd, start_offset if failed_log == start_log else 0)
             self._close_write_log()
             raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
         for ledger_id in rows:

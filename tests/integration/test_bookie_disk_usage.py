@@ -15,13 +15,20 @@ from pathlib import Path
 import pytest
 
 import walog
-from tests.integration.bookies import answers, make_add, running_bookie
-from tests.integration.disks import fill_to, small_tmpfs, used_share, wait_until
+from tests.integration.bookies import make_add, running_bookie
+from tests.integration.disks import (
+    add_status,
+    fill_to,
+    info,
+    small_tmpfs,
+    used_share,
+    wait_until,
+)
 from walog import cli
 from walog.digest import master_key
 from walog.proto import bookie_pb2 as pb
 from walog.proto import bookie_pb2_grpc as pb_grpc
-from walog.testing import BookieProcess, LocalCluster, free_port
+from walog.testing import LocalCluster, free_port
 
 ENTRY = 4096
 THRESHOLDS = [
@@ -40,18 +47,6 @@ def _payload(i: int) -> bytes:
 def disk(tmp_path: Path) -> Iterator[Path]:
     with small_tmpfs(128) as mount:
         yield mount
-
-
-def _info(bookie: BookieProcess) -> pb.InfoResponse:
-    with bookie.channel() as channel:
-        return pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)
-
-
-def _add_status(bookie: BookieProcess, batch: pb.AddBatch) -> int:
-    with bookie.channel() as channel:
-        frames = pb_grpc.BookieStub(channel).Add(iter([pb.AddFrame(batches=[batch])]), timeout=10)
-        (status,) = {a.status for a in answers(r for frame in frames for r in frame.results)}
-    return status
 
 
 def _metric(port: int, name: str) -> float:
@@ -105,7 +100,7 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         modes = _walog_bookies(cluster.metadata_uri, capsys)
         assert modes.pop(small.bookie_id) == "read-only"
         assert sorted(modes.items()) == [(b, "available") for b in sorted(cluster.bookie_ids)]
-        assert _info(small).read_only
+        assert info(small).read_only
         assert _metric(metrics_port, "walog_bookie_read_only") == 1
         assert _metric(metrics_port, "walog_bookie_disk_usage_ratio") > 0.5
 
@@ -127,8 +122,8 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
             fence = stub.Fence(pb.FenceRequest(ledger_id=999_999, master_key=key), timeout=10)
             assert fence.status == pb.OK
         # A plain add is refused READ_ONLY; a recovery write still lands.
-        assert _add_status(small, make_add(888_888, 0, b"x")) == pb.READ_ONLY
-        assert _add_status(small, make_add(888_888, 0, b"x", recovery=True)) == pb.OK
+        assert add_status(small, make_add(888_888, 0, b"x")) == pb.READ_ONLY
+        assert add_status(small, make_add(888_888, 0, b"x", recovery=True)) == pb.OK
 
         # Below the low-water mark again: writable by itself, announced as available.
         ballast.unlink()
@@ -136,7 +131,7 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         wait_until(lambda: small.bookie_id in client.bookies(), "the bookie is available again")
         assert client.read_only_bookies() == []
         assert _walog_bookies(cluster.metadata_uri, capsys)[small.bookie_id] == "available"
-        assert not _info(small).read_only
+        assert not info(small).read_only
         assert _metric(metrics_port, "walog_bookie_read_only") == 0
         assert _metric(metrics_port, "walog_bookie_read_only_entered_total") == 1
-        assert _add_status(small, make_add(777_777, 0, b"y")) == pb.OK
+        assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
