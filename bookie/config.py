@@ -89,6 +89,10 @@ class BookieConfig:
     TOO_MANY_REQUESTS (admission control)."""
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     """``--max-entry-bytes``: larger entries are refused with BAD_REQUEST."""
+    checkpoint_interval: float = 10.0
+    """``--checkpoint-interval``: seconds between checkpoints (write cache to entry logs and
+    index; journal files before the mark are then deleted). A failed checkpoint is retried
+    after this long."""
     gc_interval: float = 60.0
     """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""
     gc_grace: float = 300.0
@@ -136,6 +140,7 @@ class BookieConfig:
             "--max-inflight-bytes": self.max_inflight_bytes,
             "--max-entry-bytes": self.max_entry_bytes,
             "--gc-interval": self.gc_interval,
+            "--checkpoint-interval": self.checkpoint_interval,
             "--disk-check-interval": self.disk_check_interval,
             "--drain-timeout": self.drain_timeout,
             "--metadata-timeout": self.metadata_timeout,
@@ -200,6 +205,7 @@ class BookieConfig:
             volatile_flush_interval_s=self.volatile_flush_interval,
             max_entry_bytes=self.max_entry_bytes,
             cache_entry_logs=self.cache_entry_logs,
+            checkpoint_interval_s=self.checkpoint_interval,
         )
 
 

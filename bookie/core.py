@@ -657,6 +657,8 @@ class BookieCore:
             self._flushing = frozen
             self._checkpoint_idle.clear()
             try:
+                if self.checkpoint_failure is not None:
+                    await loop.run_in_executor(self._writer, storage.probe)
                 mark = await self.journal.barrier()
                 states = {
                     ledger_id: self._states[ledger_id].to_bytes()

@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("--max-inflight-bytes", int, d.max_inflight_bytes,
          "unanswered add bytes before TOO_MANY_REQUESTS"),
         ("--max-entry-bytes", int, d.max_entry_bytes, "largest entry payload accepted"),
+        ("--checkpoint-interval", float, d.checkpoint_interval,
+         "seconds between checkpoints (entry logs + index)"),
         ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
         ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
         ("--gc-stray-interval", float, d.gc_stray_interval,

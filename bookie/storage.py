@@ -221,6 +221,26 @@ class EntryStorage:
                 _log.info("removing unreferenced entry log", file=str(path))
                 path.unlink()
 
+    def probe(self) -> None:
+        """Write and sync a block in the entry-log directory, then remove it: after a
+        failed checkpoint, proof that the disk takes writes again even when there is
+        nothing to checkpoint. StorageIOError when it does not."""
+        path = self.log_dir / "probe.tmp"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(bytes(4096))
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                path.unlink()
+        except OSError as exc:
+            raise StorageIOError(
+                f"entry-log directory {self.log_dir} failed a write: {exc}"
+            ) from exc
+
     # -- reads --------------------------------------------------------------------------
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:

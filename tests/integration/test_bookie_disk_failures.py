@@ -150,3 +150,36 @@ def test_eio_on_a_journal_during_a_pipelined_write_loses_nothing_and_the_writer_
                     for first in range(0, 5000, 500):
                         got = [e.data for e in reader.read(first, first + 499)]
                         assert got == [_payload(i) for i in range(first, first + 500)]
+
+
+def test_eio_on_the_entry_logs_turns_read_only_until_a_checkpoint_succeeds_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = tmp_path / "bookie"
+    switch = eio_switch(tmp_path, data_dir / "entrylogs")
+    for name, value in switch.env.items():
+        monkeypatch.setenv(name, value)
+    metadata = f"sqlite:///{tmp_path}/meta.db"
+    with running_bookie(
+        data_dir,
+        metadata,
+        extra_args=["--checkpoint-interval", "0.2", "--disk-check-interval", "0.1"],
+    ) as bookie:
+        monkeypatch.delenv("LD_PRELOAD")
+        statuses = [add_status(bookie, make_add(LEDGER, i, _payload(i))) for i in range(50)]
+        assert statuses == [pb.OK] * 50
+        switch.on()
+        wait_until(lambda: info(bookie).read_only, "read-only after a failed checkpoint")
+        _assert_read_only(bookie, metadata)
+        assert add_status(bookie, make_add(LEDGER, 50, _payload(50))) == pb.READ_ONLY
+        assert read_entries(bookie, LEDGER, 0, 49) == [_payload(i) for i in range(50)]
+
+        switch.off()
+        wait_until(lambda: not info(bookie).read_only, "writable after a checkpoint succeeded")
+        with walog.connect(metadata) as client:
+            wait_until(lambda: bookie.bookie_id in client.bookies(), "available again")
+        log = bookie.log()
+        assert log.count('"checkpoint failed"') == 1, "one line per outage"
+        assert '"checkpoint succeeded again"' in log
+        assert add_status(bookie, make_add(LEDGER, 50, _payload(50))) == pb.OK
+        _restart_and_check(bookie, metadata, list(range(51)), 1000)
