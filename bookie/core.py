@@ -317,7 +317,7 @@ class BookieCore:
             await self._checkpoint_idle.wait()
             if self._closed:
                 return [*refused, (Status.IO_ERROR, ids, -1)]
-        state, status = self._ledger_for_write(ledger_id, master_key)
+        state, status = self._ledger_for_write(ledger_id, master_key, adopt_key=recovery)
         if state is None:
             return [*refused, (status, ids, -1)]
         if state.fenced and not recovery:
@@ -393,16 +393,29 @@ class BookieCore:
         return None
 
     def _ledger_for_write(
-        self, ledger_id: int, master_key: bytes
+        self, ledger_id: int, master_key: bytes, *, adopt_key: bool = True
     ) -> tuple[LedgerState | None, Status]:
         """The ledger's state, created (key journaled with a sync before any ack of a
-        later record) on first contact; None with UNAUTHORIZED on another key."""
+        later record) on first contact; None with UNAUTHORIZED on another key.
+
+        A ledger rebuilt from the entry logs (``--rebuild-index``) lost its key and fence
+        with the old index: a fence or a recovery write (``adopt_key``) gives it the key
+        they present, as a new ledger's first write does; a plain add gets IO_ERROR, so its
+        writer moves to another bookie (the ledger may have been fenced and closed before:
+        no plain add may be acknowledged here)."""
         state = self._states.get(ledger_id)
         if state is None:
             if ledger_id in self._damaged:
                 return None, Status.IO_ERROR  # its key and fence are unknown
             state = LedgerState(ledger_id, bytes(master_key))
             self._states[ledger_id] = state
+            self._dirty.add(ledger_id)
+            self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
+            return state, Status.OK
+        if not state.master_key:
+            if not adopt_key:
+                return None, Status.IO_ERROR
+            state.master_key = bytes(master_key)
             self._dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
             return state, Status.OK
@@ -432,6 +445,8 @@ class BookieCore:
         state = self._states.get(ledger_id)
         if state is None:
             return self._unknown(ledger_id)
+        if not state.master_key:
+            return Status.IO_ERROR  # rebuilt: key unknown until a fence or recovery write
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED
         if state.raise_lac(lac):
@@ -447,6 +462,8 @@ class BookieCore:
         state = self._states.get(ledger_id)
         if state is None:
             return self._unknown(ledger_id), -1
+        if not state.master_key:
+            return Status.IO_ERROR, -1  # rebuilt: key unknown (see _ledger_for_write)
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED, -1
         try:

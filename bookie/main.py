@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, kind, default, text in tuning:
         p.add_argument(flag, type=kind, default=default, metavar="N", help=f"{text} [{default}]")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR [INFO]")
+    p.add_argument(
+        "--rebuild-index",
+        action="store_true",
+        help="do not serve: rebuild the index of the stopped bookie in --data-dir from its "
+        "entry logs, then exit (see docs/bookies.md)",
+    )
     return p
 
 
@@ -131,6 +137,7 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")
+    args.pop("rebuild_index")  # handled by main() before parsing
     try:
         return BookieConfig(**args), level
     except ValueError as exc:
@@ -278,7 +285,12 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bookie`` and ``walog bookie``; returns the exit status."""
-    config, level = parse_config(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--rebuild-index" in args:
+        from bookie.rebuild import main as rebuild_main
+
+        return rebuild_main(args)
+    config, level = parse_config(args)
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
     try:

@@ -61,6 +61,7 @@ from bookie.index import (
 )
 from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
+from bookie.lmdb_check import check_index_file
 from walog.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
@@ -143,7 +144,12 @@ class EntryStorage:
     """
 
     def __init__(
-        self, data_dir: Path, *, entry_log_file_bytes: int, cache_written: bool = True
+        self,
+        data_dir: Path,
+        *,
+        entry_log_file_bytes: int,
+        cache_written: bool = True,
+        rebuild: bool = False,
     ) -> None:
         self.log_dir = data_dir / "entrylogs"
         self.index_dir = data_dir / "index"
@@ -156,13 +162,15 @@ class EntryStorage:
         self._lock_fd = _lock_directory(data_dir)
         env: lmdb.Environment | None = None
         try:
+            # LMDB follows page numbers and offsets unchecked (SIGBUS on a damaged file).
+            check_index_file(self.index_dir / "data.mdb")
             env = lmdb.open(
                 str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
             )
             # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
             tables, fresh = open_tables(env)
             if fresh:
-                initialise(env, tables, self.log_dir)
+                initialise(env, tables, self.log_dir, rebuild=rebuild)
             contents = audit_index(env, tables)
         except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
@@ -220,6 +228,18 @@ class EntryStorage:
             if path.stem.isdigit() and int(path.stem) not in self._live:
                 _log.info("removing unreferenced entry log", file=str(path))
                 path.unlink()
+
+    def restore(
+        self,
+        rows: dict[int, list[tuple[bytes, bytes]]],
+        live: dict[int, dict[int, int]],
+        states: dict[int, bytes],
+        mark: JournalMark,
+    ) -> None:
+        """Commit index rows for records already in the entry logs (``entry_row`` rows
+        by ledger, live bytes by log and ledger, ledger states, the journal mark): the
+        rebuild of a lost index (bookie/rebuild.py), on a fresh index only."""
+        self._commit(rows, live, states, mark, repoint=False)
 
     def probe(self) -> None:
         """Write and sync a block in the entry-log directory, then remove it: after a
