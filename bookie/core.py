@@ -28,10 +28,11 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 
+from bookie.compaction import Compactor
 from bookie.config import StorageConfig
 from bookie.journal import GroupReport, Journal
 from bookie.journal_files import JournalMark, StorageIOError
@@ -56,6 +57,7 @@ _log = structlog.get_logger(__name__)
 
 
 _MIB = 1024 * 1024
+_T = TypeVar("_T")
 _BACKPRESSURE_FACTOR = 2  # adds wait for a running checkpoint above this x write_cache_bytes
 
 
@@ -114,6 +116,9 @@ class BookieCore:
         self._checkpoint_idle.set()
         self._storage: EntryStorage | None = None
         self._background: asyncio.Task[None] | None = None
+        self.compactor = Compactor(config.compaction, self.in_storage)
+        """Minor and major compaction of partly dead entry logs (bookie/compaction.py)."""
+        self._compaction: asyncio.Task[None] | None = None
         self._closed = False
         #: Called on the loop after every checkpoint with the number of entries it wrote.
         self.checkpoint_listeners: list[Callable[[int], None]] = []
@@ -166,6 +171,7 @@ class BookieCore:
             # entries in the write cache only, so this drops only what came before.
             await loop.run_in_executor(core._writer, loaded.storage.delete_ledgers, loaded.deleted)
         core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
+        core._compaction = asyncio.create_task(core.compactor.run(), name="bookie-compaction")
         if core._cache.bytes >= config.write_cache_bytes:
             core._checkpoint_wanted.set()  # a long replay: move the mark forward soon
         return core
@@ -194,6 +200,10 @@ class BookieCore:
         await self._close_storage()
 
     async def _stop_background(self) -> None:
+        if self._compaction is not None:
+            self._compaction.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compaction
         if self._background is not None:
             # Not cancelled: a checkpoint in its storage thread would finish anyway, and
             # its cache generation must not be merged back as if it had failed.
@@ -731,10 +741,21 @@ class BookieCore:
                 # Keep checkpointing: a dead loop would let the journal grow forever.
                 _log.exception("checkpoint failed")
 
+    async def in_storage(self, step: Callable[[EntryStorage], _T]) -> _T:
+        """Run ``step`` on the entry storage in its thread, between checkpoints (compaction
+        steps); the storage counters are taken over afterwards."""
+        async with self._checkpoint_lock:
+            storage = self._require_storage()
+            try:
+                return await asyncio.get_running_loop().run_in_executor(self._writer, step, storage)
+            finally:
+                self.stats.entry_logs_deleted = storage.logs_deleted
+                self.stats.entry_logs_compacted = storage.logs_compacted
+
     async def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Forget the ledgers and reclaim their space (a deletion is journaled, so replay
-        does not bring them back; entry logs left without live data are removed, mostly
-        dead ones compacted)."""
+        does not bring them back; entry logs left without live data are removed, partly
+        dead ones wait for compaction)."""
         doomed = sorted(set(ledger_ids))
         if not doomed or self._closed:
             return
