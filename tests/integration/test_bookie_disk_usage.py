@@ -8,6 +8,7 @@ low-water mark it takes adds again by itself.
 
 from __future__ import annotations
 
+import contextlib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster, free_port
 
 ENTRY = 4096
+ROUNDS = 128  # 9 ledgers x 128 entries x 64 KiB: 72 MiB against a 128 MiB disk
 THRESHOLDS = [
     "--disk-usage-threshold", "0.5",
     "--disk-usage-warn-threshold", "0.45",
@@ -135,3 +137,72 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         assert _metric(metrics_port, "walog_bookie_read_only") == 0
         assert _metric(metrics_port, "walog_bookie_read_only_entered_total") == 1
         assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
+
+
+def test_full_bookie_is_writable_again_once_deletion_and_compaction_free_its_disk(
+    disk: Path, tmp_path: Path
+) -> None:
+    with contextlib.ExitStack() as stack:
+        _fill_delete_and_compact(stack, disk, tmp_path)
+
+
+def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: Path) -> None:
+    metrics_port = free_port()
+    journal_disk = stack.enter_context(small_tmpfs(256))  # the journal on its own disk
+    small_args = [
+        *THRESHOLDS,
+        "--journal-dir", str(journal_disk / "journal"),
+        "--metrics-port", str(metrics_port),
+        "--checkpoint-interval", "0.2",
+        "--entry-log-file-bytes", str(8 * 1024 * 1024),
+        "--gc-interval", "0.5", "--gc-grace", "0",
+        "--minor-compaction-interval", "0.5", "--minor-compaction-threshold", "0.8",
+    ]  # fmt: skip
+    entry = 64 * 1024
+    with (
+        LocalCluster(bookies=3, data_dir=tmp_path / "cluster") as cluster,
+        running_bookie(disk / "bookie", cluster.metadata_uri, extra_args=small_args) as small,
+        walog.connect(cluster.metadata_uri) as client,
+    ):
+        wait_until(lambda: small.bookie_id in client.bookies(), "the small bookie registers")
+        writers = []
+        while len(writers) < 9:  # eight to delete, one to keep: all on the small bookie
+            writer = client.create_ledger(3, 3, 2)
+            if small.bookie_id in writer.metadata.ensembles[0][1]:
+                writers.append(writer)
+            else:
+                writer.close()
+        futures = [
+            writer.append_async(bytes([n]) * entry)
+            for _ in range(ROUNDS)
+            for n, writer in enumerate(writers)
+        ]
+        for future in futures:
+            future.result(timeout=120)
+        for writer in writers:
+            writer.close()
+        wait_until(lambda: client.read_only_bookies() == [small.bookie_id], "read-only")
+        full = used_share(disk)
+        assert full > 0.5
+
+        keeper, doomed = writers[0], writers[1:]
+        for writer in doomed:
+            client.delete_ledger(writer.ledger_id)
+        wait_until(
+            lambda: small.bookie_id in client.bookies(),
+            "writable again after deletion and compaction",
+            within=60,
+        )
+        # The kept ledger's share of the disk stays: at most one ninth, plus the entry log
+        # being filled and the index.
+        assert used_share(disk) < 0.3 < full
+        # Logs left without live data went with the deletion; the ones shared with the kept
+        # ledger are compacted by the next minor pass.
+        wait_until(
+            lambda: _metric(metrics_port, "walog_bookie_storage_entry_logs_compacted") > 0,
+            "a minor compaction",
+        )
+        assert used_share(disk) < 0.3
+        with client.open_ledger(keeper.ledger_id) as reader:
+            got = [e.data for first in range(0, ROUNDS, 32) for e in reader.read(first, first + 31)]
+            assert got == [bytes([0]) * entry] * ROUNDS
