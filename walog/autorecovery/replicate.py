@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from walog.autorecovery.rules import (
     Damage,
@@ -118,6 +118,7 @@ async def recover(
     placement: Placement | None = None,
     verify: bool = False,
     verify_percent: float = 0.0,
+    retiring: Collection[str] = (),
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -131,6 +132,8 @@ async def recover(
             them (two reads per fragment and bookie: meant for a periodic check).
         verify_percent: with ``verify``, also read this share (0-100 %) of the other
             entries of each share, picked at random each pass.
+        retiring: bookies to move every fragment off although they still serve (being
+            decommissioned): counted as lost, never chosen as replacements.
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
@@ -138,10 +141,10 @@ async def recover(
     if not 0 <= verify_percent <= 100:
         raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
     placement = placement or Placement()
-    available = await available_bookies(ctx.store)
+    available = [b for b in await available_bookies(ctx.store) if b not in retiring]
     # Read-only bookies (full disks) hold their entries and serve them: not lost, but no
     # replacement is placed on them.
-    alive = set(available) | set(await read_only_bookies(ctx.store))
+    alive = (set(available) | set(await read_only_bookies(ctx.store))) - set(retiring)
     report = Report()
     names = await ctx.store.children(LEDGERS)
     for ledger_id in sorted(int(name) for name in names if name.isdigit()):

@@ -6,6 +6,7 @@ JSON documents, one per record. Paths:
 - ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
 - ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
+- ``/bookies/decommissioning/<id>`` a bookie being drained (``walog bookie decommission``)
 - ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
 - counter ``ledger-ids``            source of new ledger ids
 """
@@ -23,6 +24,7 @@ LEDGERS = "/ledgers"
 LOGS = "/logs"
 AVAILABLE_BOOKIES = "/bookies/available"
 READ_ONLY_BOOKIES = "/bookies/readonly"
+DECOMMISSIONING = "/bookies/decommissioning"
 COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
@@ -47,6 +49,11 @@ def bookie_path(bookie_id: str) -> str:
 def read_only_bookie_path(bookie_id: str) -> str:
     """Path of a read-only bookie's registration (it serves reads, refuses new adds)."""
     return f"{READ_ONLY_BOOKIES}/{bookie_id}"
+
+
+def decommission_path(bookie_id: str) -> str:
+    """Path of the mark of a bookie being drained: it takes no new adds while it exists."""
+    return f"{DECOMMISSIONING}/{bookie_id}"
 
 
 def cookie_path(bookie_id: str) -> str:
@@ -128,6 +135,7 @@ class LedgerMetadata:
 __all__ = [
     "AVAILABLE_BOOKIES",
     "COOKIES",
+    "DECOMMISSIONING",
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
@@ -136,6 +144,7 @@ __all__ = [
     "LedgerState",
     "bookie_path",
     "cookie_path",
+    "decommission_path",
     "ledger_path",
     "log_path",
     "read_only_bookie_path",
