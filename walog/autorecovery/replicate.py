@@ -119,6 +119,7 @@ async def recover(
     verify: bool = False,
     verify_percent: float = 0.0,
     retiring: Collection[str] = (),
+    ledgers: Collection[int] | None = None,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -134,6 +135,7 @@ async def recover(
             entries of each share, picked at random each pass.
         retiring: bookies to move every fragment off although they still serve (being
             decommissioned): counted as lost, never chosen as replacements.
+        ledgers: only these ledgers (None: every ledger).
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
@@ -148,6 +150,8 @@ async def recover(
     report = Report()
     names = await ctx.store.children(LEDGERS)
     for ledger_id in sorted(int(name) for name in names if name.isdigit()):
+        if ledgers is not None and ledger_id not in ledgers:
+            continue
         try:
             metadata, _ = await ctx.read_metadata(ledger_id)
         except NoSuchLedgerError:
