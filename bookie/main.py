@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,6 +27,7 @@ import walog._loop
 from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.core import BookieCore
+from bookie.disks import DiskMonitor
 from bookie.gc import LedgerCollector
 from bookie.health import BookieHealth, read_only_reason
 from bookie.http import MetricsServer
@@ -39,6 +40,7 @@ from walog._version import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
+from walog.metadata.layout import decommission_path
 from walog.metadata.store import MetadataStore
 
 log = structlog.get_logger("bookie")
@@ -110,18 +112,46 @@ def build_parser() -> argparse.ArgumentParser:
         ("--max-inflight-bytes", int, d.max_inflight_bytes,
          "unanswered add bytes before TOO_MANY_REQUESTS"),
         ("--max-entry-bytes", int, d.max_entry_bytes, "largest entry payload accepted"),
+        ("--entry-log-file-bytes", int, d.entry_log_file_bytes,
+         "an entry log rolls over at this size"),
+        ("--minor-compaction-threshold", float, d.minor_compaction_threshold,
+         "minor compaction copies entry logs whose live share is below this"),
+        ("--minor-compaction-interval", float, d.minor_compaction_interval,
+         "seconds between minor compactions (0: off)"),
+        ("--major-compaction-threshold", float, d.major_compaction_threshold,
+         "major compaction copies entry logs whose live share is below this"),
+        ("--major-compaction-interval", float, d.major_compaction_interval,
+         "seconds between major compactions (0: off)"),
+        ("--compaction-rate-bytes", int, d.compaction_rate_bytes,
+         "most bytes per second compaction copies"),
+        ("--checkpoint-interval", float, d.checkpoint_interval,
+         "seconds between checkpoints (entry logs + index)"),
         ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
         ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
         ("--gc-stray-interval", float, d.gc_stray_interval,
          "seconds between scans for stray copies of closed ledgers (0: off)"),
         ("--gc-stray-grace", float, d.gc_stray_grace,
          "seconds a written copy is never taken for a stray one"),
+        ("--disk-usage-threshold", float, d.disk_usage_threshold,
+         "used share of a data or journal disk that turns the bookie read-only"),
+        ("--disk-usage-warn-threshold", float, d.disk_usage_warn_threshold,
+         "used share of a disk that logs a warning"),
+        ("--disk-usage-lwm-threshold", float, d.disk_usage_lwm_threshold,
+         "used share all disks must fall below for a read-only bookie to take adds again"),
+        ("--disk-check-interval", float, d.disk_check_interval,
+         "seconds between measurements of disk usage"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
     ]  # fmt: skip
     for flag, kind, default, text in tuning:
         p.add_argument(flag, type=kind, default=default, metavar="N", help=f"{text} [{default}]")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR [INFO]")
+    p.add_argument(
+        "--rebuild-index",
+        action="store_true",
+        help="do not serve: rebuild the index of the stopped bookie in --data-dir from its "
+        "entry logs, then exit (see docs/bookies.md)",
+    )
     return p
 
 
@@ -133,6 +163,7 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")
+    args.pop("rebuild_index")  # handled by main() before parsing
     try:
         return BookieConfig(**args), level
     except ValueError as exc:
@@ -184,9 +215,29 @@ async def _serve(
         stray_interval=config.gc_stray_interval,
         stray_grace=config.gc_stray_grace,
     )
+    registration = Registration(store, config.bookie_id, instance_id, __version__)
+
+    async def apply_mode(reason: str | None) -> None:
+        core.read_only_reason = reason  # adds are refused first, then clients are told
+        await registration.set_read_only(reason is not None)
+
+    retiring = _DrainMark(store, config.bookie_id)
+    disks = DiskMonitor(
+        (config.data_dir, config.journal_path),
+        config.disk_thresholds(),
+        config.disk_check_interval,
+        lambda: core.storage_failure or retiring.reason,
+        apply_mode,
+    )
+    retiring.on_change = disks.wake
+    await retiring.start()
+    # A failed journal write or sync, or a failed checkpoint, turns the bookie read-only at
+    # once, not at the next measurement.
+    core.journal.listeners.append(lambda _report, error: disks.wake() if error else None)
+    core.failure_listeners.append(disks.wake)
+    await disks.check()  # a bookie that starts on a full disk registers read-only
     await server.start()
     metrics: MetricsServer | None = None
-    registration = Registration(store, config.bookie_id, instance_id, __version__)
     health = BookieHealth(
         asyncio.get_running_loop(),
         is_registered=lambda: registration.registered,
@@ -194,19 +245,20 @@ async def _serve(
         read_only_reason=lambda: read_only_reason(core),
     )
     health_task = asyncio.create_task(health.watch(server.apply_state))
-    gc_task: asyncio.Task[None] | None = None
+    tasks: list[asyncio.Task[None]] = []
     try:
         if config.metrics_port is not None:
             host, _ = parse_listen(config.listen)
             registry = CollectorRegistry(auto_describe=True)
-            disks = {"data": config.data_dir, "journal": config.journal_path}
+            disk_dirs = {"data": config.data_dir, "journal": config.journal_path}
             info = {"version": __version__, "instance_id": instance_id}
-            parts = BookieParts(server, core, collector, asyncio.get_running_loop())
-            registry.register(BookieCollector(parts, config.bookie_id, disks, info))
+            parts = BookieParts(server, core, collector, disks, asyncio.get_running_loop())
+            registry.register(BookieCollector(parts, config.bookie_id, disk_dirs, info))
             metrics = MetricsServer(host, config.metrics_port, registry, health)
             metrics.start()
         if await _until_stopped(registration.register(), stop):
-            gc_task = asyncio.create_task(collector.run(stop))
+            tasks.append(asyncio.create_task(collector.run(stop)))
+            tasks.append(asyncio.create_task(disks.run(stop)))
             log.info("bookie ready", bookie_id=config.bookie_id, port=server.port)
             await stop.wait()
         log.info("bookie stopping")
@@ -219,11 +271,56 @@ async def _serve(
         await server.drain()
     finally:
         health_task.cancel()
-        if gc_task is not None:
-            gc_task.cancel()
+        retiring.stop()
+        for task in tasks:
+            task.cancel()
         if metrics is not None:
             metrics.close()
         await server.stop_now()
+
+
+class _DrainMark:
+    """Follows this bookie's decommission mark (``walog bookie decommission``): while it
+    exists the bookie is read-only, so writers move their ledgers elsewhere."""
+
+    def __init__(self, store: MetadataStore, bookie_id: str) -> None:
+        self._store = store
+        self._path = decommission_path(bookie_id)
+        self.reason: str | None = None
+        self.on_change: Callable[[], None] = lambda: None
+        self._cancel: Callable[[], None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        await self._check()
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:  # on the store's thread
+            loop.call_soon_threadsafe(self._spawn)
+
+        self._cancel = self._store.watch(self._path, changed)
+
+    def _spawn(self) -> None:
+        task = asyncio.ensure_future(self._check())
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _check(self) -> None:
+        try:
+            marked = await self._store.exists(self._path) is not None
+        except WalogError as exc:
+            log.warning("decommission mark not read", error=str(exc))
+            return
+        reason = "decommissioning: drained by 'walog bookie decommission'" if marked else None
+        if reason != self.reason:
+            self.reason = reason
+            self.on_change()
+
+    def stop(self) -> None:
+        if self._cancel is not None:
+            self._cancel()
+        for task in self._checks:
+            task.cancel()
 
 
 async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
@@ -244,7 +341,12 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bookie`` and ``walog bookie``; returns the exit status."""
-    config, level = parse_config(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--rebuild-index" in args:
+        from bookie.rebuild import main as rebuild_main
+
+        return rebuild_main(args)
+    config, level = parse_config(args)
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
     try:
