@@ -1,0 +1,106 @@
+"""The state-machine recipe over real bookies, nodes in this process (each its own client
+and metadata session): takeover, catch-up, exactly-once application, snapshots,
+truncation by snapshot and restore."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import IO, Any
+
+import pytest
+
+import walog.aio
+from walog.aio import AsyncClient
+from walog.log.position import Position, Record
+from walog.log.retention import RetentionPolicy, RollPolicy
+from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolicy
+from walog.testing import LocalCluster
+
+
+class Counter:
+    """A service whose state shows every record applied, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.restored_at: Position | None = None
+
+    def apply(self, record: Record) -> int:
+        self.seen.append(record.data.decode())
+        return len(self.seen)
+
+    def snapshot(self) -> bytes:
+        return json.dumps(self.seen).encode()
+
+    def restore(self, data: IO[bytes], position: Position) -> None:
+        self.seen = json.loads(data.read())
+        self.restored_at = position
+
+
+@contextlib.asynccontextmanager
+async def node(
+    uri: str, log_name: str, node_id: str, service: Any, **kwargs: Any
+) -> AsyncIterator[tuple[AsyncClient, AsyncStateMachine]]:
+    async with await walog.aio.connect(uri) as client:
+        log = await client.open_log(log_name, roll_policy=RollPolicy(max_entries=5))
+        machine = AsyncStateMachine(log, service, node_id=node_id, **kwargs)
+        await machine.start()
+        try:
+            yield client, machine
+        finally:
+            await machine.close()
+
+
+def is_leader(machine: AsyncStateMachine) -> bool:
+    return machine.role is Role.LEADER
+
+
+async def test_a_standby_applies_every_acknowledged_command_in_order_and_takes_over(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    uri = cluster.metadata_uri
+    a_state, b_state = Counter(), Counter()
+    async with node(uri, log_name, "a", a_state) as (_, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        async with node(uri, log_name, "b", b_state) as (_, b):
+            assert b.role is Role.STANDBY
+            with pytest.raises(NotLeaderError):
+                await b.submit(b"x")
+            results = [await a.submit(b"c%d" % i) for i in range(20)]
+            assert results == list(range(1, 21))
+            await b.wait_for(lambda: b_state.seen == a_state.seen, 30)
+            await a.close()  # resigns: b takes over after catching up
+            await b.wait_for(lambda: is_leader(b), 30)
+            assert await b.submit(b"after") == 21
+    assert b_state.seen == [*(f"c{i}" for i in range(20)), "after"]
+
+
+async def test_a_new_node_restores_the_newest_snapshot_after_truncation(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    uri = cluster.metadata_uri
+    policy = SnapshotPolicy(every_records=10, keep=2)
+    leader_state = Counter()
+    async with node(uri, log_name, "a", leader_state, snapshot_policy=policy) as (client, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        for i in range(60):
+            await a.submit(b"c%d" % i)
+        await a.snapshot_now()
+        log = await client.open_log(log_name)
+        meta = await log.metadata()
+        assert len(meta.snapshots) == 2
+        assert meta.truncated_through is not None
+        assert meta.truncated_through <= meta.snapshots[0].position
+        # Retention keeps what the oldest snapshot still needs.
+        aggressive = await client.open_log(log_name, retention=RetentionPolicy(max_age=1e-9))
+        await aggressive.enforce_retention()
+        after = await log.metadata()
+        assert after.truncated_through is not None
+        assert after.truncated_through <= after.snapshots[0].position
+        fresh = Counter()
+        async with node(uri, log_name, "c", fresh) as (_, c):
+            assert fresh.restored_at == meta.snapshots[-1].position
+            await a.submit(b"last")
+            await c.wait_for(lambda: fresh.seen == leader_state.seen, 30)
+    assert fresh.seen == [*(f"c{i}" for i in range(60)), "last"]
