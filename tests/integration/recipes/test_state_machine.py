@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
 import walog.aio
 from walog.aio import AsyncClient
+from walog.errors import WriterFencedError
 from walog.log.position import Position, Record
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolicy
@@ -50,6 +53,10 @@ async def node(
             yield client, machine
         finally:
             await machine.close()
+
+
+def overwrite(path: str, data: bytes) -> None:
+    Path(path).write_bytes(data)
 
 
 def is_leader(machine: AsyncStateMachine) -> bool:
@@ -104,3 +111,50 @@ async def test_a_new_node_restores_the_newest_snapshot_after_truncation(
             await a.submit(b"last")
             await c.wait_for(lambda: fresh.seen == leader_state.seen, 30)
     assert fresh.seen == [*(f"c{i}" for i in range(60)), "last"]
+
+
+async def test_a_corrupt_newest_snapshot_is_skipped_for_the_one_before(
+    cluster: LocalCluster, log_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = cluster.metadata_uri
+    leader_state = Counter()
+    where = tmp_path / "snapshots"
+    async with node(uri, log_name, "a", leader_state, snapshot_dir=where) as (client, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        for i in range(12):
+            await a.submit(b"c%d" % i)
+            if i in (5, 11):
+                await a.snapshot_now()
+        meta = await (await client.open_log(log_name)).metadata()
+        older, newest = meta.snapshots
+        assert newest.path is not None
+        overwrite(newest.path, b"garbage")
+        fresh = Counter()
+        with caplog.at_level(logging.WARNING, logger="walog.recipes.machine"):
+            async with node(uri, log_name, "c", fresh, snapshot_dir=where) as (_, c):
+                assert fresh.restored_at == older.position
+                await c.wait_for(lambda: fresh.seen == leader_state.seen, 30)
+    skipped = [r for r in caplog.records if "skipping corrupt snapshot" in r.getMessage()]
+    assert len(skipped) == 1
+    assert str(newest.position) in skipped[0].getMessage()
+
+
+async def test_a_fenced_leader_steps_down_and_applies_the_new_leaders_commands(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    uri = cluster.metadata_uri
+    zombie_state, rival_state = Counter(), Counter()
+    async with node(uri, log_name, "a", zombie_state, election="zombie-" + log_name) as (_, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        await a.submit(b"before")
+        # Another election: the rival leads too, as a paused leader's successor would.
+        async with node(uri, log_name, "b", rival_state, election="rival-" + log_name) as (
+            _,
+            b,
+        ):
+            await b.wait_for(lambda: is_leader(b), 30)
+            assert await b.submit(b"rival") == 2
+            with pytest.raises(WriterFencedError):
+                await a.submit(b"zombie")
+            await a.wait_for(lambda: zombie_state.seen == rival_state.seen, 30)
+    assert rival_state.seen == ["before", "rival"]
