@@ -258,8 +258,10 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 def _cmd_log_show(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        segments = _existing_log(client, args.log).segments()
-    doc = {
+        log = _existing_log(client, args.log)
+        segments = log.segments()
+        snapshots = log.metadata().snapshots
+    doc: dict[str, object] = {
         "name": args.log,
         "segments": [
             {
@@ -270,6 +272,8 @@ def _cmd_log_show(args: argparse.Namespace) -> int:
             }
             for s in segments
         ],
+        # State-machine snapshots (walog.recipes), oldest first.
+        "snapshots": [info.to_doc() for info in snapshots],
     }
     _emit(json.dumps(doc, indent=2))
     return 0
