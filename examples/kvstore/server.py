@@ -20,7 +20,8 @@ Line protocol (UTF-8, one request per line, keys and values without spaces):
 
 On stdout each node prints one JSON line per change of role (``standby``, ``leader``,
 ``stepped-down``) for scripts that drive it. ``--history FILE`` appends one line per
-applied record (``position`` and the record), and ``restored <position>`` after a restore.
+applied record (``position`` and the record), ``started`` when the process starts and
+``restored <position>`` after a restore.
 """
 
 from __future__ import annotations
@@ -167,4 +168,7 @@ if __name__ == "__main__":
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     flags = parse()
     history = open(flags.history, "a") if flags.history else None  # noqa: SIM115
+    if history is not None:
+        history.write("started\n")  # a new process: its state starts empty
+        history.flush()
     sys.exit(asyncio.run(main(flags, KVService(history))))
