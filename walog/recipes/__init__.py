@@ -5,15 +5,18 @@ its log, with a leader, warm standbys, snapshots and truncation by snapshot (see
 docs/statemachine.md).
 
 - ``policy``     pure rules: roles, snapshot policy, kept snapshots, truncation point
+- ``service``    what a service supplies (apply, snapshot, restore)
 - ``snapshots``  where snapshot bytes live (ledgers or a directory), checksums, listing
+- ``keeper``     a node's snapshots: when, take + list + truncate, restore the newest
 - ``machine``    the asyncio driver: standby -> campaign -> catch up -> lead
 - ``sync``       the sync facade on the client's event loop thread
 """
 
 from __future__ import annotations
 
-from walog.recipes.machine import AsyncStateMachine, NotLeaderError, Service
+from walog.recipes.machine import AsyncStateMachine
 from walog.recipes.policy import Role, SnapshotPolicy
+from walog.recipes.service import NotLeaderError, Service
 from walog.recipes.snapshots import (
     CorruptSnapshotError,
     DirectorySnapshotStore,

@@ -27,35 +27,21 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
 from walog._log import get_logger
-from walog.errors import DataLossError, WalogError
+from walog.errors import DataLossError, LedgerFencedError, WalogError
 from walog.log.log import AsyncLog
 from walog.log.metadata import SnapshotInfo
 from walog.log.position import Position, Record
 from walog.log.reader import AsyncLogReader
 from walog.log.writer import AsyncLogWriter
 from walog.metadata.election import Leadership, elect
-from walog.recipes.policy import (
-    Role,
-    SnapshotPolicy,
-    caught_up,
-    is_new,
-    next_after,
-    restore_order,
-    truncation_point,
-)
-from walog.recipes.snapshots import (
-    CorruptSnapshotError,
-    DirectorySnapshotStore,
-    LedgerSnapshotStore,
-    SnapshotStore,
-    publish_snapshot,
-    spool,
-)
+from walog.recipes.keeper import SnapshotKeeper
+from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
+from walog.recipes.service import NotLeaderError, Service
 
 log = get_logger(__name__)
 
@@ -67,30 +53,6 @@ RETRY_SECONDS = 1.0
 """Pause before a node starts over after an unexpected failure of its role."""
 
 ResultSink = asyncio.Future[Any] | concurrent.futures.Future[Any]
-
-
-class Service(Protocol):
-    """What a replicated service supplies. Called on the event loop, one at a time.
-
-    ``apply`` must be deterministic: every node applies the same records in the same order
-    and must reach the same state. Its return value (or exception) is the command's result
-    on the leader; standbys discard it. Use ``record.data`` and ``record.position``: the
-    leader sees its own record's local submit time as ``record.timestamp``, so a service
-    that needs time puts it into the command.
-    """
-
-    def apply(self, record: Record) -> Any:
-        """Apply one record to the state."""
-
-    def snapshot(self) -> bytes | Iterable[bytes]:
-        """The whole state now, as bytes or an iterable of byte chunks (consumed at once)."""
-
-    def restore(self, data: IO[bytes], position: Position) -> None:
-        """Replace the whole state with a snapshot's; ``position`` is where it resumes."""
-
-
-class NotLeaderError(WalogError):
-    """This node does not serve commands now (it is a standby, catching up, or stopped)."""
 
 
 class _SteppedDown(WalogError):
@@ -148,11 +110,7 @@ class AsyncStateMachine:
         self._service = service
         self.node_id = node_id
         self.policy = snapshot_policy or SnapshotPolicy()
-        self._store: SnapshotStore = (
-            DirectorySnapshotStore(snapshot_dir)
-            if snapshot_dir is not None
-            else LedgerSnapshotStore(self._client, log.name, log.ledger_options)
-        )
+        self._keeper = SnapshotKeeper(log, service, node_id, self.policy, snapshot_dir)
         self.election = election or f"statemachine-{log.name}"
         self.role = Role.STANDBY
         self.epoch = 0
@@ -161,12 +119,10 @@ class AsyncStateMachine:
         self._writer: AsyncLogWriter | None = None
         self._pending: collections.deque[_Pending] = collections.deque()
         self._kick = asyncio.Event()
+        self._writer_failed = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
-        self._since_records = 0
-        self._since_bytes = 0
-        self._since_time = time.monotonic()
 
     # -- what a caller sees ----------------------------------------------------------------
 
@@ -191,6 +147,13 @@ class AsyncStateMachine:
             raise RuntimeError("state machine already started")
         await self._restore_newest(None)
         self._task = asyncio.create_task(self._run(), name=f"statemachine-{self.node_id}")
+        self._task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("state machine stopped", node=self.node_id, error=repr(task.exception()))
+            self.role = Role.STOPPED
+            self._notify()
 
     async def wait_for(self, check: Callable[[], bool], timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until ``check()`` (e.g. ``lambda: sm.role is Role.LEADER``) holds.
@@ -216,7 +179,11 @@ class AsyncStateMachine:
         writer = self._writer
         if self.role is not Role.LEADER or writer is None:
             raise NotLeaderError(f"node {self.node_id} is {self.role.value}, not the leader")
-        ack = writer.append_nowait(command)
+        try:
+            ack = writer.append_nowait(command)
+        except LedgerFencedError:
+            self._writer_failed.set()  # a failure the writer already knew: the term is over
+            raise
         self._pending.append(_Pending(ack, bytes(command), sink, time.time()))
         self._kick.set()
 
@@ -354,15 +321,20 @@ class AsyncStateMachine:
         self._lag = 0.0
         self._set_role(Role.LEADER)
         log.info("leading", node=self.node_id, epoch=writer.epoch, ledger=writer.ledger_id)
+        self._writer_failed.clear()
         applier = asyncio.create_task(self._apply_own())
         lost = asyncio.create_task(leadership.wait_lost())
+        failed = asyncio.create_task(self._writer_failed.wait())
         try:
-            await asyncio.wait({applier, lost}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({applier, lost, failed}, return_when=asyncio.FIRST_COMPLETED)
             if applier.done():
                 applier.result()  # raises the append failure (fenced) that ended the term
+            if failed.done():
+                raise _SteppedDown(f"node {self.node_id}: another writer took the log over")
             raise _SteppedDown(f"node {self.node_id} lost its election record")
         finally:
             lost.cancel()
+            failed.cancel()
             self._set_role(Role.STANDBY)  # no new command from here on
             if not applier.done():
                 # Acknowledged commands are applied and answered; those that fail are not.
@@ -431,8 +403,7 @@ class AsyncStateMachine:
             )
             error = exc
         self._resume = next_after(record.position)
-        self._since_records += 1
-        self._since_bytes += len(record.data)
+        self._keeper.applied(len(record.data))
         self._maybe_snapshot()
         return result, error
 
@@ -449,71 +420,29 @@ class AsyncStateMachine:
     # -- snapshots -------------------------------------------------------------------------
 
     def _maybe_snapshot(self) -> None:
-        if not self.policy.enabled or not self.policy.takes_on(self.role):
+        if not self.policy.takes_on(self.role) or not self._keeper.due():
             return
-        if self._snapshot_task is not None and not self._snapshot_task.done():
-            return
-        age = time.monotonic() - self._since_time
-        if self.policy.due(records=self._since_records, size_bytes=self._since_bytes, age=age):
+        if self._snapshot_task is None or self._snapshot_task.done():
             self._snapshot_task = asyncio.create_task(self._snapshot_quietly())
 
     async def _snapshot_quietly(self) -> None:
         try:
             await self._take_snapshot()
-        except (WalogError, OSError) as exc:
-            log.warning("snapshot failed", node=self.node_id, error=str(exc))
+        except Exception as exc:
+            # The next one is due by the same policy; the log keeps everything meanwhile.
+            log.warning("snapshot failed", node=self.node_id, error=repr(exc))
 
     async def _take_snapshot(self) -> SnapshotInfo | None:
-        position = self._resume
-        assert position is not None
-        data = spool(self._service.snapshot())  # consumed now: the state at ``position``
-        self._since_records = self._since_bytes = 0
-        self._since_time = time.monotonic()
-        with data:
-            info = await self._store.save(data, position, self.node_id)
-        meta, listed, dropped = await publish_snapshot(
-            self._client, self._log.name, info, self.policy.keep
-        )
-        if not listed:
-            await self._store_for(info).delete(info)
-        for old in dropped:
-            await self._store_for(old).delete(old)
-        if listed:
-            log.info("snapshot listed", node=self.node_id, position=str(position), at=info.location)
-        point = truncation_point(meta.snapshots)
-        if self.policy.truncate and point is not None:
-            await self._log.truncate(point)
-        return info if listed else None
-
-    def _store_for(self, info: SnapshotInfo) -> SnapshotStore:
-        if info.ledger_id is not None:
-            return LedgerSnapshotStore(self._client, self._log.name, self._log.ledger_options)
-        assert info.path is not None
-        return DirectorySnapshotStore(Path(info.path).parent)
+        assert self._resume is not None
+        return await self._keeper.take(self._resume)
 
     async def _restore_newest(self, newer_than: Position | None) -> bool:
-        """Restore the newest valid snapshot past ``newer_than``; False when there is none.
-
-        A corrupt snapshot is skipped for the one before it, with one warning line.
-        """
-        meta = await self._log.metadata()
-        for info in restore_order(meta.snapshots):
-            if newer_than is not None and info.position <= newer_than:
-                break
-            try:
-                data = await self._store_for(info).load(info)
-            except CorruptSnapshotError as exc:
-                log.warning("skipping corrupt snapshot", node=self.node_id, error=str(exc))
-                continue
-            with data:
-                self._service.restore(data, info.position)
-            self._resume = info.position
-            self._since_records = self._since_bytes = 0
-            self._since_time = time.monotonic()
-            log.info("restored snapshot", node=self.node_id, position=str(info.position))
-            self._notify()
-            return True
-        return False
+        position = await self._keeper.restore_newest(newer_than)
+        if position is None:
+            return False
+        self._resume = position
+        self._notify()
+        return True
 
 
-__all__ = ["AsyncStateMachine", "NotLeaderError", "ResultSink", "Service"]
+__all__ = ["AsyncStateMachine", "ResultSink"]

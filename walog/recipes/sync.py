@@ -15,8 +15,9 @@ from walog._sync import Handoff, SyncContext
 from walog.log.metadata import SnapshotInfo
 from walog.log.position import Position
 from walog.log.sync import Log
-from walog.recipes.machine import AsyncStateMachine, Service
+from walog.recipes.machine import AsyncStateMachine
 from walog.recipes.policy import Role, SnapshotPolicy
+from walog.recipes.service import Service
 
 
 class StateMachine(SyncContext):
