@@ -17,6 +17,7 @@ from walog.recipes.snapshots import (
     DirectorySnapshotStore,
     LedgerSnapshotStore,
     SnapshotStore,
+    collect_unlisted_snapshots,
     publish_snapshot,
     spool,
 )
@@ -98,6 +99,13 @@ class SnapshotKeeper:
         if self._policy.truncate and point is not None:
             await self._log.truncate(point)
         return info if listed else None
+
+    async def collect_unlisted(self) -> None:
+        """Delete snapshot ledgers a crash left unlisted (see
+        :func:`~walog.recipes.snapshots.collect_unlisted_snapshots`)."""
+        deleted = await collect_unlisted_snapshots(self._log.client, self._log.name)
+        if deleted:
+            log.info("deleted unlisted snapshot ledgers", log=self._log.name, count=deleted)
 
     async def restore_newest(self, newer_than: Position | None) -> Position | None:
         """Restore the newest valid snapshot past ``newer_than``; return its position, or

@@ -138,7 +138,8 @@ class AsyncStateMachine:
         return 0.0 if self.role is Role.LEADER else self._lag
 
     async def start(self) -> None:
-        """Restore the newest valid snapshot, then run (standby, campaign, lead) in a task.
+        """Restore the newest valid snapshot, delete snapshot ledgers a crash left unlisted,
+        then run (standby, campaign, lead) in a task.
 
         Raises:
             DataLossError: the log was truncated and no snapshot covers what is gone.
@@ -146,6 +147,7 @@ class AsyncStateMachine:
         if self._task is not None:
             raise RuntimeError("state machine already started")
         await self._restore_newest(None)
+        await self._keeper.collect_unlisted()
         self._task = asyncio.create_task(self._run(), name=f"statemachine-{self.node_id}")
         self._task.add_done_callback(self._stopped)
 

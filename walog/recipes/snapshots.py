@@ -22,7 +22,7 @@ from typing import IO, Protocol
 
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
-from walog.log.metadata import LogMetadata, SnapshotInfo, update_log
+from walog.log.metadata import LogMetadata, SnapshotInfo, read_log, update_log
 from walog.log.position import Position
 from walog.log.writer import LedgerOptions
 from walog.recipes.policy import with_snapshot
@@ -33,6 +33,8 @@ SPOOL_BYTES = 8 * 1024 * 1024
 """A snapshot larger than this is spooled to a temporary file instead of memory."""
 SNAPSHOT_TAG = "walog.snapshot-of"
 """Custom metadata key naming the log a snapshot ledger belongs to."""
+POSITION_TAG = "walog.snapshot-position"
+"""Custom metadata key holding the position a snapshot ledger covers."""
 READ_BATCH_ENTRIES = 16
 INFLIGHT_CHUNKS = 8
 """Snapshot chunks appended but not yet acknowledged, at most."""
@@ -299,6 +301,40 @@ async def publish_snapshot(
     return meta, info in meta.snapshots, tuple(s for s in dropped if s not in still)
 
 
+async def collect_unlisted_snapshots(client: LedgerClientLike, log_name: str) -> int:
+    """Delete snapshot ledgers of ``log_name`` that were never listed and never can be
+    (a node crashed between writing and listing them); return how many.
+
+    A snapshot is listed only when it is newer than every listed one, so an unlisted
+    snapshot ledger at or before the newest listed position is garbage, while a newer one
+    may belong to a node about to list it and stays.
+    """
+    meta, _ = await read_log(client.ctx.store, log_name)
+    if not meta.snapshots:
+        return 0
+    newest = meta.snapshots[-1].position
+    known = {*meta.ledger_ids, *meta.pending_deletion}
+    known |= {s.ledger_id for s in meta.snapshots if s.ledger_id is not None}
+    deleted = 0
+    for ledger_id in await client.list_ledgers():
+        if ledger_id in known:
+            continue
+        try:
+            tags = (await client.ledger_metadata(ledger_id)).custom_metadata or {}
+        except NoSuchLedgerError:
+            continue
+        if tags.get(SNAPSHOT_TAG) != log_name:
+            continue
+        try:
+            position = Position.parse(tags.get(POSITION_TAG, ""))
+        except ValueError:
+            continue
+        if position <= newest:
+            await delete_ledger_if_exists(client, ledger_id)
+            deleted += 1
+    return deleted
+
+
 __all__ = [
     "CHUNK_BYTES",
     "SNAPSHOT_TAG",
@@ -306,6 +342,7 @@ __all__ = [
     "DirectorySnapshotStore",
     "LedgerSnapshotStore",
     "SnapshotStore",
+    "collect_unlisted_snapshots",
     "publish_snapshot",
     "spool",
 ]

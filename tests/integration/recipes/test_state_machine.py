@@ -19,6 +19,7 @@ from walog.errors import WriterFencedError
 from walog.log.position import Position, Record
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolicy
+from walog.recipes.snapshots import POSITION_TAG, SNAPSHOT_TAG
 from walog.testing import LocalCluster
 
 
@@ -105,9 +106,20 @@ async def test_a_new_node_restores_the_newest_snapshot_after_truncation(
         after = await log.metadata()
         assert after.truncated_through is not None
         assert after.truncated_through <= after.snapshots[0].position
+        # Leftovers of nodes that crashed between writing and listing a snapshot: one
+        # older than the newest listed (never listable: deleted), one newer (kept).
+        leftovers = {}
+        for name, position in (("old", Position(1, 0, 0)), ("new", Position(2**40, 0, 0))):
+            writer = await client.create_ledger(
+                3, 3, 2, custom_metadata={SNAPSHOT_TAG: log_name, POSITION_TAG: str(position)}
+            )
+            await writer.close()
+            leftovers[name] = writer.ledger_id
         fresh = Counter()
         async with node(uri, log_name, "c", fresh) as (_, c):
             assert fresh.restored_at == meta.snapshots[-1].position
+            ledgers = await client.list_ledgers()
+            assert leftovers["old"] not in ledgers and leftovers["new"] in ledgers
             await a.submit(b"last")
             await c.wait_for(lambda: fresh.seen == leader_state.seen, 30)
     assert fresh.seen == [*(f"c{i}" for i in range(60)), "last"]
