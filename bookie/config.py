@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from walog.ledger.context import DEFAULT_MAX_ENTRY_BYTES
 from walog.metadata.uri import parse_uri
+from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 _METADATA_SCHEMES = ("zk://", "sqlite:///")
 _MIB = 1024 * 1024

@@ -20,8 +20,8 @@ from walog.errors import CookieMismatchError
 from walog.metadata import open_store
 from walog.metadata.layout import cookie_path
 from walog.metadata.store import MetadataStore
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ import pytest
 
 import walog
 import walog.aio as aio
+from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieUnavailableError
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.ledger.durability import Durability
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster
+from walog.wire.durability import Durability
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=10.0, read=5.0, explicit_lac=0.05))
 # Background flushes of VOLATILE data are pushed far out so every sync a test sees comes

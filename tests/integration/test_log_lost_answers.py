@@ -139,7 +139,6 @@ async def test_a_roll_whose_list_cas_answer_was_lost_counts_its_own_change(
     await check_log_usable(cluster.metadata_uri, log_name, [b"one", b"two"])
 
 
-@pytest.mark.zk
 async def test_a_takeover_through_a_zookeeper_connection_cut_before_the_answer(
     zk_cluster: LocalCluster, log_name: str
 ) -> None:

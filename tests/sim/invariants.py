@@ -40,8 +40,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from tests.sim.bookie import SimBookie
-from walog.ledger.durability import Durability
 from walog.metadata.layout import LEDGERS, LedgerMetadata
+from walog.wire.durability import Durability
 
 _STATE_ORDER = {"OPEN": 0, "IN_RECOVERY": 1, "CLOSED": 2}
 

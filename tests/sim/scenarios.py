@@ -29,11 +29,11 @@ from walog.ledger import mutations
 from walog.ledger import recovery as recovery_module
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger
-from walog.ledger.durability import Durability
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
 from walog.metadata.layout import LedgerMetadata
+from walog.wire.durability import Durability
 
 SCENARIO_LIMIT_S = 120.0
 """Virtual seconds a scenario may run before its tasks are stopped."""

@@ -37,7 +37,6 @@ from typing import Literal
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
-from walog.digest import entry_digest
 from walog.errors import (
     BookieUnavailableError,
     LedgerClosedError,
@@ -50,7 +49,7 @@ from walog.errors import (
 )
 from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
-from walog.ledger.durability import Durability, lac_from_last_add_synced
+from walog.ledger.durability import lac_from_last_add_synced
 from walog.ledger.ensemble import (
     Placement,
     available_bookies,
@@ -60,8 +59,11 @@ from walog.ledger.ensemble import (
 )
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
-from walog.transport.base import AddReply, BatchCallback, ForceReply, Status
-from walog.transport.packing import PackedEntries
+from walog.transport.base import AddReply, BatchCallback, ForceReply
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.packing import PackedEntries
+from walog.wire.status import Status
 
 log = get_logger(__name__)
 

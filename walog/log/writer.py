@@ -38,12 +38,12 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.ledger import mutations
-from walog.ledger.durability import Durability
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
 from walog.log.retention import RollPolicy
+from walog.wire.durability import Durability
 
 log = get_logger(__name__)
 
