@@ -147,6 +147,7 @@ class AsyncStateMachine:
         if self._task is not None:
             raise RuntimeError("state machine already started")
         await self._restore_newest(None)
+        await self._check_replayable()
         await self._keeper.collect_unlisted()
         self._task = asyncio.create_task(self._run(), name=f"statemachine-{self.node_id}")
         self._task.add_done_callback(self._stopped)
@@ -246,18 +247,41 @@ class AsyncStateMachine:
         while True:
             try:
                 leadership = await self._follow_until_elected()
+            except DataLossError:
+                raise  # the log lost what this node needs and no snapshot covers it
             except (WalogError, OSError) as exc:
                 log.warning("standby failed; starting over", node=self.node_id, error=str(exc))
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
+            pause = 0.0
             try:
                 await self._lead(leadership)
-            except (WalogError, OSError) as exc:
+            except (_SteppedDown, LedgerFencedError) as exc:
                 log.warning("leadership ended", node=self.node_id, error=str(exc))
+            except DataLossError:
+                raise
+            except (WalogError, OSError) as exc:
+                # Could not take over or serve (bookies, metadata): let another node try.
+                log.warning("leading failed", node=self.node_id, error=str(exc))
+                pause = RETRY_SECONDS
             finally:
                 await self._step_down(leadership)
+            await asyncio.sleep(pause)
+
+    async def _check_replayable(self) -> None:
+        """A node without a snapshot replays the log from its start: refuse when records
+        were truncated from it (reading from "earliest" would silently skip them)."""
+        if self._resume is not None:
+            return
+        gone = (await self._log.metadata()).truncated_through
+        if gone is not None:
+            raise DataLossError(
+                f"log {self._log.name!r} was truncated before {gone} and no valid snapshot "
+                "covers it: this node cannot rebuild the state"
+            )
 
     async def _open_reader(self) -> AsyncLogReader:
+        await self._check_replayable()
         try:
             return await self._log.open_reader(self._resume or "earliest")
         except DataLossError:

@@ -15,7 +15,7 @@ import pytest
 
 import walog.aio
 from walog.aio import AsyncClient
-from walog.errors import WriterFencedError
+from walog.errors import DataLossError, WriterFencedError
 from walog.log.position import Position, Record
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolicy
@@ -170,3 +170,18 @@ async def test_a_fenced_leader_steps_down_and_applies_the_new_leaders_commands(
                 await a.submit(b"zombie")
             await a.wait_for(lambda: zombie_state.seen == rival_state.seen, 30)
     assert rival_state.seen == ["before", "rival"]
+
+
+async def test_a_node_without_a_snapshot_refuses_a_log_truncated_before_it(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri) as client:
+        log = await client.open_log(log_name)
+        async with await log.open_writer() as writer:
+            first = await writer.append(b"c0")
+            await writer.roll()
+            await writer.append(b"c1")
+            assert await log.truncate(Position(first.ledger_id + 1, 0, 0)) == 1
+        machine = AsyncStateMachine(log, Counter(), node_id="a")
+        with pytest.raises(DataLossError, match="no valid snapshot covers it"):
+            await machine.start()
