@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import sys
 from collections.abc import Coroutine, Sequence
@@ -22,17 +21,21 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 import walog._loop
 from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.core import BookieCore
 from bookie.gc import LedgerCollector
+from bookie.health import BookieHealth, read_only_reason
+from bookie.http import MetricsServer
 from bookie.logging import configure_logging
-from bookie.metrics import MetricsServer, Sample
+from bookie.metric_parts import BookieParts
+from bookie.metrics import BookieCollector
 from bookie.registration import Registration
 from bookie.server import BookieServer
-from walog import __version__
+from walog._version import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
@@ -76,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         "('off': none) [DATA_DIR/native.sock]",
     )
     p.add_argument("--journal-dir", type=Path, help="journal directory [DATA_DIR/journal]")
-    p.add_argument("--metrics-port", type=int, metavar="N", help="Prometheus /metrics port")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="N", help="port of /metrics, /healthz and /readyz"
+    )
     p.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")
     p.add_argument("--tls-key", type=Path, metavar="F", help="PEM private key")
     p.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: require client certs")
@@ -134,27 +139,6 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
         parser.error(str(exc))
 
 
-def _samples(server: BookieServer, core: BookieCore, collector: LedgerCollector) -> list[Sample]:
-    stats = server.service.stats
-    out: list[Sample] = [
-        (f"walog_bookie_{field.name}_total", "counter", float(getattr(stats, field.name)))
-        for field in dataclasses.fields(stats)
-    ]
-    out.append(("walog_bookie_inflight_add_bytes", "gauge", server.service.admission.in_flight))
-    out.append(("walog_bookie_gc_deleted_ledgers_total", "counter", collector.deleted_total))
-    out.append(
-        ("walog_bookie_gc_deleted_stray_copies_total", "counter", collector.strays_deleted_total)
-    )
-    core_stats = core.stats
-    values = (
-        dataclasses.asdict(core_stats) if dataclasses.is_dataclass(core_stats) else vars(core_stats)
-    )
-    for name, value in sorted(values.items()):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append((f"walog_bookie_storage_{name}", "counter", float(value)))
-    return out
-
-
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
     """Run the bookie until ``stop`` is set (SIGTERM/SIGINT set it when not given).
 
@@ -203,16 +187,23 @@ async def _serve(
     await server.start()
     metrics: MetricsServer | None = None
     registration = Registration(store, config.bookie_id, instance_id, __version__)
+    health = BookieHealth(
+        asyncio.get_running_loop(),
+        is_registered=lambda: registration.registered,
+        is_draining=server.service.draining.is_set,
+        read_only_reason=lambda: read_only_reason(core),
+    )
+    health_task = asyncio.create_task(health.watch(server.apply_state))
     gc_task: asyncio.Task[None] | None = None
     try:
         if config.metrics_port is not None:
             host, _ = parse_listen(config.listen)
-            metrics = MetricsServer(
-                host,
-                config.metrics_port,
-                lambda: _samples(server, core, collector),
-                {"bookie": config.bookie_id},
-            )
+            registry = CollectorRegistry(auto_describe=True)
+            disks = {"data": config.data_dir, "journal": config.journal_path}
+            info = {"version": __version__, "instance_id": instance_id}
+            parts = BookieParts(server, core, collector, asyncio.get_running_loop())
+            registry.register(BookieCollector(parts, config.bookie_id, disks, info))
+            metrics = MetricsServer(host, config.metrics_port, registry, health)
             metrics.start()
         if await _until_stopped(registration.register(), stop):
             gc_task = asyncio.create_task(collector.run(stop))
@@ -227,6 +218,7 @@ async def _serve(
             log.warning("unregister failed", error=str(exc))
         await server.drain()
     finally:
+        health_task.cancel()
         if gc_task is not None:
             gc_task.cancel()
         if metrics is not None:

@@ -6,8 +6,9 @@ This module is the public API; everything else may change. docs/api.md is its re
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
+
+from walog._version import __version__ as __version__
 
 if TYPE_CHECKING:
     # What the lazy table below resolves at run time, spelled out for type checkers (a
@@ -118,11 +119,6 @@ __all__ = [
     "spark",
     "testing",
 ]
-try:
-    # The version lives in pyproject.toml only; the installed distribution's metadata has it.
-    __version__ = importlib.metadata.version("walog")
-except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
-    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

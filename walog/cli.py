@@ -7,8 +7,8 @@ variable) and answers ``--help``. Log lines of the library go to stderr, from WA
 and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from this
 build, 130 on Ctrl-C); never a traceback.
 
-``bookie``, ``bench``, ``archive`` and ``autorecovery`` hand their arguments unchanged to
-the module that implements them, imported only when used.
+``bookie``, ``bench``, ``archive``, ``autorecovery`` and ``status`` hand their arguments
+unchanged to the module that implements them, imported only when used.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from walog import __version__
+from walog._version import __version__
 from walog.errors import NoSuchLogError, WalogError
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ _DELEGATED: dict[str, tuple[str, str, str]] = {
     "bench": ("walog.bench", "main", "run the benchmarks"),
     "archive": ("walog.spark.archive", "main", "archive closed ledgers of a log to Parquet"),
     "autorecovery": ("walog.autorecovery", "main", "re-replicate ledgers of lost bookies"),
+    "status": ("walog.status", "main", "bookies, ledgers and logs; exit 1 if any need attention"),
 }
 _FEATURE_NAMES = {"bench": "benchmarking", "archive": "archiving", "autorecovery": "autorecovery"}
 # At most this many appends wait for their acknowledgement at once in `walog append`.
@@ -190,12 +191,18 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
 def _cmd_ledgers(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        for ledger_id in client.list_ledgers():
-            _emit(str(ledger_id))
+        ledger_ids = client.list_ledgers()
+    if args.json:
+        _emit(json.dumps({"ledgers": ledger_ids}))
+        return 0
+    for ledger_id in ledger_ids:
+        _emit(str(ledger_id))
     return 0
 
 
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
+    from walog.tables import render_table
+
     with _connect(args) as client:
         md = client.ledger_metadata(args.ledger_id)
     durability = md.durability
@@ -210,18 +217,35 @@ def _cmd_ledger_show(args: argparse.Namespace) -> int:
         "ensembles": [[first, list(bookies)] for first, bookies in md.ensembles],
         "custom_metadata": md.custom_metadata,
     }
-    _emit(json.dumps(doc, indent=2))
+    if args.json:
+        _emit(json.dumps(doc, indent=2))
+        return 0
+    _emit(
+        f"ledger {md.ledger_id}: {md.state}, last entry {md.last_entry_id}, "
+        f"E={md.ensemble_size} Qw={md.write_quorum} Qa={md.ack_quorum}, {doc['durability']}"
+    )
+    rows = [[str(first), ", ".join(bookies)] for first, bookies in md.ensembles]
+    for line in render_table(["FIRST ENTRY", "ENSEMBLE"], rows):
+        _emit(line)
+    for key, value in sorted((md.custom_metadata or {}).items()):
+        _emit(f"{key}: {value}")
     return 0
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        for name in client.list_logs():
-            _emit(name)
+        names = client.list_logs()
+    if args.json:
+        _emit(json.dumps({"logs": names}))
+        return 0
+    for name in names:
+        _emit(name)
     return 0
 
 
 def _cmd_log_show(args: argparse.Namespace) -> int:
+    from walog.tables import render_table
+
     with _connect(args) as client:
         log = _existing_log(client, args.log)
         segments = log.segments()
@@ -240,7 +264,27 @@ def _cmd_log_show(args: argparse.Namespace) -> int:
         # State-machine snapshots (walog.recipes), oldest first.
         "snapshots": [info.to_doc() for info in snapshots],
     }
-    _emit(json.dumps(doc, indent=2))
+    if args.json:
+        _emit(json.dumps(doc, indent=2))
+        return 0
+    rows = [
+        [
+            str(s.ledger_id),
+            s.state,
+            "-" if s.first_position is None else str(s.first_position),
+            str(s.last_entry_id),
+        ]
+        for s in segments
+    ]
+    for line in render_table(["LEDGER", "STATE", "FIRST POSITION", "LAST ENTRY"], rows):
+        _emit(line)
+    if snapshots:
+        _emit("")
+        snaps = [
+            [str(i.position), i.location, str(i.size_bytes), i.checksum, i.node] for i in snapshots
+        ]
+        for line in render_table(["SNAPSHOT AT", "STORED IN", "BYTES", "CHECKSUM", "NODE"], snaps):
+            _emit(line)
     return 0
 
 
@@ -347,20 +391,25 @@ def _build_parser() -> _Parser:
     )
     tail.add_argument("--json", action="store_true", help="one JSON object per record")
 
-    command("ledgers", _cmd_ledgers, "list ledger ids")
+    json_help = "print one JSON object instead of text"
+    ledgers = command("ledgers", _cmd_ledgers, "list ledger ids")
+    ledgers.add_argument("--json", action="store_true", help=json_help)
     ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
     ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     ledger_sub.required = True
     show = ledger_sub.add_parser("show", parents=[common], help="print a ledger's metadata")
     show.add_argument("ledger_id", type=int, metavar="ID")
+    show.add_argument("--json", action="store_true", help=json_help)
     show.set_defaults(func=_cmd_ledger_show)
 
-    command("logs", _cmd_logs, "list log names")
+    logs = command("logs", _cmd_logs, "list log names")
+    logs.add_argument("--json", action="store_true", help=json_help)
     log = sub.add_parser("log", help="inspect a log", description="inspect a log")
     log_sub = log.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     log_sub.required = True
     log_show = log_sub.add_parser("show", parents=[common], help="print a log's segments")
     log_show.add_argument("log", metavar="NAME")
+    log_show.add_argument("--json", action="store_true", help=json_help)
     log_show.set_defaults(func=_cmd_log_show)
 
     truncate = command("truncate", _cmd_truncate, "delete a log's ledgers before a position")

@@ -28,6 +28,7 @@ SUBCOMMANDS = [
     ["ledgers"],
     ["ledger", "show"],
     ["logs"],
+    ["status"],
     ["log", "show"],
     ["truncate"],
     ["recover"],
@@ -215,11 +216,22 @@ def test_ledger_commands_against_a_cluster(
         assert status == 0, err
         assert {closed.ledger_id, open_ledger.ledger_id} <= {int(x) for x in out.split()}
 
-        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        status, out, err = _run(["ledgers", "--json"], capsys)
+        assert status == 0, err
+        assert {closed.ledger_id, open_ledger.ledger_id} <= set(json.loads(out)["ledgers"])
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id), "--json"], capsys)
         assert status == 0, err
         shown = json.loads(out)
         assert shown["state"] == "CLOSED" and shown["last_entry_id"] == 0
         assert len(shown["ensembles"][0][1]) == 3
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith(f"ledger {closed.ledger_id}: CLOSED, last entry 0, E=3")
+        assert lines[1].split() == ["FIRST", "ENTRY", "ENSEMBLE"]
+        assert lines[2].split()[0] == "0" and len(lines[2].split(", ")) == 3
 
         status, out, err = _run(["recover", str(open_ledger.ledger_id)], capsys)
         assert status == 0, err
@@ -262,10 +274,19 @@ def test_log_commands_against_a_cluster(
     assert status == 0, err
     assert json.loads(out)["data"] == "one"
 
-    status, out, err = _run(["log", "show", log_name], capsys)
+    status, out, err = _run(["logs", "--json"], capsys)
+    assert status == 0 and log_name in json.loads(out)["logs"], err
+
+    status, out, err = _run(["log", "show", log_name, "--json"], capsys)
     assert status == 0, err
     segments = json.loads(out)["segments"]
     assert segments and all("ledger_id" in s for s in segments)
+
+    status, out, err = _run(["log", "show", log_name], capsys)
+    assert status == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["LEDGER", "STATE", "FIRST", "POSITION", "LAST", "ENTRY"]
+    assert [int(row.split()[0]) for row in rows] == [s["ledger_id"] for s in segments]
 
     status, out, err = _run(["truncate", log_name, "--before", str(positions[0])], capsys)
     assert status == 0, err

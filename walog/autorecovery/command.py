@@ -12,8 +12,12 @@ import sys
 import time
 from collections.abc import Sequence
 
+import prometheus_client
+from prometheus_client import CollectorRegistry
+
 import walog._loop
 import walog.aio
+from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
 from walog.cli import add_connection_options
 from walog.errors import WalogError
@@ -71,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         "picked at random each pass (100: every entry) [0]",
     )
     parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics of the passes at http://HOST:PORT/metrics (daemon only)",
+    )
     return parser
 
 
@@ -135,6 +144,7 @@ async def _run(args: argparse.Namespace) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         missing_since: dict[str, float] = {}
+        metrics = _serve_metrics(args.metrics_listen) if args.metrics_listen else None
         while not stop.is_set():
             now = time.monotonic()
             report = await recover(
@@ -146,12 +156,32 @@ async def _run(args: argparse.Namespace) -> int:
             )
             # Bookies back in service start their clock over when they go missing again.
             missing_since = {b: missing_since.get(b, now) for b in report.missing}
+            if metrics is not None:
+                metrics.record(report, time.monotonic() - now, time.time())
             _print(report, args.json)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.interval)
         return 0  # stopped by SIGTERM or SIGINT, between passes
     finally:
         await client.close()
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6addr]:PORT``) as host and port; ValueError naming the problem."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"expected HOST:PORT with a port in 1..65535, got {listen!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port_text)
+
+
+def _serve_metrics(listen: str) -> AutorecoveryMetrics:
+    """Start serving the daemon's metrics (a daemon thread, for the life of the process)."""
+    host, port = parse_listen(listen)
+    registry = CollectorRegistry()
+    metrics = AutorecoveryMetrics()
+    registry.register(metrics)
+    prometheus_client.start_http_server(port, addr=host, registry=registry)
+    return metrics
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,6 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     if args.interval <= 0 or args.lost_after < 0 or args.timeout <= 0:
         parser.error("--interval and --timeout must be > 0 and --lost-after >= 0")
+    if args.metrics_listen and args.once:
+        parser.error("--metrics-listen is for the daemon (leave out --once)")
+    if args.metrics_listen:
+        try:
+            parse_listen(args.metrics_listen)
+        except ValueError as exc:
+            parser.error(f"--metrics-listen: {exc}")
     if args.verify_percent and not args.verify_entries:
         parser.error("--verify-percent needs --verify-entries")
     try:

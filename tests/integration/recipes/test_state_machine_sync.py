@@ -93,9 +93,24 @@ def test_sync_commands_from_many_threads_are_applied_once_in_log_order(
                     standby.wait_applied(position, timeout=30)
                     assert standby_state.accounts == service.accounts
 
-    status = cli.main(["log", "show", log_name, "--metadata", cluster.metadata_uri])
+    capsys.readouterr()
+    show = ["log", "show", log_name, "--metadata", cluster.metadata_uri]
+    status = cli.main([*show, "--json"])
     out, err = capsys.readouterr()
     assert status == 0, err
     shown = json.loads(out)["snapshots"]
     assert [s["position"] for s in shown] == [str(info.position)]
     assert shown[0]["checksum"] == info.checksum and shown[0]["ledger_id"] == info.ledger_id
+    status = cli.main(show)
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    table = out.split("\n\n", 1)[1].splitlines()
+    assert table[0].split() == ["SNAPSHOT", "AT", "STORED", "IN", "BYTES", "CHECKSUM", "NODE"]
+    assert table[1].split() == [
+        str(info.position),
+        "ledger",
+        str(info.ledger_id),
+        str(info.size_bytes),
+        info.checksum,
+        "a",
+    ]

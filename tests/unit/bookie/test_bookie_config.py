@@ -90,14 +90,6 @@ def test_bad_settings_name_the_flag(changes: dict[str, object], problem: str) ->
         BookieConfig(**settings)  # type: ignore[arg-type]
 
 
-def test_metrics_text_keeps_counters_exact() -> None:
-    from bookie.metrics import render
-
-    text = render([("walog_x_total", "counter", 1234567.0), ("g", "gauge", 0.25)], {"b": "h:1"})
-    assert b'walog_x_total{b="h:1"} 1234567\n' in text
-    assert b'g{b="h:1"} 0.25\n' in text
-
-
 def _config(**changes: object) -> BookieConfig:
     base: dict[str, object] = {
         "data_dir": Path("/d"),
