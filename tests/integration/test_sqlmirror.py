@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from tests.processes import die_with_parent
 from walog.testing import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,7 @@ class MirrorNode:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            preexec_fn=die_with_parent,  # a killed test run leaves no node behind
             text=True,
         )
         assert self.proc.stdout is not None

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from tests.processes import die_with_parent
 from walog.log.position import Position
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -121,6 +122,7 @@ class KVProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            preexec_fn=die_with_parent,  # a killed test run leaves no node behind
             text=True,
         )
         assert self.proc.stdout is not None
