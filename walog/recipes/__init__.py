@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from walog.recipes.machine import AsyncStateMachine
 from walog.recipes.policy import Role, SnapshotPolicy
-from walog.recipes.service import NotLeaderError, Service
+from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
 from walog.recipes.snapshots import (
     CorruptSnapshotError,
     DirectorySnapshotStore,
@@ -26,6 +26,7 @@ from walog.recipes.sync import StateMachine
 
 __all__ = [
     "AsyncStateMachine",
+    "CommandInDoubtError",
     "CorruptSnapshotError",
     "DirectorySnapshotStore",
     "LedgerSnapshotStore",

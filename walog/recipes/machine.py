@@ -41,7 +41,7 @@ from walog.log.writer import AsyncLogWriter
 from walog.metadata.election import Leadership, elect
 from walog.recipes.keeper import SnapshotKeeper
 from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
-from walog.recipes.service import NotLeaderError, Service
+from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
 
 log = get_logger(__name__)
 
@@ -195,6 +195,7 @@ class AsyncStateMachine:
 
         Raises:
             NotLeaderError: this node does not lead (ask the leader; see ``role``).
+            CommandInDoubtError: the node stopped leading while the command was in flight.
             WriterFencedError: another node took over while the command was in flight;
                 it may or may not be in the log (the new leader applies it if it is).
         """
@@ -402,7 +403,11 @@ class AsyncStateMachine:
     async def _step_down(self, leadership: Leadership) -> None:
         writer, self._writer = self._writer, None
         for item in self._pending:
-            _settle(item.sink, error=NotLeaderError(f"node {self.node_id} stepped down"))
+            error = CommandInDoubtError(
+                f"node {self.node_id} stopped leading before the command was acknowledged: "
+                "it may or may not be in the log (every node applies it if it is)"
+            )
+            _settle(item.sink, error=error)
         self._pending.clear()
         if writer is not None:
             with contextlib.suppress(Exception):

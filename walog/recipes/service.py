@@ -33,4 +33,10 @@ class NotLeaderError(WalogError):
     """This node does not serve commands now (it is a standby, catching up, or stopped)."""
 
 
-__all__ = ["NotLeaderError", "Service"]
+class CommandInDoubtError(WalogError):
+    """The node stopped leading before the command's record was acknowledged: the record may
+    or may not be in the log. If it is, every node applies it; retry only if the command is
+    idempotent or the state shows it was not applied."""
+
+
+__all__ = ["CommandInDoubtError", "NotLeaderError", "Service"]
