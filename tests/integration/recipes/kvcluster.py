@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
@@ -175,10 +174,15 @@ class Acked:
     """Acknowledged commands: key -> the position the leader answered."""
 
     positions: dict[str, Position] = dataclasses.field(default_factory=dict)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    changed: threading.Condition = dataclasses.field(default_factory=threading.Condition)
+
+    def add(self, key: str, position: Position) -> None:
+        with self.changed:
+            self.positions[key] = position
+            self.changed.notify_all()
 
     def count(self) -> int:
-        with self.lock:
+        with self.changed:
             return len(self.positions)
 
 
@@ -200,6 +204,13 @@ class Writer:
         return None
 
     def _run(self) -> None:
+        try:
+            self._write()
+        finally:
+            with self.acked.changed:
+                self.acked.changed.notify_all()  # a waiter learns the writer is gone
+
+    def _write(self) -> None:
         i = 0
         while not self._stop.is_set():
             leader = self._leader()
@@ -218,17 +229,18 @@ class Writer:
                     if "not the leader" not in reply:
                         self.unknown += 1
                     break
-                with self.acked.lock:
-                    self.acked.positions[key] = Position.parse(reply.split()[1])
+                self.acked.add(key, Position.parse(reply.split()[1]))
 
     def wait_more(self, count: int, timeout: float = 60.0) -> None:
         """Block until ``count`` more commands are acknowledged."""
-        target = self.acked.count() + count
-        deadline = time.monotonic() + timeout
-        while self.acked.count() < target:
-            assert time.monotonic() < deadline, f"only {self.acked.count()} of {target} acked"
+        acked = self.acked
+        with acked.changed:
+            target = len(acked.positions) + count
+            reached = acked.changed.wait_for(
+                lambda: len(acked.positions) >= target or not self._thread.is_alive(), timeout
+            )
             assert self._thread.is_alive(), "the writer died"
-            time.sleep(0.05)  # the writer thread acknowledges at its own pace
+            assert reached, f"only {len(acked.positions)} of {target} acked"
 
     def stop(self) -> Acked:
         """Stop writing; return what was acknowledged."""
