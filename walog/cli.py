@@ -259,8 +259,10 @@ def _cmd_log_show(args: argparse.Namespace) -> int:
     from walog.tables import render_table
 
     with _connect(args) as client:
-        segments = _existing_log(client, args.log).segments()
-    doc = {
+        log = _existing_log(client, args.log)
+        segments = log.segments()
+        snapshots = log.metadata().snapshots
+    doc: dict[str, object] = {
         "name": args.log,
         "segments": [
             {
@@ -271,6 +273,8 @@ def _cmd_log_show(args: argparse.Namespace) -> int:
             }
             for s in segments
         ],
+        # State-machine snapshots (walog.recipes), oldest first.
+        "snapshots": [info.to_doc() for info in snapshots],
     }
     if args.json:
         _emit(json.dumps(doc, indent=2))
@@ -286,6 +290,13 @@ def _cmd_log_show(args: argparse.Namespace) -> int:
     ]
     for line in render_table(["LEDGER", "STATE", "FIRST POSITION", "LAST ENTRY"], rows):
         _emit(line)
+    if snapshots:
+        _emit("")
+        snaps = [
+            [str(i.position), i.location, str(i.size_bytes), i.checksum, i.node] for i in snapshots
+        ]
+        for line in render_table(["SNAPSHOT AT", "STORED IN", "BYTES", "CHECKSUM", "NODE"], snaps):
+            _emit(line)
     return 0
 
 
