@@ -49,7 +49,7 @@ log = structlog.get_logger("bookie")
 _DEFAULTS = BookieConfig(data_dir=Path("."), listen="h:1", metadata="sqlite:///x")
 
 
-class _Parser(argparse.ArgumentParser):
+class _BookieParser(argparse.ArgumentParser):
     """Bad flags: one line on stderr (no usage block), exit status 2."""
 
     def error(self, message: str) -> NoReturn:
@@ -92,7 +92,7 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         prog: how the command was started (``walog bookie`` or ``python -m bookie``).
     """
     d = _DEFAULTS
-    p = _Parser(
+    p = _BookieParser(
         prog=prog,
         description="Run a walog bookie: the storage server of ledger entries. "
         "See docs/bookies.md.",

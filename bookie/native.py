@@ -5,7 +5,7 @@ Same service object (bookie/service.py), same messages and same answers as the g
 (bookie/server.py); only the carriage differs (walog/wire/frames.py), at a fraction of
 gRPC's CPU per message. Each connection starts with a HELLO that carries the bearer token
 when the bookie requires one. An add stream is driven by calls
-(:meth:`AddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
+(:meth:`IncomingAddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
 results go out at its end. Other calls run as one task each, at most ``MAX_UNARY_CALLS``
 unary ones at a time. While the socket's send buffer is full, answers wait and the
 connection is not read: a client that does not read its answers stops being read.
@@ -25,7 +25,7 @@ from typing import Any, cast
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from bookie.add_stream import AddStream
+from bookie.add_stream import IncomingAddStream
 from bookie.service import BookieService
 from walog.wire.frames import (
     HELLO_MAGIC,
@@ -74,7 +74,7 @@ class _Connection(asyncio.Protocol):
         self._greeted = False
         self.calls: dict[int, asyncio.Task[None]] = {}
         """The running calls by id, add streams aside."""
-        self.adds: dict[int, tuple[AddStream, asyncio.Future[None]]] = {}
+        self.adds: dict[int, tuple[IncomingAddStream, asyncio.Future[None]]] = {}
         """The running add streams by id, each with a future done when it ends."""
         self._last_call = 0
         self._unary: set[int] = set()
