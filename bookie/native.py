@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hmac
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +25,7 @@ import structlog
 from google.protobuf.message import DecodeError, Message
 
 from bookie.add_stream import IncomingAddStream
+from bookie.security import BearerTokens
 from bookie.service import BookieService
 from walog.wire.frames import (
     HELLO_MAGIC,
@@ -193,8 +193,8 @@ class _Connection(asyncio.Protocol):
         if kind != Kind.HELLO or not body.startswith(HELLO_MAGIC):
             raise FrameError("the connection did not start with a walog HELLO")
         token = body[len(HELLO_MAGIC) :]
-        expected = self._server.token
-        if expected is not None and not hmac.compare_digest(token, expected):
+        tokens = self._server.tokens
+        if tokens is not None and not tokens.accepts(token):
             refusal = encode_status(Code.UNAUTHENTICATED, "missing or wrong bearer token")
             self._send(encode(0, Kind.HELLO, 0, refusal))
             self.close()
@@ -319,7 +319,7 @@ class NativeServer:
 
     Args:
         service: the bookie service that answers the calls (shared with the gRPC port).
-        token: the bearer token clients must present, or None.
+        tokens: the bearer tokens clients may present, or None (no token needed).
         ssl_context: TLS settings, or None for plaintext.
     """
 
@@ -327,11 +327,11 @@ class NativeServer:
         self,
         service: BookieService,
         *,
-        token: str | None = None,
+        tokens: BearerTokens | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.service = service
-        self.token = token.encode() if token is not None else None
+        self.tokens = tokens
         self._ssl = ssl_context
         self._server: asyncio.Server | None = None
         self._unix: asyncio.Server | None = None
