@@ -142,11 +142,12 @@ async def _bookie(client: walog.aio.AsyncClient, bookie_id: str, registered: boo
         info.free_disk_bytes,
         info.total_disk_bytes,
     )
-    if not registered:
+    # Read-only first: a read-only bookie may be announced apart from the available ones.
+    if info.read_only:
+        status.problem = "refuses writes (journal failed or disk full); see its log"
+    elif not registered:
         status.state = "unavailable"
         status.problem = "answers but is not registered as available (starting or draining)"
-    elif info.read_only:
-        status.problem = "refuses writes (journal failed or disk full); see its log"
     return status
 
 
