@@ -35,7 +35,7 @@ from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
 from bookie.registration import Registration
 from bookie.server import BookieServer
-from walog import __version__
+from walog._version import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store

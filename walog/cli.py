@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from walog import __version__
+from walog._version import __version__
 from walog.errors import NoSuchLogError, WalogError
 
 if TYPE_CHECKING:

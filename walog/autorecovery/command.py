@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry
 
 import walog._loop
 import walog.aio
+from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
 from walog.cli import add_connection_options
 from walog.errors import WalogError
-from walog.metrics.autorecovery import AutorecoveryMetrics
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_LOST_AFTER_S = 300.0

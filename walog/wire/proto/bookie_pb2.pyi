@@ -130,7 +130,7 @@ class AddBatch(_message.Message):
     """Entries of one ledger sent with the same master key, recovery flag and durability.
     ``entries`` packs them back to back, each as a 24-byte big-endian header
       entry_id:int64  lac:int64  digest:uint32  length:uint32
-    followed by ``length`` payload bytes (see walog/transport/wire.py). One bytes field per
+    followed by ``length`` payload bytes (see walog/wire/packing.py). One bytes field per
     batch instead of one message per entry: Python pays per object, not per byte.
     """
 
