@@ -126,8 +126,8 @@ def test_status_of_an_unreachable_metadata_store_exits_1_naming_it(
         uri = f"sqlite:///{tmp_path}/no-such-dir/meta.db"
     else:
         uri = f"zk://127.0.0.1:{free_port()}/walog"  # nothing listens there
-    done = status(uri, "--timeout", "2")
+    done = status(uri, "--timeout", "1")
     assert done.returncode == 1
     assert done.stdout.startswith(f"NEEDS ATTENTION (1):\n  - metadata store {uri} unreachable")
-    doc = json.loads(status(uri, "--timeout", "2", "--json").stdout)
+    doc = json.loads(status(uri, "--timeout", "1", "--json").stdout)
     assert doc["healthy"] is False and doc["metadata"]["reachable"] is False
