@@ -80,7 +80,6 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
                 writer.append(b"kept")
             ledger_ids.append(writer.ledger_id)
     killed = fresh_cluster.bookie_ids[0]
-    fresh_cluster.kill(killed)
     with small_tmpfs(tmp_path, 16) as journal_dir:
         extra = BookieProcess(
             tmp_path / "read-only-bookie",
@@ -88,7 +87,9 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
             extra_args=["--journal-dir", str(journal_dir)],
         )
         try:
+            # Started before the kill, so it cannot be given the killed bookie's port (id).
             extra.start().wait_ready()
+            fresh_cluster.kill(killed)
             await _make_read_only(extra, journal_dir)
             done = await asyncio.to_thread(status, fresh_cluster.metadata_uri)
             doc = json.loads(
