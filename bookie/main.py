@@ -341,7 +341,9 @@ async def _serve(
     health = BookieHealth(
         asyncio.get_running_loop(),
         is_registered=lambda: registration.registered,
-        is_draining=server.service.draining.is_set,
+        # From the stop signal on: the shutdown unregisters before it drains, and a bookie
+        # on its way out must not read as one still starting.
+        is_draining=lambda: stop.is_set() or server.service.draining.is_set(),
         read_only_reason=lambda: read_only_reason(core),
     )
     health_task = asyncio.create_task(health.watch(server.apply_state))
