@@ -13,7 +13,7 @@ from walog._version import __version__ as __version__
 if TYPE_CHECKING:
     # What the lazy table below resolves at run time, spelled out for type checkers (a
     # test keeps the two in step): they see each walog.X as what it is, not as Any.
-    from walog import aio, spark, testing
+    from walog import aio, recipes, spark, testing
     from walog.client import Client, LedgerReader, LedgerWriter, connect
     from walog.config import ClientConfig, Timeouts
     from walog.errors import (
@@ -115,13 +115,14 @@ __all__ = [
     "WriterFencedError",
     "aio",
     "connect",
+    "recipes",
     "spark",
     "testing",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("aio", "testing", "spark"):
+    if name in ("aio", "recipes", "testing", "spark"):
         return importlib.import_module(f"walog.{name}")
     module = _EXPORTS.get(name)
     if module is None:

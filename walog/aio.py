@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
-from walog.ledger.ensemble import available_bookies, available_racks
+from walog.ledger.ensemble import available_bookies, available_racks, read_only_bookies
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
@@ -34,10 +35,13 @@ from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
-from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.transport.network import NetworkBookiePool
 from walog.wire.durability import Durability
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 
 async def connect(
@@ -178,6 +182,11 @@ class AsyncClient:
         """The rack of each available bookie, by bookie id (``"default"`` for a bookie
         started without ``--rack``)."""
         return await available_racks(self.ctx.store)
+
+    async def read_only_bookies(self) -> list[str]:
+        """Ids of the bookies currently read-only (they serve reads but take no new
+        ledgers: full disks or a failed journal), sorted."""
+        return await read_only_bookies(self.ctx.store)
 
     # -- logs (walog.log) -------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
@@ -24,9 +24,12 @@ from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sync import Log
 from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
-from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.wire.durability import Durability
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 T = TypeVar("T")
 
@@ -246,6 +249,11 @@ class Client(SyncContext):
     def bookie_racks(self) -> dict[str, str]:
         """The rack of each available bookie, by bookie id."""
         return self.loop_thread.run(self.async_client.bookie_racks())
+
+    def read_only_bookies(self) -> list[str]:
+        """Ids of the bookies currently read-only (they serve reads but take no new
+        ledgers: full disks or a failed journal), sorted."""
+        return self.loop_thread.run(self.async_client.read_only_bookies())
 
     # -- logs (walog.log) -------------------------------------------------------------
 

@@ -22,10 +22,16 @@ import walog._loop
 import walog.aio
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
-from walog.ledger.ensemble import available_bookies
+from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.log.metadata import list_logs, read_log
 from walog.metadata.election import ELECTIONS, current_leader
-from walog.metadata.layout import AVAILABLE_BOOKIES, COOKIES, LEDGERS, LedgerMetadata
+from walog.metadata.layout import (
+    AVAILABLE_BOOKIES,
+    COOKIES,
+    LEDGERS,
+    READ_ONLY_BOOKIES,
+    LedgerMetadata,
+)
 from walog.metadata.store import NodeNotFoundError
 from walog.tables import render_table
 from walog.transport.network import NetworkBookieClient
@@ -117,11 +123,15 @@ class ClusterStatus:
         }
 
 
-async def _bookie(client: walog.aio.AsyncClient, bookie_id: str, registered: bool) -> BookieStatus:
+async def _bookie(
+    client: walog.aio.AsyncClient, bookie_id: str, registered_under: str | None
+) -> BookieStatus:
+    """``registered_under``: the registration's parent (available or read-only), if any."""
+    registered = registered_under is not None
     record: dict[str, Any] = {}
     if registered:
         try:
-            raw, _ = await client.ctx.store.get(f"{AVAILABLE_BOOKIES}/{bookie_id}")
+            raw, _ = await client.ctx.store.get(f"{registered_under}/{bookie_id}")
             record = json.loads(raw)
         except (NodeNotFoundError, ValueError):
             record = {}
@@ -142,11 +152,15 @@ async def _bookie(client: walog.aio.AsyncClient, bookie_id: str, registered: boo
         info.free_disk_bytes,
         info.total_disk_bytes,
     )
-    if not registered:
+    # Read-only first: a read-only bookie may be announced apart from the available ones.
+    if info.read_only:
+        status.problem = (
+            "refuses writes (disk full, journal or checkpoint failed, or being "
+            "decommissioned); see its log"
+        )
+    elif not registered:
         status.state = "unavailable"
         status.problem = "answers but is not registered as available (starting or draining)"
-    elif info.read_only:
-        status.problem = "refuses writes (journal failed or disk full); see its log"
     return status
 
 
@@ -154,9 +168,16 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
     """Read the cluster's state through ``client``."""
     store = client.ctx.store
     available = set(await available_bookies(store))
-    known = available | set(await store.children(COOKIES))
+    read_only = set(await read_only_bookies(store))
+    known = available | read_only | set(await store.children(COOKIES))
+
+    def registered_under(bookie_id: str) -> str | None:
+        if bookie_id in available:
+            return AVAILABLE_BOOKIES
+        return READ_ONLY_BOOKIES if bookie_id in read_only else None
+
     bookies = list(
-        await asyncio.gather(*(_bookie(client, b, b in available) for b in sorted(known)))
+        await asyncio.gather(*(_bookie(client, b, registered_under(b)) for b in sorted(known)))
     )
     serving = {b.bookie_id for b in bookies if b.holds_data}
     counts = {"OPEN": 0, "IN_RECOVERY": 0, "CLOSED": 0}
@@ -254,10 +275,11 @@ def render(status: ClusterStatus) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from walog.cli import add_connection_options
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog status``."""
+    from walog.cli import CommandParser, add_connection_options
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="walog status",
         description="Show bookies, ledgers and logs of a cluster; exit 1 when something "
         "needs attention (a bookie down or read-only, under-replicated ledgers, the "
@@ -268,9 +290,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run(uri: str, metadata_timeout_s: float) -> ClusterStatus:
-    config = ClientConfig(timeouts=Timeouts(read=INFO_TIMEOUT_S, metadata=metadata_timeout_s))
-    client = await walog.aio.connect(uri, timeout=metadata_timeout_s, config=config)
+async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
+    """``options``: what :func:`walog.cli.connect_options` gives (timeout, TLS, token)."""
+    timeouts = Timeouts(read=INFO_TIMEOUT_S, metadata=options["timeout"])
+    client = await walog.aio.connect(uri, config=ClientConfig(timeouts=timeouts), **options)
     try:
         return await gather(client, uri)
     finally:
@@ -279,12 +302,14 @@ async def _run(uri: str, metadata_timeout_s: float) -> ClusterStatus:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog status``; returns the exit status."""
-    parser = _parser()
+    from walog.cli import connect_options
+
+    parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     try:
-        status = walog._loop.run(_run(args.metadata, args.timeout))
+        status = walog._loop.run(_run(args.metadata, connect_options(args)))
     except (WalogError, OSError) as exc:
         problem = f"metadata store {args.metadata} unreachable: {exc}"
         if args.json:

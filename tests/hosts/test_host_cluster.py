@@ -78,7 +78,7 @@ def test_bookies_listen_on_their_own_host_addresses_in_their_racks(hosts: HostCl
     )
     out, _ = listing.communicate(timeout=60)
     assert listing.returncode == 0, out
-    rows = dict(line.split("\t") for line in out.decode().splitlines())
+    rows = {line.split()[0]: line.split()[2] for line in out.decode().splitlines()}
     assert rows == hosts.racks
 
 
@@ -226,7 +226,7 @@ def test_walog_local_hosts_runs_racked_bookies_on_hosts_until_sigterm() -> None:
             capture_output=True, env=env, cwd=REPO_ROOT, timeout=60, check=False,
         )  # fmt: skip
         assert listing.returncode == 0, listing.stderr.decode()[-2000:]
-        racks = sorted(line.split("\t")[1] for line in listing.stdout.decode().splitlines())
+        racks = sorted(line.split()[2] for line in listing.stdout.decode().splitlines())
         assert racks == ["rack-1", "rack-2", "rack-3"]
         local.send_signal(signal.SIGTERM)
         assert local.wait(60) == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walog.bench.command import SCENARIOS, _parser
+from walog.bench.command import SCENARIOS, build_parser
 from walog.bench.sections import hosts_section
 
 RESULTS = {
@@ -28,4 +28,4 @@ def test_no_hosts_section_without_both_measurements() -> None:
 
 def test_hosts_is_a_scenario_of_a_full_run_and_the_only_one_with_the_flag() -> None:
     assert "hosts" in SCENARIOS
-    assert _parser().parse_args(["--hosts"]).hosts
+    assert build_parser().parse_args(["--hosts"]).hosts

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from walog.autorecovery.rules import (
     Damage,
@@ -40,7 +40,7 @@ from walog.errors import (
 )
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import verify_password
-from walog.ledger.ensemble import placement_candidates
+from walog.ledger.ensemble import placement_candidates, read_only_bookies
 from walog.ledger.placement import PlacementPolicy, Racks, placement_policy
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
@@ -74,6 +74,9 @@ class Report:
     share; the share was copied back to it (with ``verify``)."""
     unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
     """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
+    audit: bool = False
+    """True for the auditor's pass over every ledger (``missing`` and ``under_replicated``
+    then describe the whole cluster); False for a repair or check of some ledgers."""
 
     def as_json(self) -> dict[str, object]:
         """The report as plain JSON values."""
@@ -122,6 +125,8 @@ async def recover(
     placement: PlacementPolicy | None = None,
     verify: bool = False,
     verify_percent: float = 0.0,
+    retiring: Collection[str] = (),
+    ledgers: Collection[int] | None = None,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -135,6 +140,9 @@ async def recover(
             them (two reads per fragment and bookie: meant for a periodic check).
         verify_percent: with ``verify``, also read this share (0-100 %) of the other
             entries of each share, picked at random each pass.
+        retiring: bookies to move every fragment off although they still serve (being
+            decommissioned): counted as lost, never chosen as replacements.
+        ledgers: only these ledgers (None: every ledger).
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
@@ -142,15 +150,21 @@ async def recover(
     if not 0 <= verify_percent <= 100:
         raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
     placement = placement_policy(placement)
-    available, racks = await placement_candidates(ctx.store, placement)
+    listed, racks = await placement_candidates(ctx.store, placement)
+    available = [b for b in listed if b not in retiring]
+    # Read-only bookies (full disks) hold their entries and serve them: not lost, but no
+    # replacement is placed on them.
+    alive = (set(available) | set(await read_only_bookies(ctx.store))) - set(retiring)
     report = Report()
     names = await ctx.store.children(LEDGERS)
     for ledger_id in sorted(int(name) for name in names if name.isdigit()):
+        if ledgers is not None and ledger_id not in ledgers:
+            continue
         try:
             metadata, _ = await ctx.read_metadata(ledger_id)
         except NoSuchLedgerError:
             continue  # deleted meanwhile
-        missing = lost_bookies(metadata, available)
+        missing = lost_bookies(metadata, alive)
         report.missing |= missing
         if missing:
             report.under_replicated.add(ledger_id)

@@ -61,6 +61,9 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "vs_etcd_x": ("walog ledger append / etcd", "x", 20.0, True),
 }
 
+KEPT_MARKER = "<!-- sections below are written by other benchmark commands -->"
+"""Where a regenerated page keeps what follows from the previous one."""
+
 
 def _verdict(value: float, target: float | None, higher: bool) -> str:
     if target is None:
@@ -307,4 +310,10 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     lines += ["## Scenarios", "", _SCENARIOS.format(**config)]
     if results.get("profile"):
         lines += profile_section(results)
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    text = "\n".join(lines).rstrip() + "\n"
+    if path.exists():
+        # Sections other benchmark commands wrote (benchmarks/statemachine.py) stay.
+        _, marker, kept = path.read_text().partition(KEPT_MARKER)
+        if marker:
+            text += "\n" + marker + kept
+    path.write_text(text)

@@ -18,7 +18,13 @@ from walog.ledger.placement import (
     not_enough_bookies,
 )
 from walog.ledger.quorum import write_quorums
-from walog.metadata.layout import AVAILABLE_BOOKIES, bookie_path, registered_rack
+from walog.metadata.layout import (
+    AVAILABLE_BOOKIES,
+    READ_ONLY_BOOKIES,
+    bookie_path,
+    read_only_bookie_path,
+    registered_rack,
+)
 from walog.metadata.store import MetadataStore, NodeNotFoundError
 
 Fragments = tuple[tuple[int, tuple[str, ...]], ...]
@@ -39,18 +45,33 @@ async def available_racks(store: MetadataStore) -> dict[str, str]:
     return racks
 
 
-async def _listed_racks(store: MetadataStore) -> tuple[list[str], dict[str, str]]:
-    ids = await available_bookies(store)
+async def read_only_bookies(store: MetadataStore) -> list[str]:
+    """Ids of the bookies registered as read-only (alive, serving reads, refusing new
+    adds: full disks), sorted. No ensemble picks them; auto-recovery counts them alive."""
+    return sorted(await store.children(READ_ONLY_BOOKIES))
+
+
+async def _listed_racks(
+    store: MetadataStore, read_only: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    ids = await (read_only_bookies if read_only else available_bookies)(store)
+    path_of = read_only_bookie_path if read_only else bookie_path
 
     async def rack_of(bookie: str) -> str | None:
         try:
-            raw, _ = await store.get(bookie_path(bookie))
+            raw, _ = await store.get(path_of(bookie))
         except NodeNotFoundError:
             return None
         return registered_rack(raw)
 
     racks = await asyncio.gather(*(rack_of(b) for b in ids))
     return ids, {b: r for b, r in zip(ids, racks, strict=True) if r is not None}
+
+
+async def read_only_racks(store: MetadataStore) -> dict[str, str]:
+    """The rack of every read-only bookie, by bookie id."""
+    _, racks = await _listed_racks(store, read_only=True)
+    return racks
 
 
 async def placement_candidates(
@@ -102,6 +123,8 @@ __all__ = [
     "not_enough_bookies",
     "placement_candidates",
     "quorum_possible",
+    "read_only_bookies",
+    "read_only_racks",
     "replace_in_ensemble",
     "with_new_fragment",
 ]

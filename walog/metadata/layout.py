@@ -5,6 +5,8 @@ JSON documents, one per record. Paths:
 - ``/ledgers/<id>``                 ledger metadata (:class:`LedgerMetadata`)
 - ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
+- ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
+- ``/bookies/decommissioning/<id>`` a bookie being drained (``walog bookie decommission``)
 - ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
 - counter ``ledger-ids``            source of new ledger ids
 """
@@ -22,6 +24,8 @@ from walog.wire.durability import Durability
 LEDGERS = "/ledgers"
 LOGS = "/logs"
 AVAILABLE_BOOKIES = "/bookies/available"
+READ_ONLY_BOOKIES = "/bookies/readonly"
+DECOMMISSIONING = "/bookies/decommissioning"
 COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
@@ -68,6 +72,16 @@ def bookie_path(bookie_id: str) -> str:
     return f"{AVAILABLE_BOOKIES}/{bookie_id}"
 
 
+def read_only_bookie_path(bookie_id: str) -> str:
+    """Path of a read-only bookie's registration (it serves reads, refuses new adds)."""
+    return f"{READ_ONLY_BOOKIES}/{bookie_id}"
+
+
+def decommission_path(bookie_id: str) -> str:
+    """Path of the mark of a bookie being drained: it takes no new adds while it exists."""
+    return f"{DECOMMISSIONING}/{bookie_id}"
+
+
 def cookie_path(bookie_id: str) -> str:
     """Path of a bookie's cookie record."""
     return f"{COOKIES}/{bookie_id}"
@@ -79,8 +93,9 @@ class LedgerMetadata:
 
     ``ensembles`` lists the fragments as ``(first_entry_id, [bookie_id, ...])``, oldest
     first. ``last_entry_id`` is -1 unless the ledger is CLOSED (then -1 means empty).
-    ``password_check`` verifies a password without storing it; ``ctime`` is the creation
-    time in seconds since the epoch.
+    ``password_check`` verifies a password without storing it (a hash that a guesser could
+    test passwords against, so it stays out of ``repr``); ``ctime`` is the creation time in
+    seconds since the epoch.
     """
 
     ledger_id: int
@@ -92,7 +107,7 @@ class LedgerMetadata:
     ensembles: tuple[tuple[int, tuple[str, ...]], ...] = ()
     durability: Durability = Durability.PERSISTENT
     custom_metadata: dict[str, str] | None = None
-    password_check: str = ""
+    password_check: str = dataclasses.field(default="", repr=False)
     ctime: float = dataclasses.field(default_factory=time.time)
 
     @property
@@ -147,16 +162,20 @@ class LedgerMetadata:
 __all__ = [
     "AVAILABLE_BOOKIES",
     "COOKIES",
+    "DECOMMISSIONING",
     "DEFAULT_RACK",
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
+    "READ_ONLY_BOOKIES",
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
     "check_rack_name",
     "cookie_path",
+    "decommission_path",
     "ledger_path",
     "log_path",
+    "read_only_bookie_path",
     "registered_rack",
 ]
