@@ -178,6 +178,8 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         network,
         ("--max-inflight-bytes", parse_size, d.max_inflight_bytes,
          "unanswered add bytes before TOO_MANY_REQUESTS"),
+        ("--max-connections", int, d.max_connections,
+         "native-protocol connections served at once; more are closed"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
     )  # fmt: skip
