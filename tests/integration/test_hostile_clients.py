@@ -1,7 +1,8 @@
 """A client that hoards a bookie's resources does not stop a well-behaved writer: the native
 port serves a bounded number of connections (``--max-connections``) and a bounded number of
 add streams per connection, refusing the rest at once, and the bookie's memory stays
-bounded while a hostile client holds everything it can."""
+bounded while a hostile client holds everything it can. A fence or recovery without the
+ledger's password is refused before it changes anything."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import walog
 import walog.aio
 from walog.testing import LocalCluster
 from walog.transport.network import NetworkBookieClient
+from walog.wire.digest import master_key
 from walog.wire.frames import (
     HELLO_MAGIC,
     Code,
@@ -26,6 +28,7 @@ from walog.wire.frames import (
     encode,
 )
 from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.status import Status
 
 MAX_CONNECTIONS = 40
 
@@ -130,3 +133,22 @@ def test_add_streams_beyond_the_per_connection_bound_are_refused(
                     refusals += 1
         _append_and_read(cluster, 100)
         assert _rss_bytes(pid) - before < 64 * 1024 * 1024
+
+
+async def test_a_fence_or_recovery_without_the_password_changes_nothing(
+    bookie: tuple[LocalCluster, int],
+) -> None:
+    cluster, _ = bookie
+    async with await walog.aio.connect(cluster.metadata_uri) as client:
+        writer = await client.create_ledger(1, 1, 1, password=b"right")
+        await writer.append(b"first")
+        connection = client.ctx.pool.get(cluster.bookie_ids[0])
+        assert isinstance(connection, NetworkBookieClient)
+        reply = await connection.fence(writer.ledger_id, master_key(b"wrong"))
+        assert reply.status is Status.UNAUTHORIZED
+        with pytest.raises(walog.UnauthorizedError):
+            await client.open_ledger(writer.ledger_id, recovery=True, password=b"wrong")
+        # Nothing was fenced: the writer goes on, and closes its ledger itself.
+        assert await writer.append(b"second") == 1
+        await writer.close()
+        assert writer.metadata.last_entry_id == 1
