@@ -23,9 +23,9 @@ from bookie.health import WRITES_SERVICE, BookieState
 from bookie.native import NativeServer
 from bookie.security import (
     BearerTokens,
+    ServerCertificates,
     TokenAuthInterceptor,
-    server_credentials,
-    server_ssl_context,
+    server_certificates,
 )
 from bookie.service import BookieService
 from walog.wire.limits import MAX_MESSAGE_BYTES
@@ -53,6 +53,8 @@ class BookieServer:
         self.service = BookieService(core, config, instance_id)
         self.health = health_aio.HealthServicer()
         interceptors = []
+        self.certificates: ServerCertificates | None = server_certificates(config)
+        """The TLS certificates in force (None without TLS); SIGHUP reloads them."""
         self.tokens: BearerTokens | None = None
         """The bearer tokens in force (None without ``--auth-token-file``)."""
         if config.auth_token_file is not None:
@@ -63,7 +65,7 @@ class BookieServer:
             self._native = NativeServer(
                 self.service,
                 tokens=self.tokens,
-                ssl_context=server_ssl_context(config),
+                ssl_context=self.certificates.ssl_context if self.certificates else None,
                 max_connections=config.max_connections,
             )
         self._server = grpc.aio.server(
@@ -90,11 +92,11 @@ class BookieServer:
         Raises:
             OSError: the address cannot be bound (in use, not local, no permission).
         """
-        credentials = server_credentials(self.config)
         try:
-            if credentials is None:
+            if self.certificates is None:
                 self.port = self._server.add_insecure_port(self.config.listen)
             else:
+                credentials = self.certificates.grpc_credentials()
                 self.port = self._server.add_secure_port(self.config.listen, credentials)
         except RuntimeError as exc:
             raise OSError(
