@@ -141,6 +141,31 @@ async def test_truncated_position_raises_data_loss(client: AsyncClient, log_name
     await reader.close()
 
 
+async def test_a_slow_reader_past_a_truncated_ledger_raises_data_loss(
+    client: AsyncClient, log_name: str
+) -> None:
+    # The reader has read all of its ledger; while nobody calls it, the writer rolls twice
+    # and the log is truncated through the ledger in between, which the reader never read.
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    reader = await log.open_reader("earliest")
+    await writer.append(b"read")
+    record = await reader.read_next(timeout=30)
+    assert record is not None and record.data == b"read"
+    assert await reader.read_next(timeout=0.3) is None  # tailing the first ledger
+    await writer.roll()
+    await writer.append(b"never read")
+    await writer.roll()
+    kept = await writer.append(b"kept")
+    assert await log.truncate(kept) == 2
+    with pytest.raises(DataLossError, match="truncated"):
+        while True:
+            record = await reader.read_next(timeout=30)
+            assert record is not None and record.data != b"kept", "read past a truncated gap"
+    await writer.close()
+    await reader.close()
+
+
 def test_sync_facade_appends_and_tails(cluster: LocalCluster, log_name: str) -> None:
     with walog.connect(cluster.metadata_uri) as client:
         log = client.open_log(log_name)
