@@ -200,6 +200,7 @@ def test_every_acked_command_is_applied_once_everywhere_in_order_through_leader_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_history_holds_through_many_rounds_of_leader_faults(
     zk_cluster: LocalCluster, log_name: str, tmp_path: Path, nodes: list[KVProcess]
 ) -> None:
