@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from bookie.compaction import CompactionPolicy
+from bookie.disks import DiskThresholds
 from walog.metadata.uri import parse_uri
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
@@ -95,6 +97,25 @@ class BookieConfig:
     TOO_MANY_REQUESTS (admission control)."""
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     """``--max-entry-bytes``: larger entries are refused with BAD_REQUEST."""
+    entry_log_file_bytes: int = 512 * _MIB
+    """``--entry-log-file-bytes``: an entry log is rolled over once it grows past this size;
+    the log being filled is never compacted, so smaller logs give space back sooner."""
+    minor_compaction_threshold: float = 0.2
+    """``--minor-compaction-threshold``: minor compaction copies the entry logs whose live
+    share is below this (bookie/compaction.py)."""
+    minor_compaction_interval: float = 3600.0
+    """``--minor-compaction-interval``: seconds between minor compactions (0: off)."""
+    major_compaction_threshold: float = 0.8
+    """``--major-compaction-threshold``: major compaction copies the entry logs whose live
+    share is below this."""
+    major_compaction_interval: float = 86400.0
+    """``--major-compaction-interval``: seconds between major compactions (0: off)."""
+    compaction_rate_bytes: int = 32 * _MIB
+    """``--compaction-rate-bytes``: most bytes per second compaction copies."""
+    checkpoint_interval: float = 10.0
+    """``--checkpoint-interval``: seconds between checkpoints (write cache to entry logs and
+    index; journal files before the mark are then deleted). A failed checkpoint is retried
+    after this long."""
     gc_interval: float = 60.0
     """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""
     gc_grace: float = 300.0
@@ -105,6 +126,16 @@ class BookieConfig:
     gc_stray_grace: float = 3600.0
     """``--gc-stray-grace``: a copy written to within this many seconds is never taken for a
     stray one (an auto-recovery may still be copying it)."""
+    disk_usage_threshold: float = 0.95
+    """``--disk-usage-threshold``: above this used share of its data or journal disk the
+    bookie turns read-only (bookie/disks.py)."""
+    disk_usage_warn_threshold: float = 0.90
+    """``--disk-usage-warn-threshold``: above this used share a warning is logged."""
+    disk_usage_lwm_threshold: float = 0.90
+    """``--disk-usage-lwm-threshold``: a read-only bookie turns writable again once all its
+    disks are used below this share (the low-water mark)."""
+    disk_check_interval: float = 10.0
+    """``--disk-check-interval``: seconds between measurements of disk usage."""
     drain_timeout: float = 5.0
     """``--drain-timeout``: on SIGTERM, seconds granted to in-flight requests."""
     metadata_timeout: float = 10.0
@@ -134,6 +165,9 @@ class BookieConfig:
             "--max-inflight-bytes": self.max_inflight_bytes,
             "--max-entry-bytes": self.max_entry_bytes,
             "--gc-interval": self.gc_interval,
+            "--entry-log-file-bytes": self.entry_log_file_bytes,
+            "--checkpoint-interval": self.checkpoint_interval,
+            "--disk-check-interval": self.disk_check_interval,
             "--drain-timeout": self.drain_timeout,
             "--metadata-timeout": self.metadata_timeout,
         }
@@ -153,6 +187,35 @@ class BookieConfig:
                 raise ValueError(f"{flag} must be >= 0, got {value}")
         if self.max_inflight_bytes < self.max_entry_bytes:
             raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
+        self.disk_thresholds()  # validates the three shares
+        self.compaction_policy()
+
+    def compaction_policy(self) -> CompactionPolicy:
+        """The compaction settings derived from the flags.
+
+        Raises:
+            ValueError: naming the flags when they are inconsistent.
+        """
+        try:
+            return CompactionPolicy(
+                minor_threshold=self.minor_compaction_threshold,
+                minor_interval_s=self.minor_compaction_interval,
+                major_threshold=self.major_compaction_threshold,
+                major_interval_s=self.major_compaction_interval,
+                rate_bytes=self.compaction_rate_bytes,
+            )
+        except ValueError as exc:
+            raise ValueError(
+                f"--minor/--major-compaction-threshold/-interval, --compaction-rate-bytes: {exc}"
+            ) from exc
+
+    def disk_thresholds(self) -> DiskThresholds:
+        """The usage marks of read-only mode derived from the flags."""
+        return DiskThresholds(
+            high=self.disk_usage_threshold,
+            warn=self.disk_usage_warn_threshold,
+            low=self.disk_usage_lwm_threshold,
+        )
 
     @property
     def bookie_id(self) -> str:
@@ -188,6 +251,9 @@ class BookieConfig:
             volatile_flush_interval_s=self.volatile_flush_interval,
             max_entry_bytes=self.max_entry_bytes,
             cache_entry_logs=self.cache_entry_logs,
+            checkpoint_interval_s=self.checkpoint_interval,
+            entry_log_file_bytes=self.entry_log_file_bytes,
+            compaction=self.compaction_policy(),
         )
 
 
@@ -214,6 +280,8 @@ class StorageConfig:
         volatile_flush_interval_s: Entries of VOLATILE ledgers written but not synced are
             synced by the journal after at most this long (>= 1 s).
         max_entry_bytes: Adds with a larger payload are refused with BAD_REQUEST.
+        compaction: When partly dead entry logs are compacted, and how fast
+            (bookie/compaction.py).
         cache_entry_logs: Keep the entry-log pages a checkpoint wrote in the page cache.
             False (the default): once they are synced, the bookie tells the kernel it will
             not need them soon (``POSIX_FADV_DONTNEED``). Checkpointed entries are read
@@ -234,6 +302,7 @@ class StorageConfig:
     volatile_flush_interval_s: float = 1.0
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES + 1024
     cache_entry_logs: bool = False
+    compaction: CompactionPolicy = dataclasses.field(default_factory=CompactionPolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

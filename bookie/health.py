@@ -9,8 +9,8 @@ port) and over the standard gRPC health service:
   is still ready: it serves reads. The gRPC services ``""`` and ``walog.bookie.v1.Bookie``
   are SERVING from the moment the port answers calls until the drain begins.
 - **writable** (gRPC service ``walog.bookie.v1.Bookie.Writes``; ``/readyz?writes=1``):
-  ready and accepting adds; NOT_SERVING once the journal failed (read-only) or while
-  draining.
+  ready and accepting adds; NOT_SERVING while read-only (a full disk, a failed journal or
+  checkpoint, a decommission mark) or while draining.
 
 :class:`BookieHealth` reads the state from the running parts; nothing here changes it.
 """
@@ -37,11 +37,16 @@ WATCH_INTERVAL_S = 0.5
 
 
 def read_only_reason(core: BookieCore) -> str | None:
-    """Why the bookie refuses adds, or None while it accepts them."""
+    """Why the bookie refuses adds, or None while it accepts them (bookie/disks.py sets
+    the reasons: a full disk, a failed checkpoint, a decommission mark)."""
     failed = core.journal.failed
     if failed is not None:
         # A failed journal refuses every write until the bookie restarts.
         return f"journal failed: {failed}"
+    if core.read_only_reason is not None:
+        return core.read_only_reason
+    if core.storage_failure is not None:
+        return f"storage failed: {core.storage_failure}"
     return None
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from bookie.core import BookieCore
+from bookie.disks import DiskMonitor
 from bookie.gc import LedgerCollector
 from bookie.health import read_only_reason
 from bookie.server import BookieServer
@@ -33,6 +34,7 @@ class BookieParts:
         server: the gRPC and native service.
         core: the storage engine.
         gc: the ledger collector.
+        disks: the disk-usage monitor (read-only mode by disk usage).
         loop: the bookie's event loop (loop-owned state is read there).
     """
 
@@ -41,11 +43,13 @@ class BookieParts:
         server: BookieServer,
         core: BookieCore,
         gc: LedgerCollector,
+        disks: DiskMonitor,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._server = server
         self._core = core
         self._gc = gc
+        self._disks = disks
         self._loop = loop
 
     @property
@@ -138,6 +142,10 @@ class BookieParts:
                 "1 once the bookie is shutting down, else 0",
                 float(service.draining.is_set()),
             ),
+            "walog_bookie_disk_usage_ratio": (
+                "Used share of the fullest data or journal file system at the last check",
+                self._disks.highest_share,
+            ),
             **self._entry_logs(),
         }
         out.update(self._on_loop(self._loop_state) or {})
@@ -154,6 +162,10 @@ class BookieParts:
             "walog_bookie_gc_deleted_stray_copies": (
                 "Stray copies of closed ledgers deleted by the GC",
                 gc.strays_deleted_total,
+            ),
+            "walog_bookie_read_only_entered": (
+                "Times the bookie turned read-only (full disk, failed journal or checkpoint)",
+                self._disks.read_only_entered,
             ),
         }
 

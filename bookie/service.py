@@ -265,8 +265,7 @@ class BookieService(pb_grpc.BookieServicer):
         return pb.InfoResponse(
             bookie_id=self.config.bookie_id,
             instance_id=self.instance_id,
-            # A failed journal refuses every write (IO_ERROR) until the bookie restarts.
-            read_only=self.core.journal.failed is not None,
+            read_only=self.core.read_only,
             free_disk_bytes=usage.free,
             total_disk_bytes=usage.total,
             version=__version__,

@@ -22,7 +22,7 @@ from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
-from walog.ledger.ensemble import Placement, available_bookies
+from walog.ledger.ensemble import Placement, available_bookies, read_only_bookies
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
@@ -167,6 +167,11 @@ class AsyncClient:
     async def bookies(self) -> list[str]:
         """Ids of the bookies currently available, sorted."""
         return await available_bookies(self.ctx.store)
+
+    async def read_only_bookies(self) -> list[str]:
+        """Ids of the bookies currently read-only (they serve reads but take no new
+        ledgers: full disks or a failed journal), sorted."""
+        return await read_only_bookies(self.ctx.store)
 
     # -- logs (walog.log) -------------------------------------------------------------
 

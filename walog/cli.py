@@ -47,6 +47,9 @@ _DELEGATED: dict[str, tuple[str, str, str]] = {
     "autorecovery": ("walog.autorecovery", "main", "re-replicate ledgers of lost bookies"),
     "status": ("walog.status", "main", "bookies, ledgers and logs; exit 1 if any need attention"),
 }
+# `walog bookie decommission ID`: a cluster operation run from anywhere, not a mode of the
+# bookie process, delegated like the above.
+_DECOMMISSION = ("walog.autorecovery.decommission", "main", "drain a bookie")
 _FEATURE_NAMES = {"bench": "benchmarking", "archive": "archiving", "autorecovery": "autorecovery"}
 # At most this many appends wait for their acknowledgement at once in `walog append`.
 _APPEND_WINDOW = 1024
@@ -200,6 +203,15 @@ def _cmd_ledgers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bookies(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        modes = dict.fromkeys(client.bookies(), "available")
+        modes.update(dict.fromkeys(client.read_only_bookies(), "read-only"))
+    for bookie_id, mode in sorted(modes.items()):
+        _emit(f"{bookie_id} {mode}")
+    return 0
+
+
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
     from walog.tables import render_table
 
@@ -307,8 +319,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_delegated(name: str, argv: list[str]) -> int:
-    module_name, function, _ = _DELEGATED[name]
+def _run_delegated(name: str, argv: list[str], target: tuple[str, str, str] | None = None) -> int:
+    module_name, function, _ = target or _DELEGATED[name]
     feature = _FEATURE_NAMES.get(name, name)
     try:
         entry: Callable[[list[str]], int | None] | None = getattr(
@@ -394,6 +406,7 @@ def _build_parser() -> _Parser:
     json_help = "print one JSON object instead of text"
     ledgers = command("ledgers", _cmd_ledgers, "list ledger ids")
     ledgers.add_argument("--json", action="store_true", help=json_help)
+    command("bookies", _cmd_bookies, "list registered bookies: available or read-only")
     ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
     ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     ledger_sub.required = True
@@ -454,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``walog`` command with ``argv`` (default ``sys.argv[1:]``); return the status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args_list[:2] == ["bookie", "decommission"]:
+            return _run_delegated("decommission", args_list[2:], _DECOMMISSION)
         if args_list and args_list[0] in _DELEGATED:
             return _run_delegated(args_list[0], args_list[1:])
         _configure_logging()

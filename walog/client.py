@@ -240,6 +240,11 @@ class Client(SyncContext):
         """Ids of the bookies currently available, sorted."""
         return self.loop_thread.run(self.async_client.bookies())
 
+    def read_only_bookies(self) -> list[str]:
+        """Ids of the bookies currently read-only (they serve reads but take no new
+        ledgers: full disks or a failed journal), sorted."""
+        return self.loop_thread.run(self.async_client.read_only_bookies())
+
     # -- logs (walog.log) -------------------------------------------------------------
 
     def open_log(

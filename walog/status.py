@@ -22,10 +22,16 @@ import walog._loop
 import walog.aio
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
-from walog.ledger.ensemble import available_bookies
+from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.log.metadata import list_logs, read_log
 from walog.metadata.election import ELECTIONS, current_leader
-from walog.metadata.layout import AVAILABLE_BOOKIES, COOKIES, LEDGERS, LedgerMetadata
+from walog.metadata.layout import (
+    AVAILABLE_BOOKIES,
+    COOKIES,
+    LEDGERS,
+    READ_ONLY_BOOKIES,
+    LedgerMetadata,
+)
 from walog.metadata.store import NodeNotFoundError
 from walog.tables import render_table
 from walog.transport.network import NetworkBookieClient
@@ -117,11 +123,15 @@ class ClusterStatus:
         }
 
 
-async def _bookie(client: walog.aio.AsyncClient, bookie_id: str, registered: bool) -> BookieStatus:
+async def _bookie(
+    client: walog.aio.AsyncClient, bookie_id: str, registered_under: str | None
+) -> BookieStatus:
+    """``registered_under``: the registration's parent (available or read-only), if any."""
+    registered = registered_under is not None
     record: dict[str, Any] = {}
     if registered:
         try:
-            raw, _ = await client.ctx.store.get(f"{AVAILABLE_BOOKIES}/{bookie_id}")
+            raw, _ = await client.ctx.store.get(f"{registered_under}/{bookie_id}")
             record = json.loads(raw)
         except (NodeNotFoundError, ValueError):
             record = {}
@@ -146,7 +156,10 @@ async def _bookie(client: walog.aio.AsyncClient, bookie_id: str, registered: boo
         status.state = "unavailable"
         status.problem = "answers but is not registered as available (starting or draining)"
     elif info.read_only:
-        status.problem = "refuses writes (journal failed or disk full); see its log"
+        status.problem = (
+            "refuses writes (disk full, journal or checkpoint failed, or being "
+            "decommissioned); see its log"
+        )
     return status
 
 
@@ -154,9 +167,16 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
     """Read the cluster's state through ``client``."""
     store = client.ctx.store
     available = set(await available_bookies(store))
-    known = available | set(await store.children(COOKIES))
+    read_only = set(await read_only_bookies(store))
+    known = available | read_only | set(await store.children(COOKIES))
+
+    def registered_under(bookie_id: str) -> str | None:
+        if bookie_id in available:
+            return AVAILABLE_BOOKIES
+        return READ_ONLY_BOOKIES if bookie_id in read_only else None
+
     bookies = list(
-        await asyncio.gather(*(_bookie(client, b, b in available) for b in sorted(known)))
+        await asyncio.gather(*(_bookie(client, b, registered_under(b)) for b in sorted(known)))
     )
     serving = {b.bookie_id for b in bookies if b.holds_data}
     counts = {"OPEN": 0, "IN_RECOVERY": 0, "CLOSED": 0}

@@ -22,6 +22,8 @@ OPERATIONS = REPO / "docs" / "operations.md"
 SUBCOMMANDS = [
     ["quickstart"],
     ["bookie"],
+    ["bookie", "decommission"],
+    ["bookies"],
     ["local"],
     ["append"],
     ["tail"],

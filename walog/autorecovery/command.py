@@ -1,15 +1,19 @@
-"""``walog autorecovery``: re-replicate the ledgers of lost bookies, once or as a daemon."""
+"""``walog autorecovery``: re-replicate the ledgers of lost bookies, once or as a daemon.
+
+Several daemons may run: one is elected auditor, all of them repair (walog/autorecovery/
+daemon.py)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import functools
 import json
+import os
 import signal
+import socket
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 
 import prometheus_client
@@ -17,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 import walog._loop
 import walog.aio
+from walog.autorecovery.daemon import Daemon
 from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
 from walog.cli import add_connection_options
@@ -121,11 +126,6 @@ def _percent(text: str) -> float:
     return value
 
 
-def _missing_long(since: dict[str, float], now: float, lost_after: float, bookie: str) -> bool:
-    """A bookie is lost once it was already missing ``lost_after`` seconds ago."""
-    return now - since.get(bookie, now) >= lost_after
-
-
 async def _run(args: argparse.Namespace) -> int:
     passwords = [b"", *(p.encode() for p in args.password)]
     client = await walog.aio.connect(args.metadata, timeout=args.timeout)
@@ -143,25 +143,24 @@ async def _run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        missing_since: dict[str, float] = {}
         metrics = _serve_metrics(args.metrics_listen) if args.metrics_listen else None
-        while not stop.is_set():
-            now = time.monotonic()
-            report = await recover(
-                client.ctx,
-                passwords=passwords,
-                is_lost=functools.partial(_missing_long, missing_since, now, args.lost_after),
-                verify=args.verify_entries,
-                verify_percent=args.verify_percent,
-            )
-            # Bookies back in service start their clock over when they go missing again.
-            missing_since = {b: missing_since.get(b, now) for b in report.missing}
+
+        def on_report(report: Report, seconds: float) -> None:
             if metrics is not None:
-                metrics.record(report, time.monotonic() - now, time.time())
+                metrics.record(report, seconds, time.time())
             _print(report, args.json)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.interval)
-        return 0  # stopped by SIGTERM or SIGINT, between passes
+
+        daemon = Daemon(
+            client.ctx,
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+            passwords,
+            interval_s=args.interval,
+            lost_after_s=args.lost_after,
+            on_report=on_report,
+            verify_percent=args.verify_percent if args.verify_entries else None,
+        )
+        await daemon.run(stop)
+        return 0  # stopped by SIGTERM or SIGINT
     finally:
         await client.close()
 

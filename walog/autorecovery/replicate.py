@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from walog.autorecovery.rules import (
     Damage,
@@ -40,7 +40,7 @@ from walog.errors import (
 )
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import verify_password
-from walog.ledger.ensemble import Placement, available_bookies
+from walog.ledger.ensemble import Placement, available_bookies, read_only_bookies
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
 from walog.metadata.layout import LEDGERS, LedgerMetadata
@@ -121,6 +121,8 @@ async def recover(
     placement: Placement | None = None,
     verify: bool = False,
     verify_percent: float = 0.0,
+    retiring: Collection[str] = (),
+    ledgers: Collection[int] | None = None,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -134,6 +136,9 @@ async def recover(
             them (two reads per fragment and bookie: meant for a periodic check).
         verify_percent: with ``verify``, also read this share (0-100 %) of the other
             entries of each share, picked at random each pass.
+        retiring: bookies to move every fragment off although they still serve (being
+            decommissioned): counted as lost, never chosen as replacements.
+        ledgers: only these ledgers (None: every ledger).
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
@@ -141,15 +146,20 @@ async def recover(
     if not 0 <= verify_percent <= 100:
         raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
     placement = placement or Placement()
-    available = await available_bookies(ctx.store)
+    available = [b for b in await available_bookies(ctx.store) if b not in retiring]
+    # Read-only bookies (full disks) hold their entries and serve them: not lost, but no
+    # replacement is placed on them.
+    alive = (set(available) | set(await read_only_bookies(ctx.store))) - set(retiring)
     report = Report()
     names = await ctx.store.children(LEDGERS)
     for ledger_id in sorted(int(name) for name in names if name.isdigit()):
+        if ledgers is not None and ledger_id not in ledgers:
+            continue
         try:
             metadata, _ = await ctx.read_metadata(ledger_id)
         except NoSuchLedgerError:
             continue  # deleted meanwhile
-        missing = lost_bookies(metadata, available)
+        missing = lost_bookies(metadata, alive)
         report.missing |= missing
         if missing:
             report.under_replicated.add(ledger_id)

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from walog.errors import NotEnoughBookiesError
 from walog.ledger.quorum import write_quorums
-from walog.metadata.layout import AVAILABLE_BOOKIES
+from walog.metadata.layout import AVAILABLE_BOOKIES, READ_ONLY_BOOKIES
 from walog.metadata.store import MetadataStore
 
 Fragments = tuple[tuple[int, tuple[str, ...]], ...]
@@ -22,6 +22,12 @@ Fragments = tuple[tuple[int, tuple[str, ...]], ...]
 async def available_bookies(store: MetadataStore) -> list[str]:
     """Ids of the bookies currently registered as available, sorted."""
     return sorted(await store.children(AVAILABLE_BOOKIES))
+
+
+async def read_only_bookies(store: MetadataStore) -> list[str]:
+    """Ids of the bookies registered as read-only (alive, serving reads, refusing new
+    adds: full disks), sorted. No ensemble picks them; auto-recovery counts them alive."""
+    return sorted(await store.children(READ_ONLY_BOOKIES))
 
 
 def not_enough_bookies(needed: int, available: Sequence[str], what: str) -> NotEnoughBookiesError:
@@ -123,6 +129,7 @@ __all__ = [
     "available_bookies",
     "not_enough_bookies",
     "quorum_possible",
+    "read_only_bookies",
     "replace_in_ensemble",
     "with_new_fragment",
 ]

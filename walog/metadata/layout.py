@@ -5,6 +5,8 @@ JSON documents, one per record. Paths:
 - ``/ledgers/<id>``                 ledger metadata (:class:`LedgerMetadata`)
 - ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
+- ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
+- ``/bookies/decommissioning/<id>`` a bookie being drained (``walog bookie decommission``)
 - ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
 - counter ``ledger-ids``            source of new ledger ids
 """
@@ -21,6 +23,8 @@ from walog.wire.durability import Durability
 LEDGERS = "/ledgers"
 LOGS = "/logs"
 AVAILABLE_BOOKIES = "/bookies/available"
+READ_ONLY_BOOKIES = "/bookies/readonly"
+DECOMMISSIONING = "/bookies/decommissioning"
 COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
@@ -40,6 +44,16 @@ def log_path(name: str) -> str:
 def bookie_path(bookie_id: str) -> str:
     """Path of a bookie's availability record."""
     return f"{AVAILABLE_BOOKIES}/{bookie_id}"
+
+
+def read_only_bookie_path(bookie_id: str) -> str:
+    """Path of a read-only bookie's registration (it serves reads, refuses new adds)."""
+    return f"{READ_ONLY_BOOKIES}/{bookie_id}"
+
+
+def decommission_path(bookie_id: str) -> str:
+    """Path of the mark of a bookie being drained: it takes no new adds while it exists."""
+    return f"{DECOMMISSIONING}/{bookie_id}"
 
 
 def cookie_path(bookie_id: str) -> str:
@@ -121,13 +135,17 @@ class LedgerMetadata:
 __all__ = [
     "AVAILABLE_BOOKIES",
     "COOKIES",
+    "DECOMMISSIONING",
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
+    "READ_ONLY_BOOKIES",
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
     "cookie_path",
+    "decommission_path",
     "ledger_path",
     "log_path",
+    "read_only_bookie_path",
 ]

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from walog.metadata.layout import bookie_path
+from walog.metadata.layout import bookie_path, read_only_bookie_path
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
 
 if TYPE_CHECKING:
@@ -359,14 +359,19 @@ class LocalCluster:
         return self._loop.run(self._registered_since(bookie), timeout=10.0)
 
     async def _registered_since(self, bookie: BookieProcess) -> bool:
-        """True when the bookie's availability record exists and was written by its
-        current process (not left over from a killed one whose session has not expired)."""
+        """True when the bookie's availability record (or its read-only one: full disks)
+        exists and was written by its current process (not left over from a killed one
+        whose session has not expired)."""
         from walog.metadata.store import NodeNotFoundError
 
         assert self._store is not None
-        try:
-            raw, _ = await self._store.get(bookie_path(bookie.bookie_id))
-        except NodeNotFoundError:
+        for path in (bookie_path(bookie.bookie_id), read_only_bookie_path(bookie.bookie_id)):
+            try:
+                raw, _ = await self._store.get(path)
+                break
+            except NodeNotFoundError:
+                continue
+        else:
             return False
         try:
             started = json.loads(raw).get("started")
