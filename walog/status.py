@@ -274,10 +274,11 @@ def render(status: ClusterStatus) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from walog.cli import add_connection_options
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog status``."""
+    from walog.cli import CommandParser, add_connection_options
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="walog status",
         description="Show bookies, ledgers and logs of a cluster; exit 1 when something "
         "needs attention (a bookie down or read-only, under-replicated ledgers, the "
@@ -299,7 +300,7 @@ async def _run(uri: str, metadata_timeout_s: float) -> ClusterStatus:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog status``; returns the exit status."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")

@@ -65,7 +65,7 @@ def test_decommission_of_a_bookie_holding_100_ledgers_leaves_each_at_qw_copies(
                         victim,
                         "--metadata",
                         cluster.metadata_uri,
-                        "--timeout",
+                        "--wait",
                         "120",
                     ]
                 )

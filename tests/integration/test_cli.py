@@ -334,3 +334,42 @@ def test_quickstart_runs_to_completion(capsys: pytest.CaptureFixture[str]) -> No
     status, out, err = _run(["quickstart"], capsys)
     assert status == 0, err
     assert out.strip()
+
+
+def test_a_password_log_is_usable_with_a_password_file(
+    cluster: LocalCluster,
+    log_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WALOG_METADATA", cluster.metadata_uri)
+    secret = tmp_path / "log.password"
+    secret.write_text("s3cret\n")
+    status, out, err = _run(["append", log_name, "one", "--password-file", str(secret)], capsys)
+    assert status == 0, err
+    status, out, err = _run(["tail", log_name, "-n", "1", "--password-file", str(secret)], capsys)
+    assert status == 0 and out.split("\t")[1] == "one\n", err
+    status, _, err = _run(["tail", log_name, "-n", "1", "--password", "wrong"], capsys)
+    assert status == 1 and err.startswith("walog: error: UnauthorizedError"), err
+    assert "s3cret" not in err
+
+
+def test_a_closed_pipe_ends_tail_with_status_0(cluster: LocalCluster, log_name: str) -> None:
+    with (
+        walog.connect(cluster.metadata_uri) as client,
+        client.open_log(log_name).open_writer() as writer,
+    ):
+        for i in range(2000):
+            writer.append_async(b"record %d" % i)
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "walog", "tail", log_name, "--idle-timeout", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(WALOG_METADATA=cluster.metadata_uri),
+    )
+    assert tail.stdout is not None and tail.stderr is not None
+    assert tail.stdout.readline().endswith(b"record 0\n")
+    tail.stdout.close()  # what `walog tail LOG | head -1` does once it has its line
+    assert tail.wait(timeout=60) == 0
+    assert tail.stderr.read() == b""

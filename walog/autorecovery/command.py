@@ -24,15 +24,16 @@ import walog.aio
 from walog.autorecovery.daemon import Daemon
 from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
-from walog.cli import add_connection_options
+from walog.cli import CommandParser, add_connection_options
 from walog.errors import WalogError
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_LOST_AFTER_S = 300.0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog autorecovery``."""
+    parser = CommandParser(
         prog="walog autorecovery",
         description="Re-replicate the ledger fragments that name lost bookies: copy their "
         "entries from the surviving bookies to replacements, then swap the replacements "
@@ -186,7 +187,7 @@ def _serve_metrics(listen: str) -> AutorecoveryMetrics:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog autorecovery``; returns the exit status (0 done, 1 something
     was not repaired or failed, 2 bad arguments)."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")

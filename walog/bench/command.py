@@ -82,8 +82,11 @@ class _Plan:
         self.echo_batches = [1, 10, 100] if quick else [1, 10, 100, 1000]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog bench`` (it starts a cluster of its own: no --metadata)."""
+    from walog.cli import CommandParser
+
+    parser = CommandParser(
         prog="walog bench",
         description="Measure walog on a local 3-bookie cluster (E3/Qw3/Qa2, 1 KiB entries, "
         "100-byte log records).",
@@ -479,17 +482,17 @@ def _quiet_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog bench``; returns the exit status."""
     arg_list = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(arg_list)
+    args = build_parser().parse_args(arg_list)
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
-            _parser().error("--from-json needs --report")
+            build_parser().error("--from-json needs --report")
         write_report(json.loads(args.from_json.read_text()), args.report)
         return 0
     if args.report is not None and args.only != frozenset(SCENARIOS):
-        _parser().error("--report needs every scenario (leave out --only)")
+        build_parser().error("--report needs every scenario (leave out --only)")
     if args.seconds is not None and args.seconds <= 0:
-        _parser().error(f"--seconds must be > 0, got {args.seconds}")
+        build_parser().error(f"--seconds must be > 0, got {args.seconds}")
     plan = _Plan(args.quick, args.seconds)
     started = datetime.datetime.now(datetime.UTC)
     machine = _machine()
