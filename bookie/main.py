@@ -178,6 +178,8 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         network,
         ("--max-inflight-bytes", parse_size, d.max_inflight_bytes,
          "unanswered add bytes before TOO_MANY_REQUESTS"),
+        ("--max-connections", int, d.max_connections,
+         "native-protocol connections served at once; more are closed"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
     )  # fmt: skip
@@ -341,7 +343,9 @@ async def _serve(
     health = BookieHealth(
         asyncio.get_running_loop(),
         is_registered=lambda: registration.registered,
-        is_draining=server.service.draining.is_set,
+        # From the stop signal on: the shutdown unregisters before it drains, and a bookie
+        # on its way out must not read as one still starting.
+        is_draining=lambda: stop.is_set() or server.service.draining.is_set(),
         read_only_reason=lambda: read_only_reason(core),
     )
     health_task = asyncio.create_task(health.watch(server.apply_state))

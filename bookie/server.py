@@ -34,6 +34,8 @@ from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 log = structlog.get_logger("bookie.server")
 
 SERVICE_NAME = "walog.bookie.v1.Bookie"
+MAX_CONCURRENT_STREAMS = 256
+"""gRPC streams (calls) one connection may have open at once."""
 """The gRPC service's name, as the health service reports it."""
 
 
@@ -59,7 +61,10 @@ class BookieServer:
         self._native: NativeServer | None = None
         if config.native_port >= 0:
             self._native = NativeServer(
-                self.service, tokens=self.tokens, ssl_context=server_ssl_context(config)
+                self.service,
+                tokens=self.tokens,
+                ssl_context=server_ssl_context(config),
+                max_connections=config.max_connections,
             )
         self._server = grpc.aio.server(
             interceptors=interceptors,
@@ -70,6 +75,9 @@ class BookieServer:
                 ("grpc.so_reuseport", 0),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+                # Streams one client connection may hold open at once (a client needs one
+                # per ledger it writes and a few calls): more wait for a free one.
+                ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
             ],
         )
         pb_grpc.add_BookieServicer_to_server(self.service, self._server)
