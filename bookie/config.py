@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from bookie.compaction import CompactionPolicy
+from bookie.disks import DiskThresholds
+from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 from walog.metadata.uri import parse_uri
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
@@ -48,6 +51,9 @@ class BookieConfig:
     """``--listen HOST:PORT``: the gRPC address; also the bookie id."""
     metadata: str
     """``--metadata URI``: ``zk://HOST:PORT[,...]/CHROOT`` or ``sqlite:///ABS/PATH.db``."""
+    rack: str = DEFAULT_RACK
+    """``--rack NAME``: the rack (or zone) of the bookie's host, announced in its registration
+    and ``Info``; rack-aware placement puts each write quorum on as many racks as it can."""
     native_port: int = 0
     """``--native-port``: the port of the native protocol (the same calls as frames over TCP
     or TLS, cheaper per message than gRPC) on the host of ``listen``; 0 (the default) takes
@@ -60,7 +66,8 @@ class BookieConfig:
     journal_dir: Path | None = None
     """``--journal-dir``: the journal's directory (a separate disk); default: ``data_dir``."""
     metrics_port: int | None = None
-    """``--metrics-port``: serve Prometheus text counters on ``HOST:N/metrics``; default off."""
+    """``--metrics-port``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``HOST:N``;
+    default off."""
     tls_cert: Path | None = None
     """``--tls-cert``: PEM certificate chain; with ``tls_key`` the port speaks TLS only."""
     tls_key: Path | None = None
@@ -68,7 +75,14 @@ class BookieConfig:
     tls_ca: Path | None = None
     """``--tls-ca``: PEM CA bundle; when given, clients must present a certificate it signed."""
     auth_token_file: Path | None = None
-    """``--auth-token-file``: clients must send ``authorization: Bearer <token>``."""
+    """``--auth-token-file``: clients must send ``authorization: Bearer <token>``; re-read
+    on SIGHUP."""
+    max_connections: int = 1024
+    """``--max-connections``: native-protocol connections served at once; more are closed
+    as they arrive (a well-behaved client keeps one per bookie)."""
+    auth_token_grace: float = 300.0
+    """``--auth-token-grace``: seconds the previous token stays valid after SIGHUP loaded
+    a new one from ``--auth-token-file``."""
     allow_format: bool = False
     """``--allow-format``: write a new cookie even though disk and metadata disagree (never
     deletes data). Not enough alone where a disk lost the incarnation the metadata store
@@ -94,6 +108,25 @@ class BookieConfig:
     TOO_MANY_REQUESTS (admission control)."""
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     """``--max-entry-bytes``: larger entries are refused with BAD_REQUEST."""
+    entry_log_file_bytes: int = 512 * _MIB
+    """``--entry-log-file-bytes``: an entry log is rolled over once it grows past this size;
+    the log being filled is never compacted, so smaller logs give space back sooner."""
+    minor_compaction_threshold: float = 0.2
+    """``--minor-compaction-threshold``: minor compaction copies the entry logs whose live
+    share is below this (bookie/compaction.py)."""
+    minor_compaction_interval: float = 3600.0
+    """``--minor-compaction-interval``: seconds between minor compactions (0: off)."""
+    major_compaction_threshold: float = 0.8
+    """``--major-compaction-threshold``: major compaction copies the entry logs whose live
+    share is below this."""
+    major_compaction_interval: float = 86400.0
+    """``--major-compaction-interval``: seconds between major compactions (0: off)."""
+    compaction_rate_bytes: int = 32 * _MIB
+    """``--compaction-rate-bytes``: most bytes per second compaction copies."""
+    checkpoint_interval: float = 10.0
+    """``--checkpoint-interval``: seconds between checkpoints (write cache to entry logs and
+    index; journal files before the mark are then deleted). A failed checkpoint is retried
+    after this long."""
     gc_interval: float = 60.0
     """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""
     gc_grace: float = 300.0
@@ -104,6 +137,16 @@ class BookieConfig:
     gc_stray_grace: float = 3600.0
     """``--gc-stray-grace``: a copy written to within this many seconds is never taken for a
     stray one (an auto-recovery may still be copying it)."""
+    disk_usage_threshold: float = 0.95
+    """``--disk-usage-threshold``: above this used share of its data or journal disk the
+    bookie turns read-only (bookie/disks.py)."""
+    disk_usage_warn_threshold: float = 0.90
+    """``--disk-usage-warn-threshold``: above this used share a warning is logged."""
+    disk_usage_lwm_threshold: float = 0.90
+    """``--disk-usage-lwm-threshold``: a read-only bookie turns writable again once all its
+    disks are used below this share (the low-water mark)."""
+    disk_check_interval: float = 10.0
+    """``--disk-check-interval``: seconds between measurements of disk usage."""
     drain_timeout: float = 5.0
     """``--drain-timeout``: on SIGTERM, seconds granted to in-flight requests."""
     metadata_timeout: float = 10.0
@@ -111,6 +154,10 @@ class BookieConfig:
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
+        try:
+            check_rack_name(self.rack)
+        except ValueError as exc:
+            raise ValueError(f"--rack: {exc}") from exc
         try:
             parse_uri(self.metadata)
         except ValueError as exc:
@@ -133,6 +180,9 @@ class BookieConfig:
             "--max-inflight-bytes": self.max_inflight_bytes,
             "--max-entry-bytes": self.max_entry_bytes,
             "--gc-interval": self.gc_interval,
+            "--entry-log-file-bytes": self.entry_log_file_bytes,
+            "--checkpoint-interval": self.checkpoint_interval,
+            "--disk-check-interval": self.disk_check_interval,
             "--drain-timeout": self.drain_timeout,
             "--metadata-timeout": self.metadata_timeout,
         }
@@ -152,6 +202,37 @@ class BookieConfig:
                 raise ValueError(f"{flag} must be >= 0, got {value}")
         if self.max_inflight_bytes < self.max_entry_bytes:
             raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
+        if self.max_connections < 1:
+            raise ValueError(f"--max-connections must be >= 1, got {self.max_connections}")
+        self.disk_thresholds()  # validates the three shares
+        self.compaction_policy()
+
+    def compaction_policy(self) -> CompactionPolicy:
+        """The compaction settings derived from the flags.
+
+        Raises:
+            ValueError: naming the flags when they are inconsistent.
+        """
+        try:
+            return CompactionPolicy(
+                minor_threshold=self.minor_compaction_threshold,
+                minor_interval_s=self.minor_compaction_interval,
+                major_threshold=self.major_compaction_threshold,
+                major_interval_s=self.major_compaction_interval,
+                rate_bytes=self.compaction_rate_bytes,
+            )
+        except ValueError as exc:
+            raise ValueError(
+                f"--minor/--major-compaction-threshold/-interval, --compaction-rate-bytes: {exc}"
+            ) from exc
+
+    def disk_thresholds(self) -> DiskThresholds:
+        """The usage marks of read-only mode derived from the flags."""
+        return DiskThresholds(
+            high=self.disk_usage_threshold,
+            warn=self.disk_usage_warn_threshold,
+            low=self.disk_usage_lwm_threshold,
+        )
 
     @property
     def bookie_id(self) -> str:
@@ -187,6 +268,9 @@ class BookieConfig:
             volatile_flush_interval_s=self.volatile_flush_interval,
             max_entry_bytes=self.max_entry_bytes,
             cache_entry_logs=self.cache_entry_logs,
+            checkpoint_interval_s=self.checkpoint_interval,
+            entry_log_file_bytes=self.entry_log_file_bytes,
+            compaction=self.compaction_policy(),
         )
 
 
@@ -213,6 +297,8 @@ class StorageConfig:
         volatile_flush_interval_s: Entries of VOLATILE ledgers written but not synced are
             synced by the journal after at most this long (>= 1 s).
         max_entry_bytes: Adds with a larger payload are refused with BAD_REQUEST.
+        compaction: When partly dead entry logs are compacted, and how fast
+            (bookie/compaction.py).
         cache_entry_logs: Keep the entry-log pages a checkpoint wrote in the page cache.
             False (the default): once they are synced, the bookie tells the kernel it will
             not need them soon (``POSIX_FADV_DONTNEED``). Checkpointed entries are read
@@ -233,6 +319,7 @@ class StorageConfig:
     volatile_flush_interval_s: float = 1.0
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES + 1024
     cache_entry_logs: bool = False
+    compaction: CompactionPolicy = dataclasses.field(default_factory=CompactionPolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

@@ -25,6 +25,7 @@ new bookie id, or decommissioning the old one (which deletes its metadata cookie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from bookie.config import BookieConfig
 from walog.errors import CookieMismatchError
-from walog.metadata.layout import cookie_path
+from walog.metadata.layout import cookie_path, decommission_path
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 
 COOKIE_FILE = "cookie.json"
@@ -170,6 +171,9 @@ async def _format(store: MetadataStore, config: BookieConfig, version: int | Non
             ) from exc
     else:
         await store.set(path, cookie.to_json(), version)
+    # A new bookie under the id of a decommissioned one must not inherit its drain mark.
+    with contextlib.suppress(NodeNotFoundError):
+        await store.delete(decommission_path(config.bookie_id))
     return cookie
 
 

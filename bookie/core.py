@@ -28,10 +28,11 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 
+from bookie.compaction import Compactor
 from bookie.config import StorageConfig
 from bookie.journal import GroupReport, Journal
 from bookie.journal_files import JournalMark, StorageIOError
@@ -47,6 +48,7 @@ from bookie.startup import load_store
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog._sync import name_os_thread
 from walog.latency import StageLatencies
+from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
 from walog.wire.digest import entry_digest
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER
@@ -56,6 +58,7 @@ _log = structlog.get_logger(__name__)
 
 
 _MIB = 1024 * 1024
+_T = TypeVar("_T")
 _BACKPRESSURE_FACTOR = 2  # adds wait for a running checkpoint above this x write_cache_bytes
 
 
@@ -86,6 +89,13 @@ class BookieCore:
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
+        self.group_entries = LoopHistogram(COUNT_BOUNDS)
+        """Records per journal group commit."""
+        self.group_bytes = LoopHistogram(BYTES_BOUNDS)
+        """Bytes per journal group commit."""
+        self.read_only_reason: str | None = None
+        """Set while the bookie is read-only by disk usage (bookie/disks.py): plain adds
+        are answered READ_ONLY; reads, fences and recovery writes are still served."""
         self._states: dict[int, LedgerState] = {}
         # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
         # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
@@ -111,9 +121,18 @@ class BookieCore:
         self._checkpoint_idle.set()
         self._storage: EntryStorage | None = None
         self._background: asyncio.Task[None] | None = None
+        self.compactor = Compactor(config.compaction, self.in_storage)
+        """Minor and major compaction of partly dead entry logs (bookie/compaction.py)."""
+        self._compaction: asyncio.Task[None] | None = None
         self._closed = False
         #: Called on the loop after every checkpoint with the number of entries it wrote.
         self.checkpoint_listeners: list[Callable[[int], None]] = []
+        #: Called on the loop when a checkpoint failed to write the entry logs or index.
+        self.failure_listeners: list[Callable[[], None]] = []
+        self.checkpoint_failure: StorageIOError | None = None
+        """The error of the last checkpoint if it failed (entry log or index write: a full
+        or failing disk); cleared by the next checkpoint that succeeds. Meanwhile plain adds
+        are refused: the entries would only pile up in memory."""
         self.journal = Journal(
             config.journal_path,
             file_bytes=config.journal_file_bytes,
@@ -157,6 +176,7 @@ class BookieCore:
             # entries in the write cache only, so this drops only what came before.
             await loop.run_in_executor(core._writer, loaded.storage.delete_ledgers, loaded.deleted)
         core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
+        core._compaction = asyncio.create_task(core.compactor.run(), name="bookie-compaction")
         if core._cache.bytes >= config.write_cache_bytes:
             core._checkpoint_wanted.set()  # a long replay: move the mark forward soon
         return core
@@ -185,6 +205,10 @@ class BookieCore:
         await self._close_storage()
 
     async def _stop_background(self) -> None:
+        if self._compaction is not None:
+            self._compaction.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compaction
         if self._background is not None:
             # Not cancelled: a checkpoint in its storage thread would finish anyway, and
             # its cache generation must not be merged back as if it had failed.
@@ -211,6 +235,22 @@ class BookieCore:
         if self._storage is None:
             raise StorageIOError("bookie storage is closed")
         return self._storage
+
+    @property
+    def storage_failure(self) -> str | None:
+        """Why the storage cannot take adds now, or None: a failed journal (for good), or a
+        failed checkpoint (until one succeeds)."""
+        if self.journal.failed is not None:
+            return f"journal failed: {self.journal.failed}"
+        if self.checkpoint_failure is not None:
+            return f"checkpoint failed: {self.checkpoint_failure}"
+        return None
+
+    @property
+    def read_only(self) -> bool:
+        """True while plain adds are refused: read-only by disk usage, a failed checkpoint,
+        or a failed journal (which refuses every write until a restart)."""
+        return self.read_only_reason is not None or self.storage_failure is not None
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -263,6 +303,11 @@ class BookieCore:
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
             return [(Status.IO_ERROR, [e[0] for e in entries], -1)]
+        if not recovery and (
+            self.read_only_reason is not None or self.checkpoint_failure is not None
+        ):
+            # A recovery write is still taken: it must reach every bookie of a write quorum.
+            return [(Status.READ_ONLY, [e[0] for e in entries], -1)]
         max_entry_bytes = self.config.max_entry_bytes
         valid: list[tuple[int, int, int, bytes]] = []
         for entry in entries:
@@ -287,7 +332,7 @@ class BookieCore:
             await self._checkpoint_idle.wait()
             if self._closed:
                 return [*refused, (Status.IO_ERROR, ids, -1)]
-        state, status = self._ledger_for_write(ledger_id, master_key)
+        state, status = self._ledger_for_write(ledger_id, master_key, adopt_key=recovery)
         if state is None:
             return [*refused, (status, ids, -1)]
         if state.fenced and not recovery:
@@ -363,16 +408,29 @@ class BookieCore:
         return None
 
     def _ledger_for_write(
-        self, ledger_id: int, master_key: bytes
+        self, ledger_id: int, master_key: bytes, *, adopt_key: bool = True
     ) -> tuple[LedgerState | None, Status]:
         """The ledger's state, created (key journaled with a sync before any ack of a
-        later record) on first contact; None with UNAUTHORIZED on another key."""
+        later record) on first contact; None with UNAUTHORIZED on another key.
+
+        A ledger rebuilt from the entry logs (``--rebuild-index``) lost its key and fence
+        with the old index: a fence or a recovery write (``adopt_key``) gives it the key
+        they present, as a new ledger's first write does; a plain add gets IO_ERROR, so its
+        writer moves to another bookie (the ledger may have been fenced and closed before:
+        no plain add may be acknowledged here)."""
         state = self._states.get(ledger_id)
         if state is None:
             if ledger_id in self._damaged:
                 return None, Status.IO_ERROR  # its key and fence are unknown
             state = LedgerState(ledger_id, bytes(master_key))
             self._states[ledger_id] = state
+            self._dirty.add(ledger_id)
+            self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
+            return state, Status.OK
+        if not state.master_key:
+            if not adopt_key:
+                return None, Status.IO_ERROR
+            state.master_key = bytes(master_key)
             self._dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
             return state, Status.OK
@@ -402,6 +460,8 @@ class BookieCore:
         state = self._states.get(ledger_id)
         if state is None:
             return self._unknown(ledger_id)
+        if not state.master_key:
+            return Status.IO_ERROR  # rebuilt: key unknown until a fence or recovery write
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED
         if state.raise_lac(lac):
@@ -417,6 +477,8 @@ class BookieCore:
         state = self._states.get(ledger_id)
         if state is None:
             return self._unknown(ledger_id), -1
+        if not state.master_key:
+            return Status.IO_ERROR, -1  # rebuilt: key unknown (see _ledger_for_write)
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED, -1
         try:
@@ -588,6 +650,8 @@ class BookieCore:
             if report.synced:
                 latencies.record("journal_sync", report.done - report.written)
             latencies.record("journal_callback", time.monotonic() - report.done)
+            self.group_entries.observe(report.record_count)
+            self.group_bytes.observe(report.byte_count)
         self.stats.journal_groups = report.group_no
         self.stats.journal_syncs = report.sync_no
         self.stats.journal_bytes += report.byte_count
@@ -627,6 +691,8 @@ class BookieCore:
             self._flushing = frozen
             self._checkpoint_idle.clear()
             try:
+                if self.checkpoint_failure is not None:
+                    await loop.run_in_executor(self._writer, storage.probe)
                 mark = await self.journal.barrier()
                 states = {
                     ledger_id: self._states[ledger_id].to_bytes()
@@ -636,12 +702,16 @@ class BookieCore:
                 written = await loop.run_in_executor(
                     self._writer, storage.checkpoint, _sorted_entries(frozen), states, mark
                 )
-            except BaseException:
+            except BaseException as exc:
                 # Nothing was committed: the next checkpoint takes these again.
                 for ledger_id, entries in frozen.ledgers.items():
                     for entry_id, entry in entries.items():
                         self._cache.put(ledger_id, entry_id, entry)
                 self._dirty |= dirty
+                if isinstance(exc, StorageIOError):
+                    self.checkpoint_failure = exc
+                    for on_failure in self.failure_listeners:
+                        on_failure()
                 raise
             finally:
                 self._flushing = None
@@ -651,6 +721,9 @@ class BookieCore:
             except OSError as exc:
                 # Harmless for correctness (replay starts at the mark); retried next time.
                 _log.warning("old journal files not deleted", error=str(exc))
+        if self.checkpoint_failure is not None:
+            _log.warning("checkpoint succeeded again", entries=written)
+            self.checkpoint_failure = None
         self.stats.checkpoints += 1
         self.stats.entries_checkpointed += written
         for listener in self.checkpoint_listeners:
@@ -665,18 +738,31 @@ class BookieCore:
             self._checkpoint_wanted.clear()
             if self._closed:
                 return  # close() takes the final checkpoint
+            failing = self.checkpoint_failure is not None
             try:
                 await self._checkpoint()
             except StorageIOError as exc:
-                _log.error("checkpoint failed", error=str(exc))
+                # One line per outage, not one per retry (a full disk stays full a while).
+                (_log.debug if failing else _log.error)("checkpoint failed", error=str(exc))
             except Exception:
                 # Keep checkpointing: a dead loop would let the journal grow forever.
                 _log.exception("checkpoint failed")
 
+    async def in_storage(self, step: Callable[[EntryStorage], _T]) -> _T:
+        """Run ``step`` on the entry storage in its thread, between checkpoints (compaction
+        steps); the storage counters are taken over afterwards."""
+        async with self._checkpoint_lock:
+            storage = self._require_storage()
+            try:
+                return await asyncio.get_running_loop().run_in_executor(self._writer, step, storage)
+            finally:
+                self.stats.entry_logs_deleted = storage.logs_deleted
+                self.stats.entry_logs_compacted = storage.logs_compacted
+
     async def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Forget the ledgers and reclaim their space (a deletion is journaled, so replay
-        does not bring them back; entry logs left without live data are removed, mostly
-        dead ones compacted)."""
+        does not bring them back; entry logs left without live data are removed, partly
+        dead ones wait for compaction)."""
         doomed = sorted(set(ledger_ids))
         if not doomed or self._closed:
             return

@@ -111,9 +111,12 @@ def open_tables(env: lmdb.Environment) -> tuple[Tables, bool]:
     return Tables(*dbs), fresh
 
 
-def initialise(env: lmdb.Environment, tables: Tables, log_dir: Path) -> None:
-    """Write the ``meta`` rows of a new index (one transaction)."""
-    if any(log_dir.glob("*.log")):
+def initialise(
+    env: lmdb.Environment, tables: Tables, log_dir: Path, *, rebuild: bool = False
+) -> None:
+    """Write the ``meta`` rows of a new index (one transaction); ``rebuild``: for an index
+    about to be rebuilt from the entry logs already there (bookie/rebuild.py)."""
+    if not rebuild and any(log_dir.glob("*.log")):
         raise StorageIOError(
             f"index in {env.path()} is empty but {log_dir} holds entry logs: the index was "
             "lost; this bookie cannot tell which entries it holds (decommission it and let "

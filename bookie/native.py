@@ -1,30 +1,32 @@
 """The bookie's native port: the ``Bookie`` RPCs as frames over TCP or TLS (and a Unix
 socket for clients on the same host).
 
-Same service object, same messages and same answers as the gRPC port (bookie/server.py);
-only the carriage differs (walog/wire/frames.py), at a fraction of gRPC's CPU per
-message. Each connection starts with a HELLO that carries the bearer token when the bookie
-requires one. An add stream is driven by calls (:meth:`AddStream.run_direct`): each frame is
-dispatched as it arrives and each loop turn's results go out at its end. Other calls run as
-one task each, at most ``MAX_UNARY_CALLS`` unary ones at a time. While the socket's send
-buffer is full, answers wait and the connection is not read: a client that does not read
-its answers stops being read.
+Same service object (bookie/service.py), same messages and same answers as the gRPC port
+(bookie/server.py); only the carriage differs (walog/wire/frames.py), at a fraction of
+gRPC's CPU per message. Each connection starts with a HELLO that carries the bearer token
+when the bookie requires one. An add stream is driven by calls
+(:meth:`IncomingAddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
+results go out at its end. Other calls run as one task each, at most ``MAX_UNARY_CALLS``
+unary ones at a time. While the socket's send buffer is full, answers wait and the
+connection is not read: a client that does not read its answers stops being read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import hmac
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import structlog
 from google.protobuf.message import DecodeError, Message
 
+from bookie.add_stream import IncomingAddStream
+from bookie.security import BearerTokens
+from bookie.service import BookieService
 from walog.wire.frames import (
     HELLO_MAGIC,
     RPC_NAMES,
@@ -40,16 +42,15 @@ from walog.wire.frames import (
 from walog.wire.keepalive import keepalive
 from walog.wire.proto import bookie_pb2 as pb
 
-if TYPE_CHECKING:
-    from bookie.add_stream import AddStream
-    from bookie.server import BookieService
-
 log = structlog.get_logger("bookie.native")
 
 _UNIX_PATH_MAX = 108
 """Bytes in a Unix socket address on Linux, the terminating NUL included."""
 
 MAX_UNARY_CALLS = 32
+MAX_ADD_STREAMS = 64
+"""Add streams one connection may hold open; a client needs one per ledger it writes at
+once, so more is a client opening streams it does not use: the extra ones are refused."""
 """Unary calls one connection may have running; the frames after one that would start
 another wait, unread, until one ends (each running call may hold a whole answer)."""
 _UNARY = frozenset({Method.READ, Method.READ_LAC, Method.FENCE, Method.INFO, Method.LIST_LEDGERS})
@@ -76,7 +77,7 @@ class _Connection(asyncio.Protocol):
         self._greeted = False
         self.calls: dict[int, asyncio.Task[None]] = {}
         """The running calls by id, add streams aside."""
-        self.adds: dict[int, tuple[AddStream, asyncio.Future[None]]] = {}
+        self.adds: dict[int, tuple[IncomingAddStream, asyncio.Future[None]]] = {}
         """The running add streams by id, each with a future done when it ends."""
         self._last_call = 0
         self._unary: set[int] = set()
@@ -93,6 +94,12 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast("asyncio.Transport", transport)  # uvloop's are not subclasses
         self._transport = transport
+        if len(self._server.connections) >= self._server.max_connections:
+            # A bounded number of connections bounds the memory they hold; well-behaved
+            # clients keep one per bookie. The client sees the connection closed at once.
+            self._server.refused_connections += 1
+            transport.abort()
+            return
         self._server.connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -195,8 +202,8 @@ class _Connection(asyncio.Protocol):
         if kind != Kind.HELLO or not body.startswith(HELLO_MAGIC):
             raise FrameError("the connection did not start with a walog HELLO")
         token = body[len(HELLO_MAGIC) :]
-        expected = self._server.token
-        if expected is not None and not hmac.compare_digest(token, expected):
+        tokens = self._server.tokens
+        if tokens is not None and not tokens.accepts(token):
             refusal = encode_status(Code.UNAUTHENTICATED, "missing or wrong bearer token")
             self._send(encode(0, Kind.HELLO, 0, refusal))
             self.close()
@@ -210,6 +217,15 @@ class _Connection(asyncio.Protocol):
             self._send(encode_end(call_id, Code.UNAVAILABLE, "the bookie is shutting down"))
             return
         if method == Method.ADD:
+            if len(self.adds) >= MAX_ADD_STREAMS:
+                self._send(
+                    encode_end(
+                        call_id,
+                        Code.RESOURCE_EXHAUSTED,
+                        f"more than {MAX_ADD_STREAMS} add streams open on one connection",
+                    )
+                )
+                return
             frame = _add_frame(body)
             stream = self._service.open_add_stream()
             self.adds[call_id] = (stream, asyncio.get_running_loop().create_future())
@@ -321,19 +337,24 @@ class NativeServer:
 
     Args:
         service: the bookie service that answers the calls (shared with the gRPC port).
-        token: the bearer token clients must present, or None.
+        tokens: the bearer tokens clients may present, or None (no token needed).
         ssl_context: TLS settings, or None for plaintext.
+        max_connections: connections served at once (TCP and Unix socket together).
     """
 
     def __init__(
         self,
         service: BookieService,
         *,
-        token: str | None = None,
+        tokens: BearerTokens | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_connections: int = 1024,
     ) -> None:
         self.service = service
-        self.token = token.encode() if token is not None else None
+        self.tokens = tokens
+        self.max_connections = max_connections
+        """Connections served at once; more are closed as they arrive."""
+        self.refused_connections = 0
         self._ssl = ssl_context
         self._server: asyncio.Server | None = None
         self._unix: asyncio.Server | None = None

@@ -6,6 +6,11 @@ ensembles among available bookies only. The record is made once the gRPC port se
 removed first thing on a clean shutdown, so clients stop choosing the bookie before it
 stops answering. After a crash the store's session expiry removes it. The store itself
 re-creates the record after a ZooKeeper session expiry for as long as it is open.
+
+A read-only bookie (full disks, failed journal: bookie/disks.py) is announced under
+``read_only_bookie_path(bookie_id)`` instead: no new ensemble picks it, and auto-recovery
+still counts it as alive (its entries can be read). A switch creates the new record before
+it removes the old one, so the bookie never looks gone.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 import structlog
 
 from walog.errors import WalogError
-from walog.metadata.layout import bookie_path
+from walog.metadata.layout import DEFAULT_RACK, bookie_path, read_only_bookie_path
 from walog.metadata.store import MetadataStore, NodeExistsError
 
 log = structlog.get_logger("bookie.registration")
@@ -38,16 +43,26 @@ class Registration:
         bookie_id: ``HOST:PORT`` of the bookie.
         instance_id: the bookie's cookie instance id.
         version: the software version announced to clients.
+        rack: the rack (or zone) of the bookie's host, read by rack-aware placement.
     """
 
     def __init__(
-        self, store: MetadataStore, bookie_id: str, instance_id: str, version: str
+        self,
+        store: MetadataStore,
+        bookie_id: str,
+        instance_id: str,
+        version: str,
+        *,
+        rack: str = DEFAULT_RACK,
     ) -> None:
         self._store = store
         self.bookie_id = bookie_id
         self.path = bookie_path(bookie_id)
+        self.read_only_path = read_only_bookie_path(bookie_id)
+        self._read_only = False
         self._instance_id = instance_id
         self._version = version
+        self.rack = rack
         self._registered = False
 
     def record(self) -> bytes:
@@ -56,11 +71,23 @@ class Registration:
             {
                 "bookie_id": self.bookie_id,
                 "instance_id": self._instance_id,
+                "rack": self.rack,
                 "version": self._version,
                 "started": time.time(),
             },
             sort_keys=True,
         ).encode()
+
+    @property
+    def read_only(self) -> bool:
+        """True when the bookie is (or, before :meth:`register`, will be) announced as
+        read-only."""
+        return self._read_only
+
+    @property
+    def current_path(self) -> str:
+        """The record's path in the current mode."""
+        return self.read_only_path if self._read_only else self.path
 
     @property
     def registered(self) -> bool:
@@ -81,34 +108,70 @@ class Registration:
             BookieAlreadyRunningError: the record is still there after ``stale_wait``:
                 another process serves under this bookie id.
         """
+        path = self.current_path
+        other = self.path if self._read_only else self.read_only_path
+        if await self._store.exists(other) is not None:
+            # A crashed predecessor in the other mode: wait for it as for one in this mode.
+            log.info(
+                "previous registration still alive; waiting for its session to expire",
+                path=other,
+            )
+            await self._wait_gone(other, stale_wait)
         try:
-            await self._store.register(self.path, self.record())
+            await self._store.register(path, self.record())
         except NodeExistsError:
             log.info(
                 "previous registration still alive; waiting for its session to expire",
-                path=self.path,
+                path=path,
             )
-            await self._wait_gone(stale_wait)
-            await self._store.register(self.path, self.record())
+            await self._wait_gone(path, stale_wait)
+            await self._store.register(path, self.record())
         self._registered = True
-        log.info("bookie registered", path=self.path)
+        log.info("bookie registered", path=path)
 
-    async def _wait_gone(self, within: float) -> None:
+    async def set_read_only(self, read_only: bool) -> None:
+        """Announce the bookie as read-only, or as available again.
+
+        Before :meth:`register` this only chooses the mode :meth:`register` announces.
+
+        Raises:
+            WalogError: the metadata store failed; the mode is unchanged (call again).
+        """
+        if read_only == self._read_only:
+            return
+        if not self._registered:
+            self._read_only = read_only
+            return
+        new, old = (
+            (self.read_only_path, self.path) if read_only else (self.path, self.read_only_path)
+        )
+        try:
+            await self._store.register(new, self.record())
+        except NodeExistsError:
+            # Left by this session's earlier, interrupted switch (another session's record
+            # is not removed by unregister, and the second register fails again).
+            await self._store.unregister(new)
+            await self._store.register(new, self.record())
+        await self._store.unregister(old)
+        self._read_only = read_only
+        log.info("bookie re-registered", path=new, read_only=read_only)
+
+    async def _wait_gone(self, path: str, within: float) -> None:
         changed = asyncio.Event()
         loop = asyncio.get_running_loop()
 
         def on_change() -> None:
             loop.call_soon_threadsafe(changed.set)
 
-        cancel = self._store.watch(self.path, on_change)
+        cancel = self._store.watch(path, on_change)
         try:
             async with asyncio.timeout(within):
-                while await self._store.exists(self.path) is not None:
+                while await self._store.exists(path) is not None:
                     await changed.wait()
                     changed.clear()
         except TimeoutError as exc:
             raise BookieAlreadyRunningError(
-                f"{self.path} still exists after {within:g}s: another process is serving as "
+                f"{path} still exists after {within:g}s: another process is serving as "
                 f"bookie {self.bookie_id}; stop it or choose another --listen address"
             ) from exc
         finally:
@@ -118,9 +181,10 @@ class Registration:
         """Stop announcing the bookie (no error if the record is already gone)."""
         if not self._registered:
             return
-        await self._store.unregister(self.path)
+        path = self.current_path
+        await self._store.unregister(path)
         self._registered = False
-        log.info("bookie unregistered", path=self.path)
+        log.info("bookie unregistered", path=path)
 
 
 __all__ = ["STALE_WAIT_S", "BookieAlreadyRunningError", "Registration"]

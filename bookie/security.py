@@ -3,12 +3,17 @@
 With ``--auth-token-file`` every call must carry the metadata
 ``authorization: Bearer <token>``; other calls fail with gRPC status UNAUTHENTICATED.
 The standard health service stays open: probes learn only SERVING / NOT_SERVING.
+
+Tokens rotate without a restart: on SIGHUP the bookie reads the file again, and a changed
+token becomes the one in force while the previous one is still accepted for
+``--auth-token-grace`` seconds, so clients can move over (:class:`BearerTokens`).
 """
 
 from __future__ import annotations
 
 import hmac
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,31 +39,114 @@ def read_token(path: Path) -> str:
     return token
 
 
-def server_credentials(config: BookieConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials for the port, or None when TLS is off.
+class BearerTokens:
+    """The tokens a bookie accepts: the file's current one, and after a rotation the
+    previous one until its grace period ends. Never logs or shows a token.
 
-    With ``tls_ca`` the bookie requires a client certificate signed by that CA.
+    Args:
+        path: the token file.
+        grace_s: seconds the previous token stays valid after a rotation.
+        clock: monotonic seconds (tests may pass their own).
     """
-    if config.tls_cert is None or config.tls_key is None:
-        return None
-    ca = config.tls_ca.read_bytes() if config.tls_ca is not None else None
-    return grpc.ssl_server_credentials(
-        [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
-        root_certificates=ca,
-        require_client_auth=ca is not None,
-    )
+
+    def __init__(
+        self, path: Path, grace_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._path = path
+        self._grace_s = grace_s
+        self._clock = clock
+        self._current = read_token(path).encode()
+        self._previous: bytes | None = None
+        self._previous_until = 0.0
+
+    def accepts(self, token: bytes) -> bool:
+        """Whether ``token`` is the current one, or the previous one within its grace."""
+        # Constant-time comparisons: a token must not leak through timing.
+        if hmac.compare_digest(token, self._current):
+            return True
+        previous = self._previous
+        return (
+            previous is not None
+            and self._clock() < self._previous_until
+            and hmac.compare_digest(token, previous)
+        )
+
+    def reload(self) -> bool:
+        """Read the file again; True when the token changed (the old one then keeps
+        working for the grace period).
+
+        Raises:
+            ValueError, OSError: as :func:`read_token` (the tokens in force stay).
+        """
+        new = read_token(self._path).encode()
+        if hmac.compare_digest(new, self._current):
+            return False
+        self._previous, self._current = self._current, new
+        self._previous_until = self._clock() + self._grace_s
+        return True
 
 
-def server_ssl_context(config: BookieConfig) -> ssl.SSLContext | None:
-    """The same TLS settings for the native port, or None when TLS is off."""
+class ServerCertificates:
+    """The bookie's TLS certificate, key and client CA, for both ports, reloadable: after
+    :meth:`reload` (SIGHUP) new connections get the files' current contents, connections
+    already open keep theirs.
+
+    Args:
+        cert: PEM certificate chain.
+        key: PEM private key of ``cert``.
+        ca: PEM CA bundle that client certificates must chain to (mutual TLS), or None.
+    """
+
+    def __init__(self, cert: Path, key: Path, ca: Path | None) -> None:
+        self._cert, self._key, self._ca = cert, key, ca
+        self._fresh: grpc.ServerCertificateConfiguration | None = None
+        self.ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        """The native port's TLS settings (updated in place by :meth:`reload`)."""
+        self._load_into_context()
+
+    def _grpc_configuration(self) -> grpc.ServerCertificateConfiguration:
+        ca = self._ca.read_bytes() if self._ca is not None else None
+        return grpc.ssl_server_certificate_configuration(
+            [(self._key.read_bytes(), self._cert.read_bytes())], root_certificates=ca
+        )
+
+    def _load_into_context(self) -> None:
+        self.ssl_context.load_cert_chain(str(self._cert), str(self._key))
+        if self._ca is not None:
+            self.ssl_context.load_verify_locations(str(self._ca))
+            self.ssl_context.verify_mode = ssl.CERT_REQUIRED
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        """The gRPC port's credentials; each new connection asks for a fresher certificate."""
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            fresh, self._fresh = self._fresh, None
+            return fresh
+
+        # gRPC calls the fetcher for each new connection; None keeps the configuration in
+        # force (its stub declares the return type without the None it documents).
+        return grpc.dynamic_ssl_server_credentials(
+            self._grpc_configuration(),
+            fetch,  # type: ignore[arg-type]
+            require_client_authentication=self._ca is not None,
+        )
+
+    def reload(self) -> None:
+        """Read the files again; both ports hand the new certificate to new connections.
+
+        Raises:
+            OSError, ssl.SSLError: a file is missing or not PEM (the old ones stay).
+        """
+        configuration = self._grpc_configuration()
+        self._load_into_context()
+        self._fresh = configuration
+
+
+def server_certificates(config: BookieConfig) -> ServerCertificates | None:
+    """The bookie's certificates, or None when TLS is off."""
     if config.tls_cert is None or config.tls_key is None:
         return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-    if config.tls_ca is not None:
-        context.load_verify_locations(str(config.tls_ca))
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    return ServerCertificates(config.tls_cert, config.tls_key, config.tls_ca)
 
 
 async def _deny_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -72,14 +160,15 @@ else:  # the runtime class is not generic
 
 
 class TokenAuthInterceptor(_Interceptor):
-    """Refuses calls whose ``authorization`` metadata is not ``Bearer <token>``.
+    """Refuses calls whose ``authorization`` metadata is not ``Bearer <token>`` with a
+    token ``tokens`` accepts.
 
     Args:
-        token: the shared secret clients must present.
+        tokens: the tokens in force.
     """
 
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+    def __init__(self, tokens: BearerTokens) -> None:
+        self._tokens = tokens
 
     def _allowed(self, details: grpc.HandlerCallDetails) -> bool:
         if details.method.startswith(_OPEN_PREFIXES):
@@ -87,8 +176,8 @@ class TokenAuthInterceptor(_Interceptor):
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else bytes(value)
-                # Constant-time comparison: the token must not leak through timing.
-                return hmac.compare_digest(given, self._expected)
+                scheme, _, token = given.partition(b" ")
+                return scheme == b"Bearer" and self._tokens.accepts(token)
         return False
 
     async def intercept_service(
@@ -112,4 +201,10 @@ class TokenAuthInterceptor(_Interceptor):
         return grpc.unary_unary_rpc_method_handler(_deny_unary)
 
 
-__all__ = ["TokenAuthInterceptor", "read_token", "server_credentials"]
+__all__ = [
+    "BearerTokens",
+    "ServerCertificates",
+    "TokenAuthInterceptor",
+    "read_token",
+    "server_certificates",
+]

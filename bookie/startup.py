@@ -154,6 +154,9 @@ def _apply(loaded: LoadedStore, record: Record) -> None:
         if state is None:
             states[ledger_id] = LedgerState(ledger_id, record.data)
             loaded.touched.add(ledger_id)
+        elif not state.master_key:  # rebuilt from the entry logs: the key given since
+            state.master_key = record.data
+            loaded.touched.add(ledger_id)
         return
     if record.kind is RecordKind.DELETE:
         # Drop what the ledger had before; records after this one (a writer that did not

@@ -61,6 +61,7 @@ from bookie.index import (
 )
 from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
+from bookie.lmdb_check import check_index_file
 from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
@@ -68,7 +69,6 @@ _log = structlog.get_logger(__name__)
 _RECORD = struct.Struct(">IqqqI")
 _MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
-_COMPACT_BELOW = 0.5  # compact an entry log once less than this share of it is live
 
 
 class StoredRecord(NamedTuple):
@@ -143,7 +143,12 @@ class EntryStorage:
     """
 
     def __init__(
-        self, data_dir: Path, *, entry_log_file_bytes: int, cache_written: bool = True
+        self,
+        data_dir: Path,
+        *,
+        entry_log_file_bytes: int,
+        cache_written: bool = True,
+        rebuild: bool = False,
     ) -> None:
         self.log_dir = data_dir / "entrylogs"
         self.index_dir = data_dir / "index"
@@ -156,13 +161,15 @@ class EntryStorage:
         self._lock_fd = _lock_directory(data_dir)
         env: lmdb.Environment | None = None
         try:
+            # LMDB follows page numbers and offsets unchecked (SIGBUS on a damaged file).
+            check_index_file(self.index_dir / "data.mdb")
             env = lmdb.open(
                 str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
             )
             # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
             tables, fresh = open_tables(env)
             if fresh:
-                initialise(env, tables, self.log_dir)
+                initialise(env, tables, self.log_dir, rebuild=rebuild)
             contents = audit_index(env, tables)
         except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
@@ -220,6 +227,38 @@ class EntryStorage:
             if path.stem.isdigit() and int(path.stem) not in self._live:
                 _log.info("removing unreferenced entry log", file=str(path))
                 path.unlink()
+
+    def restore(
+        self,
+        rows: dict[int, list[tuple[bytes, bytes]]],
+        live: dict[int, dict[int, int]],
+        states: dict[int, bytes],
+        mark: JournalMark,
+    ) -> None:
+        """Commit index rows for records already in the entry logs (``entry_row`` rows
+        by ledger, live bytes by log and ledger, ledger states, the journal mark): the
+        rebuild of a lost index (bookie/rebuild.py), on a fresh index only."""
+        self._commit(rows, live, states, mark, repoint=False)
+
+    def probe(self) -> None:
+        """Write and sync a block in the entry-log directory, then remove it: after a
+        failed checkpoint, proof that the disk takes writes again even when there is
+        nothing to checkpoint. StorageIOError when it does not."""
+        path = self.log_dir / "probe.tmp"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(bytes(4096))
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                path.unlink()
+        except OSError as exc:
+            raise StorageIOError(
+                f"entry-log directory {self.log_dir} failed a write: {exc}"
+            ) from exc
 
     # -- reads --------------------------------------------------------------------------
 
@@ -353,6 +392,7 @@ class EntryStorage:
         current = current_log = -1
         bucket: list[tuple[bytes, bytes]] = []
         per_ledger: dict[int, int] = {}
+        start_log, start_offset = self._write_log, self._write_offset
         try:
             for ledger_id, entry_id, entry in entries:
                 log_id, offset, length = self._append(ledger_id, entry_id, entry)
@@ -370,10 +410,14 @@ class EntryStorage:
             if self._write_fd >= 0:
                 self._sync_write_log()
         except (OSError, lmdb.Error) as exc:
-            # The log's tail is unknown now: never append to it again.
+            # The log's tail is unknown now: never append to it again. What this call wrote
+            # is in no index row: cut it off, so a full disk gets that space back.
             failed_log = self._write_log
             self._pending.clear()
             self._pending_bytes = 0
+            if self._write_fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._write_fd, start_offset if failed_log == start_log else 0)
             self._close_write_log()
             raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
         for ledger_id in rows:
@@ -522,8 +566,8 @@ class EntryStorage:
     # -- garbage collection ---------------------------------------------------------------
 
     def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
-        """Drop the ledgers' rows (damaged ones too), then reclaim entry logs: a log with
-        no live ledger left is deleted, one mostly dead is compacted into the current log."""
+        """Drop the ledgers' rows (damaged ones too), then delete the entry logs with no
+        live ledger left (logs partly dead are left to compaction: :meth:`compact_step`)."""
         doomed = set(ledger_ids)
         if not doomed:
             return
@@ -578,10 +622,8 @@ class EntryStorage:
                     self._close_write_log()
                     self._drop_log(log_id)
                 continue
-            if live == 0:
+            if live == 0 or not total:
                 self._drop_log(log_id)
-            elif total and live / total < _COMPACT_BELOW:
-                self._compact(log_id, [int(name) for name in doc if name != "_total"])
 
     def _drop_log(self, log_id: int) -> None:
         key = LOG_KEY.pack(log_id)
@@ -596,31 +638,76 @@ class EntryStorage:
         self.logs_deleted += 1
         _log.info("entry log deleted", log=log_id)
 
-    def _compact(self, log_id: int, ledger_ids: list[int]) -> None:
-        """Copy the live entries of ``log_id`` to the current log, repoint the index, then
-        delete ``log_id`` (readers that raced the deletion look the entry up again)."""
+    def live_shares(self) -> dict[int, float]:
+        """The live share (bytes of entries still indexed / bytes written) of every entry
+        log but the one being filled."""
+        shares: dict[int, float] = {}
+        for log_id, doc in self._live.items():
+            total = doc.get("_total", 0)
+            if log_id != self._write_log and total:
+                live = sum(size for name, size in doc.items() if name != "_total")
+                shares[log_id] = live / total
+        return shares
+
+    def compact_step(
+        self, log_id: int, after: tuple[int, int] | None, max_bytes: int
+    ) -> tuple[tuple[int, int] | None, int]:
+        """Move about ``max_bytes`` of the live entries of entry log ``log_id``, from just
+        after position ``after`` (ledger, entry; None: the start), to the log being filled
+        and repoint their index rows; once none is left, delete the log (readers that
+        raced the deletion look the entry up again).
+
+        Compaction goes in steps so that checkpoints and deletions run between them; each
+        step reads the rows afresh, so a ledger deleted meanwhile is never brought back.
+
+        Returns:
+            ``(position to continue after, bytes moved)``; the position is None once the
+            log is gone (compacted, or deleted meanwhile).
+        """
+        doc = self._live.get(log_id)
+        if doc is None or log_id == self._write_log:
+            return None, 0
         moved: list[tuple[int, int, CachedEntry]] = []
-        with self._env.begin(db=self._entries) as txn:
-            for ledger_id in ledger_ids:
-                cursor = txn.cursor()
-                if not cursor.set_range(ENTRY_KEY.pack(ledger_id, 0)):
-                    continue
-                prefix = LEDGER_KEY.pack(ledger_id)
-                for raw_key, value in cursor:
-                    key = bytes(raw_key)
-                    if key[:8] != prefix:
+        size = 0
+        position = after
+        try:
+            with self._env.begin(db=self._entries) as txn:
+                for ledger_id in sorted(int(name) for name in doc if name != "_total"):
+                    if after is not None and ledger_id < after[0]:
+                        continue
+                    first = after[1] + 1 if after is not None and ledger_id == after[0] else 0
+                    cursor = txn.cursor()
+                    if not cursor.set_range(ENTRY_KEY.pack(ledger_id, first)):
+                        continue
+                    prefix = LEDGER_KEY.pack(ledger_id)
+                    for raw_key, value in cursor:
+                        key = bytes(raw_key)
+                        if key[:8] != prefix:
+                            break
+                        found = unseal_entry_row(key, bytes(value))
+                        entry_id = _entry_id(key)
+                        if found is None or entry_id is None or found[0] != log_id:
+                            continue  # a damaged row stays where it is (its reads fail)
+                        position = (ledger_id, entry_id)
+                        record = self._read_one({}, ledger_id, entry_id, Location(*found))
+                        if record is not None:
+                            moved.append(
+                                (ledger_id, entry_id, (record.lac, record.digest, record.data))
+                            )
+                            size += len(record.data)
+                        if size >= max_bytes:
+                            break
+                    if size >= max_bytes:
                         break
-                    found = unseal_entry_row(key, bytes(value))
-                    entry_id = _entry_id(key)
-                    if found is None or entry_id is None or found[0] != log_id:
-                        continue  # a damaged row stays where it is (its reads fail)
-                    record = self._read_one({}, ledger_id, entry_id, Location(*found))
-                    if record is not None:
-                        cached = (record.lac, record.digest, record.data)
-                        moved.append((ledger_id, entry_id, cached))
-        self._write(moved, {}, self._mark, repoint=True)
-        self._drop_log(log_id)
-        self.logs_compacted += 1
+            if moved:
+                self._write(moved, {}, self._mark, repoint=True)
+            if size < max_bytes:  # the walk reached the end of the log's ledgers
+                self._drop_log(log_id)
+                self.logs_compacted += 1
+                return None, size
+        except (OSError, lmdb.Error) as exc:
+            raise StorageIOError(f"compacting entry log {log_id} failed: {exc}") from exc
+        return position, size
 
     def close(self) -> None:
         """Close the current entry log and the index."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
 from walog.config import ClientConfig
 from walog.ledger.entry import Entry
+from walog.ledger.placement import PlacementPolicy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.writer import AsyncLedgerWriter, as_payload
 from walog.log.retention import RetentionPolicy, RollPolicy
@@ -25,6 +26,10 @@ from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.credentials import TlsConfig
 from walog.wire.durability import Durability
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 T = TypeVar("T")
 
@@ -159,6 +164,8 @@ def connect(
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
+    metrics: ClientMetrics | None = None,
+    placement: str | PlacementPolicy | None = None,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
 
@@ -166,7 +173,15 @@ def connect(
     """
     loop = LoopThread.instance()
     client = loop.run(
-        aio.connect(metadata_uri, timeout=timeout, tls=tls, auth_token=auth_token, config=config)
+        aio.connect(
+            metadata_uri,
+            timeout=timeout,
+            tls=tls,
+            auth_token=auth_token,
+            config=config,
+            metrics=metrics,
+            placement=placement,
+        )
     )
     return Client(client, loop)
 
@@ -230,6 +245,15 @@ class Client(SyncContext):
     def bookies(self) -> list[str]:
         """Ids of the bookies currently available, sorted."""
         return self.loop_thread.run(self.async_client.bookies())
+
+    def bookie_racks(self) -> dict[str, str]:
+        """The rack of each available bookie, by bookie id."""
+        return self.loop_thread.run(self.async_client.bookie_racks())
+
+    def read_only_bookies(self) -> list[str]:
+        """Ids of the bookies currently read-only (they serve reads but take no new
+        ledgers: full disks or a failed journal), sorted."""
+        return self.loop_thread.run(self.async_client.read_only_bookies())
 
     # -- logs (walog.log) -------------------------------------------------------------
 

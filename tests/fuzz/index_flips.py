@@ -1,8 +1,8 @@
 """Worker for ``test_index_absence``: flip one byte of ``index/data.mdb`` in a copy of a
 store, restart a bookie core on it and check that no acknowledged entry is reported
 absent. Runs in a child process (``python -m tests.fuzz.index_flips STORE FIRST COUNT``)
-because LMDB does not validate offsets inside pages: some flips make it read past the
-end of the file and the process dies of SIGBUS, which the parent records as a crash.
+so that a process crash (LMDB reading past the end of a damaged file: SIGBUS) would be
+recorded by the parent as a crash instead of ending the test run.
 
 Prints one line per seed: ``SEED <n> <outcome>``, or ``FAIL <n> <reason>`` and exits 1.
 """

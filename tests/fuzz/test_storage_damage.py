@@ -10,6 +10,7 @@ Byte flips in the LMDB index are the subject of ``test_index_absence.py``.
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -86,3 +87,34 @@ def test_damage_in_two_files_keeps_every_entry_intact_under_both(
 @given(data=st.data())
 def test_damage_in_two_files_many(pristine: Pristine, data: st.DataObject) -> None:
     _two_sites(pristine, data)
+
+
+def _entry_log_bit_flips(pristine: Pristine, count: int) -> None:
+    """``count`` single-bit flips (seeds 0..count-1) in the entry logs, one store copy each:
+    never a crash, never a wrong entry served, every entry outside the flipped one kept."""
+    logs = sorted(target for target in pristine.spans if target.parts[0] == "entrylogs")
+    for seed in range(count):
+        rng = random.Random(seed)
+        target = rng.choice(logs)
+        offset = rng.randrange((pristine.path / target).stat().st_size)
+        bit = 1 << rng.randrange(8)
+        with tempfile.TemporaryDirectory() as scratch:
+            copy = Path(scratch) / "store"
+            shutil.copytree(pristine.path, copy)
+            _damage(copy / target, offset, False, [bit])
+            served = asyncio.run(_served(copy))
+        for (ledger_id, entry_id), value in served.items():
+            assert value == payload(ledger_id, entry_id, SIZE), (
+                f"seed {seed}: a corrupt entry was served ({target} byte {offset} ^= {bit})"
+            )
+        missing = _kept_after(pristine, target, offset, False) - set(served)
+        assert not missing, f"seed {seed}: intact entries lost: {sorted(missing)}"
+
+
+def test_entry_log_bit_flips_are_caught_never_served(pristine: Pristine) -> None:
+    _entry_log_bit_flips(pristine, 100)
+
+
+@pytest.mark.slow
+def test_entry_log_bit_flips_are_caught_never_served_many(pristine: Pristine) -> None:
+    _entry_log_bit_flips(pristine, 2000)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from walog.autorecovery.rules import (
     Damage,
@@ -40,7 +40,8 @@ from walog.errors import (
 )
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import verify_password
-from walog.ledger.ensemble import Placement, available_bookies
+from walog.ledger.ensemble import placement_candidates, read_only_bookies
+from walog.ledger.placement import PlacementPolicy, Racks, placement_policy
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
 from walog.metadata.layout import LEDGERS, LedgerMetadata
@@ -61,6 +62,9 @@ class Report:
 
     missing: set[str] = dataclasses.field(default_factory=set)
     """Bookies named by some ensemble but not available (lost or not, by the caller's rule)."""
+    under_replicated: set[int] = dataclasses.field(default_factory=set)
+    """Ledgers whose ensembles named an unavailable bookie when the pass looked at them
+    (repaired by this pass or not)."""
     repaired: list[tuple[Damage, dict[int, str]]] = dataclasses.field(default_factory=list)
     """Fragments repaired, with the replacement per ensemble index."""
     left_to_writers: list[Damage] = dataclasses.field(default_factory=list)
@@ -70,6 +74,9 @@ class Report:
     share; the share was copied back to it (with ``verify``)."""
     unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
     """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
+    audit: bool = False
+    """True for the auditor's pass over every ledger (``missing`` and ``under_replicated``
+    then describe the whole cluster); False for a repair or check of some ledgers."""
 
     def as_json(self) -> dict[str, object]:
         """The report as plain JSON values."""
@@ -115,9 +122,11 @@ async def recover(
     *,
     passwords: Sequence[bytes] = (b"",),
     is_lost: Callable[[str], bool] | None = None,
-    placement: Placement | None = None,
+    placement: PlacementPolicy | None = None,
     verify: bool = False,
     verify_percent: float = 0.0,
+    retiring: Collection[str] = (),
+    ledgers: Collection[int] | None = None,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -125,29 +134,40 @@ async def recover(
         ctx: metadata store, bookie pool and settings.
         passwords: candidate ledger passwords (checked against each ledger's metadata).
         is_lost: which missing bookies count as lost (default: every missing one).
-        placement: chooses replacements (default: a fresh one).
+        placement: chooses replacements (default: a fresh rack-aware one).
         verify: also check that every available bookie holds the first and the last entry
             of its share of each fragment, and copy a share back to a bookie that lacks
             them (two reads per fragment and bookie: meant for a periodic check).
         verify_percent: with ``verify``, also read this share (0-100 %) of the other
             entries of each share, picked at random each pass.
+        retiring: bookies to move every fragment off although they still serve (being
+            decommissioned): counted as lost, never chosen as replacements.
+        ledgers: only these ledgers (None: every ledger).
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
     """
     if not 0 <= verify_percent <= 100:
         raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
-    placement = placement or Placement()
-    available = await available_bookies(ctx.store)
+    placement = placement_policy(placement)
+    listed, racks = await placement_candidates(ctx.store, placement)
+    available = [b for b in listed if b not in retiring]
+    # Read-only bookies (full disks) hold their entries and serve them: not lost, but no
+    # replacement is placed on them.
+    alive = (set(available) | set(await read_only_bookies(ctx.store))) - set(retiring)
     report = Report()
     names = await ctx.store.children(LEDGERS)
     for ledger_id in sorted(int(name) for name in names if name.isdigit()):
+        if ledgers is not None and ledger_id not in ledgers:
+            continue
         try:
             metadata, _ = await ctx.read_metadata(ledger_id)
         except NoSuchLedgerError:
             continue  # deleted meanwhile
-        missing = lost_bookies(metadata, available)
+        missing = lost_bookies(metadata, alive)
         report.missing |= missing
+        if missing:
+            report.under_replicated.add(ledger_id)
         lost = {b for b in missing if is_lost is None or is_lost(b)}
         repair, writers = damaged_fragments(metadata, lost)
         report.left_to_writers += writers
@@ -161,7 +181,7 @@ async def recover(
             for damage in repair:
                 try:
                     replacements = await repair_fragment(
-                        ctx, metadata, damage, key, available, placement
+                        ctx, metadata, damage, key, available, placement, racks
                     )
                 except NoSuchLedgerError:
                     break  # deleted meanwhile: nothing left to repair
@@ -244,7 +264,8 @@ async def repair_fragment(
     damage: Damage,
     master_key: bytes,
     available: Sequence[str],
-    placement: Placement,
+    placement: PlacementPolicy,
+    racks: Racks | None = None,
 ) -> dict[int, str]:
     """Copy the lost bookies' entries of one fragment to replacements and swap them in;
     the replacements, or {} when someone else repaired the fragment first.
@@ -254,7 +275,13 @@ async def repair_fragment(
             replacement that refused a copy.
         NoSuchLedgerError: the ledger was deleted.
     """
-    replacements = placement.choose_replacements(damage.ensemble, damage.lost, available)
+    replacements = placement.choose_replacements(
+        damage.ensemble,
+        damage.lost,
+        available,
+        write_quorum=metadata.write_quorum,
+        racks=racks,
+    )
     if len(replacements) < len(damage.lost):
         raise Unrepairable(
             f"{damage}: {len(damage.lost)} replacements needed, "

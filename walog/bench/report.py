@@ -6,7 +6,13 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from walog.bench.sections import cpu_section, floor_section, profile_section, saturation_section
+from walog.bench.sections import (
+    cpu_section,
+    floor_section,
+    hosts_section,
+    profile_section,
+    saturation_section,
+)
 
 # key -> (label, unit, target, higher is better)
 TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
@@ -14,6 +20,11 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "ledger_append_volatile_eps": ("ledger append, VOLATILE, pipelined", "entries/s", None, True),
     "sync_append_eps": ("ledger append, sync API", "entries/s", None, True),
     "log_append_rps": ("log append, 100 B records", "records/s", 300_000, True),
+    "metrics_off_eps": ("ledger append, client metrics off", "entries/s", None, True),
+    "metrics_on_eps": ("ledger append, client metrics on + scrapes", "entries/s", None, True),
+    "metrics_overhead_pct": ("cost of metrics to the append (off vs on)", "%", 3.0, False),
+    "metrics_client_cpu_us_off": ("client CPU per entry, metrics off", "us", None, False),
+    "metrics_client_cpu_us_on": ("client CPU per entry, metrics on + scrapes", "us", None, False),
     "append_p50_ms": ("append, one in flight, p50", "ms", 0.8, False),
     "append_p99_ms": ("append, one in flight, p99", "ms", 3.0, False),
     "append_p999_ms": ("append, one in flight, p99.9", "ms", None, False),
@@ -29,6 +40,12 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
     "spark_sink_mb_s": ("Spark batch sink (write + commit), local[2]", "MB/s", None, True),
+    "loopback6_append_eps": ("6 bookies on loopback: append, pipelined", "entries/s", None, True),
+    "hosts_append_eps": ("6 bookies on 6 hosts: append, pipelined", "entries/s", None, True),
+    "loopback6_append_p50_ms": ("6 bookies on loopback: one in flight, p50", "ms", None, False),
+    "hosts_append_p50_ms": ("6 bookies on 6 hosts: one in flight, p50", "ms", None, False),
+    "loopback6_append_p99_ms": ("6 bookies on loopback: one in flight, p99", "ms", None, False),
+    "hosts_append_p99_ms": ("6 bookies on 6 hosts: one in flight, p99", "ms", None, False),
     "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
     "grpc_rtt_p50_us": ("floor: grpc.aio stream round trip, 1 KiB, p50", "us", None, False),
     "grpc_fanout_p50_us": ("floor: 1 KiB to 3 grpc.aio echoes, 2nd answer, p50", "us", None, False),
@@ -44,6 +61,9 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "vs_nats_x": ("walog ledger append / NATS R3", "x", 3.0, True),
     "vs_etcd_x": ("walog ledger append / etcd", "x", 20.0, True),
 }
+
+KEPT_MARKER = "<!-- sections below are written by other benchmark commands -->"
+"""Where a regenerated page keeps what follows from the previous one."""
 
 
 def _verdict(value: float, target: float | None, higher: bool) -> str:
@@ -286,8 +306,15 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     lines += cpu_section(results)
     lines += floor_section(results, TARGETS["append_p50_ms"][2])
     lines += saturation_section(results)
+    lines += hosts_section(results)
     config = {"ledger_window": "?", **results.get("config", {})}
     lines += ["## Scenarios", "", _SCENARIOS.format(**config)]
     if results.get("profile"):
         lines += profile_section(results)
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    text = "\n".join(lines).rstrip() + "\n"
+    if path.exists():
+        # Sections other benchmark commands wrote (benchmarks/statemachine.py) stay.
+        _, marker, kept = path.read_text().partition(KEPT_MARKER)
+        if marker:
+            text += "\n" + marker + kept
+    path.write_text(text)

@@ -7,12 +7,17 @@ version, and compare-and-swap it.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
 from walog.metadata.layout import LedgerMetadata, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
 from walog.transport.base import BookiePool
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 
 @dataclasses.dataclass
@@ -22,6 +27,8 @@ class LedgerContext:
     store: MetadataStore
     pool: BookiePool
     config: ClientConfig = dataclasses.field(default_factory=ClientConfig)
+    metrics: ClientMetrics | None = None
+    """Where protocol code counts client metrics; None (the default) counts nothing."""
 
     async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """The ledger's metadata and its version; NoSuchLedgerError when absent."""

@@ -38,6 +38,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from walog._log import get_logger
 from walog.errors import (
+    BookieReadOnlyError,
     BookieUnavailableError,
     LedgerClosedError,
     LedgerFencedError,
@@ -51,12 +52,12 @@ from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.durability import lac_from_last_add_synced
 from walog.ledger.ensemble import (
-    Placement,
-    available_bookies,
+    placement_candidates,
     quorum_possible,
     replace_in_ensemble,
     with_new_fragment,
 )
+from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.base import AddReply, BatchCallback, ForceReply
@@ -123,6 +124,7 @@ class PendingAdd:
     future: asyncio.Future[int]
     acked: int = 0  # bit i set: the bookie at ensemble index i answered OK
     sent: int = 0  # bit i set: the add was sent to the bookie now at ensemble index i
+    appended: float = 0.0  # loop time of the append (client metrics)
 
 
 def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> list[PendingAdd]:
@@ -158,16 +160,17 @@ class AsyncLedgerWriter:
         version: int,
         master_key: bytes,
         *,
-        placement: Placement | None = None,
+        placement: PlacementPolicy | None = None,
     ) -> None:
         if metadata.state != "OPEN":
             raise LedgerClosedError(f"ledger {metadata.ledger_id} is {metadata.state}")
         self._ctx = ctx
+        self._metrics = ctx.metrics
         self._loop = asyncio.get_running_loop()
         self._metadata = metadata
         self._version = version
         self._master_key = master_key
-        self._placement = placement or Placement()
+        self._placement = placement_policy(placement)
         self._ledger_id = metadata.ledger_id
         self._e = metadata.ensemble_size
         self._qw = metadata.write_quorum
@@ -254,18 +257,19 @@ class AsyncLedgerWriter:
         entry_id = self._next_entry_id
         self._next_entry_id += 1
         lac = self._lac
+        now = self._loop.time()
         add = PendingAdd(
             entry_id,
             payload,
             lac,
             entry_digest(self._ledger_id, entry_id, lac, payload),
             self._loop.create_future(),
+            appended=now,
         )
         self._pending.append(add)
         self._by_id[entry_id] = add
         self._drained.clear()
         self._lac_told = max(self._lac_told, lac)
-        now = self._loop.time()
         self._append_gap = now - self._last_append_time
         self._last_append_time = now
         if not self._unsent:
@@ -323,11 +327,16 @@ class AsyncLedgerWriter:
                 group, max_entries=config.max_frame_entries, max_bytes=config.max_frame_bytes
             ):
                 for index in targets:
+                    on_reply = self._on_replies[index]
+                    if self._metrics is not None:
+                        on_reply = self._metrics.timed_reply(
+                            self._ensemble[index], on_reply, self._loop.time
+                        )
                     self._clients[index].add_packed(
                         self._ledger_id,
                         self._master_key,
                         packed,
-                        self._on_replies[index],
+                        on_reply,
                         durability=self._durability,
                     )
 
@@ -389,6 +398,8 @@ class AsyncLedgerWriter:
             by_id = self._by_id
             for add in done:
                 del by_id[add.entry_id]
+            if self._metrics is not None:
+                self._metrics.completed(done, self._loop.time())
         self._advance_lac()
         if not self._pending:
             self._drained.set()
@@ -480,11 +491,18 @@ class AsyncLedgerWriter:
 
     # -- failures ---------------------------------------------------------------------
 
+    def abort(self, error: WalogError) -> None:
+        """Stop appending: every add not yet completed, and every later one, fails with
+        ``error``. The ledger stays OPEN (a reader's recovery closes it)."""
+        self._fail(error)
+
     def _fail(self, error: WalogError) -> None:
         """Stop the writer: every add not yet completed (and every later one) fails."""
         if self._error is not None:
             return
         self._error = error
+        if self._metrics is not None and isinstance(error, LedgerFencedError):
+            self._metrics.fenced_writers += 1
         if self._lac_timer is not None:
             self._lac_timer.cancel()
             self._lac_timer = None
@@ -510,12 +528,17 @@ class AsyncLedgerWriter:
         if index in self._unreplaceable:
             return
         log.info("bookie failed", ledger_id=self._ledger_id, bookie=bookie, reason=reason)
+        if self._metrics is not None:
+            self._metrics.bookie_errors[bookie] += 1
         if self._durability is Durability.VOLATILE:
             # Seed 004: VOLATILE ledgers never change their ensemble.
+            read_only = reason == Status.READ_ONLY.name
+            error = BookieReadOnlyError if read_only else BookieUnavailableError
+            what = "turned read-only" if read_only else f"failed ({reason})"
             self._fail(
-                BookieUnavailableError(
-                    f"bookie {bookie} failed ({reason}); VOLATILE ledger {self._ledger_id} "
-                    "cannot replace bookies, so its writer stops"
+                error(
+                    f"bookie {bookie} {what}; VOLATILE ledger {self._ledger_id} cannot "
+                    "replace bookies, so its writer stops"
                 )
             )
             return
@@ -574,16 +597,23 @@ class AsyncLedgerWriter:
         targets = set(failed) | self._unreplaceable
         async for attempt in metadata_retrying():
             with attempt:
-                available = await available_bookies(self._ctx.store)
+                available, racks = await placement_candidates(self._ctx.store, self._placement)
         if self._error is not None:
             return
         replacements = self._placement.choose_replacements(
-            self._ensemble, targets, available, excluded=self._replaced | set(failed.values())
+            self._ensemble,
+            targets,
+            available,
+            excluded=self._replaced | set(failed.values()),
+            write_quorum=self._qw,
+            racks=racks,
         )
         if replacements:
             await self._write_fragment(replacements)
             if self._error is not None:
                 return
+            if self._metrics is not None:
+                self._metrics.ensemble_changes += 1
         for index, bookie in failed.items():
             # A failure recorded meanwhile (of another bookie at this index) stays queued.
             if index not in replacements and self._failed.get(index) == bookie:

@@ -5,6 +5,8 @@ JSON documents, one per record. Paths:
 - ``/ledgers/<id>``                 ledger metadata (:class:`LedgerMetadata`)
 - ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
+- ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
+- ``/bookies/decommissioning/<id>`` a bookie being drained (``walog bookie decommission``)
 - ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
 - counter ``ledger-ids``            source of new ledger ids
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from typing import Any, Literal
 
@@ -21,10 +24,37 @@ from walog.wire.durability import Durability
 LEDGERS = "/ledgers"
 LOGS = "/logs"
 AVAILABLE_BOOKIES = "/bookies/available"
+READ_ONLY_BOOKIES = "/bookies/readonly"
+DECOMMISSIONING = "/bookies/decommissioning"
 COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
 LedgerState = Literal["OPEN", "IN_RECOVERY", "CLOSED"]
+
+DEFAULT_RACK = "default"
+"""The rack of a bookie started without ``--rack`` (or registered before racks existed)."""
+_RACK_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def check_rack_name(name: str) -> str:
+    """``name`` when it is a valid rack name (1-64 letters, digits, ``.``, ``_``, ``-``).
+
+    Raises:
+        ValueError: naming the problem.
+    """
+    if not _RACK_NAME.fullmatch(name):
+        raise ValueError(f"a rack name is 1-64 letters, digits, '.', '_' or '-', got {name!r}")
+    return name
+
+
+def registered_rack(record: bytes) -> str:
+    """The rack named by a bookie's availability record (:data:`DEFAULT_RACK` when it
+    names none)."""
+    try:
+        rack = json.loads(record).get("rack")
+    except (ValueError, AttributeError):
+        return DEFAULT_RACK
+    return rack if isinstance(rack, str) and rack else DEFAULT_RACK
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -42,6 +72,16 @@ def bookie_path(bookie_id: str) -> str:
     return f"{AVAILABLE_BOOKIES}/{bookie_id}"
 
 
+def read_only_bookie_path(bookie_id: str) -> str:
+    """Path of a read-only bookie's registration (it serves reads, refuses new adds)."""
+    return f"{READ_ONLY_BOOKIES}/{bookie_id}"
+
+
+def decommission_path(bookie_id: str) -> str:
+    """Path of the mark of a bookie being drained: it takes no new adds while it exists."""
+    return f"{DECOMMISSIONING}/{bookie_id}"
+
+
 def cookie_path(bookie_id: str) -> str:
     """Path of a bookie's cookie record."""
     return f"{COOKIES}/{bookie_id}"
@@ -53,8 +93,9 @@ class LedgerMetadata:
 
     ``ensembles`` lists the fragments as ``(first_entry_id, [bookie_id, ...])``, oldest
     first. ``last_entry_id`` is -1 unless the ledger is CLOSED (then -1 means empty).
-    ``password_check`` verifies a password without storing it; ``ctime`` is the creation
-    time in seconds since the epoch.
+    ``password_check`` verifies a password without storing it (a hash that a guesser could
+    test passwords against, so it stays out of ``repr``); ``ctime`` is the creation time in
+    seconds since the epoch.
     """
 
     ledger_id: int
@@ -66,7 +107,7 @@ class LedgerMetadata:
     ensembles: tuple[tuple[int, tuple[str, ...]], ...] = ()
     durability: Durability = Durability.PERSISTENT
     custom_metadata: dict[str, str] | None = None
-    password_check: str = ""
+    password_check: str = dataclasses.field(default="", repr=False)
     ctime: float = dataclasses.field(default_factory=time.time)
 
     @property
@@ -121,13 +162,20 @@ class LedgerMetadata:
 __all__ = [
     "AVAILABLE_BOOKIES",
     "COOKIES",
+    "DECOMMISSIONING",
+    "DEFAULT_RACK",
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
+    "READ_ONLY_BOOKIES",
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
+    "check_rack_name",
     "cookie_path",
+    "decommission_path",
     "ledger_path",
     "log_path",
+    "read_only_bookie_path",
+    "registered_rack",
 ]

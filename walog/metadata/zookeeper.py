@@ -27,9 +27,11 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionClosedError,
     KazooException,
+    NoAuthError,
     NoNodeError,
     NotEmptyError,
 )
@@ -37,6 +39,7 @@ from kazoo.exceptions import NodeExistsError as KazooNodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 from tenacity import (
     AsyncRetrying,
     Retrying,
@@ -47,7 +50,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from walog.errors import MetadataConflictError, MetadataError, is_retriable
+from walog.errors import MetadataConflictError, MetadataError, UnauthorizedError, is_retriable
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
 from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
 
@@ -56,6 +59,25 @@ T = TypeVar("T")
 
 COUNTERS = "/_counters"
 """Where :meth:`ZooKeeperStore.next_id` keeps its counter znodes (under the chroot)."""
+
+
+def _security_options(config: ZooKeeperURI) -> dict[str, Any]:
+    """kazoo's settings for the URI's credentials and TLS: the session authenticates as
+    walog's principal, and every record it creates grants that principal all rights, the
+    read-only principal read rights, and nobody else anything."""
+    options: dict[str, Any] = {}
+    if config.auth is not None:
+        auth = config.auth
+        options["auth_data"] = [("digest", f"{auth.user}:{auth.secret}")]
+        acl = [make_digest_acl(auth.user, auth.secret, all=True)]
+        if config.reader is not None:
+            acl.append(make_digest_acl(config.reader.user, config.reader.secret, read=True))
+        options["default_acl"] = acl
+    if config.tls_ca is not None:
+        options.update(use_ssl=True, ca=config.tls_ca, verify_certs=True)
+        if config.tls_cert is not None:
+            options.update(certfile=config.tls_cert, keyfile=config.tls_key)
+    return options
 
 
 def _is_connection_error(exc: BaseException) -> bool:
@@ -78,6 +100,7 @@ class ZooKeeperStore(MetadataStore):
             hosts=config.connect_string,
             timeout=config.session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            **_security_options(config),
         )
         self._calls = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="walog-zk")
         # One thread for watch callbacks and session recovery: ordered, never kazoo's own.
@@ -89,6 +112,8 @@ class ZooKeeperStore(MetadataStore):
         self._tokens = itertools.count()
         self._session_lost = False
         self._connected_before = False
+        self._expiry_listeners: dict[int, Callable[[], None]] = {}
+        self._expiry_timer: threading.Timer | None = None
         self._closed = False
 
     @classmethod
@@ -136,6 +161,12 @@ class ZooKeeperStore(MetadataStore):
             raise MetadataConflictError(f"metadata record {path} changed (version)") from exc
         except ConnectionClosedError as exc:
             raise self._closed_error() from exc
+        except (NoAuthError, AuthFailedError) as exc:
+            who = self._config.auth.user if self._config.auth else "an unauthenticated client"
+            raise UnauthorizedError(
+                f"ZooKeeper {self._config.connect_string} refused {who} on {path}: not "
+                "authorised (check the credentials of the metadata URI or its auth_file)"
+            ) from exc
         except (KazooException, KazooTimeoutError) as exc:
             hosts = self._config.connect_string
             raise MetadataError(f"ZooKeeper {hosts} failed on {path}: {exc!r}") from exc
@@ -324,13 +355,55 @@ class ZooKeeperStore(MetadataStore):
         # Runs on kazoo's connection thread: note the state, hand work to the event thread.
         if state == KazooState.LOST:
             self._session_lost = True
+            self._session_expired()
+        elif state == KazooState.SUSPENDED and not self._closed:
+            # Without contact for a whole session timeout, the ensemble has expired the
+            # session, whether or not this client can hear it say so yet.
+            self._cancel_expiry_timer()
+            timer = threading.Timer(self._config.session_timeout, self._presume_expired)
+            timer.daemon = True
+            self._expiry_timer = timer
+            timer.start()
         elif state == KazooState.CONNECTED and not self._closed:
+            self._cancel_expiry_timer()
             lost, self._session_lost = self._session_lost, False
             # The first connection has nothing to restore (open() has not returned yet).
             if self._connected_before:
                 self._submit(self._after_connect, lost)
             self._connected_before = True
         return False
+
+    def on_session_expired(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`MetadataStore.on_session_expired`; the callback runs on the store's
+        event thread."""
+        token = next(self._tokens)
+        with self._lock:
+            self._expiry_listeners[token] = callback
+
+        def cancel() -> None:
+            with self._lock:
+                self._expiry_listeners.pop(token, None)
+
+        return cancel
+
+    def _cancel_expiry_timer(self) -> None:
+        timer, self._expiry_timer = self._expiry_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _presume_expired(self) -> None:
+        if self._client.state != KazooState.CONNECTED and not self._closed:
+            log.warning(
+                "no ZooKeeper contact for %gs (the session timeout): session presumed expired",
+                self._config.session_timeout,
+            )
+            self._session_expired()
+
+    def _session_expired(self) -> None:
+        with self._lock:
+            listeners, self._expiry_listeners = list(self._expiry_listeners.values()), {}
+        for callback in listeners:
+            self._submit(callback)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # raised once the store is closing
@@ -431,6 +504,7 @@ class ZooKeeperStore(MetadataStore):
 
     def _shutdown(self) -> None:
         self._closed = True
+        self._cancel_expiry_timer()
         try:
             self._client.stop()  # the server deletes this session's ephemeral records
             self._client.close()

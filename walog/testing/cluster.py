@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from walog.metadata.layout import bookie_path
+from walog.metadata.layout import bookie_path, read_only_bookie_path
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
 
 if TYPE_CHECKING:
@@ -47,7 +47,10 @@ class LocalCluster:
             temporary directory, removed by :meth:`close`.
         host: the loopback address the bookies listen on (their ids are ``HOST:PORT``).
         bookie_args: extra flags for every bookie (for example ``["--group-wait-ms", "2"]``).
+        racks: rack names handed out in turn (bookie ``n`` gets ``racks[n % len(racks)]``,
+            its ``--rack``); empty: every bookie in the default rack.
         start_timeout: seconds a bookie may take to serve and register.
+        metrics: give every bookie a ``--metrics-port`` (see :meth:`metrics_url`).
 
     Use it as a context manager (or call :meth:`start` and :meth:`close`).
     """
@@ -60,7 +63,9 @@ class LocalCluster:
         *,
         host: str = "127.0.0.1",
         bookie_args: Sequence[str] = (),
+        racks: Sequence[str] = (),
         start_timeout: float = 60.0,
+        metrics: bool = False,
     ) -> None:
         if bookies < 0:
             raise ValueError(f"bookies must be >= 0, got {bookies}")
@@ -69,6 +74,7 @@ class LocalCluster:
         self._initial = bookies
         self._host = host
         self._bookie_args = list(bookie_args)
+        self._racks = list(racks)
         self._start_timeout = start_timeout
         self._owns_dir = data_dir is None
         self.data_dir = Path(
@@ -79,6 +85,8 @@ class LocalCluster:
             metadata = f"sqlite:///{self.data_dir / 'meta.db'}"
         self._metadata_uri = metadata
         self._bookies: list[BookieProcess] = []
+        self._metrics = metrics
+        self._metrics_ports: dict[int, int] = {}  # bookie index -> its --metrics-port
         self._ports: set[int] = set()
         self._loop: LoopThread | None = None
         self._store: MetadataStore | None = None
@@ -113,6 +121,15 @@ class LocalCluster:
     def bookie_dir(self, ref: BookieRef) -> Path:
         """The bookie's ``--data-dir``."""
         return self.bookie(ref).data_dir
+
+    def metrics_url(self, ref: BookieRef) -> str:
+        """``http://HOST:PORT`` of the bookie's metrics port (``/metrics``, ``/healthz``,
+        ``/readyz``); the cluster must have been made with ``metrics=True``."""
+        bookie = self.bookie(ref)
+        port = self._metrics_ports.get(self._bookies.index(bookie))
+        if port is None:
+            raise LocalClusterError("bookies serve metrics only in LocalCluster(metrics=True)")
+        return f"http://{self._host}:{port}"
 
     def log_path(self, ref: BookieRef) -> Path:
         """The file the bookie's stdout and stderr go to (appended across restarts)."""
@@ -310,11 +327,27 @@ class LocalCluster:
             self._metadata_uri,
             port=self._free_port(),
             host=self._host,
-            extra_args=self._bookie_args,
+            extra_args=[*self._bookie_args, *self._rack_args(index)],
             log_path=self.data_dir / "logs" / f"bookie-{index}.log",
         )
         self._bookies.append(bookie)
+        self._new_metrics_port(bookie)
         return bookie
+
+    def _rack_args(self, index: int) -> list[str]:
+        return ["--rack", self._racks[index % len(self._racks)]] if self._racks else []
+
+    def _new_metrics_port(self, bookie: BookieProcess) -> None:
+        """Give the bookie a metrics port of its own (with ``metrics=True``)."""
+        if self._metrics:
+            index = self._bookies.index(bookie)
+            self._metrics_ports[index] = port = self._free_port()
+            bookie.extra_args = [
+                *self._bookie_args,
+                *self._rack_args(index),
+                "--metrics-port",
+                str(port),
+            ]
 
     def _wait_started(self, bookie: BookieProcess) -> None:
         """Wait for a freshly started bookie; move it to a new port when its port was taken
@@ -328,6 +361,7 @@ class LocalCluster:
                 if bookie.running or not any(hint in tail for hint in _PORT_TAKEN_HINTS):
                     raise
             bookie.port = self._free_port()
+            self._new_metrics_port(bookie)  # it may have been the metrics port
             shutil.rmtree(bookie.data_dir, ignore_errors=True)
             bookie.start()
         self.wait_ready(bookie.bookie_id)
@@ -337,14 +371,19 @@ class LocalCluster:
         return self._loop.run(self._registered_since(bookie), timeout=10.0)
 
     async def _registered_since(self, bookie: BookieProcess) -> bool:
-        """True when the bookie's availability record exists and was written by its
-        current process (not left over from a killed one whose session has not expired)."""
+        """True when the bookie's availability record (or its read-only one: full disks)
+        exists and was written by its current process (not left over from a killed one
+        whose session has not expired)."""
         from walog.metadata.store import NodeNotFoundError
 
         assert self._store is not None
-        try:
-            raw, _ = await self._store.get(bookie_path(bookie.bookie_id))
-        except NodeNotFoundError:
+        for path in (bookie_path(bookie.bookie_id), read_only_bookie_path(bookie.bookie_id)):
+            try:
+                raw, _ = await self._store.get(path)
+                break
+            except NodeNotFoundError:
+                continue
+        else:
             return False
         try:
             started = json.loads(raw).get("started")

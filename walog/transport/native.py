@@ -4,7 +4,7 @@
 call on it, with the calls' interface of grpc.aio that the rest of the transport uses
 (``write``, ``read`` returning ``grpc.aio.EOF`` at the end, ``done_writing``, ``cancel``).
 Failures are :class:`NativeCallError`, a ``grpc.RpcError`` with a ``grpc.StatusCode``, so
-:func:`walog.transport.wire.translate_rpc_error` reads both transports' failures alike.
+:func:`walog.transport.codec.translate_rpc_error` reads both transports' failures alike.
 A lost connection fails every call on it; its owner opens a new one for the next call.
 """
 

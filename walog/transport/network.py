@@ -12,7 +12,7 @@ they return have their digests verified here, and a mismatch is reported as
 lazily, and a broken stream or connection is replaced by a new one on the next request.
 
 ``grpc.RpcError`` (which native failures are too) is translated by
-:func:`walog.transport.wire.translate_rpc_error` only.
+:func:`walog.transport.codec.translate_rpc_error` only.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from walog.transport.base import (
     ReadReply,
     StoredEntry,
 )
+from walog.transport.codec import BatchEncoder, status_of, translate_rpc_error, verified_entries
 from walog.transport.credentials import TlsConfig, auth_metadata
 from walog.transport.native import NativeCall
 from walog.transport.route import NativeRoute
-from walog.transport.wire import BatchEncoder, status_of, translate_rpc_error, verified_entries
 from walog.wire.durability import Durability
 from walog.wire.frames import RPC_NAMES, Method
 from walog.wire.limits import MAX_MESSAGE_BYTES
@@ -153,7 +153,7 @@ class NetworkBookieClient(BookieClient):
             return native.call(Method.ADD, pb.AddResponseFrame.FromString)
         self._open_stub()
         assert self._channel is not None
-        # Frames are encoded by the stream (walog/transport/wire.py): no serializer.
+        # Frames are encoded by the stream (walog/transport/codec.py): no serializer.
         add = self._channel.stream_stream(
             _ADD_METHOD,
             request_serializer=None,

@@ -25,8 +25,8 @@ import grpc
 from walog._log import get_logger
 from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, UnauthorizedError
+from walog.transport.codec import translate_rpc_error
 from walog.transport.native import NativeConnection
-from walog.transport.wire import translate_rpc_error
 from walog.wire.frames import Method
 from walog.wire.proto import bookie_pb2 as pb
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from walog.config import ClientConfig
 from walog.transport.add_stream import AddCall, AddStream
+from walog.transport.codec import BatchEncoder
 from walog.transport.native import NativeConnection
-from walog.transport.wire import BatchEncoder
 from walog.wire.frames import FrameDecoder, Kind, Method
 from walog.wire.packing import PackedEntries, unpack_entries
 from walog.wire.proto import bookie_pb2 as pb

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from walog.transport.base import BatchCallback
-from walog.transport.wire import (
+from walog.transport.codec import (
     SHARED_BATCH_BYTES,
     BatchEncoder,
     PendingBatch,

@@ -1,4 +1,4 @@
-"""Pure wire rules of the bookie protocol, client side: frames, status codes, digest checks,
+"""The client's codec of the bookie protocol: frames, status codes, digest checks,
 and the translation of ``grpc.RpcError`` into walog errors (the one place it happens).
 
 No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.network` use these.

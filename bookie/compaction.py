@@ -1,0 +1,168 @@
+"""Entry-log compaction: giving back the space of deleted ledgers that share logs with live
+ones.
+
+Entry logs interleave many ledgers. Deleting a ledger (GC) drops its index rows at once and
+deletes every log left without live data; a log still partly live keeps its bytes until
+it is compacted: its live entries are copied to the log being filled, their index rows
+repointed, and the old log deleted. Like BookKeeper, two passes run on their own clocks:
+
+- a *minor* compaction every ``minor_interval_s`` takes the logs whose live share is below
+  ``minor_threshold`` (cheap: little to copy for much space);
+- a *major* compaction every ``major_interval_s`` takes those below ``major_threshold``.
+
+Copying runs in steps of about 1 MiB in the storage thread, between checkpoints, and at
+most ``rate_bytes`` per second, so a writer's adds and the checkpoints keep their pace.
+:func:`logs_to_compact` is the pure rule; :class:`Compactor` runs it against a core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from bookie.journal_files import StorageIOError
+
+if TYPE_CHECKING:
+    from bookie.storage import EntryStorage
+
+_log = structlog.get_logger("bookie.compaction")
+
+STEP_BYTES = 1024 * 1024
+"""Payload bytes copied per step (one storage-thread job between checkpoints)."""
+
+StorageStep = Callable[[Callable[["EntryStorage"], Any]], Awaitable[Any]]
+"""Runs a function on the storage in its thread, between checkpoints; returns its result."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPolicy:
+    """When entry logs are compacted, and how fast.
+
+    Attributes:
+        minor_threshold: Minor compaction takes logs whose live share is below this.
+        minor_interval_s: Seconds between minor compactions; 0 turns them off.
+        major_threshold: Major compaction takes logs whose live share is below this.
+        major_interval_s: Seconds between major compactions; 0 turns them off.
+        rate_bytes: Most payload bytes copied per second.
+    """
+
+    minor_threshold: float = 0.2
+    minor_interval_s: float = 3600.0
+    major_threshold: float = 0.8
+    major_interval_s: float = 86400.0
+    rate_bytes: int = 32 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.minor_threshold <= self.major_threshold < 1:
+            raise ValueError(
+                "compaction thresholds must satisfy 0 <= minor <= major < 1, got minor "
+                f"{self.minor_threshold} and major {self.major_threshold}"
+            )
+        if self.minor_interval_s < 0 or self.major_interval_s < 0:
+            raise ValueError(
+                "compaction intervals must be >= 0 seconds (0: off), got "
+                f"{self.minor_interval_s} and {self.major_interval_s}"
+            )
+        if self.rate_bytes <= 0:
+            raise ValueError(f"the compaction rate must be > 0 bytes/s, got {self.rate_bytes}")
+
+
+def logs_to_compact(shares: Mapping[int, float], threshold: float) -> list[int]:
+    """The logs whose live share is below ``threshold``, emptiest first (most space back
+    for the least copying)."""
+    return sorted((log for log, share in shares.items() if share < threshold),
+                  key=lambda log: (shares[log], log))  # fmt: skip
+
+
+def _compact_step(
+    storage: EntryStorage, *, log_id: int, after: tuple[int, int] | None
+) -> tuple[tuple[int, int] | None, int]:
+    return storage.compact_step(log_id, after, STEP_BYTES)
+
+
+class Compactor:
+    """Runs the minor and major compactions of one bookie.
+
+    Args:
+        policy: thresholds, intervals and rate.
+        in_storage: runs a function on the storage in its thread, between checkpoints.
+    """
+
+    def __init__(self, policy: CompactionPolicy, in_storage: StorageStep) -> None:
+        self.policy = policy
+        self._in_storage = in_storage
+        self.compacted_logs = 0
+        """Logs compacted since start."""
+        self.bytes_moved = 0
+        """Payload bytes copied since start."""
+
+    async def compact(self, threshold: float) -> int:
+        """Compact every log whose live share is below ``threshold`` now; returns how many.
+
+        Raises:
+            StorageIOError: a log could not be read or the copies written.
+        """
+        shares: dict[int, float] = await self._in_storage(lambda s: s.live_shares())
+        chosen = logs_to_compact(shares, threshold)
+        started = time.monotonic()
+        moved_before = self.bytes_moved
+        for log_id in chosen:
+            after: tuple[int, int] | None = None
+            while True:
+                step: tuple[tuple[int, int] | None, int] = await self._in_storage(
+                    functools.partial(_compact_step, log_id=log_id, after=after)
+                )
+                after, moved = step
+                self.bytes_moved += moved
+                # Rate limit: never ahead of rate_bytes per second since the pass began.
+                ahead = (self.bytes_moved - moved_before) / self.policy.rate_bytes - (
+                    time.monotonic() - started
+                )
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+                if after is None:
+                    break
+            self.compacted_logs += 1
+        if chosen:
+            _log.info(
+                "entry logs compacted",
+                logs=len(chosen),
+                threshold=threshold,
+                moved_bytes=self.bytes_moved - moved_before,
+                seconds=round(time.monotonic() - started, 3),
+            )
+        return len(chosen)
+
+    async def run(self) -> None:
+        """Run the minor and major passes on their intervals until cancelled."""
+        policy = self.policy
+        passes = [
+            (interval, threshold, name)
+            for interval, threshold, name in (
+                (policy.minor_interval_s, policy.minor_threshold, "minor"),
+                (policy.major_interval_s, policy.major_threshold, "major"),
+            )
+            if interval > 0
+        ]
+        if not passes:
+            return
+        now = time.monotonic()
+        due = {name: now + interval for interval, _, name in passes}
+        while True:
+            name = min(due, key=lambda n: due[n])
+            await asyncio.sleep(max(0.0, due[name] - time.monotonic()))
+            interval, threshold, _ = next(p for p in passes if p[2] == name)
+            try:
+                await self.compact(threshold)
+            except StorageIOError as exc:
+                _log.error("compaction failed", kind=name, error=str(exc))
+            due[name] = time.monotonic() + interval
+
+
+__all__ = ["STEP_BYTES", "CompactionPolicy", "Compactor", "logs_to_compact"]

@@ -1,0 +1,220 @@
+"""Read-only mode by disk usage: the thresholds, the rule, and the monitor that applies it.
+
+A bookie watches the file systems of its data directory and its journal directory. When
+the usage of any of them passes the high-water mark (``--disk-usage-threshold``) the bookie
+turns read-only: plain adds are answered READ_ONLY, writers replace it in their ensembles,
+and it is announced under ``/bookies/readonly`` instead of ``/bookies/available``, so no
+new ensemble picks it. Reads, fences, LAC calls and recovery writes are still served: the
+entries it holds stay reachable, and a recovery must be able to write back to every bookie
+of a write quorum. Once every disk is back below the low-water mark
+(``--disk-usage-lwm-threshold``) the bookie turns writable again by itself. The gap between
+the two marks keeps a disk near the limit from flapping between the modes.
+
+A journal that failed a write or a sync (full disk, I/O error) makes the bookie read-only
+for good: nothing it acknowledges after that could be made durable. Only a restart, which
+replays what the journal holds, ends that mode. A checkpoint that failed to write the entry
+logs or the index makes it read-only until a checkpoint succeeds again (the entries stay
+in the journal and in memory meanwhile, and are served from there).
+
+:func:`full_disks` is the pure rule; :class:`DiskMonitor` measures (``statvfs`` in a
+thread) and calls back on every change of mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from pathlib import Path
+
+import structlog
+
+_log = structlog.get_logger("bookie.disks")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskThresholds:
+    """Usage shares (0-1, used bytes over size) that switch a bookie's mode.
+
+    Attributes:
+        high: A disk used beyond this share is full: the bookie turns read-only.
+        warn: Beyond this share a warning is logged (once per crossing).
+        low: A full disk counts as full until its usage falls below this share.
+    """
+
+    high: float = 0.95
+    warn: float = 0.90
+    low: float = 0.90
+
+    def __post_init__(self) -> None:
+        if not 0 < self.high <= 1:
+            raise ValueError(f"--disk-usage-threshold must be in (0, 1], got {self.high}")
+        if not 0 < self.low <= self.high:
+            raise ValueError(
+                "--disk-usage-lwm-threshold must be in (0, --disk-usage-threshold], "
+                f"got {self.low} (threshold {self.high})"
+            )
+        if not 0 < self.warn <= self.high:
+            raise ValueError(
+                "--disk-usage-warn-threshold must be in (0, --disk-usage-threshold], "
+                f"got {self.warn} (threshold {self.high})"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskUsage:
+    """One file system as seen from a bookie directory."""
+
+    directory: Path
+    used_bytes: int
+    total_bytes: int
+
+    @property
+    def share(self) -> float:
+        """Used share of the file system (space reserved for root counts as used, as
+        ``df`` does: the bookie may not run as root)."""
+        return self.used_bytes / self.total_bytes if self.total_bytes > 0 else 0.0
+
+
+def measure(directory: Path) -> DiskUsage:
+    """The usage of the file system holding ``directory`` (blocking: ``statvfs``)."""
+    st = os.statvfs(directory)
+    total = st.f_blocks * st.f_frsize
+    return DiskUsage(directory, total - st.f_bavail * st.f_frsize, total)
+
+
+def full_disks(
+    usages: Collection[DiskUsage], thresholds: DiskThresholds, full: Collection[Path]
+) -> set[Path]:
+    """The directories whose disk is full now, given those that were full before.
+
+    A disk turns full above ``thresholds.high`` and stays full until it falls below
+    ``thresholds.low`` (hysteresis).
+    """
+    out: set[Path] = set()
+    for usage in usages:
+        was_full = usage.directory in full
+        if usage.share > thresholds.high or (was_full and usage.share >= thresholds.low):
+            out.add(usage.directory)
+    return out
+
+
+ModeListener = Callable[[str | None], Awaitable[None]]
+"""Called with the reason of read-only mode, or None when the bookie turns writable."""
+
+
+class DiskMonitor:
+    """Measures the bookie's disks every ``interval_s`` and switches its mode.
+
+    Args:
+        directories: the data and journal directories (one measurement per file system).
+        thresholds: the usage marks.
+        interval_s: seconds between measurements.
+        storage_failure: returns why the storage cannot take adds (a failed journal or
+            checkpoint), or None.
+        on_change: awaited with the new mode's reason (None: writable) on every change;
+            an exception is logged and the call is repeated at the next measurement.
+    """
+
+    def __init__(
+        self,
+        directories: Sequence[Path],
+        thresholds: DiskThresholds,
+        interval_s: float,
+        storage_failure: Callable[[], str | None],
+        on_change: ModeListener,
+    ) -> None:
+        by_device: dict[int, Path] = {}
+        for directory in directories:
+            by_device.setdefault(os.stat(directory).st_dev, directory)
+        self.directories = tuple(by_device.values())
+        self.thresholds = thresholds
+        self.interval_s = interval_s
+        self._storage_failure = storage_failure
+        self._on_change = on_change
+        self._wake = asyncio.Event()
+        self._full: set[Path] = set()
+        self._warned: set[Path] = set()
+        self._applied: str | None = None  # the mode on_change last applied: writable
+        self.usages: tuple[DiskUsage, ...] = ()
+        """The last measurement, one per file system."""
+        self.reason: str | None = None
+        """Why the bookie is read-only, None while it is writable."""
+        self.read_only_entered = 0
+        """How many times the bookie turned read-only since start."""
+
+    @property
+    def highest_share(self) -> float:
+        """The highest used share of the bookie's disks at the last measurement."""
+        return max((u.share for u in self.usages), default=0.0)
+
+    def wake(self) -> None:
+        """Measure now (for example after the storage reported a failure)."""
+        self._wake.set()
+
+    async def check(self) -> str | None:
+        """Measure once, apply a change of mode, and return the current reason."""
+        self.usages = tuple(
+            await asyncio.gather(*(asyncio.to_thread(measure, d) for d in self.directories))
+        )
+        self._log_warnings()
+        self._full = full_disks(self.usages, self.thresholds, self._full)
+        reason = self._storage_failure()
+        if reason is None and self._full:
+            reason = "disk full: " + ", ".join(
+                f"{u.directory} {u.share:.1%} used (threshold {self.thresholds.high:.0%})"
+                for u in self.usages
+                if u.directory in self._full
+            )
+        if (reason is None) != (self.reason is None):
+            if reason is not None:
+                self.read_only_entered += 1
+                _log.error("bookie turned read-only", reason=reason)
+            else:
+                _log.warning(
+                    "bookie writable again",
+                    usage=", ".join(f"{u.directory} {u.share:.1%}" for u in self.usages),
+                    low_water_mark=self.thresholds.low,
+                )
+        self.reason = reason
+        if (self._applied is None) != (reason is None):
+            try:
+                await self._on_change(reason)
+            except Exception as exc:
+                _log.warning("mode change not applied yet; retrying", error=str(exc))
+            else:
+                self._applied = reason
+        return reason
+
+    def _log_warnings(self) -> None:
+        for usage in self.usages:
+            if usage.share > self.thresholds.warn and usage.directory not in self._warned:
+                self._warned.add(usage.directory)
+                _log.warning(
+                    "disk usage above the warning threshold",
+                    directory=str(usage.directory),
+                    share=round(usage.share, 4),
+                    warn=self.thresholds.warn,
+                    threshold=self.thresholds.high,
+                )
+            elif usage.share <= self.thresholds.warn:
+                self._warned.discard(usage.directory)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Measure until ``stop`` is set; the first measurement happens at once."""
+        while not stop.is_set():
+            try:
+                await self.check()
+            except OSError as exc:
+                _log.warning("disk usage not measured", error=str(exc))
+            self._wake.clear()
+            waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())}
+            try:
+                await asyncio.wait(waiters, timeout=self.interval_s, return_when="FIRST_COMPLETED")
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+
+__all__ = ["DiskMonitor", "DiskThresholds", "DiskUsage", "ModeListener", "full_disks", "measure"]

@@ -1,0 +1,228 @@
+"""``python -m bookie --rebuild-index``: build a new index from the entry logs.
+
+For a bookie whose index (``DATA_DIR/index``, LMDB) is damaged or lost while its entry logs
+are intact. The bookie must be stopped. The old index is kept, renamed to
+``index.damaged-<UTC time>``; nothing else is moved or deleted.
+
+Every entry log is read record by record; a record counts when its header is plausible and
+its digest matches (a damaged stretch is skipped byte by byte until records match again),
+so no damaged entry is ever indexed. A log in which no record matches is renamed
+``NNN.log.unindexed`` (kept for inspection, never read). The new index then holds:
+
+- an entry row per intact record (the first copy when a compaction left two);
+- per ledger: the highest entry id and LAC found, the entries found as synced, and the
+  master key **unknown**. The old index held the keys and fences, and without them the
+  bookie must not acknowledge a plain add to a ledger that may have been fenced and closed:
+  plain adds (and LAC updates, forces) to a ledger of unknown key are answered IO_ERROR,
+  so writers move to another bookie, while a fence or a recovery write gives the ledger
+  the key it presents (and the fence is then set, as on any ledger);
+- the checkpoint mark at the start: the next start replays every journal file there is.
+  A ledger whose KEY record is among them gets its key back, and then every later record
+  of that ledger (its fence above all) is among them too: the journal is written in order
+  and deleted oldest file first. So such a ledger is whole again and takes adds.
+
+Ledgers deleted from the metadata store whose records were still in the entry logs come
+back, and the bookie's GC deletes them again (``--gc-interval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import mmap
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bookie.config import StorageConfig
+from bookie.index import entry_row
+from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
+from bookie.ledgers import LedgerState, SyncCursor
+from bookie.storage import _RECORD, EntryStorage, _lock_directory
+from walog.wire.digest import entry_digest
+
+
+@dataclasses.dataclass
+class RebuildReport:
+    """What a rebuild found.
+
+    Attributes:
+        kept_index: Where the old index went (None: there was none).
+        logs: Entry logs read.
+        entries: Entries indexed.
+        ledgers: Ledgers indexed.
+        skipped_bytes: Bytes of the entry logs that held no intact record.
+        unindexed_logs: Logs without one intact record (renamed ``.unindexed``).
+    """
+
+    kept_index: Path | None = None
+    logs: int = 0
+    entries: int = 0
+    ledgers: int = 0
+    skipped_bytes: int = 0
+    unindexed_logs: list[Path] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Ledger:
+    lac: int = -1
+    entries: list[int] = dataclasses.field(default_factory=list)
+
+
+def _scan_log(
+    path: Path,
+    log_id: int,
+    max_data: int,
+    found: dict[int, _Ledger],
+    rows: dict[int, list[tuple[bytes, bytes]]],
+    live: dict[int, dict[int, int]],
+    seen: set[tuple[int, int]],
+) -> tuple[int, int]:
+    """Index the intact records of one log; returns ``(records indexed, bytes skipped)``."""
+    indexed = skipped = 0
+    with open(path, "rb") as handle:
+        size = handle.seek(0, 2)
+        if size == 0:
+            return 0, 0
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as raw:
+            view = memoryview(raw)
+            try:
+                offset = 0
+                while offset + _RECORD.size <= size:
+                    data_len, ledger_id, entry_id, lac, digest = _RECORD.unpack_from(raw, offset)
+                    end = offset + _RECORD.size + data_len
+                    if (
+                        ledger_id < 0
+                        or entry_id < 0
+                        or not -1 <= lac < entry_id
+                        or data_len > max_data
+                        or end > size
+                        or entry_digest(ledger_id, entry_id, lac, view[offset + _RECORD.size : end])
+                        != digest
+                    ):
+                        offset += 1  # resynchronise on the next record that matches
+                        skipped += 1
+                        continue
+                    if (ledger_id, entry_id) not in seen:
+                        seen.add((ledger_id, entry_id))
+                        ledger = found.setdefault(ledger_id, _Ledger())
+                        ledger.lac = max(ledger.lac, lac)
+                        ledger.entries.append(entry_id)
+                        length = end - offset
+                        rows.setdefault(ledger_id, []).append(
+                            entry_row(ledger_id, entry_id, log_id, offset, length)
+                        )
+                        per_ledger = live.setdefault(log_id, {})
+                        per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + length
+                    indexed += 1
+                    offset = end
+                skipped += size - offset
+            finally:
+                view.release()
+    return indexed, skipped
+
+
+def _state(ledger_id: int, ledger: _Ledger) -> bytes:
+    ids = sorted(ledger.entries)
+    sync = SyncCursor()
+    start = previous = ids[0]
+    for entry_id in ids[1:]:
+        if entry_id != previous + 1:
+            sync.mark_run(start, previous)
+            start = entry_id
+        previous = entry_id
+    sync.mark_run(start, previous)
+    state = LedgerState(ledger_id, master_key=b"", lac=ledger.lac, last_entry_id=ids[-1], sync=sync)
+    return state.to_bytes()
+
+
+def rebuild_index(config: StorageConfig) -> RebuildReport:
+    """Move the old index aside and build a new one from the entry logs (see the module
+    docstring). The bookie must be stopped.
+
+    Raises:
+        StorageIOError: the storage is in use, or a file cannot be read or written.
+    """
+    data_dir = config.data_dir
+    log_dir = data_dir / "entrylogs"
+    report = RebuildReport()
+    found: dict[int, _Ledger] = {}
+    rows: dict[int, list[tuple[bytes, bytes]]] = {}
+    live: dict[int, dict[int, int]] = {}
+    seen: set[tuple[int, int]] = set()
+    lock = _lock_directory(data_dir)  # not while a bookie runs on it
+    try:
+        logs = sorted(
+            (int(path.stem), path) for path in log_dir.glob("*.log") if path.stem.isdigit()
+        )
+        for log_id, path in logs:
+            indexed, skipped = _scan_log(
+                path, log_id, config.max_entry_bytes, found, rows, live, seen
+            )
+            report.logs += 1
+            report.skipped_bytes += skipped
+            if indexed == 0:
+                unindexed = path.with_name(path.name + ".unindexed")
+                os.replace(path, unindexed)
+                report.unindexed_logs.append(unindexed)
+        index = data_dir / "index"
+        if index.exists():
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            report.kept_index = data_dir / f"index.damaged-{stamp}"
+            os.replace(index, report.kept_index)
+        fsync_dir(data_dir)
+        fsync_dir(log_dir)
+    except OSError as exc:
+        raise StorageIOError(f"rebuilding the index of {data_dir} failed: {exc}") from exc
+    finally:
+        os.close(lock)
+    storage = EntryStorage(
+        data_dir,
+        entry_log_file_bytes=config.entry_log_file_bytes,
+        cache_written=config.cache_entry_logs,
+        rebuild=True,
+    )
+    try:
+        for ledger_rows in rows.values():
+            ledger_rows.sort()
+        states = {ledger_id: _state(ledger_id, ledger) for ledger_id, ledger in found.items()}
+        storage.restore(rows, live, states, JournalMark(0, 0))
+    finally:
+        storage.close()
+    report.ledgers = len(found)
+    report.entries = len(seen)
+    return report
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m bookie --rebuild-index --data-dir DIR``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="walog bookie --rebuild-index",
+        description="Rebuild a stopped bookie's index from its entry logs "
+        "(the old index is kept as DATA_DIR/index.damaged-TIME). See docs/bookies.md.",
+    )
+    parser.add_argument("--rebuild-index", action="store_true", required=True)
+    parser.add_argument("--data-dir", type=Path, required=True, help="the bookie's data dir")
+    parser.add_argument("--max-entry-bytes", type=int, default=None, metavar="N")
+    args, _ = parser.parse_known_args(argv)  # the bookie's other flags may be passed along
+    config = StorageConfig(data_dir=args.data_dir)
+    if args.max_entry_bytes is not None:
+        config = dataclasses.replace(config, max_entry_bytes=args.max_entry_bytes + 1024)
+    try:
+        report = rebuild_index(config)
+    except StorageIOError as exc:
+        print(f"walog bookie: error: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"index of {args.data_dir} rebuilt: {report.entries} entries of {report.ledgers} "
+        f"ledgers from {report.logs} entry logs; {report.skipped_bytes} bytes without an "
+        f"intact record skipped; old index kept as {report.kept_index or 'none (there was none)'}"
+    )
+    for path in report.unindexed_logs:
+        print(f"no intact record in {path} (kept, not used)")
+    return 0
+
+
+__all__ = ["RebuildReport", "main", "rebuild_index"]

@@ -1,0 +1,115 @@
+"""``walog bookie decommission ID`` drains a running bookie: afterwards no ledger names it,
+every ledger has its write quorum of copies on the other bookies, an open ledger's writer
+moved away without an error, and the bookie can be stopped with nothing under-replicated."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from pathlib import Path
+
+import walog
+import walog.aio
+from tests.integration.disks import read_entries, wait_until
+from walog.autorecovery.replicate import recover
+from walog.cli import main as walog_main
+from walog.ledger.quorum import write_set
+from walog.metadata.layout import cookie_path, decommission_path
+from walog.testing import LocalCluster
+
+LEDGERS = 100
+ENTRIES = 5
+
+
+def _data(ledger: int, entry: int) -> bytes:
+    return b"ledger %d entry %d" % (ledger, entry)
+
+
+def test_decommission_of_a_bookie_holding_100_ledgers_leaves_each_at_qw_copies(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(bookies=4, data_dir=tmp_path / "cluster") as cluster:
+        client = cluster.connect()
+        with client:
+            ledger_ids = []
+            for _ in range(LEDGERS):
+                with client.create_ledger(3, 3, 2) as writer:
+                    for entry in range(ENTRIES):
+                        writer.append(_data(writer.ledger_id, entry))
+                    ledger_ids.append(writer.ledger_id)
+            held = collections.Counter(
+                b for i in ledger_ids for b in client.ledger_metadata(i).ensembles[0][1]
+            )
+            victim = held.most_common(1)[0][0]
+            # An open ledger on the victim, written to while the bookie drains.
+            writer = client.create_ledger(3, 3, 2)
+            while victim not in writer.metadata.ensembles[0][1]:
+                writer.close()
+                writer = client.create_ledger(3, 3, 2)
+            stop = threading.Event()
+            appended: list[int] = []
+
+            def keep_writing() -> None:
+                while not stop.is_set():
+                    appended.append(writer.append(b"open %d" % len(appended)))
+                    stop.wait(0.05)
+
+            background = threading.Thread(target=keep_writing)
+            background.start()
+            try:
+                wait_until(lambda: len(appended) >= 5, "the open ledger is written to")
+                status = walog_main(
+                    [
+                        "bookie",
+                        "decommission",
+                        victim,
+                        "--metadata",
+                        cluster.metadata_uri,
+                        "--wait",
+                        "120",
+                    ]
+                )
+            finally:
+                stop.set()
+                background.join()
+            assert status == 0
+            writer.close()
+            assert appended == list(range(len(appended)))
+
+            for ledger_id in [*ledger_ids, writer.ledger_id]:
+                metadata = client.ledger_metadata(ledger_id)
+                assert all(victim not in ens for _, ens in metadata.ensembles), ledger_id
+                for first, last, ensemble in metadata.fragment_bounds():
+                    assert len(set(ensemble)) == 3
+                    for entry in range(first, min(last, metadata.last_entry_id) + 1):
+                        for index in write_set(entry, 3, 3):
+                            copy = read_entries(
+                                cluster.bookie(ensemble[index]), ledger_id, entry, entry
+                            )
+                            assert len(copy) == 1, (ledger_id, entry, ensemble[index])
+            for ledger_id in ledger_ids:
+                with client.open_ledger(ledger_id) as reader:
+                    got = [e.data for e in reader.read(0, ENTRIES - 1)]
+                    assert got == [_data(ledger_id, i) for i in range(ENTRIES)]
+
+            assert victim in client.read_only_bookies() or victim not in client.bookies()
+            cluster.stop(victim)
+            assert victim not in client.bookies() + client.read_only_bookies()
+
+            async def audit() -> tuple[int | None, int | None, set[str]]:
+                async_client = await walog.aio.connect(cluster.metadata_uri)
+                try:
+                    store = async_client.ctx.store
+                    report = await recover(async_client.ctx, passwords=[b""])
+                    return (
+                        await store.exists(cookie_path(victim)),
+                        await store.exists(decommission_path(victim)),
+                        report.missing,
+                    )
+                finally:
+                    await async_client.close()
+
+            cookie, mark, missing = walog._loop.run(audit())
+            assert cookie is None, "the cookie of a decommissioned bookie is removed"
+            assert mark is not None
+            assert missing == set(), "nothing under-replicated once the bookie is gone"

@@ -1,0 +1,209 @@
+"""Read-only mode by disk usage, with a real bookie on a small real file system (tmpfs).
+
+The rule (bookie/disks.py): above the high-water mark of its data or journal disk a bookie
+refuses plain adds, is announced read-only, and keeps serving reads and fences; writers
+change ensembles away from it without an error reaching them; once its disks are below the
+low-water mark it takes adds again by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import walog
+from tests.integration.bookies import make_add, running_bookie
+from tests.integration.disks import (
+    add_status,
+    fill_to,
+    info,
+    small_tmpfs,
+    used_share,
+    wait_until,
+)
+from walog import cli
+from walog.testing import LocalCluster, free_port
+from walog.wire.digest import master_key
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
+
+ENTRY = 4096
+ROUNDS = 128  # 9 ledgers x 128 entries x 64 KiB: 72 MiB against a 128 MiB disk
+THRESHOLDS = [
+    "--disk-usage-threshold", "0.5",
+    "--disk-usage-warn-threshold", "0.45",
+    "--disk-usage-lwm-threshold", "0.4",
+    "--disk-check-interval", "0.1",
+]  # fmt: skip
+
+
+def _payload(i: int) -> bytes:
+    return (b"%08d" % i) * (ENTRY // 8)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with small_tmpfs(128) as mount:
+        yield mount
+
+
+def _metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def _walog_bookies(metadata: str, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    assert cli.main(["bookies", "--metadata", metadata]) == 0
+    # Rows are "ID STATE RACK".
+    return dict(line.split()[:2] for line in capsys.readouterr().out.splitlines())
+
+
+def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_lwm(
+    disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics_port = free_port()
+    with (
+        LocalCluster(bookies=3, data_dir=tmp_path / "cluster") as cluster,
+        running_bookie(
+            disk / "bookie",
+            cluster.metadata_uri,
+            extra_args=[*THRESHOLDS, "--metrics-port", str(metrics_port)],
+        ) as small,
+        walog.connect(cluster.metadata_uri) as client,
+    ):
+        wait_until(lambda: small.bookie_id in client.bookies(), "the small bookie registers")
+        ballast = disk / "ballast"
+        fill_to(ballast, 0.3)
+        # Placement spreads ledgers over the four bookies: take one that uses the small one.
+        writer = client.create_ledger(3, 3, 2)
+        while small.bookie_id not in writer.metadata.ensembles[0][1]:
+            writer.close()
+            writer = client.create_ledger(3, 3, 2)
+        with writer:
+            # Pipelined: 80 MiB in flight against 64 MiB below the high-water mark.
+            futures = [writer.append_async(_payload(i)) for i in range(20_000)]
+            assert [f.result(timeout=120) for f in futures] == list(range(20_000))
+            ensembles = writer.metadata.ensembles
+        assert len(ensembles) >= 2, "the writer never changed its ensemble"
+        assert small.bookie_id not in ensembles[-1][1]
+        moved_at = ensembles[1][0]
+        assert moved_at > 0, "the small bookie took no entry before it filled up"
+        assert used_share(disk) > 0.5
+
+        # Read-only: announced so, shown by Info and the metrics, no longer offered.
+        assert client.read_only_bookies() == [small.bookie_id]
+        assert small.bookie_id not in client.bookies()
+        modes = _walog_bookies(cluster.metadata_uri, capsys)
+        assert modes.pop(small.bookie_id) == "read-only"
+        assert sorted(modes.items()) == [(b, "available") for b in sorted(cluster.bookie_ids)]
+        assert info(small).read_only
+        assert _metric(metrics_port, "walog_bookie_read_only") == 1
+        assert _metric(metrics_port, "walog_bookie_disk_usage_ratio") > 0.5
+
+        # Nothing acknowledged is lost; the full bookie still serves reads and fences.
+        with client.open_ledger(writer.ledger_id) as reader:
+            assert reader.last_add_confirmed == 19_999
+            for first in range(0, 20_000, 1000):
+                got = reader.read(first, first + 999)
+                assert [e.data for e in got] == [_payload(i) for i in range(first, first + 1000)]
+        key = master_key(b"")
+        with small.channel() as channel:
+            stub = pb_grpc.BookieStub(channel)
+            read = stub.Read(
+                pb.ReadRequest(ledger_id=writer.ledger_id, first_entry_id=0, last_entry_id=9),
+                timeout=10,
+            )
+            assert read.status == pb.OK
+            assert [e.data for e in read.entries] == [_payload(i) for i in range(10)]
+            fence = stub.Fence(pb.FenceRequest(ledger_id=999_999, master_key=key), timeout=10)
+            assert fence.status == pb.OK
+        # A plain add is refused READ_ONLY; a recovery write still lands.
+        assert add_status(small, make_add(888_888, 0, b"x")) == pb.READ_ONLY
+        assert add_status(small, make_add(888_888, 0, b"x", recovery=True)) == pb.OK
+
+        # Below the low-water mark again: writable by itself, announced as available.
+        ballast.unlink()
+        assert used_share(disk) < 0.4
+        wait_until(lambda: small.bookie_id in client.bookies(), "the bookie is available again")
+        assert client.read_only_bookies() == []
+        assert _walog_bookies(cluster.metadata_uri, capsys)[small.bookie_id] == "available"
+        assert not info(small).read_only
+        assert _metric(metrics_port, "walog_bookie_read_only") == 0
+        assert _metric(metrics_port, "walog_bookie_read_only_entered_total") == 1
+        assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
+
+
+def test_full_bookie_is_writable_again_once_deletion_and_compaction_free_its_disk(
+    disk: Path, tmp_path: Path
+) -> None:
+    with contextlib.ExitStack() as stack:
+        _fill_delete_and_compact(stack, disk, tmp_path)
+
+
+def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: Path) -> None:
+    metrics_port = free_port()
+    journal_disk = stack.enter_context(small_tmpfs(256))  # the journal on its own disk
+    small_args = [
+        *THRESHOLDS,
+        "--journal-dir", str(journal_disk / "journal"),
+        "--metrics-port", str(metrics_port),
+        "--checkpoint-interval", "0.2",
+        "--entry-log-file-bytes", str(8 * 1024 * 1024),
+        "--gc-interval", "0.5", "--gc-grace", "0",
+        "--minor-compaction-interval", "0.5", "--minor-compaction-threshold", "0.8",
+    ]  # fmt: skip
+    entry = 64 * 1024
+    with (
+        LocalCluster(bookies=3, data_dir=tmp_path / "cluster") as cluster,
+        running_bookie(disk / "bookie", cluster.metadata_uri, extra_args=small_args) as small,
+        walog.connect(cluster.metadata_uri) as client,
+    ):
+        wait_until(lambda: small.bookie_id in client.bookies(), "the small bookie registers")
+        writers = []
+        while len(writers) < 9:  # eight to delete, one to keep: all on the small bookie
+            writer = client.create_ledger(3, 3, 2)
+            if small.bookie_id in writer.metadata.ensembles[0][1]:
+                writers.append(writer)
+            else:
+                writer.close()
+        futures = [
+            writer.append_async(bytes([n]) * entry)
+            for _ in range(ROUNDS)
+            for n, writer in enumerate(writers)
+        ]
+        for future in futures:
+            future.result(timeout=120)
+        for writer in writers:
+            writer.close()
+        wait_until(lambda: client.read_only_bookies() == [small.bookie_id], "read-only")
+        full = used_share(disk)
+        assert full > 0.5
+
+        keeper, doomed = writers[0], writers[1:]
+        for writer in doomed:
+            client.delete_ledger(writer.ledger_id)
+        wait_until(
+            lambda: small.bookie_id in client.bookies(),
+            "writable again after deletion and compaction",
+            within=60,
+        )
+        # The kept ledger's share of the disk stays: at most one ninth, plus the entry log
+        # being filled and the index.
+        assert used_share(disk) < 0.3 < full
+        # Logs left without live data went with the deletion; the ones shared with the kept
+        # ledger are compacted by the next minor pass.
+        wait_until(
+            lambda: _metric(metrics_port, "walog_bookie_entry_logs_compacted_total") > 0,
+            "a minor compaction",
+        )
+        assert used_share(disk) < 0.3
+        with client.open_ledger(keeper.ledger_id) as reader:
+            got = [e.data for first in range(0, ROUNDS, 32) for e in reader.read(first, first + 31)]
+            assert got == [bytes([0]) * entry] * ROUNDS

@@ -1,0 +1,129 @@
+"""The read-only-by-disk-usage rule (bookie/disks.py): marks, hysteresis, journal failure."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bookie.config import BookieConfig
+from bookie.disks import DiskMonitor, DiskThresholds, DiskUsage, full_disks, measure
+from bookie.main import parse_config
+
+A, B = Path("/a"), Path("/b")
+MARKS = DiskThresholds(high=0.95, warn=0.9, low=0.8)
+
+
+def _usage(directory: Path, share: float) -> DiskUsage:
+    return DiskUsage(directory, int(share * 1000), 1000)
+
+
+def test_a_disk_turns_full_above_the_high_water_mark_only() -> None:
+    assert full_disks([_usage(A, 0.95), _usage(B, 0.5)], MARKS, set()) == set()
+    assert full_disks([_usage(A, 0.951), _usage(B, 0.5)], MARKS, set()) == {A}
+
+
+def test_a_full_disk_stays_full_until_below_the_low_water_mark() -> None:
+    assert full_disks([_usage(A, 0.85)], MARKS, {A}) == {A}
+    assert full_disks([_usage(A, 0.8)], MARKS, {A}) == {A}
+    assert full_disks([_usage(A, 0.799)], MARKS, {A}) == set()
+
+
+def test_any_full_disk_counts_data_or_journal() -> None:
+    assert full_disks([_usage(A, 0.5), _usage(B, 0.99)], MARKS, set()) == {B}
+
+
+@pytest.mark.parametrize(
+    ("high", "warn", "low", "flag"),
+    [
+        (0.0, 0.5, 0.5, "--disk-usage-threshold"),
+        (1.5, 0.5, 0.5, "--disk-usage-threshold"),
+        (0.9, 0.5, 0.95, "--disk-usage-lwm-threshold"),
+        (0.9, 0.5, 0.0, "--disk-usage-lwm-threshold"),
+        (0.9, 0.99, 0.5, "--disk-usage-warn-threshold"),
+    ],
+)
+def test_bad_marks_are_refused_naming_the_flag(
+    high: float, warn: float, low: float, flag: str
+) -> None:
+    with pytest.raises(ValueError, match=flag):
+        DiskThresholds(high=high, warn=warn, low=low)
+
+
+def test_flags_map_onto_the_thresholds_with_bookkeeper_defaults() -> None:
+    config, _ = parse_config(["--data-dir", "d", "--listen", "h:1", "--metadata", "sqlite:///x"])
+    assert config.disk_thresholds() == DiskThresholds(high=0.95, warn=0.90, low=0.90)
+    assert config.disk_check_interval == 10.0
+    with pytest.raises(ValueError, match="--disk-usage-lwm-threshold"):
+        BookieConfig(
+            data_dir=Path("d"),
+            listen="h:1",
+            metadata="sqlite:///x",
+            disk_usage_threshold=0.5,
+            disk_usage_lwm_threshold=0.6,
+        )
+
+
+def test_monitor_switches_mode_once_per_change_and_a_storage_failure_turns_read_only(
+    tmp_path: Path,
+) -> None:
+    share = measure(tmp_path).share
+    assert share > 0
+    changes: list[str | None] = []
+    failure: list[str] = []
+
+    async def record(reason: str | None) -> None:
+        changes.append(reason)
+
+    async def scenario() -> None:
+        full = DiskMonitor(
+            [tmp_path, tmp_path],  # one file system: measured once
+            DiskThresholds(high=share / 2, warn=share / 2, low=share / 4),
+            1.0,
+            lambda: None,
+            record,
+        )
+        assert len(full.directories) == 1
+        assert (await full.check() or "").startswith("disk full: ")
+        await full.check()
+        assert len(changes) == 1 and full.read_only_entered == 1
+
+        changes.clear()
+        roomy = DiskMonitor(
+            [tmp_path], DiskThresholds(), 1.0, lambda: failure[0] if failure else None, record
+        )
+        assert await roomy.check() is None
+        assert changes == []  # writable from the start: nothing to apply
+        failure.append("journal failed: [Errno 28] No space left on device")
+        assert (await roomy.check() or "").startswith("journal failed: ")
+        assert changes and changes[-1] is not None
+
+    asyncio.run(scenario())
+
+
+def test_a_mode_change_the_metadata_store_refused_is_applied_at_the_next_check(
+    tmp_path: Path,
+) -> None:
+    share = measure(tmp_path).share
+    calls: list[str | None] = []
+
+    async def flaky(reason: str | None) -> None:
+        calls.append(reason)
+        if len(calls) == 1:
+            raise OSError("metadata store unreachable")
+
+    async def scenario() -> None:
+        monitor = DiskMonitor(
+            [tmp_path],
+            DiskThresholds(high=share / 2, warn=share / 2, low=share / 4),
+            1.0,
+            lambda: None,
+            flaky,
+        )
+        await monitor.check()
+        await monitor.check()
+        await monitor.check()
+
+    asyncio.run(scenario())
+    assert len(calls) == 2 and all(c is not None for c in calls)
