@@ -21,7 +21,8 @@ from walog.log.sink import (
     collect_sink_orphans,
     commit_sink_batch,
 )
-from walog.spark.sink import WriteOptions, commit_batch, write_partition
+from walog.spark.options import WriteOptions
+from walog.spark.sink import commit_batch, write_partition
 from walog.testing import LocalCluster
 
 pytestmark = pytest.mark.spark

@@ -13,8 +13,8 @@ from pyspark.sql.types import StructType
 
 from walog.spark.arrow import SCHEMA_DDL
 from walog.spark.batch import WalogBatchReader, freeze_worker_objects
-from walog.spark.options import ReadOptions
-from walog.spark.sink import WalogBatchWriter, WalogStreamWriter, WriteOptions, check_columns
+from walog.spark.options import ReadOptions, WriteOptions, check_columns
+from walog.spark.sink import WalogBatchWriter, WalogStreamWriter
 from walog.spark.stream import WalogStreamReader
 
 
