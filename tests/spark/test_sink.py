@@ -22,7 +22,7 @@ from walog.log.sink import (
     commit_sink_batch,
 )
 from walog.spark.options import WriteOptions
-from walog.spark.sink import commit_batch, write_partition
+from walog.spark.sink import SinkMessage, commit_batch, write_partition
 from walog.testing import LocalCluster
 
 pytestmark = pytest.mark.spark
@@ -254,3 +254,33 @@ def test_abandoned_sink_ledgers_are_collected_after_the_grace_period_and_never_l
         )
         assert deleted == 1 and _unlinked_sink_ledgers(client, log_name) == []
         assert log.metadata().ledger_ids == []
+
+
+def test_ledgers_created_out_of_partition_order_are_copied_so_ids_ascend_along_the_log(
+    spark: SparkSession, cluster: LocalCluster, log_name: str
+) -> None:
+    options = WriteOptions.parse(
+        {"metadata": cluster.metadata_uri, "log": log_name}, streaming=False
+    )
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name)
+        # Partition 1's task created its ledger first; partition 2's comes last anyway.
+        p1 = write_partition(options, "txn-order", 0, _arrow(7, "p1"))
+        p0 = write_partition(options, "txn-order", 0, _arrow(5, "p0"))
+        p2 = write_partition(options, "txn-order", 0, _arrow(3, "p2"))
+        messages = [
+            SinkMessage(0, p0.ledgers),
+            SinkMessage(1, p1.ledgers),
+            SinkMessage(2, p2.ledgers),
+        ]
+        assert commit_batch(options, "txn-order", 0, messages)
+        ids = log.metadata().ledger_ids
+        assert ids == sorted(ids) and ids[0] == p0.ledgers[0].ledger_id
+        assert p1.ledgers[0].ledger_id not in client.list_ledgers()  # the original, copied
+        assert _unlinked_sink_ledgers(client, log_name) == []
+        with log.open_reader() as reader:
+            records = [reader.read_next(timeout=10) for _ in range(15)]
+    expected = [f"p{p}-{i:03d}".encode() for p, n in ((0, 5), (1, 7), (2, 3)) for i in range(n)]
+    assert [r.data for r in records if r] == expected
+    positions = [r.position for r in records if r]
+    assert positions == sorted(positions)
