@@ -7,9 +7,10 @@ reads the tiered log from its first record.
 1. A service appends half of ``--events`` JSON events to log ``events``.
 2. A streaming query (checkpointed in ``DIR/checkpoints``) reads ``events`` and writes each
    event, with its amount in cents added, to log ``events-enriched`` through the walog sink
-   (``sinkId`` makes every micro-batch land once), up to the log's end.
-3. The service appends the other half; the query starts again from its checkpoint, as after
-   a driver restart, and takes up where it stopped.
+   (``sinkId`` makes every micro-batch land once), up to the log's end; a second one
+   aggregates them into per-user totals in Parquet (``DIR/stream-totals``).
+3. The service appends the other half; the queries start again from their checkpoints, as
+   after a driver restart, and take up where they stopped.
 4. ``walog archive`` copies the closed ledgers of ``events`` to ``DIR/archive``; retention
    (``require_archived``) then deletes them from the bookies.
 5. A batch query reads ``events`` from ``earliest``: the archived part comes from Parquet,
@@ -91,6 +92,34 @@ def stream_once(spark: SparkSession, metadata: str, work: Path, per_trigger: int
     return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
 
 
+def aggregate_once(spark: SparkSession, metadata: str, work: Path, per_trigger: int) -> None:
+    """Stream ``events`` into per-user totals, one Parquet directory per micro-batch.
+
+    Each micro-batch overwrites ``DIR/stream-totals/batch=<id>``, so a batch Spark runs again
+    after a restart replaces its own output: every event is counted once.
+    """
+    out = work / "stream-totals"
+
+    def write(frame: DataFrame, batch_id: int) -> None:
+        event = F.from_json(F.col("data").cast("string"), EVENT_SCHEMA)
+        by_user = frame.select(event.alias("e")).groupBy("e.user")
+        totals = by_user.agg(F.count("*").alias("events"), F.sum("e.amount").alias("amount"))
+        totals.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+    query = (
+        _reader(spark, metadata, SOURCE)
+        .option("maxRecordsPerTrigger", per_trigger)
+        .load()
+        .writeStream.foreachBatch(write)
+        .option("checkpointLocation", str(work / "checkpoints" / "totals"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"totals query failed: {query.exception()}")
+
+
 def _scalar(frame: DataFrame) -> Any:
     row = frame.first()
     assert row is not None
@@ -105,9 +134,11 @@ def run(
     half = events // 2
     service(metadata, 0, half)
     batches = stream_once(spark, metadata, work, per_trigger)
+    aggregate_once(spark, metadata, work, per_trigger)
     service(metadata, half, events)  # a new writer takes over the log, as after a redeploy
     (work / "stream-restarting").touch()  # tests watch for it
     batches += stream_once(spark, metadata, work, per_trigger)  # restarted from the checkpoint
+    aggregate_once(spark, metadata, work, per_trigger)
     enriched = spark.read.format("walog").option("metadata", metadata).option("log", TARGET).load()
     seqs = enriched.select(
         F.get_json_object(F.col("data").cast("string"), "$.seq").cast("long").alias("seq")
@@ -137,6 +168,9 @@ def run(
         "deleted_ledgers": deleted,
         "ledgers_left": left,
         "tiered_read": tiered.count(),
+        "stream_total_events": _scalar(
+            spark.read.parquet(str(work / "stream-totals")).agg(F.sum("events"))
+        ),
         "total_events": _scalar(spark.read.parquet(str(work / "totals")).agg(F.sum("events"))),
     }
 

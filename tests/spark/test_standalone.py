@@ -79,6 +79,7 @@ def _check(summary: dict[str, Any], events: int) -> None:
     assert summary["archived_ledgers"] >= 2 and summary["deleted_ledgers"] >= 2
     assert summary["ledgers_left"] <= 2
     assert summary["tiered_read"] == summary["total_events"] == events
+    assert summary["stream_total_events"] == events
 
 
 @pytest.mark.timeout(600)  # three JVMs, executors and two queries on a busy 2-core machine
