@@ -35,7 +35,7 @@ from walog.ledger.reader import AsyncLedgerReader
 from walog.log.archived import archive_covers, archived_entries, archived_only
 from walog.log.metadata import read_log
 from walog.spark.arrow import record_batches
-from walog.spark.options import ReadOptions
+from walog.spark.options import BookieAccess, ReadOptions
 from walog.spark.plan import LedgerSpan, LogSnapshot, ReadRange, check_start, plan_ranges, resolve
 
 READ_BATCH_ENTRIES = 256
@@ -105,17 +105,21 @@ def plan_batch(snapshot: LogSnapshot, options: ReadOptions) -> list[ReadRange]:
 
 # -- executor side -----------------------------------------------------------------------
 
-_clients: dict[tuple[str, float], Client] = {}
+_clients: dict[tuple[str, float, BookieAccess], Client] = {}
 _clients_lock = threading.Lock()
 
 
-def worker_client(metadata: str, timeout: float) -> Client:
-    """This process's client for a cluster (opened once, closed when the process exits)."""
-    key = (metadata, timeout)
+_NO_ACCESS = BookieAccess()
+
+
+def worker_client(metadata: str, timeout: float, access: BookieAccess = _NO_ACCESS) -> Client:
+    """This process's client for a cluster, with the TLS and token options of ``access``
+    (opened once, closed when the process exits)."""
+    key = (metadata, timeout, access)
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = walog.connect(metadata, timeout=timeout)
+            client = walog.connect(metadata, timeout=timeout, **access.connect_kwargs())
             _clients[key] = client
             if len(_clients) == 1:
                 atexit.register(_close_clients)
@@ -254,7 +258,7 @@ def _reread(loop: LoopThread, handle: AsyncLedgerReader, first: int, last: int) 
 
 def read_range(options: ReadOptions, rng: ReadRange) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records of one planned range, in log order (runs on executors)."""
-    client = worker_client(options.metadata, options.timeout)
+    client = worker_client(options.metadata, options.timeout, options.access)
     yield from record_batches(iter_entries(client, rng, options.password), rng)
 
 
@@ -277,7 +281,7 @@ class WalogBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """Plan from a fresh snapshot of the log (driver)."""
-        client = worker_client(self.options.metadata, self.options.timeout)
+        client = worker_client(self.options.metadata, self.options.timeout, self.options.access)
         snapshot = take_snapshot(client, self.options)
         return [RangePartition(r) for r in plan_batch(snapshot, self.options)]
 

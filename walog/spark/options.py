@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from pyspark.sql.types import BinaryType, StringType, StructType
 
@@ -57,6 +58,51 @@ def _positive_float(options: Mapping[str, str], name: str, default: float) -> fl
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class BookieAccess:
+    """How executors reach TLS or token-protected bookies: the client's ``tls`` and
+    ``auth_token`` (options ``tlsCa``, ``tlsCert``, ``tlsKey``, ``authTokenFile``: paths on
+    every executor; only paths travel with the plan, never the secrets)."""
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    auth_token_file: str | None = None
+
+    @classmethod
+    def parse(cls, lowered: Mapping[str, str]) -> BookieAccess:
+        """From Spark's options, lower-cased."""
+        access = cls(
+            tls_ca=lowered.get("tlsca"),
+            tls_cert=lowered.get("tlscert"),
+            tls_key=lowered.get("tlskey"),
+            auth_token_file=lowered.get("authtokenfile"),
+        )
+        if (access.tls_cert is None) != (access.tls_key is None):
+            raise ValueError("options tlsCert and tlsKey go together")
+        return access
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """``tls`` and ``auth_token`` for ``walog.connect`` (files read now).
+
+        Raises:
+            ValueError: a file is missing or unreadable (named).
+        """
+        from walog.transport.credentials import TlsConfig
+
+        tls = None
+        if self.tls_ca or self.tls_cert:
+            tls = TlsConfig(ca=self.tls_ca, cert=self.tls_cert, key=self.tls_key)
+        token = None
+        if self.auth_token_file is not None:
+            try:
+                with open(self.auth_token_file, encoding="utf-8") as f:
+                    token = f.read().strip()
+            except OSError as exc:
+                raise ValueError(f"option authTokenFile={self.auth_token_file}: {exc}") from exc
+        return {"tls": tls, "auth_token": token}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ReadOptions:
     """The parsed options (plain data: pickled to executors with every partition plan).
 
@@ -75,6 +121,7 @@ class ReadOptions:
         max_records_per_trigger: ``maxRecordsPerTrigger``: streaming only; records per
             micro-batch at most.
         timeout: ``timeout``: seconds to wait for the metadata store (default 10).
+        access: TLS and token options for the bookies (:class:`BookieAccess`).
     """
 
     metadata: str
@@ -87,6 +134,7 @@ class ReadOptions:
     consumer_name: str | None = None
     max_records_per_trigger: int | None = None
     timeout: float = 10.0
+    access: BookieAccess = dataclasses.field(default_factory=BookieAccess)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -120,6 +168,7 @@ class ReadOptions:
             consumer_name=None if consumer is None else str(consumer).strip(),
             max_records_per_trigger=_positive_int(lowered, "maxRecordsPerTrigger", None),
             timeout=_positive_float(lowered, "timeout", 10.0),
+            access=BookieAccess.parse({str(k): str(v) for k, v in lowered.items()}),
         )
 
 
@@ -142,6 +191,7 @@ class WriteOptions:
         orphan_grace: ``orphanGraceSeconds``: age after which an unlinked sink ledger of no
             linked batch is deleted (a commit refuses ledgers older than half of it).
         timeout: ``timeout``: seconds to wait for the metadata store.
+        access: TLS and token options for the bookies (:class:`BookieAccess`).
     """
 
     metadata: str
@@ -154,6 +204,7 @@ class WriteOptions:
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     orphan_grace: float = DEFAULT_ORPHAN_GRACE
     timeout: float = 10.0
+    access: BookieAccess = dataclasses.field(default_factory=BookieAccess)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
@@ -222,6 +273,7 @@ class WriteOptions:
             max_entry_bytes=max_entry,
             orphan_grace=_positive_float(lowered, "orphanGraceSeconds", DEFAULT_ORPHAN_GRACE),
             timeout=_positive_float(lowered, "timeout", 10.0),
+            access=BookieAccess.parse(lowered),
         )
 
 

@@ -176,7 +176,7 @@ def write_partition(
     """Write one partition's rows into a ledger of its own (runs on executors)."""
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
-    client = worker_client(options.metadata, options.timeout)
+    client = worker_client(options.metadata, options.timeout, options.access)
     tags = SinkBatch(options.log, txn, (), options.sink_id, batch_id).tags()
     task = _TaskLedger(client, options, tags)
     try:
@@ -207,7 +207,7 @@ def commit_batch(
 
     Returns True when this commit linked the batch (False: it was linked before).
     """
-    client = worker_client(options.metadata, options.timeout)
+    client = worker_client(options.metadata, options.timeout, options.access)
     ledgers = _ledgers(messages)
     if options.link_order == "written":
         ledgers.sort(key=lambda led: led.ledger_id)
@@ -230,7 +230,7 @@ def abort_batch(
 ) -> None:
     """Delete the ledgers of a failed attempt (those its tasks reported, and any other of
     its transaction that is not linked)."""
-    client = worker_client(options.metadata, options.timeout)
+    client = worker_client(options.metadata, options.timeout, options.access)
 
     async def run() -> None:
         ctx = client.async_client
@@ -241,7 +241,7 @@ def abort_batch(
 
 
 def _ensure_log(options: WriteOptions) -> None:
-    client = worker_client(options.metadata, options.timeout)
+    client = worker_client(options.metadata, options.timeout, options.access)
     client.open_log(options.log)
 
 

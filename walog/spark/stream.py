@@ -91,7 +91,7 @@ class WalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # Driver-side methods run in one long-lived planner process: one client for all calls.
     def _client(self) -> Client:
-        return worker_client(self.options.metadata, self.options.timeout)
+        return worker_client(self.options.metadata, self.options.timeout, self.options.access)
 
     def _snapshot(self) -> LogSnapshot:
         return take_snapshot(self._client(), self.options)
