@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bookie.journal_files import JournalMark
 from bookie.ledgers import LedgerState
 from bookie.storage import CachedEntry, EntryStorage
-from walog.digest import entry_digest
+from walog.wire.digest import entry_digest
 
 
 def measure(entries: int, ledgers: int, size: int, checkpoints: int) -> float:

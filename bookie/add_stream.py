@@ -30,18 +30,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
-from walog.digest import MASTER_KEY_BYTES
-from walog.ledger.durability import Durability
-from walog.proto import bookie_pb2 as pb
-from walog.transport.base import Status
-from walog.transport.packing import PackedEntry, unpack_entries
-
-if TYPE_CHECKING:
-    from bookie.server import BookieService
+from bookie.accounting import Admission, ServiceStats
+from bookie.core import BookieCore
+from walog.wire.digest import MASTER_KEY_BYTES
+from walog.wire.durability import Durability
+from walog.wire.packing import PackedEntry, unpack_entries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.status import Status
 
 log = structlog.get_logger("bookie.add")
 
@@ -67,15 +66,38 @@ def batch_problem(batch: pb.AddBatch) -> str | None:
     return None
 
 
+class StreamOwner(Protocol):
+    """What an add stream uses of the service that opened it (bookie/service.py)."""
+
+    @property
+    def core(self) -> BookieCore:
+        """The storage core the adds go to."""
+
+    @property
+    def stats(self) -> ServiceStats:
+        """The service's counters."""
+
+    @property
+    def admission(self) -> Admission:
+        """The bound on add bytes in flight."""
+
+    @property
+    def draining(self) -> asyncio.Event:
+        """Set when the bookie drains: streams end once their accepted adds are answered."""
+
+    def adopt(self, tasks: set[asyncio.Task[None]]) -> None:
+        """Keep the adds of an ended stream referenced until they finish."""
+
+
 class AddStream:
     """The state of one ``Add`` RPC: in-flight adds, completed results, the writer's wake-up.
 
     Args:
-        service: the bookie service (storage core, admission, counters).
+        service: the service that opened the stream (storage core, admission, counters).
         on_write: called with a ledger id whenever an add to it is accepted (GC bookkeeping).
     """
 
-    def __init__(self, service: BookieService, on_write: Callable[[int], None]) -> None:
+    def __init__(self, service: StreamOwner, on_write: Callable[[int], None]) -> None:
         self._service = service
         self._core = service.core
         self._on_write = on_write
@@ -330,4 +352,4 @@ class AddStream:
         self._answer_force(force, status, last_add_synced)
 
 
-__all__ = ["AddStream", "batch_problem", "wire_status"]
+__all__ = ["AddStream", "StreamOwner", "batch_problem", "wire_status"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from bookie.compaction import CompactionPolicy
 from bookie.disks import DiskThresholds
-from walog.ledger.context import DEFAULT_MAX_ENTRY_BYTES
 from walog.metadata.uri import parse_uri
+from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 _METADATA_SCHEMES = ("zk://", "sqlite:///")
 _MIB = 1024 * 1024
@@ -72,7 +72,13 @@ class BookieConfig:
     auth_token_file: Path | None = None
     """``--auth-token-file``: clients must send ``authorization: Bearer <token>``."""
     allow_format: bool = False
-    """``--allow-format``: write a new cookie even though disk and metadata disagree."""
+    """``--allow-format``: write a new cookie even though disk and metadata disagree (never
+    deletes data). Not enough alone where a disk lost the incarnation the metadata store
+    names: see ``discard_instance``."""
+    discard_instance: str | None = None
+    """``--discard-instance ID``: with ``allow_format``, the instance id (from the refusal
+    message) of the incarnation whose disk state was lost; the confirmation that its
+    acknowledged entries are no longer needed from this bookie."""
     cache_entry_logs: bool = False
     """``--cache-entry-logs``: keep what checkpoints write to entry logs in the page cache;
     by default the bookie drops it once synced (see ``StorageConfig.cache_entry_logs``)."""
@@ -144,6 +150,8 @@ class BookieConfig:
             raise ValueError("--tls-cert and --tls-key must be given together")
         if self.tls_ca is not None and self.tls_cert is None:
             raise ValueError("--tls-ca needs --tls-cert and --tls-key (mutual TLS)")
+        if self.discard_instance is not None and not self.allow_format:
+            raise ValueError("--discard-instance only confirms --allow-format; give both")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")
         if not -1 <= self.native_port <= 65535:

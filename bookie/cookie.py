@@ -13,6 +13,13 @@ At every start all copies must exist and match:
   bookie's disk, moved directories, a different metadata store): refuse likewise.
 
 ``--allow-format`` makes a fresh instance id and rewrites every copy. It never deletes data.
+Where a directory no longer holds the incarnation the metadata store names (wiped, replaced,
+foreign or stale disk), ``--allow-format`` alone is refused too: the formatted bookie would
+answer "no such entry" under its old id for entries that incarnation acknowledged, and
+recovery counts such answers as proof of absence (seed 003), so it could close a ledger
+short of acknowledged entries. The operator must also name the lost incarnation with
+``--discard-instance ID``, after re-replicating its ledgers; the safe alternatives are a
+new bookie id, or decommissioning the old one (which deletes its metadata cookie).
 """
 
 from __future__ import annotations
@@ -123,13 +130,27 @@ def _write_disk_cookie(directory: Path, cookie: Cookie) -> None:
         os.close(dir_fd)
 
 
-def _refusal(config: BookieConfig, problem: str) -> CookieMismatchError:
+def _refusal(config: BookieConfig, problem: str, lost: Cookie | None) -> CookieMismatchError:
+    if lost is None:
+        fix = (
+            "If the directories only moved or the metadata store changed, and no data was "
+            "lost, start it with --allow-format to record a new cookie"
+        )
+    else:
+        fix = (
+            f"This disk lost incarnation {lost.instance_id}: formatting it under the same "
+            f"bookie id would make it answer 'no such entry' for entries that incarnation "
+            f"acknowledged, and recovery takes such answers as proof that an entry does not "
+            f"exist, so acknowledged entries could be lost. Safe ways back: start the empty "
+            f"disk under a new bookie id (another --listen address), or decommission "
+            f"{config.bookie_id} first (re-replicate its ledgers, then delete the metadata "
+            f"cookie {cookie_path(config.bookie_id)}). Only once every ledger it was part of "
+            f"is fully replicated elsewhere, --allow-format --discard-instance "
+            f"{lost.instance_id} formats it in place"
+        )
     return CookieMismatchError(
         f"bookie {config.bookie_id}: {problem}. A bookie whose disk does not match its "
-        f"cookie must not rejoin: it may have lost entries it acknowledged. To re-add it, "
-        f"either decommission it (re-replicate its ledgers, then delete the metadata cookie "
-        f"{cookie_path(config.bookie_id)} with the walog tooling) or start it with "
-        f"--allow-format to format it as a new, empty bookie"
+        f"cookie must not rejoin on its own: it may have lost entries it acknowledged. {fix}"
     )
 
 
@@ -217,9 +238,21 @@ async def check_cookie(store: MetadataStore, config: BookieConfig) -> Cookie:
     if not problems:
         assert meta is not None
         return meta
-    if config.allow_format:
+    # The incarnation the metadata store names is lost when a directory does not carry it.
+    lost = (
+        meta
+        if meta is not None
+        and any(c is None or c.instance_id != meta.instance_id for c in disk.values())
+        else None
+    )
+    if config.allow_format and (lost is None or config.discard_instance == lost.instance_id):
         return await _format(store, config, meta_version)
-    raise _refusal(config, "; ".join(problems))
+    if config.allow_format and config.discard_instance is not None:
+        problems.append(
+            f"--discard-instance {config.discard_instance} does not name the lost "
+            f"incarnation {lost.instance_id if lost else '?'}"
+        )
+    raise _refusal(config, "; ".join(problems), lost)
 
 
 __all__ = ["COOKIE_FILE", "Cookie", "check_cookie", "cookie_dirs"]

@@ -47,11 +47,11 @@ from bookie.records import (
 from bookie.startup import load_store
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog._sync import name_os_thread
-from walog.digest import entry_digest
 from walog.latency import StageLatencies
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
-from walog.transport.packing import ENTRY_HEADER
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.packing import ENTRY_HEADER
+from walog.wire.status import Status
 
 _log = structlog.get_logger(__name__)
 

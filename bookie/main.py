@@ -84,7 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: require client certs")
     p.add_argument("--auth-token-file", type=Path, metavar="F", help="bearer token clients send")
     p.add_argument(
-        "--allow-format", action="store_true", help="format even if disk and metadata disagree"
+        "--allow-format",
+        action="store_true",
+        help="write a new cookie although disk and metadata disagree (see --discard-instance)",
+    )
+    p.add_argument(
+        "--discard-instance",
+        metavar="ID",
+        help="with --allow-format, where the disk lost the incarnation the metadata store "
+        "names: its instance id, confirming that its acknowledged entries are re-replicated",
     )
     p.add_argument(
         "--cache-entry-logs",
@@ -347,10 +355,6 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bookie`` and ``walog bookie``; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["decommission"]:
-        from bookie.decommission import main as decommission_main
-
-        return decommission_main(args[1:])
     if "--rebuild-index" in args:
         from bookie.rebuild import main as rebuild_main
 

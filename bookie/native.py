@@ -1,14 +1,14 @@
 """The bookie's native port: the ``Bookie`` RPCs as frames over TCP or TLS (and a Unix
 socket for clients on the same host).
 
-Same service object, same messages and same answers as the gRPC port (bookie/server.py);
-only the carriage differs (walog/transport/frames.py), at a fraction of gRPC's CPU per
-message. Each connection starts with a HELLO that carries the bearer token when the bookie
-requires one. An add stream is driven by calls (:meth:`AddStream.run_direct`): each frame is
-dispatched as it arrives and each loop turn's results go out at its end. Other calls run as
-one task each, at most ``MAX_UNARY_CALLS`` unary ones at a time. While the socket's send
-buffer is full, answers wait and the connection is not read: a client that does not read
-its answers stops being read.
+Same service object (bookie/service.py), same messages and same answers as the gRPC port
+(bookie/server.py); only the carriage differs (walog/wire/frames.py), at a fraction of
+gRPC's CPU per message. Each connection starts with a HELLO that carries the bearer token
+when the bookie requires one. An add stream is driven by calls
+(:meth:`AddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
+results go out at its end. Other calls run as one task each, at most ``MAX_UNARY_CALLS``
+unary ones at a time. While the socket's send buffer is full, answers wait and the
+connection is not read: a client that does not read its answers stops being read.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from walog.proto import bookie_pb2 as pb
-from walog.transport.frames import (
+from bookie.add_stream import AddStream
+from bookie.service import BookieService
+from walog.wire.frames import (
     HELLO_MAGIC,
     RPC_NAMES,
     Code,
@@ -38,11 +39,8 @@ from walog.transport.frames import (
     encode_end,
     encode_status,
 )
-from walog.transport.native import keepalive
-
-if TYPE_CHECKING:
-    from bookie.add_stream import AddStream
-    from bookie.server import BookieService
+from walog.wire.keepalive import keepalive
+from walog.wire.proto import bookie_pb2 as pb
 
 log = structlog.get_logger("bookie.native")
 

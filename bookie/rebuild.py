@@ -41,7 +41,7 @@ from bookie.index import entry_row
 from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
 from bookie.ledgers import LedgerState, SyncCursor
 from bookie.storage import _RECORD, EntryStorage, _lock_directory
-from walog.digest import entry_digest
+from walog.wire.digest import entry_digest
 
 
 @dataclasses.dataclass

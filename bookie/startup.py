@@ -33,8 +33,8 @@ from bookie.journal_files import (
 from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import EntryStorage, WriteCache
-from walog.digest import entry_digest
-from walog.transport.packing import unpack_entries
+from walog.wire.digest import entry_digest
+from walog.wire.packing import unpack_entries
 
 _log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ whose entry is not durable in an entry log, an index row never points at bytes t
 not on disk, and a ledger's summary always counts exactly its entry rows.
 
 Reads check the index row's checksum, the stored digest (CRC32C over header and payload,
-walog/digest.py) and the record header against the index key: a damaged record is never
+walog/wire/digest.py) and the record header against the index key: a damaged record is never
 served. A lookup miss is reported as absence only when it is proven (bookie/index.py);
 otherwise the read answers "damaged" (IO_ERROR), never "no such entry".
 
@@ -62,7 +62,7 @@ from bookie.index import (
 from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
 from bookie.lmdb_check import check_index_file
-from walog.digest import entry_digest
+from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
 

@@ -128,8 +128,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False, help="run slow tests")
 
 
+def starts_zookeeper(item: pytest.Item) -> bool:
+    """True when the test uses the session's ZooKeeper server (directly, through a fixture
+    that needs it, or as the ZooKeeper run of ``any_cluster``)."""
+    if "zookeeper" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("any_cluster") == "zookeeper"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``slow`` tests unless ``--slow`` is given."""
+    """Mark every test that starts ZooKeeper ``zk``; skip ``slow`` tests unless ``--slow``."""
+    for item in items:
+        if starts_zookeeper(item):
+            item.add_marker(pytest.mark.zk)
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="slow test: run with --slow")

@@ -74,9 +74,12 @@ def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
 class ZooKeeperServer:
     """A standalone ZooKeeper on 127.0.0.1; use as a context manager or start()/stop()."""
 
-    def __init__(self, *, start_timeout: float = 30.0) -> None:
+    def __init__(self, *, start_timeout: float = 30.0, extra_config: str = "") -> None:
         self.port = free_port()
         self.start_timeout = start_timeout
+        self.extra_config = extra_config
+        """Lines appended to zoo.cfg (keys it does not know become ``zookeeper.*``
+        system properties, e.g. ``ssl.keyStore.location``)."""
         self._dir = Path(tempfile.mkdtemp(prefix="walog-zk-"))
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = self._dir / "server.log"
@@ -106,7 +109,7 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr,stat\n"
-            "maxClientCnxns=0\n"
+            "maxClientCnxns=0\n" + self.extra_config
         )
         cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", classpath()]
         cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]

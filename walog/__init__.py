@@ -1,12 +1,44 @@
 """walog: a replicated write-ahead log for Python services, built on BookKeeper-style ledgers.
 
-This module is the public API; everything else may change. See docs/ for the guide.
+This module is the public API; everything else may change. docs/api.md is its reference.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import importlib.metadata
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What the lazy table below resolves at run time, spelled out for type checkers (a
+    # test keeps the two in step): they see each walog.X as what it is, not as Any.
+    from walog import aio, spark, testing
+    from walog.client import Client, LedgerReader, LedgerWriter, connect
+    from walog.config import ClientConfig, Timeouts
+    from walog.errors import (
+        BookieError,
+        BookieUnavailableError,
+        DataLossError,
+        LedgerClosedError,
+        LedgerFencedError,
+        MetadataConflictError,
+        MetadataError,
+        NoSuchEntryError,
+        NoSuchLedgerError,
+        NoSuchLogError,
+        NotEnoughBookiesError,
+        UnauthorizedError,
+        WalogError,
+        WriterFencedError,
+    )
+    from walog.ledger.entry import Entry
+    from walog.log.position import Position, Record, Segment
+    from walog.log.retention import RetentionPolicy, RollPolicy
+    from walog.log.sync import Log, LogReader, LogWriter
+    from walog.log.writer import LogWriterConfig
+    from walog.metadata.layout import LedgerMetadata
+    from walog.transport.credentials import TlsConfig
+    from walog.wire.durability import Durability
 
 # Public name -> module that defines it. Imported on first use, so `import walog` stays
 # cheap for processes (bookies, Spark executors) that need only a part of it.
@@ -15,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "Client": "walog.client",
     "LedgerWriter": "walog.client",
     "LedgerReader": "walog.client",
-    "Durability": "walog.ledger.durability",
+    "Durability": "walog.wire.durability",
     "Entry": "walog.ledger.entry",
     "LedgerMetadata": "walog.metadata.layout",
     "Log": "walog.log.sync",
@@ -26,6 +58,10 @@ _EXPORTS: dict[str, str] = {
     "Segment": "walog.log.position",
     "RollPolicy": "walog.log.retention",
     "RetentionPolicy": "walog.log.retention",
+    "LogWriterConfig": "walog.log.writer",
+    "ClientConfig": "walog.config",
+    "Timeouts": "walog.config",
+    "TlsConfig": "walog.transport.credentials",
     "WalogError": "walog.errors",
     "LedgerFencedError": "walog.errors",
     "WriterFencedError": "walog.errors",
@@ -38,10 +74,54 @@ _EXPORTS: dict[str, str] = {
     "UnauthorizedError": "walog.errors",
     "DataLossError": "walog.errors",
     "BookieError": "walog.errors",
+    "BookieUnavailableError": "walog.errors",
+    "MetadataError": "walog.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "aio", "testing", "spark"])
-__version__ = "0.1.0"
+# A literal list, so type checkers know what is exported (a test compares it with the table).
+__all__ = [
+    "BookieError",
+    "BookieUnavailableError",
+    "Client",
+    "ClientConfig",
+    "DataLossError",
+    "Durability",
+    "Entry",
+    "LedgerClosedError",
+    "LedgerFencedError",
+    "LedgerMetadata",
+    "LedgerReader",
+    "LedgerWriter",
+    "Log",
+    "LogReader",
+    "LogWriter",
+    "LogWriterConfig",
+    "MetadataConflictError",
+    "MetadataError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "NoSuchLogError",
+    "NotEnoughBookiesError",
+    "Position",
+    "Record",
+    "RetentionPolicy",
+    "RollPolicy",
+    "Segment",
+    "Timeouts",
+    "TlsConfig",
+    "UnauthorizedError",
+    "WalogError",
+    "WriterFencedError",
+    "aio",
+    "connect",
+    "spark",
+    "testing",
+]
+try:
+    # The version lives in pyproject.toml only; the installed distribution's metadata has it.
+    __version__ = importlib.metadata.version("walog")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,11 @@
 """Loggers of the library: structlog key-value events handed to the standard ``logging``.
 
 A library must not print on its own: events go to ``logging.getLogger(name)``, so the
-application's logging set-up decides levels and destinations (with none, Python shows
-WARNING and up on stderr). Events below the logger's level cost one level check.
+application's logging set-up decides levels and destinations. The ``walog`` logger carries a
+``NullHandler`` (the standard library's convention for libraries): an application that set
+nothing up sees nothing, not even Python's last-resort WARNING lines on stderr; one that
+configures logging gets walog's events through its own handlers. Events below the logger's
+level cost one level check.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ def _render(
     context = " ".join(f"{key}={value!r}" for key, value in event_dict.items())
     message = f"{event} {context}" if context else event
     return (message,), ({"exc_info": exc_info} if exc_info else {})
+
+
+logging.getLogger("walog").addHandler(logging.NullHandler())
 
 
 def get_logger(name: str) -> Any:

@@ -18,10 +18,10 @@ import asyncio
 from collections.abc import Mapping
 from types import TracebackType
 
+from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
-from walog.ledger.context import ClientConfig, LedgerContext
+from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
-from walog.ledger.durability import Durability
 from walog.ledger.ensemble import Placement, available_bookies, read_only_bookies
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
@@ -35,6 +35,7 @@ from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
 from walog.transport.credentials import TlsConfig
 from walog.transport.network import NetworkBookiePool
+from walog.wire.durability import Durability
 
 
 async def connect(

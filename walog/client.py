@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
-from walog.ledger.context import ClientConfig
-from walog.ledger.durability import Durability
+from walog.config import ClientConfig
 from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.writer import AsyncLedgerWriter, as_payload
@@ -25,6 +24,7 @@ from walog.log.sync import Log
 from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.credentials import TlsConfig
+from walog.wire.durability import Durability
 
 T = TypeVar("T")
 

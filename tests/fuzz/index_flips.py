@@ -21,7 +21,7 @@ import structlog
 
 from bookie.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload
-from walog.transport.base import Status
+from walog.wire.status import Status
 
 SIZE = 64
 #: Acknowledged entries per ledger; ledger 3 lives in the journal after the mark only.

@@ -27,13 +27,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from bookie.server import MAX_MESSAGE_BYTES
 from tests.integration.bookies import Answer, answers, batch_of
-from walog.digest import MASTER_KEY_BYTES, entry_digest, master_key
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster
-from walog.transport.packing import ENTRY_HEADER
+from walog.wire.digest import MASTER_KEY_BYTES, entry_digest, master_key
+from walog.wire.limits import MAX_MESSAGE_BYTES
+from walog.wire.packing import ENTRY_HEADER
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 SERVICE = "/walog.bookie.v1.Bookie/"
 UNARY = ("Read", "ReadLac", "Fence", "Info", "ListLedgers")

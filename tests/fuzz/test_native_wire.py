@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import walog.aio
-from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
-from walog.transport.frames import HELLO_MAGIC, Code, FrameDecoder, Kind, decode_status, encode
 from walog.transport.network import NetworkBookieClient
+from walog.wire.frames import HELLO_MAGIC, Code, FrameDecoder, Kind, decode_status, encode
+from walog.wire.proto import bookie_pb2 as pb
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 MANY = settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))

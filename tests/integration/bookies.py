@@ -14,11 +14,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from walog.digest import entry_digest, master_key
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import BookieProcess, free_port
-from walog.transport.packing import ENTRY_HEADER
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.packing import ENTRY_HEADER
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

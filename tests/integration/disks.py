@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.bookies import answers
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import BookieProcess
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 PREFIX = "walog-disk-"
 

@@ -18,10 +18,10 @@ import pytest
 import walog.aio as aio
 from tests.integration.waiting import eventually
 from walog.autorecovery import recover
-from walog.ledger.context import ClientConfig, Timeouts
+from walog.config import ClientConfig, Timeouts
 from walog.ledger.readops import write_set_bookies
 from walog.testing import LocalCluster
-from walog.transport.base import Status
+from walog.wire.status import Status
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 

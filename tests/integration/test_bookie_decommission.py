@@ -10,8 +10,8 @@ from pathlib import Path
 
 import walog
 import walog.aio
-from bookie.main import main as bookie_main
 from tests.integration.disks import read_entries, wait_until
+from walog import cli
 from walog.autorecovery.replicate import recover
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import cookie_path, decommission_path
@@ -58,9 +58,10 @@ def test_decommission_of_a_bookie_holding_100_ledgers_leaves_each_at_qw_copies(
             background.start()
             try:
                 wait_until(lambda: len(appended) >= 5, "the open ledger is written to")
-                status = bookie_main(
-                    ["decommission", victim, "--metadata", cluster.metadata_uri, "--timeout", "120"]
-                )
+                status = cli.main(
+                    ["bookie", "decommission", victim, "--metadata", cluster.metadata_uri,
+                     "--timeout", "120"]
+                )  # fmt: skip
             finally:
                 stop.set()
                 background.join()

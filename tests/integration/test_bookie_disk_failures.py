@@ -23,8 +23,8 @@ from tests.integration.disks import (
     small_tmpfs,
     wait_until,
 )
-from walog.proto import bookie_pb2 as pb
 from walog.testing import BookieProcess, LocalCluster
+from walog.wire.proto import bookie_pb2 as pb
 
 LEDGER = 4242
 NO_USAGE_LIMIT = [

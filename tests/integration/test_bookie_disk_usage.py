@@ -26,10 +26,10 @@ from tests.integration.disks import (
     wait_until,
 )
 from walog import cli
-from walog.digest import master_key
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import LocalCluster, free_port
+from walog.wire.digest import master_key
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 ENTRY = 4096
 ROUNDS = 128  # 9 ledgers x 128 entries x 64 KiB: 72 MiB against a 128 MiB disk

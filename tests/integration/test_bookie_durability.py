@@ -19,9 +19,9 @@ from tests.integration.bookies import (
     make_add,
     send_frames,
 )
-from walog.digest import entry_digest, master_key
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 
 def payload(ledger_id: int, entry_id: int, size: int = 100) -> bytes:

@@ -29,12 +29,13 @@ from tests.integration.bookies import (
     make_add,
     send_frames,
 )
+from tests.pki import make_certificates
 from walog.latency import STAGES, percentile_us
 from walog.metadata import open_store
 from walog.metadata.layout import LedgerMetadata, LedgerState, bookie_path, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 
 @pytest.fixture(params=["sqlite", pytest.param("zk", marks=pytest.mark.zk)])
@@ -364,66 +365,10 @@ async def test_sigterm_ends_open_add_streams_cleanly(tmp_path: Path) -> None:
         bookie.stop_quietly()
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def certificates(tmp_path: Path) -> Path:
     """A CA, a server certificate for 127.0.0.1 and a client certificate."""
-    d = tmp_path / "pki"
-    d.mkdir()
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=walog-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        cwd=d,
-    )
-    for name, extra in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "")):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            cwd=d,
-        )
-        ext = d / f"{name}.ext"
-        ext.write_text(extra + "\n" if extra else "basicConstraints=CA:FALSE\n")
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            f"{name}.pem",
-            "-extfile",
-            str(ext),
-            cwd=d,
-        )
-    return d
+    return make_certificates(tmp_path / "pki")
 
 
 def test_mutual_tls_requires_a_client_certificate(tmp_path: Path, certificates: Path) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 from bookie.journal_files import journal_files
 from tests.integration.bookies import REPO_ROOT, make_add
 from tests.integration.disks import add_status, read_entries, wait_until
-from walog.digest import master_key
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc as pb_grpc
 from walog.testing import BookieProcess
+from walog.wire.digest import master_key
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 OLD, RECENT = 7, 8  # OLD: only in the entry logs after the rebuild; RECENT: in the journal too
 

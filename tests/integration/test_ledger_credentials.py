@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +10,9 @@ import pytest
 
 import walog.aio as aio
 from tests.integration.bookies import BookieProcess
+from tests.pki import make_certificates
+from walog.config import ClientConfig, Timeouts
 from walog.errors import UnauthorizedError
-from walog.ledger.context import ClientConfig, Timeouts
 from walog.transport.credentials import TlsConfig
 from walog.transport.native import NativeCallError, NativeConnection
 from walog.transport.network import NetworkBookieClient
@@ -20,35 +20,11 @@ from walog.transport.network import NetworkBookieClient
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _certificates(d: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, in ``d``."""
-    d.mkdir()
-    _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-        "/CN=walog-test-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=d,
-    )  # fmt: skip
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "")):
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d,
-        )  # fmt: skip
-        (d / f"{name}.ext").write_text((ext or "basicConstraints=CA:FALSE") + "\n")
-        _openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
-            "-extfile", f"{name}.ext", cwd=d,
-        )  # fmt: skip
-
-
 @pytest.fixture
 def secured(tmp_path: Path) -> Iterator[tuple[str, TlsConfig]]:
     """One bookie with mutual TLS and a token; yields the metadata URI and client TLS."""
     pki = tmp_path / "pki"
-    _certificates(pki)
+    make_certificates(pki)
     (tmp_path / "token").write_text("s3cret\n")
     uri = f"sqlite:///{tmp_path}/meta.db"
     bookie = BookieProcess(
@@ -152,5 +128,5 @@ def test_missing_tls_file_is_named(tmp_path: Path) -> None:
 
 def test_channel_credentials_are_grpc_credentials(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
-    _certificates(pki)
+    make_certificates(pki)
     assert isinstance(TlsConfig(ca=pki / "ca.pem").channel_credentials(), grpc.ChannelCredentials)

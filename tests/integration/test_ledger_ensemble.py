@@ -10,11 +10,11 @@ import pytest
 
 import walog.aio as aio
 from tests.integration.waiting import eventually
+from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieUnavailableError, NotEnoughBookiesError
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.ledger.durability import Durability
 from walog.testing import LocalCluster
-from walog.transport.base import Status
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 

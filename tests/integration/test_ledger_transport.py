@@ -12,15 +12,15 @@ import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 import walog.aio
-from walog.digest import entry_digest, master_key
+from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieUnavailableError
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
-from walog.transport import add_stream, wire
-from walog.transport.base import Status
+from walog.transport import add_stream, codec
 from walog.transport.network import NetworkBookiePool
-from walog.transport.packing import unpack_entries
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.packing import unpack_entries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.status import Status
 
 KEY = master_key(b"")
 CONFIG = ClientConfig(timeouts=Timeouts(add=1.0, read=5.0))
@@ -45,7 +45,7 @@ async def test_adds_travel_in_batched_frames(
     cluster: LocalCluster, pool: NetworkBookiePool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frames: list[int] = []
-    build = wire.build_frame
+    build = codec.build_frame
 
     def counting(*args: Any) -> Any:
         frame, sent = build(*args)
@@ -129,7 +129,7 @@ async def test_the_appends_of_one_turn_reach_each_bookie_as_one_batch_in_entry_o
     # E == Qw: each entry's write set lists the same bookies in another order; the adds must
     # still travel as one run per bookie (a bookie stores an in-order run without lookups).
     frames: list[list[int]] = []
-    build = wire.build_frame
+    build = codec.build_frame
 
     def recording(*args: Any) -> Any:
         frame, sent = build(*args)

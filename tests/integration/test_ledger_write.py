@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import walog.aio as aio
+from walog.config import ClientConfig, Timeouts
 from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -18,10 +19,9 @@ from walog.errors import (
     NotEnoughBookiesError,
     UnauthorizedError,
 )
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.ledger.durability import Durability
 from walog.testing import LocalCluster
-from walog.transport.base import Status
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0, explicit_lac=0.05), max_entry_bytes=1000)
 

@@ -53,8 +53,8 @@ def test_kill_crashes_and_restart_returns_with_same_id_and_data(cluster: LocalCl
     assert _health(cluster.bookie_ids[0]) == health_pb2.HealthCheckResponse.SERVING
     assert cluster.bookie_ids[0] in _available(cluster)
     # The restarted bookie serves the entry from its own disk (E=Qw=3: it holds a copy).
-    from walog.proto import bookie_pb2 as pb
-    from walog.proto import bookie_pb2_grpc as pb_grpc
+    from walog.wire.proto import bookie_pb2 as pb
+    from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(cluster.bookie_ids[0]) as channel:
         reply = pb_grpc.BookieStub(channel).Read(

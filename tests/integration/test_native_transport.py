@@ -19,14 +19,14 @@ from bookie.core import BookieCore
 from bookie.server import BookieServer
 from tests.integration.bookies import make_add
 from tests.zk import free_port
+from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieUnavailableError
-from walog.ledger.context import ClientConfig, Timeouts
-from walog.proto import bookie_pb2 as pb
 from walog.testing import LocalCluster
-from walog.transport.frames import HEADER, HELLO_MAGIC, Kind, Method, encode
 from walog.transport.native import NativeCallError, NativeConnection
 from walog.transport.network import NetworkBookieClient
 from walog.transport.route import NativeRoute
+from walog.wire.frames import HEADER, HELLO_MAGIC, Kind, Method, encode
+from walog.wire.proto import bookie_pb2 as pb
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 

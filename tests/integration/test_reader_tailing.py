@@ -9,14 +9,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 import walog.aio as aio
-from walog.digest import entry_digest, master_key
+from walog.config import ClientConfig, Timeouts
 from walog.errors import NoSuchEntryError
-from walog.ledger.context import ClientConfig, Timeouts
 from walog.ledger.lacwatch import BACKUP_INTERVAL_S, WATCH_HEARTBEAT_S
 from walog.ledger.readops import write_set_bookies
 from walog.testing import LocalCluster
-from walog.transport.base import ReadReply, Status
+from walog.transport.base import ReadReply
 from walog.transport.network import NetworkBookiePool
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.status import Status
 
 KEY = master_key(b"")
 FAST = ClientConfig(timeouts=Timeouts(add=2.0, read=1.0))

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 import walog.aio as aio
-from walog.digest import entry_digest, master_key
+from walog.config import ClientConfig, Timeouts
 from walog.errors import LedgerFencedError, NoSuchEntryError, UnauthorizedError, WalogError
-from walog.ledger.context import ClientConfig, Timeouts
 from walog.ledger.readops import write_set_bookies
 from walog.ledger.recovery import recover
 from walog.metadata.layout import LedgerMetadata
 from walog.testing import LocalCluster
-from walog.transport.base import Status
 from walog.transport.network import NetworkBookiePool
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.status import Status
 
 KEY = master_key(b"")
 FAST = ClientConfig(timeouts=Timeouts(add=2.0, read=1.0))

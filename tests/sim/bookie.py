@@ -1,4 +1,4 @@
-"""An in-memory bookie with the semantics of the real one (walog/proto/bookie.proto).
+"""An in-memory bookie with the semantics of the real one (walog/wire/proto/bookie.proto).
 
 What it keeps per ledger, and what survives :meth:`SimBookie.crash`:
 
@@ -22,17 +22,17 @@ import asyncio
 import dataclasses
 
 from tests.sim.loop import Trace
-from walog.digest import entry_digest
-from walog.ledger.durability import Durability
 from walog.transport.base import (
     AddReply,
     FenceReply,
     ForceReply,
     ReadLacReply,
     ReadReply,
-    Status,
     StoredEntry,
 )
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 
 @dataclasses.dataclass

@@ -11,6 +11,10 @@ Rule names (used in reports and in docs/correctness.md):
 - ``ack_out_of_order``: a writer's acknowledgements come in entry order, without gaps.
 - ``ack_without_quorum``: when an entry is acknowledged, at least Qa bookies hold it.
 - ``ack_beyond_close``: no acknowledged entry lies beyond its closed ledger's last entry.
+- ``close_short_of_acks``: a writer's own successful close records an end at or past every
+  entry it acknowledged, whatever the durability (seed 000, "Closing a ledger as a writer";
+  a VOLATILE ledger gets there by forcing first, seed 004). Unlike ``ack_beyond_close``
+  this holds for VOLATILE ledgers too: a close needs no crash to lose their unsynced tail.
 - ``acked_entry_lost``: every acknowledged entry is readable after recovery, same bytes.
 - ``forced_entry_lost``: VOLATILE entries up to a force() result survive crashes.
 - ``read_not_in_ledger``: an entry any reader returned (tailing reads up to the LAC
@@ -36,8 +40,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from tests.sim.bookie import SimBookie
-from walog.ledger.durability import Durability
 from walog.metadata.layout import LEDGERS, LedgerMetadata
+from walog.wire.durability import Durability
 
 _STATE_ORDER = {"OPEN": 0, "IN_RECOVERY": 1, "CLOSED": 2}
 
@@ -128,6 +132,13 @@ class History:
     def on_close(self, who: str, record: LedgerRecord, last_entry_id: int) -> None:
         """A close or recovery by ``who`` succeeded with ``last_entry_id``."""
         record.closes.append((who, last_entry_id))
+        acked = record.ack_order.get(who)
+        if acked and last_entry_id < acked[-1]:
+            self.violate(
+                "close_short_of_acks",
+                f"{who} closed {record.durability.name} L{record.ledger_id} at "
+                f"{last_entry_id} after acknowledging up to e{acked[-1]}",
+            )
 
     def on_read(self, who: str, record: LedgerRecord, entry_id: int, data: bytes) -> None:
         """A reader returned an entry."""

@@ -15,6 +15,13 @@ Rule names:
 - ``log_readers_disagree``: two fresh readers read the same sequence, in position order.
 - ``log_reader_skipped``: a tailing reader's records are a prefix of the final sequence
   (nothing skipped, nothing read that the log does not hold).
+- ``log_ack_not_prefix``: one writer's acknowledged records form a prefix of its appends,
+  acknowledged in append order, across rolls: no record is acknowledged while an earlier
+  one is unacknowledged (in flight or failed).
+- ``log_listed_ledger_deleted``: a ledger is never deleted while the log's stored list
+  names it (checked on the metadata server's changes: a takeover or roll whose CAS applied
+  although its answer was lost must not take its own change for a rival's and delete
+  its new ledger).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
+from walog.log.metadata import LogMetadata
 from walog.log.position import Position
+from walog.metadata.layout import LEDGERS, LOGS
 
 Violate = Callable[[str, str], None]
 
@@ -46,10 +55,39 @@ class LogHistory:
         self.acks: list[LogAck] = []
         self.reads: dict[str, list[tuple[Position, bytes]]] = {}
         self.truncated_before: Position | None = None
+        self._next_index: dict[tuple[str, int], int] = {}
 
-    def on_ack(self, ack: LogAck) -> None:
-        """A record's append completed."""
+    def metadata_observer(self, violate: Violate) -> Callable[..., None]:
+        """An observer of the metadata server's changes checking ``log_listed_ledger_deleted``."""
+        listed: dict[str, frozenset[int]] = {}
+
+        def observe(session: str, path: str, old: bytes | None, new: bytes | None) -> None:
+            if path.startswith(LOGS + "/"):
+                ids = LogMetadata.from_json(new).ledger_ids if new is not None else ()
+                listed[path] = frozenset(ids)
+            elif path.startswith(LEDGERS + "/") and new is None:
+                ledger_id = int(path.rsplit("/", 1)[1])
+                for log_path, ids in sorted(listed.items()):
+                    if ledger_id in ids:
+                        violate(
+                            "log_listed_ledger_deleted",
+                            f"{session} deleted L{ledger_id}, which {log_path} lists",
+                        )
+
+        return observe
+
+    def on_ack(self, ack: LogAck, violate: Violate) -> None:
+        """A record's append completed; checks ``log_ack_not_prefix`` on the spot."""
         self.acks.append(ack)
+        writer = (ack.who, ack.epoch)
+        expected = self._next_index.get(writer, 0)
+        if ack.index != expected:
+            violate(
+                "log_ack_not_prefix",
+                f"{ack.who} epoch {ack.epoch}: record {ack.index} acknowledged while record "
+                f"{expected} was not",
+            )
+        self._next_index[writer] = max(expected, ack.index + 1)
 
     def on_read(self, who: str, position: Position, data: bytes) -> None:
         """A tailing reader returned a record."""

@@ -72,7 +72,8 @@ def _on_record_done(
             world.history.on_error(who, exc)
             return
         world.trace.log(f"{who} RECORD {future.result()} {data!r}")
-        world.log_history.on_ack(LogAck(who, epoch, index, future.result(), data))
+        ack = LogAck(who, epoch, index, future.result(), data)
+        world.log_history.on_ack(ack, world.history.violate)
 
     return done
 

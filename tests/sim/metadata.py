@@ -4,7 +4,10 @@
 :class:`SimMetadataStore` is one client's session on it and implements walog's
 :class:`MetadataStore`. Every call waits a random time (seeded) before it takes effect and
 again before its answer returns, so two clients' compare-and-swaps race for real. Each
-operation is atomic at the instant it takes effect.
+operation is atomic at the instant it takes effect. With ``lost_answers`` set, a
+compare-and-swap that took effect may still answer with a retriable connection error (as
+ZooKeeper's client does when the connection drops between request and reply): the caller
+cannot tell whether its write was applied.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class SimMetadataServer:
         self._watch_ids = 0
         self.observers: list[Observer] = []
         """Called on every change with (session, path, old data, new data); None = absent."""
+        self.lost_answers = 0.0
+        """Probability that an applied ``set`` answers with a connection error instead."""
 
     def notify(self, session: str, path: str, old: bytes | None, new: bytes | None) -> None:
         """Tell the observers (invariant monitors) about a change."""
@@ -153,6 +158,9 @@ class SimMetadataStore(MetadataStore):
         server.trace.log(f"meta {self.session} set {path} v{new_version} {_summary(data)}")
         server.changed(path)
         await self._hop()
+        if server.lost_answers and server.rng.random() < server.lost_answers:
+            server.trace.log(f"meta {self.session} set {path} v{new_version} ANSWER LOST")
+            raise MetadataError(f"{path}: connection lost before the answer (the set applied)")
         return new_version
 
     async def delete(self, path: str, version: int = -1) -> None:

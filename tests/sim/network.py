@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 
 from tests.sim.bookie import SimBookie
 from tests.sim.loop import SimLoop
+from walog.config import Timeouts
 from walog.errors import BookieUnavailableError
-from walog.ledger.context import Timeouts
-from walog.ledger.durability import Durability
 from walog.transport.base import (
     AddReply,
     BookieClient,
@@ -36,6 +35,7 @@ from walog.transport.base import (
     ReadLacReply,
     ReadReply,
 )
+from walog.wire.durability import Durability
 
 R = TypeVar("R")
 Label = tuple[str, tuple[Any, ...]]

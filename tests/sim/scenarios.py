@@ -29,11 +29,11 @@ from walog.ledger import mutations
 from walog.ledger import recovery as recovery_module
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger
-from walog.ledger.durability import Durability
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
 from walog.metadata.layout import LedgerMetadata
+from walog.wire.durability import Durability
 
 SCENARIO_LIMIT_S = 120.0
 """Virtual seconds a scenario may run before its tasks are stopped."""
@@ -218,14 +218,16 @@ async def tailing_reader(world: World) -> None:
 
 
 async def volatile_force(world: World) -> None:
-    """A VOLATILE ledger forced now and then while bookies crash and lose the unsynced."""
+    """A VOLATILE ledger forced now and then while bookies crash and lose the unsynced;
+    half the time closed straight after the last append (the close must force itself)."""
     ctx = world.client("w")
     writer, record = await new_ledger(world, "w", ctx, Durability.VOLATILE)
     count = world.rng.randint(2, 12)
     if await write_entries(world, "w", writer, record, count, force_chance=0.4):
-        synced = await guard(world, "w", writer.force())
-        if synced is not None:
-            world.history.on_force(record, synced)
+        if world.rng.random() < 0.5:
+            synced = await guard(world, "w", writer.force())
+            if synced is not None:
+                world.history.on_force(record, synced)
         await close_writer(world, "w", writer, record)
 
 
@@ -420,6 +422,7 @@ def run_schedule(
     max_faulty = rng.choice([1, 1, 2])
     chaos_s = rng.uniform(0.1, 3.0)
     world = World(loop, bookies, faults)
+    world.meta.lost_answers = rng.choice([0.0, 0.0, 0.05, 0.2])
     before = mutations.active()
     # Library code draws jitter from the global RNG (tenacity's random waits): seed it too.
     global_rng_state = random.getstate()
@@ -431,7 +434,8 @@ def run_schedule(
             params = (
                 f"bookies={bookies} max_faulty={max_faulty} drop={faults.drop} "
                 f"dup={faults.duplicate} reorder={faults.reorder} delay<={faults.delay_s[1]} "
-                f"chaos={chaos_s:.2f}s {tunables} mutations={sorted(mutations_on) or '-'}"
+                f"chaos={chaos_s:.2f}s lost_answers={world.meta.lost_answers} {tunables} "
+                f"mutations={sorted(mutations_on) or '-'}"
             )
             world.trace.log(f"START {name} {params}")
             mutations.set_enabled(mutations_on)

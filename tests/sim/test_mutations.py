@@ -42,6 +42,13 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
             "stalled",
         },
     ),
+    "log_acks_across_roll_unordered": ("log_duel", 300, {"log_ack_not_prefix"}),
+    "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
+    "lost_answer_taken_for_rival": (
+        "log_duel",
+        300,
+        {"log_listed_ledger_deleted", "recovery_failed", "log_ledger_missing", "log_record_lost"},
+    ),
     "close_while_in_recovery": (
         "recovery_races_writer",
         300,

@@ -11,11 +11,11 @@ from tests.sim.bookie import SimBookie
 from tests.sim.loop import SimDeadlock, SimLoop, run
 from tests.sim.metadata import SimMetadataServer, SimMetadataStore
 from tests.sim.network import FaultConfig, SimBookiePool, SimNetwork
-from walog.digest import entry_digest, master_key
+from walog.config import Timeouts
 from walog.errors import BookieUnavailableError, MetadataConflictError
-from walog.ledger.context import Timeouts
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 KEY = master_key(b"")
 L = 7

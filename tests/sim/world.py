@@ -21,10 +21,11 @@ from tests.sim.loop import SimLoop
 from tests.sim.metadata import SimMetadataServer, SimMetadataStore, _Node
 from tests.sim.network import FaultConfig, SimBookiePool, SimNetwork
 from walog.aio import AsyncClient
-from walog.digest import master_key
-from walog.ledger.context import ClientConfig, LedgerContext, Timeouts
+from walog.config import ClientConfig, Timeouts
+from walog.ledger.context import LedgerContext
 from walog.ledger.ensemble import Placement
 from walog.metadata.layout import bookie_path
+from walog.wire.digest import master_key
 
 KEY = master_key(b"")
 TIMEOUTS = Timeouts(add=1.0, read=1.0, metadata=1.0, explicit_lac=0.05)
@@ -43,6 +44,7 @@ class World:
         self.history = History(self.bookies)
         self.meta.observers.append(self.history.on_metadata)
         self.log_history = LogHistory()
+        self.meta.observers.append(self.log_history.metadata_observer(self.history.violate))
         self.log_options = (3, 3, 2, 2)
         """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger)."""
         self.client_names: list[str] = []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from walog.ledger.durability import Durability
 from walog.metadata.layout import (
     LedgerMetadata,
     bookie_path,
@@ -12,6 +11,7 @@ from walog.metadata.layout import (
     ledger_path,
     log_path,
 )
+from walog.wire.durability import Durability
 
 
 def _metadata() -> LedgerMetadata:

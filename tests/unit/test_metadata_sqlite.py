@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
+import pytest
+
+from walog.errors import MetadataError
 from walog.metadata import open_store
 
 SESSION_S = 1.0
@@ -47,3 +52,28 @@ async def test_database_uses_wal_and_survives_reopen(tmp_path: Path) -> None:
         assert await again.next_id("ids") == first + 1
     finally:
         await again.close()
+
+
+async def test_a_new_database_file_and_its_journal_are_created_0600(tmp_path: Path) -> None:
+    old_umask = os.umask(0o002)  # a umask that would leave the file group-writable
+    try:
+        store = await open_store(f"sqlite://{tmp_path}/meta.db")
+        await store.create("/x", b"1")
+    finally:
+        os.umask(old_umask)
+    try:
+        for name in ("meta.db", "meta.db-wal", "meta.db-shm"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    finally:
+        await store.close()
+
+
+async def test_a_database_file_others_can_write_is_refused(tmp_path: Path) -> None:
+    store = await open_store(f"sqlite://{tmp_path}/meta.db")
+    await store.close()
+    (tmp_path / "meta.db").chmod(0o666)
+    with pytest.raises(MetadataError, match=r"writable by its group \(mode 0666\).*chmod 600"):
+        await open_store(f"sqlite://{tmp_path}/meta.db")
+    (tmp_path / "meta.db").chmod(0o602)
+    with pytest.raises(MetadataError, match="writable by other users"):
+        await open_store(f"sqlite://{tmp_path}/meta.db")

@@ -1,4 +1,4 @@
-"""The frame rules of the native bookie protocol (walog/transport/frames.py)."""
+"""The frame rules of the native bookie protocol (walog/wire/frames.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from walog.transport.frames import (
+from walog.wire.frames import (
     HEADER,
     Code,
     FrameDecoder,

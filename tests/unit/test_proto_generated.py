@@ -1,4 +1,4 @@
-"""The committed generated code of walog/proto/bookie.proto matches the .proto file.
+"""The committed generated code of walog/wire/proto/bookie.proto matches the .proto file.
 
 Regenerates into a temporary directory with the command the project documents and compares.
 Lines that only name the generator's version are left out of the text comparison, so a
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROTO = "walog/proto/bookie.proto"
+PROTO = "walog/wire/proto/bookie.proto"
 GENERATED = ["bookie_pb2.py", "bookie_pb2.pyi", "bookie_pb2_grpc.py", "bookie_pb2_grpc.pyi"]
 
 # Generator-version lines: "# Protobuf Python Version: X", the runtime version check's
@@ -56,15 +56,15 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
         capture_output=True,
     )
-    return out / "walog" / "proto"
+    return out / "walog" / "wire" / "proto"
 
 
 @pytest.mark.parametrize("name", GENERATED)
 def test_committed_generated_code_equals_regenerated(regenerated: Path, name: str) -> None:
-    committed = (REPO / "walog" / "proto" / name).read_text()
+    committed = (REPO / "walog" / "wire" / "proto" / name).read_text()
     fresh = (regenerated / name).read_text()
     assert _normalise(committed) == _normalise(fresh), (
-        f"walog/proto/{name} is stale: regenerate it from the repository root with "
+        f"walog/wire/proto/{name} is stale: regenerate it from the repository root with "
         "grpc_tools.protoc (the command is in docs/operations.md, 'Changing the wire protocol')"
     )
 
@@ -84,7 +84,7 @@ def _serialized_descriptor(module_source: str) -> bytes:
 
 
 def test_committed_descriptor_equals_proto_file(regenerated: Path) -> None:
-    from walog.proto import bookie_pb2
+    from walog.wire.proto import bookie_pb2
 
     fresh = _serialized_descriptor((regenerated / "bookie_pb2.py").read_text())
     assert bookie_pb2.DESCRIPTOR.serialized_pb == fresh

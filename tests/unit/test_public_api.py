@@ -1,69 +1,68 @@
-"""The public API matches shared/CONTRACT.md: names, classes' methods, key signatures.
+"""The public API matches its reference, docs/api.md: names, methods, signatures.
 
-CONTRACT.md lives beside the repository (``<repo>/../shared/CONTRACT.md``); without it
-these checks are skipped. Every name it lists must resolve.
+The reference's bullets start with the API they describe in backquotes, before the dash:
+``walog.connect(metadata_uri, *, timeout=10.0, ...) -> Client`` (a callable, with its
+parameters and defaults as Python writes them; ``=...`` is a default computed at call time),
+``name: type`` (an attribute), or ``walog.NoSuchLedgerError`` (a name). Under a heading
+that names a class (``## `walog.Client` ``) the names are that class's members.
 """
 
 from __future__ import annotations
 
-import importlib
+import ast
+import functools
 import inspect
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 import walog
 
 REPO = Path(__file__).resolve().parents[2]
-CONTRACT = REPO.parent / "shared" / "CONTRACT.md"
+REFERENCE = REPO / "docs" / "api.md"
 
-pytestmark = pytest.mark.skipif(
-    not CONTRACT.is_file(), reason=f"{CONTRACT} is absent (the contract sits beside the repo)"
-)
+# The handles a user calls: each of their public methods and attributes is in the reference.
+HANDLES = ["Client", "LedgerWriter", "LedgerReader", "Log", "LogWriter", "LogReader"]
 
-
-def _contract() -> str:
-    return CONTRACT.read_text() if CONTRACT.is_file() else ""
+_CALL = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?P<params>\(.*\))?(?: -> .+)?$")
+_ATTRIBUTE = re.compile(r"^(?P<name>[a-z_]\w*): .+$")
 
 
-def _section(title: str) -> str:
-    """The text of the ``## title...`` section."""
-    match = re.search(rf"^## {re.escape(title)}.*?$(.*?)(?=^## |\Z)", _contract(), re.M | re.S)
-    return match.group(1) if match else ""
+class Item(NamedTuple):
+    """One API entry of the reference."""
+
+    section: str
+    dotted: str  # without the leading "walog."
+    params: str | None  # "(a, b=1)" for callables, None otherwise
 
 
-def _dotted_names() -> list[str]:
-    """Every ``walog.X[.Y...]`` the contract mentions, e.g. ``aio.connect``, ``Position``."""
-    found = re.findall(r"\bwalog\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", _contract())
-    return sorted(set(found))
-
-
-def _error_names() -> list[str]:
-    """The error classes listed in the "Errors, all subclasses of ..." paragraph."""
-    match = re.search(r"^Errors, all subclasses.*?(?=\n\n|\Z)", _contract(), re.M | re.S)
-    if not match:
-        return []
-    return sorted(set(re.findall(r"`(?:walog\.)?(\w+Error)`", match.group(0))))
-
-
-_HEADING = re.compile(r"^([A-Z]\w*)(?: \(.*?\))?:", re.M)
-
-
-def _class_methods() -> dict[str, list[str]]:
-    """Class name -> method names, from the contract's ``Client:`` / ``Log:`` ... blocks."""
-    api = _section("Python API")
-    out: dict[str, list[str]] = {}
-    headings = list(_HEADING.finditer(api))
-    for i, heading in enumerate(headings):
-        end = headings[i + 1].start() if i + 1 < len(headings) else len(api)
-        block = api[heading.start() : end]
-        # A block ends at the first paragraph that is not its bullet list.
-        block = re.split(r"\n\n(?!- )", block, maxsplit=1)[0]
-        methods = re.findall(r"`(\w+)\(", block)
-        out[heading.group(1)] = sorted(set(methods))
-    return out
+@functools.cache
+def _items() -> list[Item]:
+    items: list[Item] = []
+    section, owner = "", ""
+    for line in REFERENCE.read_text().splitlines():
+        if line.startswith("## "):
+            section = line[3:]
+            named = re.fullmatch(r"`walog\.([\w.]+)`", section)
+            owner = named.group(1) if named else ""
+            continue
+        if not line.startswith("- `"):
+            continue
+        head = line[2:].split(" — ", 1)[0]
+        for code in re.findall(r"`([^`]+)`", head):
+            attribute = _ATTRIBUTE.match(code)
+            call = _CALL.match(code)
+            if attribute and owner:
+                items.append(Item(section, f"{owner}.{attribute['name']}", None))
+            elif call and call["name"].startswith("walog."):
+                items.append(Item(section, call["name"][len("walog.") :], call["params"]))
+            elif call and owner:
+                items.append(Item(section, f"{owner}.{call['name']}", call["params"]))
+            else:
+                pytest.fail(f"docs/api.md: cannot read {code!r} in section {section!r}")
+    return items
 
 
 def _resolve(dotted: str) -> Any:
@@ -74,100 +73,123 @@ def _resolve(dotted: str) -> Any:
     return value
 
 
-def test_contract_is_parsed() -> None:
-    # Guards the parsers above: if CONTRACT.md's layout changes, they must be adapted.
-    assert {"connect", "Position", "testing.LocalCluster", "aio.connect"} <= set(_dotted_names())
-    assert "LedgerFencedError" in _error_names()
-    assert {"Client", "LedgerWriter", "LedgerReader", "Log", "LogWriter", "LogReader"} <= set(
-        _class_methods()
+def _has_member(cls: type, name: str) -> bool:
+    """A method, property or field of ``cls`` (dataclass and NamedTuple fields included)."""
+    fields = getattr(cls, "__dataclass_fields__", None) or getattr(cls, "_fields", ())
+    return hasattr(cls, name) or name in fields
+
+
+def _ids(items: list[Item]) -> list[str]:
+    return [item.dotted for item in items]
+
+
+def test_reference_is_read() -> None:
+    # Guards the reader above: if the page's layout changes, the reader must follow.
+    dotted = set(_ids(_items()))
+    assert {"connect", "aio.connect", "Client.create_ledger", "Log.open_writer"} <= dotted
+    assert {"LedgerWriter.ledger_id", "Position.parse", "testing.LocalCluster.kill"} <= dotted
+    assert sum(item.section == "Errors" for item in _items()) >= 10
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    documented = {item.dotted.split(".")[0] for item in _items()}
+    assert set(walog.__all__) - documented == set(), "public names missing from docs/api.md"
+
+
+@pytest.mark.parametrize("item", _items(), ids=_ids(_items()))
+def test_reference_entry_exists(item: Item) -> None:
+    owner, _, member = item.dotted.rpartition(".")
+    assert item.dotted.split(".")[0] in walog.__all__, f"walog.{item.dotted}: not exported"
+    if owner and inspect.isclass(parent := _resolve(owner)):
+        assert _has_member(parent, member), f"walog.{item.dotted} does not exist"
+    else:
+        _resolve(item.dotted)
+
+
+@pytest.mark.parametrize("cls", HANDLES)
+def test_every_method_of_a_handle_is_in_the_reference(cls: str) -> None:
+    documented = {
+        item.dotted.split(".", 1)[1] for item in _items() if item.dotted.startswith(f"{cls}.")
+    }
+    public = {name for name in dir(_resolve(cls)) if not name.startswith("_")}
+    assert public - documented == set(), f"members of walog.{cls} missing from docs/api.md"
+
+
+def _default(node: ast.expr) -> Any:
+    """A default as the reference writes it, evaluated among the public names."""
+    if isinstance(node, ast.Constant) and node.value is ...:
+        return ...
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return eval(  # the reference's own text, read from the repository
+        compile(ast.Expression(node), "docs/api.md", "eval"),
+        {"__builtins__": {}},
+        {name: _resolve(name) for name in names},
     )
-    assert "create_ledger" in _class_methods()["Client"]
 
 
-@pytest.mark.parametrize("dotted", _dotted_names())
-def test_contract_name_is_exported_and_resolves(dotted: str) -> None:
-    top = dotted.split(".")[0]
-    assert top in walog.__all__, f"walog.{top} is in CONTRACT.md but not in walog.__all__"
-    _resolve(dotted)
+def _documented_parameters(params: str) -> list[tuple[str, inspect._ParameterKind, Any]]:
+    """(name, kind, default) per parameter of ``(params)``; a missing default is ``empty``."""
+    function = ast.parse(f"def f{params}: ...").body[0]
+    assert isinstance(function, ast.FunctionDef)
+    args = function.args
+    out: list[tuple[str, inspect._ParameterKind, Any]] = []
+    positional = args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for arg, default in zip(positional, defaults, strict=True):
+        value = inspect.Parameter.empty if default is None else _default(default)
+        out.append((arg.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, value))
+    if args.vararg:
+        out.append((args.vararg.arg, inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.empty))
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        value = inspect.Parameter.empty if kw_default is None else _default(kw_default)
+        out.append((arg.arg, inspect.Parameter.KEYWORD_ONLY, value))
+    if args.kwarg:
+        out.append((args.kwarg.arg, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty))
+    return out
 
 
-@pytest.mark.parametrize("name", _error_names())
-def test_contract_error_is_a_walog_error(name: str) -> None:
-    assert name in walog.__all__
-    error = _resolve(name)
-    assert issubclass(error, walog.WalogError)
+_CALLABLES = [item for item in _items() if item.params is not None]
+
+
+@pytest.mark.parametrize("item", _CALLABLES, ids=_ids(_CALLABLES))
+def test_reference_signature_is_the_code_signature(item: Item) -> None:
+    assert item.params is not None
+    target = _resolve(item.dotted)
+    actual = [
+        (p.name, p.kind, p.default)
+        for p in inspect.signature(target).parameters.values()
+        if p.name != "self"
+    ]
+    documented = _documented_parameters(item.params)
+    where = f"walog.{item.dotted} in docs/api.md"
+    assert [p[:2] for p in documented] == [p[:2] for p in actual], f"{where}: parameters differ"
+    for (name, _, default), (_, _, real) in zip(documented, actual, strict=True):
+        if default is ...:
+            assert real is not inspect.Parameter.empty, f"{where}: {name} has no default"
+        else:
+            assert default == real, f"{where}: {name} defaults to {real!r}, not {default!r}"
+
+
+_ERRORS = [item for item in _items() if item.section == "Errors"]
+
+
+@pytest.mark.parametrize("item", _ERRORS, ids=_ids(_ERRORS))
+def test_reference_error_is_a_walog_error(item: Item) -> None:
+    assert issubclass(_resolve(item.dotted), walog.WalogError)
 
 
 def test_writer_fenced_error_is_a_ledger_fenced_error() -> None:
     assert issubclass(walog.WriterFencedError, walog.LedgerFencedError)
 
 
-@pytest.mark.parametrize("name", sorted(walog.__all__))
-def test_every_exported_name_resolves(name: str) -> None:
-    _resolve(name)
-
-
-@pytest.mark.parametrize(
-    ("cls", "method"),
-    [(cls, method) for cls, methods in sorted(_class_methods().items()) for method in methods],
-)
-def test_contract_method_exists(cls: str, method: str) -> None:
-    assert callable(_resolve(f"{cls}.{method}")), f"walog.{cls}.{method} is not callable"
-
-
-# (dotted callable, {parameter: default}) as CONTRACT.md states them; `...` = no default.
-_SIGNATURES: list[tuple[str, dict[str, Any]]] = [
-    ("connect", {"metadata_uri": ..., "timeout": 10.0, "tls": None, "auth_token": None}),
-    ("aio.connect", {"metadata_uri": ..., "timeout": 10.0, "tls": None, "auth_token": None}),
-    (
-        "Client.create_ledger",
-        {
-            "ensemble_size": 3,
-            "write_quorum": 3,
-            "ack_quorum": 2,
-            "password": b"",
-            "custom_metadata": None,
-        },
-    ),
-    ("Client.open_ledger", {"ledger_id": ..., "recovery": True, "password": b""}),
-    ("Client.open_log", {"name": ..., "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2}),
-    ("Log.open_reader", {"start": "earliest"}),
-    ("LogReader.read_next", {"timeout": None}),
-    ("RollPolicy", {"max_entries": None, "max_bytes": None, "max_age": None}),
-    ("RetentionPolicy", {"max_age": None, "max_bytes": None, "require_archived": False}),
-    ("Position", {"ledger_id": ..., "entry_id": ..., "slot": ...}),
-    ("testing.LocalCluster", {"bookies": 3, "metadata": "sqlite", "data_dir": None}),
-]
-
-
-@pytest.mark.parametrize(("dotted", "expected"), _SIGNATURES, ids=[s[0] for s in _SIGNATURES])
-def test_contract_signature(dotted: str, expected: dict[str, Any]) -> None:
-    target = _resolve(dotted)
-    params = inspect.signature(target).parameters
-    for name, default in expected.items():
-        assert name in params, f"walog.{dotted} has no parameter {name!r}"
-        actual = params[name].default
-        if default is ...:
-            assert actual is inspect.Parameter.empty, f"{name} must be required"
-        else:
-            assert actual == default, f"walog.{dotted}({name}=...) defaults to {actual!r}"
-
-
 def test_durability_default_is_persistent() -> None:
-    params = inspect.signature(_resolve("Client.create_ledger")).parameters
+    params = inspect.signature(walog.Client.create_ledger).parameters
     assert params["durability"].default == walog.Durability.PERSISTENT
 
 
 def test_position_round_trips_through_str() -> None:
-    position_cls = _resolve("Position")
-    position = position_cls(7, 42, 3)
+    position = walog.Position(7, 42, 3)
     assert str(position) == "7:42:3"
-    assert position_cls.parse(str(position)) == position
-    assert position_cls(7, 42, 3) < position_cls(7, 43, 0) < position_cls(8, 0, 0)
-    assert len({position, position_cls(7, 42, 3)}) == 1
-
-
-def test_spark_register_resolves() -> None:
-    module = importlib.util.find_spec("walog.spark")
-    assert module is not None
-    _resolve("spark.register")
+    assert walog.Position.parse(str(position)) == position
+    assert walog.Position(7, 42, 3) < walog.Position(7, 43, 0) < walog.Position(8, 0, 0)
+    assert len({position, walog.Position(7, 42, 3)}) == 1

@@ -31,7 +31,6 @@ from walog.autorecovery.rules import (
     still_damaged,
     with_replacement,
 )
-from walog.digest import entry_digest
 from walog.errors import (
     MetadataConflictError,
     NoSuchEntryError,
@@ -45,7 +44,8 @@ from walog.ledger.ensemble import Placement, available_bookies, read_only_bookie
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
 from walog.metadata.layout import LEDGERS, LedgerMetadata
-from walog.transport.base import Status
+from walog.wire.digest import entry_digest
+from walog.wire.status import Status
 
 COPY_BATCH = 256
 """Entries read and written at once while copying a fragment."""

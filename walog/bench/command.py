@@ -41,8 +41,8 @@ from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.bench.stats import cpu_seconds, thread_cpu_seconds
 from walog.latency import bucket_of, percentile_us
-from walog.ledger.durability import Durability
 from walog.testing import LocalCluster
+from walog.wire.durability import Durability
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@
 Run as ``python -m walog.bench.echo_server [--native|--unix] PORT_FILE [SYNC_FILE]``; it
 writes its port to PORT_FILE once it serves and runs until terminated. It speaks grpc.aio
 (one bidirectional-stream method), or with ``--native`` the frames of a bookie's native port
-(walog/transport/frames.py) on an asyncio protocol, answering a HELLO and then each DATA
+(walog/wire/frames.py) on an asyncio protocol, answering a HELLO and then each DATA
 frame; ``--unix`` serves those frames on the Unix socket ``PORT_FILE.sock`` instead and
 writes ``unix:PATH`` to PORT_FILE. With SYNC_FILE (its space reserved first, as the
 journal's) it appends every message to that file and fdatasyncs it before answering, on the
@@ -24,7 +24,7 @@ from typing import cast
 import grpc
 
 import walog._loop
-from walog.transport.frames import Code, FrameDecoder, Kind, encode, encode_status
+from walog.wire.frames import Code, FrameDecoder, Kind, encode, encode_status
 
 METHOD = "/walog.bench.Echo/Stream"
 """The one bidirectional-stream method, with raw bytes in and out (no protobuf)."""

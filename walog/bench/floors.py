@@ -35,8 +35,8 @@ import grpc
 import walog._loop
 from walog.bench.echo_server import METHOD, reserve
 from walog.bench.stats import Latency, Rate, cpu_seconds, payload
-from walog.transport.frames import Method
 from walog.transport.native import EOF, NativeCall, NativeConnection
+from walog.wire.frames import Method
 
 FRAMES_IN_FLIGHT = 64
 """Messages the echo client keeps unacknowledged."""

@@ -26,9 +26,9 @@ from walog.aio import AsyncClient
 from walog.bench.stats import Latency, Rate, payload
 from walog.errors import WalogError
 from walog.latency import percentile_us
-from walog.ledger.durability import Durability
 from walog.log.position import Position
 from walog.transport.network import NetworkBookieClient
+from walog.wire.durability import Durability
 
 Progress = Callable[[int], None]
 """Called with a count of operations just completed (drives a progress bar)."""

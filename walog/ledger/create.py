@@ -11,14 +11,14 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from walog.digest import master_key as derive_master_key
 from walog.errors import UnauthorizedError
 from walog.ledger.context import LedgerContext
-from walog.ledger.durability import Durability
 from walog.ledger.ensemble import Placement, available_bookies
 from walog.ledger.quorum import check_quorums
 from walog.ledger.writer import AsyncLedgerWriter, metadata_retrying
 from walog.metadata.layout import LEDGER_ID_COUNTER, LedgerMetadata, ledger_path
+from walog.wire.digest import master_key as derive_master_key
+from walog.wire.durability import Durability
 
 
 def password_check(master_key: bytes) -> str:

@@ -1,24 +1,12 @@
-"""Durability levels of a ledger and the LAC rule of relaxed durability (seed 004, BP-14).
+"""The LAC rule of relaxed durability (seed 004, BP-14).
 
-A ledger's durability is chosen at creation and stored in its metadata for its whole life.
+The durability levels themselves are :class:`walog.wire.durability.Durability`; this is
+what a writer of a VOLATILE ledger does with its bookies' LastAddSynced values.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-
-
-class Durability(enum.Enum):
-    """When a bookie acknowledges an add.
-
-    PERSISTENT: after the entry is fsynced in the bookie's journal (the default).
-    VOLATILE: after the entry reached the bookie's page cache; ``LedgerWriter.force()``
-    makes entries durable, and the LAC advances only over entries synced on enough bookies.
-    """
-
-    PERSISTENT = "PERSISTENT"
-    VOLATILE = "VOLATILE"
 
 
 def lac_from_last_add_synced(
@@ -39,4 +27,4 @@ def lac_from_last_add_synced(
     return ordered[write_quorum - ack_quorum]
 
 
-__all__ = ["Durability", "lac_from_last_add_synced"]
+__all__ = ["lac_from_last_add_synced"]

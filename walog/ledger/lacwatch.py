@@ -32,12 +32,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 
-import structlog
-
+from walog._log import get_logger
 from walog.errors import BookieError, WalogError
-from walog.transport.base import BookiePool, ReadReply, Status
+from walog.transport.base import BookiePool, ReadReply
+from walog.wire.status import Status
 
-log = structlog.get_logger("walog.ledger.lacwatch")
+log = get_logger(__name__)
 
 WATCH_HEARTBEAT_S = 2.0
 """A watched bookie without news sends its LAC this often (its silence is then a failure)."""

@@ -17,7 +17,13 @@ Known mutations:
 - ``out_of_order_ack``: the writer completes an add once it has its ack quorum, without
   waiting for lower entries.
 - ``close_while_in_recovery``: the writer's close overwrites an IN_RECOVERY ledger.
+- ``close_short_of_acks``: the writer's close records its LAC even where it lags the
+  entries acknowledged to the caller (a VOLATILE ledger's unsynced entries).
 - ``log_fences_only_last_ledger``: a new log writer fences only the last ledger.
+- ``log_acks_across_roll_unordered``: the log writer acknowledges an entry of a new ledger
+  while an entry of the previous one is still in flight.
+- ``lost_answer_taken_for_rival``: a log takeover or roll that finds its own change in the
+  list (its CAS applied, the answer lost) takes it for a rival's.
 """
 
 from __future__ import annotations
@@ -32,7 +38,10 @@ KNOWN: frozenset[str] = frozenset(
         "recovery_starts_at_lac",
         "out_of_order_ack",
         "close_while_in_recovery",
+        "close_short_of_acks",
         "log_fences_only_last_ledger",
+        "lost_answer_taken_for_rival",
+        "log_acks_across_roll_unordered",
     }
 )
 """Every mutation name the protocol code knows."""

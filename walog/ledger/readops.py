@@ -29,14 +29,8 @@ from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.quorum import Answer, QuorumCoverage, entry_absent, write_set
 from walog.metadata.layout import LedgerMetadata
-from walog.transport.base import (
-    BookieClient,
-    FenceReply,
-    ReadLacReply,
-    ReadReply,
-    Status,
-    StoredEntry,
-)
+from walog.transport.base import BookieClient, FenceReply, ReadLacReply, ReadReply, StoredEntry
+from walog.wire.status import Status
 
 K = TypeVar("K")
 T = TypeVar("T")

@@ -38,7 +38,6 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
-from walog.digest import entry_digest
 from walog.errors import (
     BookieError,
     BookieUnavailableError,
@@ -49,7 +48,6 @@ from walog.errors import (
 )
 from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
-from walog.ledger.durability import Durability
 from walog.ledger.quorum import Answer, QuorumCoverage
 from walog.ledger.readops import (
     EntryProbe,
@@ -62,7 +60,10 @@ from walog.ledger.readops import (
     write_set_bookies,
 )
 from walog.metadata.layout import AVAILABLE_BOOKIES, LedgerMetadata
-from walog.transport.base import AddReply, FenceReply, ReadReply, Status, StoredEntry
+from walog.transport.base import AddReply, FenceReply, ReadReply, StoredEntry
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 log = get_logger(__name__)
 

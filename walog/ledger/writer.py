@@ -37,7 +37,6 @@ from typing import Literal
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
-from walog.digest import entry_digest
 from walog.errors import (
     BookieUnavailableError,
     LedgerClosedError,
@@ -50,7 +49,7 @@ from walog.errors import (
 )
 from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
-from walog.ledger.durability import Durability, lac_from_last_add_synced
+from walog.ledger.durability import lac_from_last_add_synced
 from walog.ledger.ensemble import (
     Placement,
     available_bookies,
@@ -60,8 +59,11 @@ from walog.ledger.ensemble import (
 )
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
-from walog.transport.base import AddReply, BatchCallback, ForceReply, Status
-from walog.transport.packing import PackedEntries
+from walog.transport.base import AddReply, BatchCallback, ForceReply
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.packing import PackedEntries
+from walog.wire.status import Status
 
 log = get_logger(__name__)
 
@@ -671,17 +673,29 @@ class AsyncLedgerWriter:
             raise type(self._error)(str(self._error))
         if self._durability is Durability.PERSISTENT:
             return self._lac
+        await self._force_ensemble()
+        if self._error is not None:
+            raise type(self._error)(str(self._error))
+        return self._lac
+
+    async def _force_ensemble(self) -> list[str]:
+        """Ask every bookie of the ensemble to sync the ledger and advance the LAC over what
+        they synced (seed 004); return what went wrong, one text per bookie that did not
+        answer OK (while closing, a failed bookie does not stop the writer)."""
         ensemble = list(self._ensemble)
         replies = await asyncio.gather(
             *(self._ctx.pool.get(b).force(self._ledger_id, self._master_key) for b in ensemble),
             return_exceptions=True,
         )
+        problems = []
         for index, (bookie, reply) in enumerate(zip(ensemble, replies, strict=True)):
             self._on_force_reply(index, bookie, reply)
-        if self._error is not None:
-            raise type(self._error)(str(self._error))
+            if isinstance(reply, BaseException):
+                problems.append(f"{bookie}: {str(reply) or type(reply).__name__}")
+            elif reply.status is not Status.OK:
+                problems.append(f"{bookie}: {reply.status.name}")
         self._advance_lac()
-        return self._lac
+        return problems
 
     def _on_force_reply(self, index: int, bookie: str, reply: ForceReply | BaseException) -> None:
         if isinstance(reply, BaseException):
@@ -721,13 +735,42 @@ class AsyncLedgerWriter:
             if self._lac_timer is not None:
                 self._lac_timer.cancel()
                 self._lac_timer = None
-            await self._cas_close(self._lac)
+            await self._cas_close(await self._closing_end())
         except WalogError as exc:
             if self._error is None:
                 self._error = exc
             raise
         finally:
             self._state = "closed"
+
+    async def _closing_end(self) -> int:
+        """The last entry the close records: the last one acknowledged to the caller (seed
+        000, "Closing a ledger as a writer"), never less.
+
+        A VOLATILE ledger's LAC follows what its bookies synced (seed 004), which may lag
+        the acknowledged entries: the close forces the ensemble first and closes at the
+        LAC that reaches. If it cannot reach every acknowledged entry (a bookie is down),
+        the close fails and the ledger stays OPEN, so that recovery, which reads what the
+        bookies hold, closes it with every acknowledged entry.
+        """
+        if mutations.enabled("close_short_of_acks"):
+            return self._lac
+        problems: list[str] = []
+        if self._lac < self._completed and self._error is None:
+            problems = await self._force_ensemble()
+        if self._lac >= self._completed:
+            return self._lac
+        error = self._error
+        cause = f"{error}" if error is not None else "; ".join(problems) or "no bookie synced"
+        message = (
+            f"cannot close {self._durability.name} ledger {self._ledger_id}: entries up to "
+            f"{self._completed} were acknowledged but only up to {self._lac} are synced on "
+            f"ack_quorum={self._qa} bookies ({cause}); the ledger stays OPEN, recover it "
+            "(open_ledger(ledger_id, recovery=True)) to close it with the acknowledged entries"
+        )
+        if isinstance(error, LedgerFencedError | UnauthorizedError):
+            raise type(error)(message)
+        raise BookieUnavailableError(message)
 
     async def _cas_close(self, last: int) -> None:
         async for attempt in metadata_retrying():

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from walog.errors import NoSuchLedgerError
-from walog.ledger.durability import Durability
 from walog.ledger.entry import Entry
 from walog.metadata.layout import LedgerMetadata
 from walog.metadata.store import MetadataStore
+from walog.wire.durability import Durability
 
 LOG_TAG = "walog.log"
 """Custom metadata key naming the log a ledger was created for."""

@@ -119,6 +119,12 @@ class AsyncLogReader:
         assert record is not None  # no timeout: it waits
         return record
 
+    async def __aenter__(self) -> AsyncLogReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
         """Stop watching metadata. Idempotent."""
         if self._closed:

@@ -135,14 +135,15 @@ _Decision = Callable[[LogMetadata], int]
 
 
 async def _remove(client: LedgerClientLike, name: str, decide: _Decision) -> int:
-    removed: list[int] = []
+    chosen: set[int] = set()  # over every attempt: one may have applied, its answer lost
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
         count = decide(meta)
-        removed[:] = [i.ledger_id for i in meta.ledgers[:count]]
+        chosen.update(i.ledger_id for i in meta.ledgers[:count])
         return _remove_head(meta, count) if count else None
 
-    await update_log(client.ctx.store, name, mutate)
+    stored, _ = await update_log(client.ctx.store, name, mutate)
+    removed = [i for i in stored.pending_deletion if i in chosen]
     await _delete_pending(client, name, removed)
     return len(removed)
 

@@ -11,14 +11,19 @@ record's future resolves with its position once its entry is acknowledged. Rolli
 the seed too: create the next ledger, CAS-append it, switch new entries to it, then close the
 previous one, so appends never wait for the metadata store.
 
-Any failed entry ends the writer (a later record must never become durable after an earlier
-one failed). A fenced or recovered ledger means another writer took over: the error is
+Records are acknowledged in append order, across rolls too: an entry of the new ledger
+that completes while an entry of the previous one is still in flight waits for it. Any
+failed entry ends the writer and fails every later record with it, even one whose entry
+completed, so the acknowledged records are always a prefix of the appended ones (a WAL's
+users rely on every acknowledged record's predecessors being in the log). A fenced or
+recovered ledger means another writer took over: the error is
 :class:`walog.WriterFencedError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import time
@@ -33,12 +38,12 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.ledger import mutations
-from walog.ledger.durability import Durability
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
 from walog.log.retention import RollPolicy
+from walog.wire.durability import Durability
 
 log = get_logger(__name__)
 
@@ -90,6 +95,15 @@ class LogWriterConfig:
         RecordBatch(self.max_entry_bytes, self.max_records_per_entry)  # validates the limits
         if self.linger < 0:
             raise ValueError(f"LogWriterConfig.linger must be >= 0, got {self.linger}")
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _SentEntry:
+    """An entry sent to a ledger, with the sinks of its records (in slot order)."""
+
+    ledger: _ActiveLedger
+    sinks: list[PositionSink]
+    entry: asyncio.Future[int]
 
 
 @dataclasses.dataclass(eq=False)
@@ -145,6 +159,8 @@ class AsyncLogWriter:
         self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
         self._age_timer: asyncio.TimerHandle | None = None
         self._retiring: set[_ActiveLedger] = set()
+        # Entries not yet delivered to their records' sinks, in the order they were sent.
+        self._undelivered: collections.deque[_SentEntry] = collections.deque()
         self._current = self._activate(ledger)
 
     # -- appends ---------------------------------------------------------------------------
@@ -249,34 +265,51 @@ class AsyncLogWriter:
         ledger.entries += 1
         ledger.size_bytes += batch.size
         ledger.inflight.add(entry)
-        entry.add_done_callback(lambda f: self._entry_done(ledger, futures, f))
+        self._undelivered.append(_SentEntry(ledger, futures, entry))
+        entry.add_done_callback(lambda f: self._entry_done(ledger, f))
         self._maybe_roll()
 
-    def _entry_done(
-        self,
-        ledger: _ActiveLedger,
-        futures: list[PositionSink],
-        entry: asyncio.Future[int],
-    ) -> None:
+    def _entry_done(self, ledger: _ActiveLedger, entry: asyncio.Future[int]) -> None:
         ledger.inflight.discard(entry)
+        if mutations.enabled("log_acks_across_roll_unordered"):
+            for sent in [s for s in self._undelivered if s.entry is entry]:
+                self._undelivered.remove(sent)
+                self._deliver(sent)
+            return
+        # Within a ledger entries complete in order; across a roll an entry of the new
+        # ledger may complete first, and waits here for the older ones.
+        undelivered = self._undelivered
+        while undelivered and undelivered[0].entry.done():
+            error = self._deliver(undelivered.popleft())
+            if error is not None:
+                # Every later record fails with this one, whatever its entry's outcome.
+                while undelivered:
+                    self._fail_futures(undelivered.popleft().sinks, error)
+
+    def _deliver(self, sent: _SentEntry) -> BaseException | None:
+        """Resolve the records of a completed entry; when the entry failed, fail them and
+        the writer and return the error."""
+        entry, sinks = sent.entry, sent.sinks
         if entry.cancelled():
             self._fail(WalogError(f"log {self.name!r}: an entry send was cancelled"))
-            self._fail_futures(futures, self._failure or asyncio.CancelledError())
-            return
+            error = self._failure or asyncio.CancelledError()
+            self._fail_futures(sinks, error)
+            return error
         exc = entry.exception()
         if exc is not None:
             if isinstance(exc, LedgerFencedError | LedgerClosedError):
-                exc = _fenced(self.name, ledger.ledger_id, exc)
+                exc = _fenced(self.name, sent.ledger.ledger_id, exc)
             self._fail(exc)
-            self._fail_futures(futures, exc)
-            return
+            self._fail_futures(sinks, exc)
+            return exc
         entry_id = entry.result()
-        ledger_id = ledger.ledger_id  # a property chain: read once per entry, not per record
+        ledger_id = sent.ledger.ledger_id  # a property chain: read once per entry
         # The ids come from the ledger and the slots from enumerate: valid by construction,
         # so each record's position skips Position's validation.
-        for slot, future in enumerate(futures):
+        for slot, future in enumerate(sinks):
             if not future.done():  # a caller may have cancelled its own future
                 future.set_result(unchecked_position(ledger_id, entry_id, slot))
+        return None
 
     def _fail(self, exc: BaseException) -> None:
         """End the writer: the first failure is what every later call raises."""
@@ -363,7 +396,11 @@ class AsyncLogWriter:
             self._roll_task = None
         return None
 
-    def _append_ledger(self, meta: LogMetadata, expected_last: int, new_id: int) -> LogMetadata:
+    def _append_ledger(
+        self, meta: LogMetadata, expected_last: int, new_id: int
+    ) -> LogMetadata | None:
+        if _applied(meta, self.epoch, new_id):
+            return None  # this roll's own CAS, applied although its answer was lost
         if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
             raise _fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
         return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)))
@@ -382,6 +419,12 @@ class AsyncLogWriter:
         await _record_closed(self._client, self.name, old)
 
     # -- closing ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncLogWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         """Flush, close the current ledger and record its end. Safe to call twice.
@@ -437,6 +480,20 @@ async def _create_log_ledger(
     )
 
 
+def _applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
+    """True when ``meta`` already holds the change that appended ledger ``new_id`` as
+    ``epoch``: the CAS was applied although its answer was lost (a connection dropped
+    between request and reply), and the retry that re-reads the list finds it.
+
+    Only the writer that created ``new_id`` appends it, and every later takeover bumps the
+    epoch, so the pair identifies the change; taking it for a rival's would delete a
+    ledger the stored list names.
+    """
+    if mutations.enabled("lost_answer_taken_for_rival"):
+        return False
+    return meta.epoch == epoch and meta.last_ledger_id == new_id
+
+
 class _ListChanged(WalogError):
     """The list changed under a takeover in a way that needs fencing again.
 
@@ -471,7 +528,9 @@ async def _take_over_once(
         recovered[info.ledger_id] = await _recover(client, info, options.password)
     new_writer = await _create_log_ledger(client, name, options)
 
-    def mutate(fresh: LogMetadata) -> LogMetadata:
+    def mutate(fresh: LogMetadata) -> LogMetadata | None:
+        if _applied(fresh, meta.epoch + 1, new_writer.ledger_id):
+            return None  # this takeover's own CAS, applied although its answer was lost
         # Changes that leave the fenced tail and the epoch alone (cursors, archive marks,
         # truncation of the head) need no new fencing; anything else does.
         if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:

@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any, Literal
 
-from walog.ledger.durability import Durability
+from walog.wire.durability import Durability
 
 LEDGERS = "/ledgers"
 LOGS = "/logs"

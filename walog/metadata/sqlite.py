@@ -17,6 +17,10 @@ Writes use ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy tim
 WAL mode lets readers run beside the writer. ``synchronous=FULL``: a committed CAS survives
 a power loss, which ledger closes rely on. Every sqlite3 call runs on a thread of this
 module (one connection per thread), never on the event loop.
+
+Whoever can write the file can rewrite any ledger's metadata, so a new file is created
+with mode 0600 whatever the process's umask (SQLite gives its ``-wal`` and ``-shm`` files
+the database file's mode), and a file that its group or other users can write is refused.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import sqlite3
+import stat
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TypeVar
 
 from walog.errors import MetadataConflictError, MetadataError
@@ -60,6 +66,30 @@ INSERT OR IGNORE INTO nodes VALUES ('/', '', x'', 0, 0, 0, 0, NULL);
 _VISIBLE = (
     "(owner IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.id = owner AND s.expires_at > ?))"
 )
+
+
+def _secure_file(path: str) -> None:
+    """Create the database file 0600 if missing; refuse one that others may write.
+
+    Raises:
+        MetadataError: (not retriable) the file is writable by its group or by others.
+    """
+    try:
+        with suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError as exc:
+        err = MetadataError(f"cannot open sqlite metadata store {path}: {exc.strerror}")
+        err.retriable = False
+        raise err from exc
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        err = MetadataError(
+            f"sqlite metadata store {path} is writable by "
+            f"{'its group' if mode & stat.S_IWGRP else 'other users'} (mode {mode:04o}): "
+            f"anyone who can write it can rewrite ledger metadata; run `chmod 600 {path}`"
+        )
+        err.retriable = False
+        raise err
 
 
 def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -193,6 +223,7 @@ class SqliteStore(MetadataStore):
         """Open (creating if needed) the database file and start the heartbeat thread."""
         store = cls(config, timeout=timeout)
         try:
+            await asyncio.to_thread(_secure_file, config.path)
             await store._run(lambda conn: conn.executescript(_SCHEMA))
         except BaseException:
             store._executor.shutdown(wait=False)

@@ -2,12 +2,21 @@
 
 Accepted URIs::
 
-    zk://HOST:PORT[,HOST:PORT...][/CHROOT][?session_timeout=SECONDS]
+    zk://[USER:SECRET@]HOST:PORT[,HOST:PORT...][/CHROOT][?OPTIONS]
     sqlite:///ABS/PATH.db[?session_timeout=SECONDS&heartbeat=SECONDS&poll=SECONDS]
 
 A ZooKeeper URI without a chroot uses ``/walog``. ``session_timeout`` bounds how long a
 liveness-bound record (:meth:`MetadataStore.register`) outlives its process: the ZooKeeper
 session timeout, or the expiry of an SQLite heartbeat row.
+
+ZooKeeper options: ``session_timeout=SECONDS``; ``auth_file=PATH`` (a file holding
+``USER:SECRET``, instead of credentials in the URI, which other users can see in process
+lists); ``reader_auth_file=PATH`` (``USER:SECRET`` of a read-only principal, for
+dashboards); ``tls_ca=PATH``, ``tls_cert=PATH``, ``tls_key=PATH`` (PEM files: TLS to
+ZooKeeper's secure client port; ``tls_ca`` alone verifies the servers, with ``tls_cert`` and
+``tls_key`` the client presents a certificate too). With credentials, every record walog
+creates carries an ACL granting them all rights (and the reader read rights) and nobody
+else anything. Secrets never appear in errors: :func:`redact_uri` shows a URI safely.
 """
 
 from __future__ import annotations
@@ -28,6 +37,14 @@ _PATH_COMPONENT = re.compile(r"^[^/\x00]+$")
 
 
 @dataclasses.dataclass(frozen=True)
+class DigestCredentials:
+    """A ZooKeeper digest-auth principal; the secret never shows in ``repr``."""
+
+    user: str
+    secret: str = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class ZooKeeperURI:
     """A parsed ``zk://`` URI."""
 
@@ -37,6 +54,16 @@ class ZooKeeperURI:
     """Absolute path under which every record of the store lives."""
     session_timeout: float = DEFAULT_ZK_SESSION_TIMEOUT
     """Requested ZooKeeper session timeout, seconds (the server may clamp it)."""
+    auth: DigestCredentials | None = None
+    """walog's principal: authenticates the session and owns every record it creates."""
+    reader: DigestCredentials | None = None
+    """A principal granted read rights on every record walog creates."""
+    tls_ca: str | None = None
+    """PEM CA bundle verifying the servers: TLS to the secure client port."""
+    tls_cert: str | None = None
+    """PEM client certificate (with ``tls_key``)."""
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
 
     @property
     def connect_string(self) -> str:
@@ -65,8 +92,20 @@ class SqliteURI:
             )
 
 
+def redact_uri(uri: str) -> str:
+    """``uri`` with the secret of ``USER:SECRET@`` credentials replaced by ``***``."""
+    scheme, sep, rest = uri.partition("://")
+    userinfo, at, after = rest.partition("@")
+    if not sep or not at or "/" in userinfo:
+        return uri
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}:***@{after}"
+
+
 def _bad(uri: str, problem: str) -> ValueError:
-    return ValueError(f"bad metadata URI {uri!r}: {problem}; accepted forms: {ACCEPTED_FORMS}")
+    return ValueError(
+        f"bad metadata URI {redact_uri(uri)!r}: {problem}; accepted forms: {ACCEPTED_FORMS}"
+    )
 
 
 def _positive_seconds(uri: str, name: str, raw: str) -> float:
@@ -79,17 +118,40 @@ def _positive_seconds(uri: str, name: str, raw: str) -> float:
     return value
 
 
-def _query(uri: str, raw_query: str, allowed: tuple[str, ...]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _raw_query(uri: str, raw_query: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
     try:
         pairs = urllib.parse.parse_qsl(raw_query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
-        raise _bad(uri, f"malformed query {raw_query!r}") from None
+        raise _bad(uri, "malformed query") from None
     for key, value in pairs:
         if key not in allowed:
             raise _bad(uri, f"unknown option {key!r} (known: {', '.join(allowed)})")
-        out[key] = _positive_seconds(uri, key, value)
+        out[key] = value
     return out
+
+
+def _query(uri: str, raw_query: str, allowed: tuple[str, ...]) -> dict[str, float]:
+    return {
+        key: _positive_seconds(uri, key, value)
+        for key, value in _raw_query(uri, raw_query, allowed).items()
+    }
+
+
+def _credentials(uri: str, text: str, where: str) -> DigestCredentials:
+    user, colon, secret = text.strip().partition(":")
+    if not colon or not user or not secret:
+        raise _bad(uri, f"{where} must hold USER:SECRET")
+    return DigestCredentials(user, secret)
+
+
+def _credentials_file(uri: str, option: str, path: str) -> DigestCredentials:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise _bad(uri, f"{option}={path}: {exc.strerror}") from None
+    return _credentials(uri, text, f"{option} {path}")
 
 
 def parse_uri(uri: str) -> ZooKeeperURI | SqliteURI:
@@ -111,8 +173,20 @@ def parse_uri(uri: str) -> ZooKeeperURI | SqliteURI:
     raise _bad(uri, f"unknown scheme {scheme!r}")
 
 
+_ZK_OPTIONS = (
+    "session_timeout",
+    "auth_file",
+    "reader_auth_file",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+)
+
+
 def _parse_zk(uri: str, rest: str, raw_query: str) -> ZooKeeperURI:
     netloc, slash, chroot = rest.partition("/")
+    userinfo, at, netloc = netloc.rpartition("@")
+    auth = _credentials(uri, urllib.parse.unquote(userinfo), "the URI's user part") if at else None
     if not netloc:
         raise _bad(uri, "no ZooKeeper HOST:PORT given")
     hosts: list[str] = []
@@ -129,8 +203,33 @@ def _parse_zk(uri: str, rest: str, raw_query: str) -> ZooKeeperURI:
             root = check_path("/" + chroot.rstrip("/"))
         except ValueError as exc:
             raise _bad(uri, f"bad chroot: {exc}") from None
-    options = _query(uri, raw_query, ("session_timeout",))
-    return ZooKeeperURI(tuple(hosts), root, **options)
+    raw = _raw_query(uri, raw_query, _ZK_OPTIONS)
+    if "auth_file" in raw:
+        if auth is not None:
+            raise _bad(uri, "give credentials either in the URI or in auth_file, not both")
+        auth = _credentials_file(uri, "auth_file", raw["auth_file"])
+    reader = None
+    if "reader_auth_file" in raw:
+        if auth is None:
+            raise _bad(uri, "reader_auth_file needs walog's own credentials too")
+        reader = _credentials_file(uri, "reader_auth_file", raw["reader_auth_file"])
+    if ("tls_cert" in raw) != ("tls_key" in raw):
+        raise _bad(uri, "tls_cert and tls_key go together")
+    if "tls_cert" in raw and "tls_ca" not in raw:
+        raise _bad(uri, "tls_cert needs tls_ca (the servers are verified first)")
+    timeout = raw.get("session_timeout")
+    return ZooKeeperURI(
+        tuple(hosts),
+        root,
+        _positive_seconds(uri, "session_timeout", timeout)
+        if timeout is not None
+        else (DEFAULT_ZK_SESSION_TIMEOUT),
+        auth=auth,
+        reader=reader,
+        tls_ca=raw.get("tls_ca"),
+        tls_cert=raw.get("tls_cert"),
+        tls_key=raw.get("tls_key"),
+    )
 
 
 def _parse_sqlite(uri: str, rest: str, raw_query: str) -> SqliteURI:
@@ -187,10 +286,12 @@ def check_counter(name: str) -> str:
 __all__ = [
     "ACCEPTED_FORMS",
     "DEFAULT_CHROOT",
+    "DigestCredentials",
     "SqliteURI",
     "ZooKeeperURI",
     "check_counter",
     "check_path",
     "parent_of",
     "parse_uri",
+    "redact_uri",
 ]

@@ -27,9 +27,11 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionClosedError,
     KazooException,
+    NoAuthError,
     NoNodeError,
     NotEmptyError,
 )
@@ -37,6 +39,7 @@ from kazoo.exceptions import NodeExistsError as KazooNodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 from tenacity import (
     AsyncRetrying,
     Retrying,
@@ -47,7 +50,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from walog.errors import MetadataConflictError, MetadataError, is_retriable
+from walog.errors import MetadataConflictError, MetadataError, UnauthorizedError, is_retriable
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
 from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
 
@@ -56,6 +59,25 @@ T = TypeVar("T")
 
 COUNTERS = "/_counters"
 """Where :meth:`ZooKeeperStore.next_id` keeps its counter znodes (under the chroot)."""
+
+
+def _security_options(config: ZooKeeperURI) -> dict[str, Any]:
+    """kazoo's settings for the URI's credentials and TLS: the session authenticates as
+    walog's principal, and every record it creates grants that principal all rights, the
+    read-only principal read rights, and nobody else anything."""
+    options: dict[str, Any] = {}
+    if config.auth is not None:
+        auth = config.auth
+        options["auth_data"] = [("digest", f"{auth.user}:{auth.secret}")]
+        acl = [make_digest_acl(auth.user, auth.secret, all=True)]
+        if config.reader is not None:
+            acl.append(make_digest_acl(config.reader.user, config.reader.secret, read=True))
+        options["default_acl"] = acl
+    if config.tls_ca is not None:
+        options.update(use_ssl=True, ca=config.tls_ca, verify_certs=True)
+        if config.tls_cert is not None:
+            options.update(certfile=config.tls_cert, keyfile=config.tls_key)
+    return options
 
 
 def _is_connection_error(exc: BaseException) -> bool:
@@ -78,6 +100,7 @@ class ZooKeeperStore(MetadataStore):
             hosts=config.connect_string,
             timeout=config.session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            **_security_options(config),
         )
         self._calls = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="walog-zk")
         # One thread for watch callbacks and session recovery: ordered, never kazoo's own.
@@ -136,6 +159,12 @@ class ZooKeeperStore(MetadataStore):
             raise MetadataConflictError(f"metadata record {path} changed (version)") from exc
         except ConnectionClosedError as exc:
             raise self._closed_error() from exc
+        except (NoAuthError, AuthFailedError) as exc:
+            who = self._config.auth.user if self._config.auth else "an unauthenticated client"
+            raise UnauthorizedError(
+                f"ZooKeeper {self._config.connect_string} refused {who} on {path}: not "
+                "authorised (check the credentials of the metadata URI or its auth_file)"
+            ) from exc
         except (KazooException, KazooTimeoutError) as exc:
             hosts = self._config.connect_string
             raise MetadataError(f"ZooKeeper {hosts} failed on {path}: {exc!r}") from exc

@@ -2,7 +2,7 @@
 
 Adds are packed as they are queued into batches of one ledger (one bytes field per batch,
 see ``AddBatch`` in the proto; large batches are encoded once for all their bookies, see
-:class:`~walog.transport.wire.BatchEncoder`); batches, explicit LAC updates and forces are
+:class:`~walog.transport.codec.BatchEncoder`); batches, explicit LAC updates and forces are
 flushed as :class:`AddFrame` messages, encoded by hand, of up to ``max_frame_entries`` /
 ``max_frame_bytes`` whenever the stream can take a message: while one frame is being
 written, the next one fills up. There are no flush timers; Python pays per message, not per
@@ -31,13 +31,10 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
+from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
-from walog.ledger.context import ClientConfig
-from walog.proto import bookie_pb2 as pb
 from walog.transport.base import AddReply, BatchCallback, ForceReply
-from walog.transport.native import NativeCall, NativeCallError
-from walog.transport.packing import PackedEntries
-from walog.transport.wire import (
+from walog.transport.codec import (
     BatchEncoder,
     PendingBatch,
     build_frame,
@@ -45,6 +42,9 @@ from walog.transport.wire import (
     status_of,
     translate_rpc_error,
 )
+from walog.transport.native import NativeCall, NativeCallError
+from walog.wire.packing import PackedEntries
+from walog.wire.proto import bookie_pb2 as pb
 
 
 class StreamOwner(Protocol):

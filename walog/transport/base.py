@@ -15,28 +15,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
-import enum
 import functools
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 from walog.errors import BookieUnavailableError
-from walog.ledger.durability import Durability
-from walog.transport.packing import PackedEntries, unpack_entries
-
-
-class Status(enum.IntEnum):
-    """Bookie return codes; numbers equal ``walog.proto.bookie_pb2.Status``."""
-
-    OK = 0
-    NO_SUCH_LEDGER = 1
-    NO_SUCH_ENTRY = 2
-    FENCED = 3
-    UNAUTHORIZED = 4
-    READ_ONLY = 5
-    TOO_MANY_REQUESTS = 6
-    BAD_REQUEST = 7
-    IO_ERROR = 8
-    DIGEST_MISMATCH = 9
+from walog.wire.durability import Durability
+from walog.wire.packing import PackedEntries, unpack_entries
+from walog.wire.status import Status
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -289,6 +274,5 @@ __all__ = [
     "ForceReply",
     "ReadLacReply",
     "ReadReply",
-    "Status",
     "StoredEntry",
 ]

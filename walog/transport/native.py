@@ -1,10 +1,10 @@
-"""The client end of a bookie's native port (frames: :mod:`walog.transport.frames`).
+"""The client end of a bookie's native port (frames: :mod:`walog.wire.frames`).
 
 :class:`NativeConnection` is one TCP or TLS connection to a bookie; :class:`NativeCall` one
 call on it, with the calls' interface of grpc.aio that the rest of the transport uses
 (``write``, ``read`` returning ``grpc.aio.EOF`` at the end, ``done_writing``, ``cancel``).
 Failures are :class:`NativeCallError`, a ``grpc.RpcError`` with a ``grpc.StatusCode``, so
-:func:`walog.transport.wire.translate_rpc_error` reads both transports' failures alike.
+:func:`walog.transport.codec.translate_rpc_error` reads both transports' failures alike.
 A lost connection fails every call on it; its owner opens a new one for the next call.
 """
 
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
-import socket
 import ssl
 from collections.abc import Callable
 from typing import Any, cast
@@ -23,7 +21,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from walog.transport.frames import (
+from walog.wire.frames import (
     HELLO_MAGIC,
     Code,
     FrameDecoder,
@@ -33,6 +31,7 @@ from walog.transport.frames import (
     decode_status,
     encode,
 )
+from walog.wire.keepalive import keepalive
 
 Deserializer = Callable[[bytes], Any]
 EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
@@ -54,22 +53,6 @@ class NativeCallError(grpc.RpcError):
     def details(self) -> str:
         """What happened."""
         return self._details
-
-
-KEEPALIVE_IDLE_S = 10
-"""An idle connection is probed after this many seconds..."""
-KEEPALIVE_PROBES = 3
-"""... every ``KEEPALIVE_IDLE_S / 2`` seconds, and closed after this many unanswered."""
-
-
-def keepalive(sock: socket.socket) -> None:
-    """TCP keepalive on ``sock``, so that a peer gone without a word (a host that died, a
-    cable pulled) is noticed on an idle connection too (best effort: Linux options)."""
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_IDLE_S // 2)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
 
 
 def _error(code: Code, details: str) -> NativeCallError:

@@ -12,7 +12,7 @@ they return have their digests verified here, and a mismatch is reported as
 lazily, and a broken stream or connection is replaced by a new one on the next request.
 
 ``grpc.RpcError`` (which native failures are too) is translated by
-:func:`walog.transport.wire.translate_rpc_error` only.
+:func:`walog.transport.codec.translate_rpc_error` only.
 """
 
 from __future__ import annotations
@@ -28,11 +28,8 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 
+from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, WalogError
-from walog.ledger.context import ClientConfig
-from walog.ledger.durability import Durability
-from walog.proto import bookie_pb2 as pb
-from walog.proto import bookie_pb2_grpc
 from walog.transport.add_stream import AddCall, AddStream
 from walog.transport.base import (
     AddCallback,
@@ -44,17 +41,20 @@ from walog.transport.base import (
     ForceReply,
     ReadLacReply,
     ReadReply,
-    Status,
     StoredEntry,
 )
+from walog.transport.codec import BatchEncoder, status_of, translate_rpc_error, verified_entries
 from walog.transport.credentials import TlsConfig, auth_metadata
-from walog.transport.frames import RPC_NAMES, Method
 from walog.transport.native import NativeCall
-from walog.transport.packing import PackedEntries
 from walog.transport.route import NativeRoute
-from walog.transport.wire import BatchEncoder, status_of, translate_rpc_error, verified_entries
+from walog.wire.durability import Durability
+from walog.wire.frames import RPC_NAMES, Method
+from walog.wire.limits import MAX_MESSAGE_BYTES
+from walog.wire.packing import PackedEntries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto import bookie_pb2_grpc
+from walog.wire.status import Status
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _ADD_METHOD = "/walog.bookie.v1.Bookie/Add"
 _PB_DURABILITY = {Durability.PERSISTENT: pb.PERSISTENT, Durability.VOLATILE: pb.VOLATILE}
 
@@ -153,7 +153,7 @@ class NetworkBookieClient(BookieClient):
             return native.call(Method.ADD, pb.AddResponseFrame.FromString)
         self._open_stub()
         assert self._channel is not None
-        # Frames are encoded by the stream (walog/transport/wire.py): no serializer.
+        # Frames are encoded by the stream (walog/transport/codec.py): no serializer.
         add = self._channel.stream_stream(
             _ADD_METHOD,
             request_serializer=None,
@@ -478,4 +478,4 @@ class NetworkBookiePool(BookiePool):
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "NetworkBookieClient", "NetworkBookiePool"]
+__all__ = ["NetworkBookieClient", "NetworkBookiePool"]

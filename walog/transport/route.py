@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from walog._log import get_logger
+from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, UnauthorizedError
-from walog.ledger.context import ClientConfig
-from walog.proto import bookie_pb2 as pb
-from walog.transport.frames import Method
+from walog.transport.codec import translate_rpc_error
 from walog.transport.native import NativeConnection
-from walog.transport.wire import translate_rpc_error
+from walog.wire.frames import Method
+from walog.wire.proto import bookie_pb2 as pb
 
 NATIVE_RETRY_S = 5.0
 """After a bookie's native port could not be reached, use gRPC this long before trying it again."""

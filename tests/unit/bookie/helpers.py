@@ -7,9 +7,9 @@ from typing import Any
 
 from bookie.config import StorageConfig
 from bookie.core import BookieCore
-from walog.digest import entry_digest, master_key
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
+from walog.wire.digest import entry_digest, master_key
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 KEY = master_key(b"secret")
 OTHER_KEY = master_key(b"other")

@@ -18,9 +18,9 @@ from bookie.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.ledgers import LedgerState
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
-from walog.digest import entry_digest
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
+from walog.wire.digest import entry_digest
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -18,8 +18,8 @@ import pytest
 
 from bookie.core import BookieCore
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 
 @dataclass

@@ -19,9 +19,9 @@ from bookie.journal_files import HEADER_BYTES, journal_files
 from bookie.records import RecordKind, decode_record
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
-from walog.transport.packing import unpack_entries
+from walog.wire.durability import Durability
+from walog.wire.packing import unpack_entries
+from walog.wire.status import Status
 
 _FRAME = struct.Struct(">II")
 _ENTRY_HEADER = struct.Struct(">IqqqI")

@@ -18,7 +18,7 @@ import pytest
 from bookie.core import BookieCore
 from bookie.records import fence_record
 from tests.unit.bookie.helpers import KEY, add, open_core
-from walog.transport.base import Status
+from walog.wire.status import Status
 
 
 class SyncCounter:

@@ -20,7 +20,7 @@ import pytest
 from bookie.index import ENTRY_KEY, FORMAT_KEY, LEDGER_KEY, MARK_KEY, seal
 from bookie.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
-from walog.transport.base import Status
+from walog.wire.status import Status
 
 Tamper = Callable[[lmdb.Transaction, dict[str, lmdb._Database]], object]
 STORED = 1  # entries 0..9 checkpointed

@@ -24,8 +24,8 @@ from bookie.journal_files import (
     replay,
 )
 from tests.unit.bookie.helpers import KEY, add, open_core, read_all
-from walog.ledger.durability import Durability
-from walog.transport.base import Status
+from walog.wire.durability import Durability
+from walog.wire.status import Status
 
 _FRAME = struct.Struct(">II")
 

@@ -7,13 +7,13 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from walog.ledger.context import ClientConfig
-from walog.proto import bookie_pb2 as pb
+from walog.config import ClientConfig
 from walog.transport.add_stream import AddCall, AddStream
-from walog.transport.frames import FrameDecoder, Kind, Method
+from walog.transport.codec import BatchEncoder
 from walog.transport.native import NativeConnection
-from walog.transport.packing import PackedEntries, unpack_entries
-from walog.transport.wire import BatchEncoder
+from walog.wire.frames import FrameDecoder, Kind, Method
+from walog.wire.packing import PackedEntries, unpack_entries
+from walog.wire.proto import bookie_pb2 as pb
 
 
 class _Entry:

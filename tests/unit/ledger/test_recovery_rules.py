@@ -15,7 +15,8 @@ from walog.ledger.recovery import (
     replace_in_last_fragment,
 )
 from walog.metadata.layout import LedgerMetadata
-from walog.transport.base import FenceReply, ReadLacReply, ReadReply, Status, StoredEntry
+from walog.transport.base import FenceReply, ReadLacReply, ReadReply, StoredEntry
+from walog.wire.status import Status
 
 B = ("b1:1", "b2:2", "b3:3")
 

@@ -7,13 +7,13 @@ import collections
 
 import pytest
 
-from walog.digest import master_key
 from walog.errors import UnauthorizedError
 from walog.ledger import mutations
 from walog.ledger.create import password_check, validate_ledger_options, verify_password
-from walog.ledger.durability import Durability
 from walog.ledger.writer import PendingAdd, as_payload, pop_completed
 from walog.metadata.layout import LedgerMetadata
+from walog.wire.digest import master_key
+from walog.wire.durability import Durability
 
 
 def _mask(indexes: set[int]) -> int:

@@ -6,11 +6,8 @@ import collections
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from walog.digest import entry_digest
-from walog.proto import bookie_pb2 as pb
 from walog.transport.base import BatchCallback
-from walog.transport.packing import ENTRY_HEADER, PackedEntries, unpack_entries
-from walog.transport.wire import (
+from walog.transport.codec import (
     SHARED_BATCH_BYTES,
     BatchEncoder,
     PendingBatch,
@@ -18,6 +15,9 @@ from walog.transport.wire import (
     queue_packed,
     verified_entries,
 )
+from walog.wire.digest import entry_digest
+from walog.wire.packing import ENTRY_HEADER, PackedEntries, unpack_entries
+from walog.wire.proto import bookie_pb2 as pb
 
 KEY = b"k" * 32
 ENCODER = BatchEncoder()

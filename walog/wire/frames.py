@@ -49,7 +49,7 @@ class Kind(enum.IntEnum):
 
 
 class Method(enum.IntEnum):
-    """The RPCs of the ``Bookie`` service (walog/proto/bookie.proto)."""
+    """The RPCs of the ``Bookie`` service (walog/wire/proto/bookie.proto)."""
 
     ADD = 1
     READ = 2

@@ -37,7 +37,7 @@ class OutgoingEntry(Protocol):
 
     @property
     def digest(self) -> int:
-        """The entry digest (walog/digest.py)."""
+        """The entry digest (walog/wire/digest.py)."""
 
 
 class PackedEntries(NamedTuple):

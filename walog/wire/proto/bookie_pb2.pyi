@@ -92,7 +92,7 @@ Global___Durability: _TypeAlias = Durability  # noqa: Y015
 class Entry(_message.Message):
     """One entry as stored and as served. The digest is CRC32C over
     (ledger_id, entry_id, lac as big-endian int64s) followed by the payload;
-    see walog/digest.py. Bookies reject an entry whose digest does not match.
+    see walog/wire/digest.py. Bookies reject an entry whose digest does not match.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -130,7 +130,7 @@ class AddBatch(_message.Message):
     """Entries of one ledger sent with the same master key, recovery flag and durability.
     ``entries`` packs them back to back, each as a 24-byte big-endian header
       entry_id:int64  lac:int64  digest:uint32  length:uint32
-    followed by ``length`` payload bytes (see walog/transport/wire.py). One bytes field per
+    followed by ``length`` payload bytes (see walog/wire/packing.py). One bytes field per
     batch instead of one message per entry: Python pays per object, not per byte.
     """
 
@@ -144,7 +144,7 @@ class AddBatch(_message.Message):
     BATCH_ID_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     master_key: _builtins.bytes
-    """derived from the ledger password (walog/digest.py)"""
+    """derived from the ledger password (walog/wire/digest.py)"""
     recovery: _builtins.bool
     """recovery write-back: bypasses the fence"""
     durability: Global___Durability.ValueType
@@ -611,7 +611,7 @@ class InfoResponse(_message.Message):
     """group commits since start"""
     native_port: _builtins.int
     """The port of the bookie's native protocol on the host of its id (0: none): the same
-    calls as frames over TCP or TLS, cheaper per message (walog/transport/frames.py).
+    calls as frames over TCP or TLS, cheaper per message (walog/wire/frames.py).
     """
     native_socket: _builtins.str
     """The path of a Unix socket speaking the same native protocol, for clients on the

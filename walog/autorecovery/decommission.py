@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 
 import walog._loop
-import walog.aio
+from walog import aio
 from walog.autorecovery.replicate import recover
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.metadata.layout import (
@@ -43,7 +43,7 @@ class DecommissionError(WalogError):
     """The bookie could not be drained (what is left is named)."""
 
 
-async def _ledgers_naming(client: walog.aio.AsyncClient, bookie_id: str) -> list[int]:
+async def _ledgers_naming(client: aio.AsyncClient, bookie_id: str) -> list[int]:
     naming = []
     for name in await client.ctx.store.children(LEDGERS):
         if not name.isdigit():
@@ -58,7 +58,7 @@ async def _ledgers_naming(client: walog.aio.AsyncClient, bookie_id: str) -> list
 
 
 async def decommission(
-    client: walog.aio.AsyncClient,
+    client: aio.AsyncClient,
     bookie_id: str,
     *,
     passwords: Sequence[bytes] = (b"",),
@@ -129,7 +129,7 @@ def main(argv: Sequence[str]) -> int:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
 
     async def run() -> int:
-        client = await walog.aio.connect(args.metadata)
+        client = await aio.connect(args.metadata)
         try:
             return await decommission(
                 client,

@@ -1,4 +1,4 @@
-"""Pure wire rules of the bookie protocol, client side: frames, status codes, digest checks,
+"""The client's codec of the bookie protocol: frames, status codes, digest checks,
 and the translation of ``grpc.RpcError`` into walog errors (the one place it happens).
 
 No I/O here: :mod:`walog.transport.add_stream` and :mod:`walog.transport.network` use these.
@@ -14,12 +14,13 @@ import grpc
 import grpc.aio
 
 from walog._log import get_logger
-from walog.digest import entry_digest
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
-from walog.proto import bookie_pb2 as pb
-from walog.transport.base import BatchCallback, Status, StoredEntry
+from walog.transport.base import BatchCallback, StoredEntry
 from walog.transport.native import NativeCallError
-from walog.transport.packing import PackedEntries
+from walog.wire.digest import entry_digest
+from walog.wire.packing import PackedEntries
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.status import Status
 
 log = get_logger("walog.transport")
 

@@ -10,7 +10,7 @@ Status codes follow BookKeeper's return codes.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from walog.proto import bookie_pb2 as _bookie_pb2
+from walog.wire.proto import bookie_pb2 as _bookie_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

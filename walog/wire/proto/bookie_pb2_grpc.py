@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from walog.proto import bookie_pb2 as walog_dot_proto_dot_bookie__pb2
+from walog.wire.proto import bookie_pb2 as walog_dot_wire_dot_proto_dot_bookie__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in walog/proto/bookie_pb2_grpc.py depends on'
+        + ' but the generated code in walog/wire/proto/bookie_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,38 +36,38 @@ class BookieStub:
         """
         self.Add = channel.stream_stream(
                 '/walog.bookie.v1.Bookie/Add',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.AddFrame.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.AddResponseFrame.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.AddFrame.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.AddResponseFrame.FromString,
                 _registered_method=True)
         self.Read = channel.unary_unary(
                 '/walog.bookie.v1.Bookie/Read',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
                 _registered_method=True)
         self.ReadLac = channel.unary_unary(
                 '/walog.bookie.v1.Bookie/ReadLac',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
                 _registered_method=True)
         self.WatchLac = channel.unary_stream(
                 '/walog.bookie.v1.Bookie/WatchLac',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.WatchLacRequest.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.WatchLacRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
                 _registered_method=True)
         self.Fence = channel.unary_unary(
                 '/walog.bookie.v1.Bookie/Fence',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.FenceRequest.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.FenceResponse.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.FenceRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.FenceResponse.FromString,
                 _registered_method=True)
         self.Info = channel.unary_unary(
                 '/walog.bookie.v1.Bookie/Info',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
                 _registered_method=True)
         self.ListLedgers = channel.unary_unary(
                 '/walog.bookie.v1.Bookie/ListLedgers',
-                request_serializer=walog_dot_proto_dot_bookie__pb2.ListLedgersRequest.SerializeToString,
-                response_deserializer=walog_dot_proto_dot_bookie__pb2.ListLedgersResponse.FromString,
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersResponse.FromString,
                 _registered_method=True)
 
 
@@ -121,38 +121,38 @@ def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Add': grpc.stream_stream_rpc_method_handler(
                     servicer.Add,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.AddFrame.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.AddResponseFrame.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.AddFrame.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.AddResponseFrame.SerializeToString,
             ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.ReadRequest.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
             ),
             'ReadLac': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLac,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.ReadLacRequest.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.ReadLacResponse.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadLacRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadLacResponse.SerializeToString,
             ),
             'WatchLac': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchLac,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.WatchLacRequest.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.WatchLacRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
             ),
             'Fence': grpc.unary_unary_rpc_method_handler(
                     servicer.Fence,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.FenceRequest.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.FenceResponse.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.FenceRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.FenceResponse.SerializeToString,
             ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.InfoRequest.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.InfoResponse.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.InfoRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.InfoResponse.SerializeToString,
             ),
             'ListLedgers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLedgers,
-                    request_deserializer=walog_dot_proto_dot_bookie__pb2.ListLedgersRequest.FromString,
-                    response_serializer=walog_dot_proto_dot_bookie__pb2.ListLedgersResponse.SerializeToString,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,8 +180,8 @@ class Bookie:
             request_iterator,
             target,
             '/walog.bookie.v1.Bookie/Add',
-            walog_dot_proto_dot_bookie__pb2.AddFrame.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.AddResponseFrame.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.AddFrame.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.AddResponseFrame.FromString,
             options,
             channel_credentials,
             insecure,
@@ -207,8 +207,8 @@ class Bookie:
             request,
             target,
             '/walog.bookie.v1.Bookie/Read',
-            walog_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -234,8 +234,8 @@ class Bookie:
             request,
             target,
             '/walog.bookie.v1.Bookie/ReadLac',
-            walog_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ReadLacResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -261,8 +261,8 @@ class Bookie:
             request,
             target,
             '/walog.bookie.v1.Bookie/WatchLac',
-            walog_dot_proto_dot_bookie__pb2.WatchLacRequest.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.WatchLacRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -288,8 +288,8 @@ class Bookie:
             request,
             target,
             '/walog.bookie.v1.Bookie/Fence',
-            walog_dot_proto_dot_bookie__pb2.FenceRequest.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.FenceResponse.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.FenceRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.FenceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -315,8 +315,8 @@ class Bookie:
             request,
             target,
             '/walog.bookie.v1.Bookie/Info',
-            walog_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -342,8 +342,8 @@ class Bookie:
             request,
             target,
             '/walog.bookie.v1.Bookie/ListLedgers',
-            walog_dot_proto_dot_bookie__pb2.ListLedgersRequest.SerializeToString,
-            walog_dot_proto_dot_bookie__pb2.ListLedgersResponse.FromString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersResponse.FromString,
             options,
             channel_credentials,
             insecure,
