@@ -33,12 +33,12 @@ from bookie.logging import configure_logging
 from bookie.metrics import MetricsServer, Sample
 from bookie.registration import Registration
 from bookie.server import BookieServer
-from walog import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import decommission_path
 from walog.metadata.store import MetadataStore
+from walog.wire.version import VERSION
 
 log = structlog.get_logger("bookie")
 
@@ -236,7 +236,7 @@ async def _serve(
         stray_interval=config.gc_stray_interval,
         stray_grace=config.gc_stray_grace,
     )
-    registration = Registration(store, config.bookie_id, instance_id, __version__)
+    registration = Registration(store, config.bookie_id, instance_id, VERSION)
 
     async def apply_mode(reason: str | None) -> None:
         core.read_only_reason = reason  # adds are refused first, then clients are told

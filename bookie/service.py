@@ -26,11 +26,11 @@ from bookie.add_stream import AddStream, wire_status
 from bookie.config import BookieConfig
 from bookie.core import BookieCore
 from bookie.storage import StoredRecord
-from walog import __version__
 from walog.wire.digest import MASTER_KEY_BYTES
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 from walog.wire.status import Status
+from walog.wire.version import VERSION
 
 DEFAULT_READ_BYTES = 4 * 1024 * 1024
 """A range read answers at most this many payload bytes unless the request asks less."""
@@ -262,7 +262,7 @@ class BookieService(pb_grpc.BookieServicer):
             read_only=self.core.read_only,
             free_disk_bytes=usage.free,
             total_disk_bytes=usage.total,
-            version=__version__,
+            version=VERSION,
             max_entry_bytes=self.config.max_entry_bytes,
             journal_syncs=int(core_stats.journal_syncs),
             journal_groups=int(core_stats.journal_groups),
