@@ -2,4 +2,4 @@
 
 from bookie.main import main
 
-raise SystemExit(main())
+raise SystemExit(main(prog="python -m bookie"))

@@ -20,6 +20,7 @@ class ServiceStats:
     forces: int = 0
     reads: int = 0
     read_entries: int = 0
+    read_bytes: int = 0
     long_polls: int = 0
     lac_watches: int = 0
     fences: int = 0

@@ -62,7 +62,8 @@ class BookieConfig:
     journal_dir: Path | None = None
     """``--journal-dir``: the journal's directory (a separate disk); default: ``data_dir``."""
     metrics_port: int | None = None
-    """``--metrics-port``: serve Prometheus text counters on ``HOST:N/metrics``; default off."""
+    """``--metrics-port``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``HOST:N``;
+    default off."""
     tls_cert: Path | None = None
     """``--tls-cert``: PEM certificate chain; with ``tls_key`` the port speaks TLS only."""
     tls_key: Path | None = None

@@ -48,6 +48,7 @@ from bookie.startup import load_store
 from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog._sync import name_os_thread
 from walog.latency import StageLatencies
+from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
 from walog.wire.digest import entry_digest
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER
@@ -88,6 +89,10 @@ class BookieCore:
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
+        self.group_entries = LoopHistogram(COUNT_BOUNDS)
+        """Records per journal group commit."""
+        self.group_bytes = LoopHistogram(BYTES_BOUNDS)
+        """Bytes per journal group commit."""
         self.read_only_reason: str | None = None
         """Set while the bookie is read-only by disk usage (bookie/disks.py): plain adds
         are answered READ_ONLY; reads, fences and recovery writes are still served."""
@@ -663,6 +668,8 @@ class BookieCore:
             if report.synced:
                 latencies.record("journal_sync", report.done - report.written)
             latencies.record("journal_callback", time.monotonic() - report.done)
+            self.group_entries.observe(report.record_count)
+            self.group_bytes.observe(report.byte_count)
         self.stats.journal_groups = report.group_no
         self.stats.journal_syncs = report.sync_no
         self.stats.journal_bytes += report.byte_count

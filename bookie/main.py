@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
+import re
 import signal
 import sys
 from collections.abc import Coroutine, Sequence
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 import walog._loop
 from bookie.config import BookieConfig, parse_listen
@@ -29,16 +30,19 @@ from bookie.cookie import check_cookie
 from bookie.core import BookieCore
 from bookie.disks import DiskMonitor
 from bookie.gc import LedgerCollector
+from bookie.health import BookieHealth, read_only_reason
+from bookie.http import MetricsServer
 from bookie.logging import configure_logging
-from bookie.metrics import MetricsServer, Sample
+from bookie.metric_parts import BookieParts
+from bookie.metrics import BookieCollector
 from bookie.notices import DamageReports, DrainMark
 from bookie.registration import Registration
 from bookie.server import BookieServer
+from walog._version import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.store import MetadataStore
-from walog.wire.version import VERSION
 
 log = structlog.get_logger("bookie")
 
@@ -52,81 +56,73 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the bookie command (flags map 1:1 onto BookieConfig)."""
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """A byte count such as ``4096``, ``64MiB``, ``64M`` or ``1.5GB`` (argparse type): K, M
+    and G are powers of 1000, KiB, MiB and GiB of 1024.
+
+    Raises:
+        argparse.ArgumentTypeError: not a whole number of bytes.
+    """
+    match = _SIZE.match(text)
+    if match is not None:
+        number, prefix, binary = match.groups()
+        base = 1024 if binary else 1000
+        value = float(number) * base ** " kmg".index(prefix.lower() or " ")
+        if value == int(value):
+            return int(value)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 4096, 64MiB, 1GB)")
+
+
+def format_size(size: int) -> str:
+    """``size`` bytes for people: ``64 MiB``, ``512 KiB``, ``100 B``."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
+def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
+    """The argument parser of the bookie command (flags map 1:1 onto BookieConfig).
+
+    Args:
+        prog: how the command was started (``walog bookie`` or ``python -m bookie``).
+    """
     d = _DEFAULTS
     p = _Parser(
-        prog="walog bookie",
+        prog=prog,
         description="Run a walog bookie: the storage server of ledger entries. "
         "See docs/bookies.md.",
     )
-    p.add_argument("--data-dir", type=Path, required=True, help="entry logs, index, cookie")
-    p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address = bookie id")
-    p.add_argument("--metadata", required=True, metavar="URI", help="zk://... or sqlite:///...")
-    p.add_argument(
-        "--native-port",
-        type=int,
-        default=d.native_port,
-        metavar="N",
-        help="port of the native protocol on the --listen host (0: any free, -1: off) [0]",
+    p.add_argument("--version", action="version", version=f"walog bookie {__version__}")
+
+    def tuned(group: argparse._ArgumentGroup, *rows: tuple[str, Any, Any, str]) -> None:
+        for flag, kind, default, text in rows:
+            shown = format_size(default) if kind is parse_size else default
+            metavar = "SIZE" if kind is parse_size else "N"
+            group.add_argument(
+                flag, type=kind, default=default, metavar=metavar, help=f"{text} [{shown}]"
+            )
+
+    storage = p.add_argument_group("storage")
+    storage.add_argument(
+        "--data-dir", type=Path, required=True, help="entry logs, index and cookie"
     )
-    p.add_argument(
-        "--native-socket",
-        default=d.native_socket,
-        metavar="PATH",
-        help="Unix socket of the native protocol for clients on this host "
-        "('off': none) [DATA_DIR/native.sock]",
-    )
-    p.add_argument("--journal-dir", type=Path, help="journal directory [DATA_DIR/journal]")
-    p.add_argument("--metrics-port", type=int, metavar="N", help="Prometheus /metrics port")
-    p.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")
-    p.add_argument("--tls-key", type=Path, metavar="F", help="PEM private key")
-    p.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: require client certs")
-    p.add_argument("--auth-token-file", type=Path, metavar="F", help="bearer token clients send")
-    p.add_argument(
-        "--allow-format",
-        action="store_true",
-        help="write a new cookie although disk and metadata disagree (see --discard-instance)",
-    )
-    p.add_argument(
-        "--discard-instance",
-        metavar="ID",
-        help="with --allow-format, where the disk lost the incarnation the metadata store "
-        "names: its instance id, confirming that its acknowledged entries are re-replicated",
-    )
-    p.add_argument(
+    storage.add_argument(
         "--cache-entry-logs",
         action="store_true",
         help="keep checkpointed entry-log pages in the page cache (default: drop once synced)",
     )
-    tuning = [
-        ("--group-wait-ms", float, d.group_wait_ms, "longest wait of a journal group commit"),
-        ("--group-max-bytes", int, d.group_max_bytes, "a journal group commits at this size"),
-        ("--volatile-flush-interval", float, d.volatile_flush_interval,
-         "seconds between syncs of VOLATILE entries"),
-        ("--max-inflight-bytes", int, d.max_inflight_bytes,
-         "unanswered add bytes before TOO_MANY_REQUESTS"),
-        ("--max-entry-bytes", int, d.max_entry_bytes, "largest entry payload accepted"),
-        ("--entry-log-file-bytes", int, d.entry_log_file_bytes,
+    tuned(
+        storage,
+        ("--max-entry-bytes", parse_size, d.max_entry_bytes, "largest entry payload accepted"),
+        ("--entry-log-file-bytes", parse_size, d.entry_log_file_bytes,
          "an entry log rolls over at this size"),
-        ("--minor-compaction-threshold", float, d.minor_compaction_threshold,
-         "minor compaction copies entry logs whose live share is below this"),
-        ("--minor-compaction-interval", float, d.minor_compaction_interval,
-         "seconds between minor compactions (0: off)"),
-        ("--major-compaction-threshold", float, d.major_compaction_threshold,
-         "major compaction copies entry logs whose live share is below this"),
-        ("--major-compaction-interval", float, d.major_compaction_interval,
-         "seconds between major compactions (0: off)"),
-        ("--compaction-rate-bytes", int, d.compaction_rate_bytes,
-         "most bytes per second compaction copies"),
         ("--checkpoint-interval", float, d.checkpoint_interval,
          "seconds between checkpoints (entry logs + index)"),
-        ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
-        ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
-        ("--gc-stray-interval", float, d.gc_stray_interval,
-         "seconds between scans for stray copies of closed ledgers (0: off)"),
-        ("--gc-stray-grace", float, d.gc_stray_grace,
-         "seconds a written copy is never taken for a stray one"),
         ("--disk-usage-threshold", float, d.disk_usage_threshold,
          "used share of a data or journal disk that turns the bookie read-only"),
         ("--disk-usage-warn-threshold", float, d.disk_usage_warn_threshold,
@@ -135,27 +131,117 @@ def build_parser() -> argparse.ArgumentParser:
          "used share all disks must fall below for a read-only bookie to take adds again"),
         ("--disk-check-interval", float, d.disk_check_interval,
          "seconds between measurements of disk usage"),
+    )  # fmt: skip
+
+    journal = p.add_argument_group("journal")
+    journal.add_argument(
+        "--journal-dir",
+        type=Path,
+        help="journal directory, ideally its own disk [DATA_DIR/journal]",
+    )
+    tuned(
+        journal,
+        ("--group-wait-ms", float, d.group_wait_ms, "longest wait of a journal group commit"),
+        ("--group-max-bytes", parse_size, d.group_max_bytes,
+         "a journal group commits at this size"),
+        ("--volatile-flush-interval", float, d.volatile_flush_interval,
+         "seconds between syncs of VOLATILE entries"),
+    )  # fmt: skip
+
+    network = p.add_argument_group("network")
+    network.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="address, and the bookie's id"
+    )
+    network.add_argument(
+        "--metadata", required=True, metavar="URI", help="zk://... or sqlite:///... store"
+    )
+    network.add_argument(
+        "--native-port",
+        type=int,
+        default=d.native_port,
+        metavar="N",
+        help="port of the native protocol on the --listen host (0: any free, -1: off) [0]",
+    )
+    network.add_argument(
+        "--native-socket",
+        default=d.native_socket,
+        metavar="PATH",
+        help="Unix socket of the native protocol for clients on this host "
+        "('off': none) [DATA_DIR/native.sock]",
+    )
+    network.add_argument(
+        "--metrics-port", type=int, metavar="N", help="port of /metrics, /healthz and /readyz"
+    )
+    tuned(
+        network,
+        ("--max-inflight-bytes", parse_size, d.max_inflight_bytes,
+         "unanswered add bytes before TOO_MANY_REQUESTS"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
-    ]  # fmt: skip
-    for flag, kind, default, text in tuning:
-        p.add_argument(flag, type=kind, default=default, metavar="N", help=f"{text} [{default}]")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR [INFO]")
-    p.add_argument(
+    )  # fmt: skip
+
+    security = p.add_argument_group("security")
+    security.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")
+    security.add_argument("--tls-key", type=Path, metavar="F", help="PEM private key")
+    security.add_argument(
+        "--tls-ca", type=Path, metavar="F", help="CA bundle: require client certificates"
+    )
+    security.add_argument(
+        "--auth-token-file", type=Path, metavar="F", help="bearer token clients must send"
+    )
+
+    maintenance = p.add_argument_group("maintenance")
+    maintenance.add_argument(
+        "--allow-format",
+        action="store_true",
+        help="write a new cookie although disk and metadata disagree: the bookie then "
+        "discards what it stored and acknowledged before (see --discard-instance)",
+    )
+    maintenance.add_argument(
+        "--discard-instance",
+        metavar="ID",
+        help="with --allow-format, where the disk lost the incarnation the metadata store "
+        "names: its instance id, confirming that its acknowledged entries are re-replicated",
+    )
+    maintenance.add_argument(
         "--rebuild-index",
         action="store_true",
         help="do not serve: rebuild the index of the stopped bookie in --data-dir from its "
         "entry logs, then exit (see docs/bookies.md)",
     )
+    tuned(
+        maintenance,
+        ("--minor-compaction-threshold", float, d.minor_compaction_threshold,
+         "minor compaction copies entry logs whose live share is below this"),
+        ("--minor-compaction-interval", float, d.minor_compaction_interval,
+         "seconds between minor compactions (0: off)"),
+        ("--major-compaction-threshold", float, d.major_compaction_threshold,
+         "major compaction copies entry logs whose live share is below this"),
+        ("--major-compaction-interval", float, d.major_compaction_interval,
+         "seconds between major compactions (0: off)"),
+        ("--compaction-rate-bytes", parse_size, d.compaction_rate_bytes,
+         "most bytes per second compaction copies"),
+        ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
+        ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
+        ("--gc-stray-interval", float, d.gc_stray_interval,
+         "seconds between scans for stray copies of closed ledgers (0: off)"),
+        ("--gc-stray-grace", float, d.gc_stray_grace,
+         "seconds a written copy is never taken for a stray one"),
+    )  # fmt: skip
+    maintenance.add_argument(
+        "--log-level", default="INFO", choices=LOG_LEVELS, help="lowest level logged [INFO]"
+    )
     return p
 
 
-def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
+def parse_config(
+    argv: Sequence[str] | None = None, prog: str = "walog bookie"
+) -> tuple[BookieConfig, str]:
     """Parse flags into a validated BookieConfig and the log level.
 
     Exits with status 2 and one error line on bad flags (argparse convention).
     """
-    parser = build_parser()
+    parser = build_parser(prog)
     args = vars(parser.parse_args(argv))
     level = args.pop("log_level")
     args.pop("rebuild_index")  # handled by main() before parsing
@@ -163,32 +249,6 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[BookieConfig, str]:
         return BookieConfig(**args), level
     except ValueError as exc:
         parser.error(str(exc))
-
-
-def _samples(
-    server: BookieServer, core: BookieCore, collector: LedgerCollector, disks: DiskMonitor
-) -> list[Sample]:
-    stats = server.service.stats
-    out: list[Sample] = [
-        (f"walog_bookie_{field.name}_total", "counter", float(getattr(stats, field.name)))
-        for field in dataclasses.fields(stats)
-    ]
-    out.append(("walog_bookie_read_only", "gauge", float(core.read_only)))
-    out.append(("walog_bookie_read_only_entered_total", "counter", disks.read_only_entered))
-    out.append(("walog_bookie_disk_usage_ratio", "gauge", disks.highest_share))
-    out.append(("walog_bookie_inflight_add_bytes", "gauge", server.service.admission.in_flight))
-    out.append(("walog_bookie_gc_deleted_ledgers_total", "counter", collector.deleted_total))
-    out.append(
-        ("walog_bookie_gc_deleted_stray_copies_total", "counter", collector.strays_deleted_total)
-    )
-    core_stats = core.stats
-    values = (
-        dataclasses.asdict(core_stats) if dataclasses.is_dataclass(core_stats) else vars(core_stats)
-    )
-    for name, value in sorted(values.items()):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append((f"walog_bookie_storage_{name}", "counter", float(value)))
-    return out
 
 
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
@@ -236,7 +296,7 @@ async def _serve(
         stray_interval=config.gc_stray_interval,
         stray_grace=config.gc_stray_grace,
     )
-    registration = Registration(store, config.bookie_id, instance_id, VERSION)
+    registration = Registration(store, config.bookie_id, instance_id, __version__)
 
     async def apply_mode(reason: str | None) -> None:
         core.read_only_reason = reason  # adds are refused first, then clients are told
@@ -261,16 +321,23 @@ async def _serve(
     await disks.check()  # a bookie that starts on a full disk registers read-only
     await server.start()
     metrics: MetricsServer | None = None
+    health = BookieHealth(
+        asyncio.get_running_loop(),
+        is_registered=lambda: registration.registered,
+        is_draining=server.service.draining.is_set,
+        read_only_reason=lambda: read_only_reason(core),
+    )
+    health_task = asyncio.create_task(health.watch(server.apply_state))
     tasks: list[asyncio.Task[None]] = []
     try:
         if config.metrics_port is not None:
             host, _ = parse_listen(config.listen)
-            metrics = MetricsServer(
-                host,
-                config.metrics_port,
-                lambda: _samples(server, core, collector, disks),
-                {"bookie": config.bookie_id},
-            )
+            registry = CollectorRegistry(auto_describe=True)
+            disk_dirs = {"data": config.data_dir, "journal": config.journal_path}
+            info = {"version": __version__, "instance_id": instance_id}
+            parts = BookieParts(server, core, collector, disks, asyncio.get_running_loop())
+            registry.register(BookieCollector(parts, config.bookie_id, disk_dirs, info))
+            metrics = MetricsServer(host, config.metrics_port, registry, health)
             metrics.start()
         if await _until_stopped(registration.register(), stop):
             tasks.append(asyncio.create_task(collector.run(stop)))
@@ -286,6 +353,7 @@ async def _serve(
             log.warning("unregister failed", error=str(exc))
         await server.drain()
     finally:
+        health_task.cancel()
         retiring.stop()
         for task in tasks:
             task.cancel()
@@ -310,21 +378,22 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
     return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m bookie`` and ``walog bookie``; returns the exit status."""
+def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
+    """Entry point of ``python -m bookie`` and ``walog bookie`` (``prog`` names the one
+    used, in help and errors); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if "--rebuild-index" in args:
         from bookie.rebuild import main as rebuild_main
 
         return rebuild_main(args)
-    config, level = parse_config(args)
+    config, level = parse_config(args, prog)
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
     try:
         walog._loop.run(run(config))
     except (WalogError, OSError, ValueError) as exc:
         log.error("bookie failed", error=str(exc), kind=type(exc).__name__)
-        print(f"walog bookie: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -19,6 +19,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 
 from bookie.config import BookieConfig, parse_listen
 from bookie.core import BookieCore
+from bookie.health import WRITES_SERVICE, BookieState
 from bookie.native import NativeServer
 from bookie.security import (
     TokenAuthInterceptor,
@@ -109,6 +110,8 @@ class BookieServer:
         await self._server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        # Not writable until registered: bookie/health.py keeps this one up to date.
+        await self.health.set(WRITES_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info(
             "bookie serving",
             listen=self.config.listen,
@@ -117,6 +120,18 @@ class BookieServer:
             tls=self.config.tls_enabled,
             event_loop=type(asyncio.get_running_loop()).__module__.partition(".")[0],
         )
+
+    async def apply_state(self, state: BookieState) -> None:
+        """Bring the gRPC health statuses in line with ``state`` (see bookie/health.py)."""
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        ready = state in (BookieState.WRITABLE, BookieState.READ_ONLY, BookieState.STARTING)
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, serving if ready else not_serving)
+        writable = state is BookieState.WRITABLE
+        await self.health.set(WRITES_SERVICE, serving if writable else not_serving)
 
     async def mark_not_serving(self) -> None:
         """Report NOT_SERVING on the health service (first step of a clean shutdown)."""

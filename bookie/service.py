@@ -26,11 +26,12 @@ from bookie.add_stream import AddStream, wire_status
 from bookie.config import BookieConfig
 from bookie.core import BookieCore
 from bookie.storage import StoredRecord
+from walog._version import __version__
+from walog.metrics.histogram import LoopHistogram
 from walog.wire.digest import MASTER_KEY_BYTES
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 from walog.wire.status import Status
-from walog.wire.version import VERSION
 
 DEFAULT_READ_BYTES = 4 * 1024 * 1024
 """A range read answers at most this many payload bytes unless the request asks less."""
@@ -65,6 +66,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.native_socket = ""
         """The native protocol's Unix socket once it listens ("": none)."""
         self.stats = ServiceStats()
+        self.read_latency = LoopHistogram()
+        """Seconds the storage took to answer each read (long-poll waits excluded)."""
         self.admission = Admission(config.max_inflight_bytes)
         self.draining = asyncio.Event()
         self.last_write: dict[int, float] = {}
@@ -128,9 +131,11 @@ class BookieService(pb_grpc.BookieServicer):
             timeout = min(request.long_poll_timeout_ms / 1000.0, MAX_LONG_POLL_S)
             await self._wait_lac_or_drain(ledger_id, request.previous_lac, timeout)
         max_bytes = min(request.max_bytes or DEFAULT_READ_BYTES, MAX_READ_BYTES)
+        started = time.monotonic()
         status, records = await self.core.read(
             ledger_id, request.first_entry_id, request.last_entry_id, max_bytes
         )
+        self.read_latency.observe(time.monotonic() - started)
         if long_poll and status == Status.NO_SUCH_ENTRY:
             # A long poll answers the LAC; the entries are a bonus when they exist.
             status = Status.OK
@@ -181,6 +186,7 @@ class BookieService(pb_grpc.BookieServicer):
         self, ledger_id: int, status: Status, records: list[StoredRecord]
     ) -> pb.ReadResponse:
         self.stats.read_entries += len(records)
+        self.stats.read_bytes += sum(len(r.data) for r in records)
         return pb.ReadResponse(
             status=wire_status(status),
             entries=[
@@ -262,7 +268,7 @@ class BookieService(pb_grpc.BookieServicer):
             read_only=self.core.read_only,
             free_disk_bytes=usage.free,
             total_disk_bytes=usage.total,
-            version=VERSION,
+            version=__version__,
             max_entry_bytes=self.config.max_entry_bytes,
             journal_syncs=int(core_stats.journal_syncs),
             journal_groups=int(core_stats.journal_groups),

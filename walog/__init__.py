@@ -6,13 +6,14 @@ This module is the public API; everything else may change. docs/api.md is its re
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
+
+from walog._version import __version__ as __version__
 
 if TYPE_CHECKING:
     # What the lazy table below resolves at run time, spelled out for type checkers (a
     # test keeps the two in step): they see each walog.X as what it is, not as Any.
-    from walog import aio, spark, testing
+    from walog import aio, recipes, spark, testing
     from walog.client import Client, LedgerReader, LedgerWriter, connect
     from walog.config import ClientConfig, Timeouts
     from walog.errors import (
@@ -114,18 +115,14 @@ __all__ = [
     "WriterFencedError",
     "aio",
     "connect",
+    "recipes",
     "spark",
     "testing",
 ]
-try:
-    # The version lives in pyproject.toml only; the installed distribution's metadata has it.
-    __version__ = importlib.metadata.version("walog")
-except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
-    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("aio", "testing", "spark"):
+    if name in ("aio", "recipes", "testing", "spark"):
         return importlib.import_module(f"walog.{name}")
     module = _EXPORTS.get(name)
     if module is None:

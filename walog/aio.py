@@ -33,6 +33,7 @@ from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
+from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.transport.network import NetworkBookiePool
 from walog.wire.durability import Durability
@@ -45,6 +46,7 @@ async def connect(
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
+    metrics: ClientMetrics | None = None,
 ) -> AsyncClient:
     """Connect to a walog cluster through its metadata store.
 
@@ -54,6 +56,8 @@ async def connect(
         tls: TLS settings for bookie connections (None: plaintext).
         auth_token: bearer token for bookies started with ``--auth-token-file``.
         config: client settings (timeouts, entry and frame limits).
+        metrics: where the client counts its Prometheus metrics (:func:`walog.metrics.register`);
+            None counts nothing.
 
     Raises:
         ValueError: the URI or a setting is malformed.
@@ -64,7 +68,7 @@ async def connect(
         keep_freed_memory()
     pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
     store = await open_store(metadata_uri, timeout=timeout)
-    return AsyncClient(LedgerContext(store, pool, config))
+    return AsyncClient(LedgerContext(store, pool, config, metrics))
 
 
 class AsyncClient:

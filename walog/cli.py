@@ -7,8 +7,8 @@ variable) and answers ``--help``. Log lines of the library go to stderr, from WA
 and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from this
 build, 130 on Ctrl-C); never a traceback.
 
-``bookie``, ``bench``, ``archive`` and ``autorecovery`` hand their arguments unchanged to
-the module that implements them, imported only when used.
+``bookie``, ``bench``, ``archive``, ``autorecovery`` and ``status`` hand their arguments
+unchanged to the module that implements them, imported only when used.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from walog import __version__
+from walog._version import __version__
 from walog.errors import NoSuchLogError, WalogError
 
 if TYPE_CHECKING:
@@ -45,7 +46,11 @@ _DELEGATED: dict[str, tuple[str, str, str]] = {
     "bench": ("walog.bench", "main", "run the benchmarks"),
     "archive": ("walog.spark.archive", "main", "archive closed ledgers of a log to Parquet"),
     "autorecovery": ("walog.autorecovery", "main", "re-replicate ledgers of lost bookies"),
+    "status": ("walog.status", "main", "bookies, ledgers and logs; exit 1 if any need attention"),
 }
+# `walog bookie decommission ID`: a cluster operation run from anywhere, not a mode of the
+# bookie process, delegated like the above.
+_DECOMMISSION = ("walog.autorecovery.decommission", "main", "drain a bookie")
 _FEATURE_NAMES = {"bench": "benchmarking", "archive": "archiving", "autorecovery": "autorecovery"}
 # At most this many appends wait for their acknowledgement at once in `walog append`.
 _APPEND_WINDOW = 1024
@@ -59,11 +64,12 @@ class CliError(Exception):
         self.status = status
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``walog: error: ... (see 'walog X --help')``."""
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every ``walog`` command, delegated ones included: a usage error is one
+    line, ``walog: error: ... (see 'walog X --help')``, and exit status 2 (failures exit 1)."""
 
     def error(self, message: str) -> NoReturn:
-        raise CliError(f"{message} (see '{self.prog} --help')", status=2)
+        self.exit(2, f"walog: error: {message} (see '{self.prog} --help')\n")
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -82,11 +88,39 @@ def _connect(args: argparse.Namespace) -> Client:
     return connect(_metadata(args), timeout=args.timeout)
 
 
-def _existing_log(client: Client, name: str) -> Log:
-    """The log ``name``; never creates it (``open_log`` would)."""
-    if name not in client.list_logs():
-        raise NoSuchLogError(f"log {name!r} does not exist")
-    return client.open_log(name)
+def add_password_options(parser: argparse.ArgumentParser, what: str = "log") -> None:
+    """``--password-file F`` (and ``--password P``, which other users see in the process
+    list) for a password-protected log or ledger."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="F",
+        help=f"read the {what}'s password from F (its first line)",
+    )
+    group.add_argument(
+        "--password", metavar="P", help=f"the {what}'s password (prefer --password-file) ['']"
+    )
+
+
+def password_of(args: argparse.Namespace) -> bytes:
+    """The password the options of :func:`add_password_options` name (b"" when none, or
+    for a command without them)."""
+    if getattr(args, "password_file", None) is not None:
+        try:
+            text = args.password_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--password-file {args.password_file}: {exc.strerror}", 2) from None
+        return text.splitlines()[0].encode() if text else b""
+    return os.fsencode(getattr(args, "password", None) or "")
+
+
+def _existing_log(client: Client, args: argparse.Namespace) -> Log:
+    """The log ``args.log`` with the password of the options; never creates it
+    (``open_log`` would)."""
+    if args.log not in client.list_logs():
+        raise NoSuchLogError(f"log {args.log!r} does not exist")
+    return client.open_log(args.log, password=password_of(args))
 
 
 def _records_from(args: argparse.Namespace, stdin: IO[bytes]) -> Iterator[bytes]:
@@ -150,6 +184,7 @@ def _cmd_append(args: argparse.Namespace) -> int:
             ensemble_size=args.ensemble_size,
             write_quorum=args.write_quorum,
             ack_quorum=args.ack_quorum,
+            password=password_of(args),
         )
         with log.open_writer() as writer:
             # Pipelined: up to _APPEND_WINDOW appends in flight, positions printed in order.
@@ -168,7 +203,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     from walog.log.position import Position
 
     start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
-    with _connect(args) as client, _existing_log(client, args.log).open_reader(start) as reader:
+    with _connect(args) as client, _existing_log(client, args).open_reader(start) as reader:
         count = 0
         while args.max_records is None or count < args.max_records:
             record = reader.read_next(timeout=args.idle_timeout)
@@ -190,8 +225,12 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
 def _cmd_ledgers(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        for ledger_id in client.list_ledgers():
-            _emit(str(ledger_id))
+        ledger_ids = client.list_ledgers()
+    if args.json:
+        _emit(json.dumps({"ledgers": ledger_ids}))
+        return 0
+    for ledger_id in ledger_ids:
+        _emit(str(ledger_id))
     return 0
 
 
@@ -205,6 +244,8 @@ def _cmd_bookies(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_show(args: argparse.Namespace) -> int:
+    from walog.tables import render_table
+
     with _connect(args) as client:
         md = client.ledger_metadata(args.ledger_id)
     durability = md.durability
@@ -219,21 +260,40 @@ def _cmd_ledger_show(args: argparse.Namespace) -> int:
         "ensembles": [[first, list(bookies)] for first, bookies in md.ensembles],
         "custom_metadata": md.custom_metadata,
     }
-    _emit(json.dumps(doc, indent=2))
+    if args.json:
+        _emit(json.dumps(doc, indent=2))
+        return 0
+    _emit(
+        f"ledger {md.ledger_id}: {md.state}, last entry {md.last_entry_id}, "
+        f"E={md.ensemble_size} Qw={md.write_quorum} Qa={md.ack_quorum}, {doc['durability']}"
+    )
+    rows = [[str(first), ", ".join(bookies)] for first, bookies in md.ensembles]
+    for line in render_table(["FIRST ENTRY", "ENSEMBLE"], rows):
+        _emit(line)
+    for key, value in sorted((md.custom_metadata or {}).items()):
+        _emit(f"{key}: {value}")
     return 0
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
     with _connect(args) as client:
-        for name in client.list_logs():
-            _emit(name)
+        names = client.list_logs()
+    if args.json:
+        _emit(json.dumps({"logs": names}))
+        return 0
+    for name in names:
+        _emit(name)
     return 0
 
 
 def _cmd_log_show(args: argparse.Namespace) -> int:
+    from walog.tables import render_table
+
     with _connect(args) as client:
-        segments = _existing_log(client, args.log).segments()
-    doc = {
+        log = _existing_log(client, args)
+        segments = log.segments()
+        snapshots = log.metadata().snapshots
+    doc: dict[str, object] = {
         "name": args.log,
         "segments": [
             {
@@ -244,8 +304,30 @@ def _cmd_log_show(args: argparse.Namespace) -> int:
             }
             for s in segments
         ],
+        # State-machine snapshots (walog.recipes), oldest first.
+        "snapshots": [info.to_doc() for info in snapshots],
     }
-    _emit(json.dumps(doc, indent=2))
+    if args.json:
+        _emit(json.dumps(doc, indent=2))
+        return 0
+    rows = [
+        [
+            str(s.ledger_id),
+            s.state,
+            "-" if s.first_position is None else str(s.first_position),
+            str(s.last_entry_id),
+        ]
+        for s in segments
+    ]
+    for line in render_table(["LEDGER", "STATE", "FIRST POSITION", "LAST ENTRY"], rows):
+        _emit(line)
+    if snapshots:
+        _emit("")
+        snaps = [
+            [str(i.position), i.location, str(i.size_bytes), i.checksum, i.node] for i in snapshots
+        ]
+        for line in render_table(["SNAPSHOT AT", "STORED IN", "BYTES", "CHECKSUM", "NODE"], snaps):
+            _emit(line)
     return 0
 
 
@@ -254,13 +336,13 @@ def _cmd_truncate(args: argparse.Namespace) -> int:
 
     before = Position.parse(args.before)
     with _connect(args) as client:
-        deleted = _existing_log(client, args.log).truncate(before)
+        deleted = _existing_log(client, args).truncate(before)
     _emit(f"deleted {deleted} ledger(s) of log {args.log!r} before {before}")
     return 0
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
-    password = os.fsencode(args.password)
+    password = password_of(args)
     with _connect(args) as client:
         with client.open_ledger(args.ledger_id, recovery=True, password=password) as reader:
             last = reader.last_add_confirmed
@@ -268,8 +350,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_delegated(name: str, argv: list[str]) -> int:
-    module_name, function, _ = _DELEGATED[name]
+def _run_delegated(name: str, argv: list[str], target: tuple[str, str, str] | None = None) -> int:
+    module_name, function, _ = target or _DELEGATED[name]
     feature = _FEATURE_NAMES.get(name, name)
     try:
         entry: Callable[[list[str]], int | None] | None = getattr(
@@ -306,19 +388,19 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _build_parser() -> _Parser:
-    common = _Parser(add_help=False)
+def _build_parser() -> CommandParser:
+    common = CommandParser(add_help=False)
     add_connection_options(common)
-    parser = _Parser(
+    parser = CommandParser(
         prog="walog",
         description="walog: a replicated write-ahead log built on BookKeeper-style ledgers.",
     )
     parser.add_argument("--version", action="version", version=f"walog {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     sub.required = True
 
-    def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> _Parser:
-        p: _Parser = sub.add_parser(name, parents=[common], help=text, description=text)
+    def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> CommandParser:
+        p: CommandParser = sub.add_parser(name, parents=[common], help=text, description=text)
         p.set_defaults(func=func)
         return p
 
@@ -335,6 +417,7 @@ def _build_parser() -> _Parser:
     append.add_argument("--ensemble-size", type=int, default=3, help="for a new log [3]")
     append.add_argument("--write-quorum", type=int, default=3, help="for a new log [3]")
     append.add_argument("--ack-quorum", type=int, default=2, help="for a new log [2]")
+    add_password_options(append)
     append.epilog = "Opening the writer fences the log's current writer. Prints positions."
 
     tail = command("tail", _cmd_tail, "print a log's records, following new ones")
@@ -351,31 +434,38 @@ def _build_parser() -> _Parser:
         "--idle-timeout", type=float, metavar="S", help="stop after S seconds without a record"
     )
     tail.add_argument("--json", action="store_true", help="one JSON object per record")
+    add_password_options(tail)
 
-    command("ledgers", _cmd_ledgers, "list ledger ids")
+    json_help = "print one JSON object instead of text"
+    ledgers = command("ledgers", _cmd_ledgers, "list ledger ids")
+    ledgers.add_argument("--json", action="store_true", help=json_help)
     command("bookies", _cmd_bookies, "list registered bookies: available or read-only")
     ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
-    ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=CommandParser)
     ledger_sub.required = True
     show = ledger_sub.add_parser("show", parents=[common], help="print a ledger's metadata")
-    show.add_argument("ledger_id", type=int, metavar="ID")
+    show.add_argument("ledger_id", type=int, metavar="ID", help="the ledger's id")
+    show.add_argument("--json", action="store_true", help=json_help)
     show.set_defaults(func=_cmd_ledger_show)
 
-    command("logs", _cmd_logs, "list log names")
+    logs = command("logs", _cmd_logs, "list log names")
+    logs.add_argument("--json", action="store_true", help=json_help)
     log = sub.add_parser("log", help="inspect a log", description="inspect a log")
-    log_sub = log.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    log_sub = log.add_subparsers(dest="action", metavar="ACTION", parser_class=CommandParser)
     log_sub.required = True
     log_show = log_sub.add_parser("show", parents=[common], help="print a log's segments")
-    log_show.add_argument("log", metavar="NAME")
+    log_show.add_argument("log", help="log name")
+    log_show.add_argument("--json", action="store_true", help=json_help)
     log_show.set_defaults(func=_cmd_log_show)
 
     truncate = command("truncate", _cmd_truncate, "delete a log's ledgers before a position")
     truncate.add_argument("log", help="log name")
     truncate.add_argument("--before", required=True, metavar="POSITION", help="LEDGER:ENTRY:SLOT")
+    add_password_options(truncate)
 
     recover = command("recover", _cmd_recover, "fence, recover and close an open ledger")
-    recover.add_argument("ledger_id", type=int, metavar="ID")
-    recover.add_argument("--password", default="", help="the ledger's password ['']")
+    recover.add_argument("ledger_id", type=int, metavar="ID", help="the ledger's id")
+    add_password_options(recover, "ledger")
 
     for name, (_, _, text) in _DELEGATED.items():
         p = sub.add_parser(name, parents=[common], help=text, description=text)
@@ -412,11 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         if args_list[:2] == ["bookie", "decommission"]:
-            # A client-side operation (auto-recovery passes), not the bookie process;
-            # imported by name, as the other delegated commands, since it imports this module.
-            decommission = importlib.import_module("walog.autorecovery.decommission")
-            drained: int = decommission.main(args_list[2:])
-            return drained
+            return _run_delegated("decommission", args_list[2:], _DECOMMISSION)
         if args_list and args_list[0] in _DELEGATED:
             return _run_delegated(args_list[0], args_list[1:])
         _configure_logging()
@@ -428,10 +514,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except BrokenPipeError:
-        # The reader of our output went away (`walog tail log | head`): stop quietly.
+        # The reader of our output went away (`walog tail log | head`): it has what it
+        # wanted, so stop quietly and successfully.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
+        return 0
     except WalogError as exc:
         return _fail(f"{type(exc).__name__}: {_one_line(exc)}", 1)
     except (ValueError, OSError) as exc:
@@ -462,6 +549,9 @@ __all__ = [
     "ENV_METADATA",
     "ENV_TRACEBACK",
     "CliError",
+    "CommandParser",
     "add_connection_options",
+    "add_password_options",
     "main",
+    "password_of",
 ]

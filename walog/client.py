@@ -23,6 +23,7 @@ from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sync import Log
 from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
+from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.wire.durability import Durability
 
@@ -159,6 +160,7 @@ def connect(
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
+    metrics: ClientMetrics | None = None,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
 
@@ -166,7 +168,14 @@ def connect(
     """
     loop = LoopThread.instance()
     client = loop.run(
-        aio.connect(metadata_uri, timeout=timeout, tls=tls, auth_token=auth_token, config=config)
+        aio.connect(
+            metadata_uri,
+            timeout=timeout,
+            tls=tls,
+            auth_token=auth_token,
+            config=config,
+            metrics=metrics,
+        )
     )
     return Client(client, loop)
 

@@ -75,10 +75,27 @@ class StageLatencies:
 
     def __init__(self) -> None:
         self.counts: dict[str, list[int]] = {stage: [0] * BUCKET_COUNT for stage in STAGES}
+        self.sums: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        """Seconds counted per stage (the ``_sum`` of the Prometheus histograms)."""
 
     def record(self, stage: str, seconds: float) -> None:
         """Count one duration of ``stage``."""
         self.counts[stage][bucket_of(seconds)] += 1
+        self.sums[stage] += seconds
+
+    def cumulative(self, stage: str, bounds_us: Sequence[int]) -> list[int]:
+        """Counts of ``stage`` at most each bound, for bounds that are powers of two
+        microseconds (bucket edges, so the counts are exact), then the total."""
+        counts = self.counts[stage]
+        out = []
+        for bound in bounds_us:
+            exponent = bound.bit_length() - 1
+            if bound <= 0 or 1 << exponent != bound:
+                raise ValueError(f"bound {bound} us is not a power of two")
+            # Bucket i ends at 2**(i/4) us: the buckets up to 4 * exponent end at the bound.
+            out.append(sum(counts[: min(exponent * BUCKETS_PER_DOUBLING + 1, BUCKET_COUNT)]))
+        out.append(sum(counts))
+        return out
 
 
 __all__ = [

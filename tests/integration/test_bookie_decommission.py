@@ -11,8 +11,8 @@ from pathlib import Path
 import walog
 import walog.aio
 from tests.integration.disks import read_entries, wait_until
-from walog import cli
 from walog.autorecovery.replicate import recover
+from walog.cli import main as walog_main
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import cookie_path, decommission_path
 from walog.testing import LocalCluster
@@ -58,10 +58,17 @@ def test_decommission_of_a_bookie_holding_100_ledgers_leaves_each_at_qw_copies(
             background.start()
             try:
                 wait_until(lambda: len(appended) >= 5, "the open ledger is written to")
-                status = cli.main(
-                    ["bookie", "decommission", victim, "--metadata", cluster.metadata_uri,
-                     "--timeout", "120"]
-                )  # fmt: skip
+                status = walog_main(
+                    [
+                        "bookie",
+                        "decommission",
+                        victim,
+                        "--metadata",
+                        cluster.metadata_uri,
+                        "--wait",
+                        "120",
+                    ]
+                )
             finally:
                 stop.set()
                 background.join()

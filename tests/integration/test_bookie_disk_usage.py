@@ -207,7 +207,7 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
         # Logs left without live data went with the deletion; the ones shared with the kept
         # ledger are compacted by the next minor pass.
         wait_until(
-            lambda: _metric(metrics_port, "walog_bookie_storage_entry_logs_compacted") > 0,
+            lambda: _metric(metrics_port, "walog_bookie_entry_logs_compacted_total") > 0,
             "a minor compaction",
         )
         assert used_share(disk) < 0.3

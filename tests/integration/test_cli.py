@@ -30,6 +30,7 @@ SUBCOMMANDS = [
     ["ledgers"],
     ["ledger", "show"],
     ["logs"],
+    ["status"],
     ["log", "show"],
     ["truncate"],
     ["recover"],
@@ -217,11 +218,22 @@ def test_ledger_commands_against_a_cluster(
         assert status == 0, err
         assert {closed.ledger_id, open_ledger.ledger_id} <= {int(x) for x in out.split()}
 
-        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        status, out, err = _run(["ledgers", "--json"], capsys)
+        assert status == 0, err
+        assert {closed.ledger_id, open_ledger.ledger_id} <= set(json.loads(out)["ledgers"])
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id), "--json"], capsys)
         assert status == 0, err
         shown = json.loads(out)
         assert shown["state"] == "CLOSED" and shown["last_entry_id"] == 0
         assert len(shown["ensembles"][0][1]) == 3
+
+        status, out, err = _run(["ledger", "show", str(closed.ledger_id)], capsys)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith(f"ledger {closed.ledger_id}: CLOSED, last entry 0, E=3")
+        assert lines[1].split() == ["FIRST", "ENTRY", "ENSEMBLE"]
+        assert lines[2].split()[0] == "0" and len(lines[2].split(", ")) == 3
 
         status, out, err = _run(["recover", str(open_ledger.ledger_id)], capsys)
         assert status == 0, err
@@ -264,10 +276,19 @@ def test_log_commands_against_a_cluster(
     assert status == 0, err
     assert json.loads(out)["data"] == "one"
 
-    status, out, err = _run(["log", "show", log_name], capsys)
+    status, out, err = _run(["logs", "--json"], capsys)
+    assert status == 0 and log_name in json.loads(out)["logs"], err
+
+    status, out, err = _run(["log", "show", log_name, "--json"], capsys)
     assert status == 0, err
     segments = json.loads(out)["segments"]
     assert segments and all("ledger_id" in s for s in segments)
+
+    status, out, err = _run(["log", "show", log_name], capsys)
+    assert status == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["LEDGER", "STATE", "FIRST", "POSITION", "LAST", "ENTRY"]
+    assert [int(row.split()[0]) for row in rows] == [s["ledger_id"] for s in segments]
 
     status, out, err = _run(["truncate", log_name, "--before", str(positions[0])], capsys)
     assert status == 0, err
@@ -313,3 +334,42 @@ def test_quickstart_runs_to_completion(capsys: pytest.CaptureFixture[str]) -> No
     status, out, err = _run(["quickstart"], capsys)
     assert status == 0, err
     assert out.strip()
+
+
+def test_a_password_log_is_usable_with_a_password_file(
+    cluster: LocalCluster,
+    log_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WALOG_METADATA", cluster.metadata_uri)
+    secret = tmp_path / "log.password"
+    secret.write_text("s3cret\n")
+    status, out, err = _run(["append", log_name, "one", "--password-file", str(secret)], capsys)
+    assert status == 0, err
+    status, out, err = _run(["tail", log_name, "-n", "1", "--password-file", str(secret)], capsys)
+    assert status == 0 and out.split("\t")[1] == "one\n", err
+    status, _, err = _run(["tail", log_name, "-n", "1", "--password", "wrong"], capsys)
+    assert status == 1 and err.startswith("walog: error: UnauthorizedError"), err
+    assert "s3cret" not in err
+
+
+def test_a_closed_pipe_ends_tail_with_status_0(cluster: LocalCluster, log_name: str) -> None:
+    with (
+        walog.connect(cluster.metadata_uri) as client,
+        client.open_log(log_name).open_writer() as writer,
+    ):
+        for i in range(2000):
+            writer.append_async(b"record %d" % i)
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "walog", "tail", log_name, "--idle-timeout", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(WALOG_METADATA=cluster.metadata_uri),
+    )
+    assert tail.stdout is not None and tail.stderr is not None
+    assert tail.stdout.readline().endswith(b"record 0\n")
+    tail.stdout.close()  # what `walog tail LOG | head -1` does once it has its line
+    assert tail.wait(timeout=60) == 0
+    assert tail.stderr.read() == b""

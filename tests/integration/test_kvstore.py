@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import die_with_parent
 from walog.testing import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +51,7 @@ class Node:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            preexec_fn=die_with_parent,  # a killed test run leaves no node behind
             text=True,
         )
         self._lines: Iterator[str] = iter(self.proc.stdout)  # type: ignore[arg-type]

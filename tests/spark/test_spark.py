@@ -258,7 +258,7 @@ def test_archive_command_runs_on_a_standalone_spark_cluster(
         with StandaloneSpark(tmp_path / "spark") as standalone:
             command = [
                 sys.executable, "-m", "walog", "archive",
-                "--metadata", cluster.metadata_uri, "--log", log_name,
+                log_name, "--metadata", cluster.metadata_uri,
                 "--to", str(tmp_path / "archive"), "--master", standalone.master_url,
                 "--no-progress",
             ]  # fmt: skip

@@ -49,6 +49,8 @@ def test_quick_json_run_prints_contract_keys_as_last_line(
     results = json.loads(last)
     assert results.keys() >= CONTRACT_KEYS
     assert results["ledger_append_eps"] > 0 and results["log_append_rps"] > 0
+    assert results["metrics_off_eps"] > 0 and results["metrics_on_eps"] > 0
+    assert results["metrics_client_cpu_us_on"] > 0 and "metrics_overhead_pct" in results
     assert [p["entries"] for p in results["recovery"]] == [10, 100]
     assert json.loads((tmp_path / "r.json").read_text())["recovery_s"] == results["recovery_s"]
 

@@ -28,7 +28,7 @@ def test_the_type_checking_imports_mirror_the_lazy_table() -> None:
             for alias in node.names:
                 imported[alias.name] = node.module or ""
     lazy = dict(walog._EXPORTS)
-    lazy.update({name: "walog" for name in ("aio", "spark", "testing")})
+    lazy.update({name: "walog" for name in ("aio", "recipes", "spark", "testing")})
     assert imported == lazy
     assert walog.__all__ == sorted(lazy)  # a literal list: type checkers read it
 

@@ -7,28 +7,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
 import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Sequence
+
+import prometheus_client
+from prometheus_client import CollectorRegistry
 
 import walog._loop
 import walog.aio
 from walog.autorecovery.daemon import Daemon
+from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
-from walog.cli import add_connection_options
+from walog.cli import CommandParser, add_connection_options
 from walog.errors import WalogError
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_LOST_AFTER_S = 300.0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog autorecovery``."""
+    parser = CommandParser(
         prog="walog autorecovery",
         description="Re-replicate the ledger fragments that name lost bookies: copy their "
         "entries from the surviving bookies to replacements, then swap the replacements "
@@ -76,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         "picked at random each pass (100: every entry) [0]",
     )
     parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics of the passes at http://HOST:PORT/metrics (daemon only)",
+    )
     return parser
 
 
@@ -134,13 +144,20 @@ async def _run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        metrics = _serve_metrics(args.metrics_listen) if args.metrics_listen else None
+
+        def on_report(report: Report, seconds: float) -> None:
+            if metrics is not None:
+                metrics.record(report, seconds, time.time())
+            _print(report, args.json)
+
         daemon = Daemon(
             client.ctx,
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
             passwords,
             interval_s=args.interval,
             lost_after_s=args.lost_after,
-            on_report=functools.partial(_print, as_json=args.json),
+            on_report=on_report,
             verify_percent=args.verify_percent if args.verify_entries else None,
         )
         await daemon.run(stop)
@@ -149,15 +166,40 @@ async def _run(args: argparse.Namespace) -> int:
         await client.close()
 
 
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6addr]:PORT``) as host and port; ValueError naming the problem."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"expected HOST:PORT with a port in 1..65535, got {listen!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port_text)
+
+
+def _serve_metrics(listen: str) -> AutorecoveryMetrics:
+    """Start serving the daemon's metrics (a daemon thread, for the life of the process)."""
+    host, port = parse_listen(listen)
+    registry = CollectorRegistry()
+    metrics = AutorecoveryMetrics()
+    registry.register(metrics)
+    prometheus_client.start_http_server(port, addr=host, registry=registry)
+    return metrics
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog autorecovery``; returns the exit status (0 done, 1 something
     was not repaired or failed, 2 bad arguments)."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     if args.interval <= 0 or args.lost_after < 0 or args.timeout <= 0:
         parser.error("--interval and --timeout must be > 0 and --lost-after >= 0")
+    if args.metrics_listen and args.once:
+        parser.error("--metrics-listen is for the daemon (leave out --once)")
+    if args.metrics_listen:
+        try:
+            parse_listen(args.metrics_listen)
+        except ValueError as exc:
+            parser.error(f"--metrics-listen: {exc}")
     if args.verify_percent and not args.verify_entries:
         parser.error("--verify-percent needs --verify-entries")
     try:

@@ -49,9 +49,13 @@ _log = get_logger("walog.autorecovery")
 AUDITOR_ELECTION = "autorecovery-auditor"
 
 
-async def audit(ctx: LedgerContext, is_lost: Callable[[str], bool]) -> tuple[list[int], set[str]]:
+async def audit(
+    ctx: LedgerContext, is_lost: Callable[[str], bool], needing: set[int] | None = None
+) -> tuple[list[int], set[str]]:
     """Publish every ledger with a fragment to repair; returns ``(published, missing)``:
-    the ledgers published by this pass and the bookies named but not alive."""
+    the ledgers published by this pass and the bookies named but not alive. ``needing``,
+    when given, receives every ledger that names a missing bookie (published now, earlier,
+    or not yet lost long enough to be)."""
     alive = set(await available_bookies(ctx.store)) | set(await read_only_bookies(ctx.store))
     published: list[int] = []
     missing_all: set[str] = set()
@@ -64,6 +68,8 @@ async def audit(ctx: LedgerContext, is_lost: Callable[[str], bool]) -> tuple[lis
             continue
         missing = lost_bookies(metadata, alive)
         missing_all |= missing
+        if missing and needing is not None:
+            needing.add(metadata.ledger_id)
         lost = {b for b in missing if is_lost(b)}
         repair, _ = damaged_fragments(metadata, lost)
         if not repair:
@@ -89,7 +95,7 @@ class Daemon:
         passwords: candidate ledger passwords.
         interval_s: seconds between audits, and between looks at the published ledgers.
         lost_after_s: seconds a bookie must stay unavailable before it counts as lost.
-        on_report: called with each audit's report (what is missing) and each repair's
+        on_report: called with each pass's report and how many seconds it took: each audit
             (printing).
         verify_percent: when not None, the auditor also checks after each audit that the
             available bookies hold their shares (``recover(verify=True)``), reading this
@@ -103,7 +109,7 @@ class Daemon:
         passwords: list[bytes],
         interval_s: float,
         lost_after_s: float,
-        on_report: Callable[[Report], None] = lambda report: None,
+        on_report: Callable[[Report, float], None] = lambda report, seconds: None,
         verify_percent: float | None = None,
     ) -> None:
         self._ctx = ctx
@@ -153,8 +159,9 @@ class Daemon:
             now = time.monotonic()
             since = dict(missing_since)
             is_lost = functools.partial(_missing_long, since, now, self._lost_after_s)
+            needing: set[int] = set()
             try:
-                published, missing = await audit(self._ctx, is_lost)
+                published, missing = await audit(self._ctx, is_lost, needing)
             except WalogError as exc:
                 _log.warning("audit failed", error=str(exc))
             else:
@@ -162,8 +169,11 @@ class Daemon:
                 missing_since = {b: missing_since.get(b, now) for b in missing}
                 if published:
                     _log.info("ledgers published for repair", ledgers=published)
-                self._on_report(Report(missing=missing))  # the audit pass, for the operator
+                # The audit pass, for the operator and the metrics.
+                seconds = time.monotonic() - now
+                self._on_report(Report(missing=missing, under_replicated=needing), seconds)
             if self._verify_percent is not None:
+                started = time.monotonic()
                 try:
                     report = await recover(
                         self._ctx,
@@ -175,7 +185,7 @@ class Daemon:
                 except WalogError as exc:
                     _log.warning("share verification failed", error=str(exc))
                 else:
-                    self._on_report(report)
+                    self._on_report(report, time.monotonic() - started)
             await asyncio.sleep(self._interval_s)
 
     async def _work(self, stop: asyncio.Event) -> None:
@@ -240,6 +250,7 @@ class Daemon:
                 return  # repaired meanwhile by the lock's previous holder
             doc = json.loads(raw)
             lost = set(doc.get("lost", []))
+            started = time.monotonic()
             report = await recover(
                 self._ctx,
                 passwords=self._passwords,
@@ -249,7 +260,7 @@ class Daemon:
             damaged_on = set(doc.get("damaged_on", []))
             if damaged_on:
                 await self._replace_damaged(ledger_id, damaged_on, report)
-            self._on_report(report)
+            self._on_report(report, time.monotonic() - started)
             if not report.unrepairable:
                 self.repaired_ledgers.append(ledger_id)
                 with contextlib.suppress(NodeNotFoundError):

@@ -20,13 +20,13 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import walog._loop
-from walog import aio
+import walog.aio
 from walog.autorecovery.replicate import recover
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.metadata.layout import (
@@ -43,7 +43,7 @@ class DecommissionError(WalogError):
     """The bookie could not be drained (what is left is named)."""
 
 
-async def _ledgers_naming(client: aio.AsyncClient, bookie_id: str) -> list[int]:
+async def _ledgers_naming(client: walog.aio.AsyncClient, bookie_id: str) -> list[int]:
     naming = []
     for name in await client.ctx.store.children(LEDGERS):
         if not name.isdigit():
@@ -58,7 +58,7 @@ async def _ledgers_naming(client: aio.AsyncClient, bookie_id: str) -> list[int]:
 
 
 async def decommission(
-    client: aio.AsyncClient,
+    client: walog.aio.AsyncClient,
     bookie_id: str,
     *,
     passwords: Sequence[bytes] = (b"",),
@@ -103,39 +103,58 @@ async def decommission(
     return moved
 
 
-def main(argv: Sequence[str]) -> int:
-    """``walog bookie decommission ID --metadata URI``; returns the exit status."""
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog bookie decommission``."""
+    from walog.cli import CommandParser, add_connection_options
+
+    parser = CommandParser(
         prog="walog bookie decommission",
         description="Drain a bookie: no new ledger picks it, every fragment it holds is "
         "re-replicated elsewhere, then its cookie and registration are removed. "
         "See docs/bookies.md.",
     )
     parser.add_argument("bookie_id", metavar="ID", help="HOST:PORT of the bookie")
-    parser.add_argument(
-        "--metadata",
-        default=os.environ.get("WALOG_METADATA"),
-        metavar="URI",
-        help="zk:// or sqlite:///",
-    )
+    add_connection_options(parser)
     parser.add_argument(
         "--password", action="append", default=[], help="a ledger password (repeatable)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds to wait for open ledgers [600]"
+        "--password-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="F",
+        help="a file whose first line is a ledger password (repeatable)",
     )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds to wait for the writers of open ledgers to move away [600]",
+    )
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """``walog bookie decommission ID --metadata URI``; returns the exit status."""
+    parser = build_parser()
     args = parser.parse_args(list(argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
 
+    try:
+        files = [f.read_text(encoding="utf-8").splitlines()[:1] for f in args.password_file]
+    except OSError as exc:
+        parser.error(f"--password-file: {exc}")
+    passwords = [b"", *(p.encode() for p in args.password)]
+    passwords += [line[0].encode() for line in files if line]
+
     async def run() -> int:
-        client = await aio.connect(args.metadata)
+        client = await walog.aio.connect(args.metadata, timeout=args.timeout)
         try:
             return await decommission(
-                client,
-                args.bookie_id,
-                passwords=[b"", *(p.encode() for p in args.password)],
-                timeout_s=args.timeout,
+                client, args.bookie_id, passwords=passwords, timeout_s=args.wait
             )
         finally:
             await client.close()
@@ -143,7 +162,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         moved = walog._loop.run(run())
     except (WalogError, OSError, ValueError) as exc:
-        print(f"walog bookie decommission: error: {exc}", file=sys.stderr)
+        print(f"walog: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(f"bookie {args.bookie_id} decommissioned: {moved} fragment(s) moved; it can be stopped")
     return 0

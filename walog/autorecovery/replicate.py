@@ -61,6 +61,9 @@ class Report:
 
     missing: set[str] = dataclasses.field(default_factory=set)
     """Bookies named by some ensemble but not available (lost or not, by the caller's rule)."""
+    under_replicated: set[int] = dataclasses.field(default_factory=set)
+    """Ledgers whose ensembles named an unavailable bookie when the pass looked at them
+    (repaired by this pass or not)."""
     repaired: list[tuple[Damage, dict[int, str]]] = dataclasses.field(default_factory=list)
     """Fragments repaired, with the replacement per ensemble index."""
     left_to_writers: list[Damage] = dataclasses.field(default_factory=list)
@@ -158,6 +161,8 @@ async def recover(
             continue  # deleted meanwhile
         missing = lost_bookies(metadata, alive)
         report.missing |= missing
+        if missing:
+            report.under_replicated.add(ledger_id)
         lost = {b for b in missing if is_lost is None or is_lost(b)}
         repair, writers = damaged_fragments(metadata, lost)
         report.left_to_writers += writers

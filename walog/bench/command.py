@@ -36,7 +36,7 @@ from tqdm import tqdm
 import walog._loop
 import walog.aio
 from bookie.journal_files import journal_files
-from walog.bench import floors, peers, scenarios
+from walog.bench import floors, metrics_cost, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.bench.stats import cpu_seconds, thread_cpu_seconds
@@ -49,7 +49,9 @@ T = TypeVar("T")
 SLOW_SYNC_S = 0.02
 """A journal sync at least this long counts as held up by the disk (tail scenario)."""
 
-SCENARIOS = ("latency", "tail", "ledger", "volatile", "log", "sync", "recovery", "restart")
+SCENARIOS = (
+    "latency", "tail", "ledger", "volatile", "log", "sync", "metrics", "recovery", "restart",
+)  # fmt: skip
 """Scenario names for ``--only``, in the order a run measures them."""
 
 
@@ -80,8 +82,11 @@ class _Plan:
         self.echo_batches = [1, 10, 100] if quick else [1, 10, 100, 1000]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog bench`` (it starts a cluster of its own: no --metadata)."""
+    from walog.cli import CommandParser
+
+    parser = CommandParser(
         prog="walog bench",
         description="Measure walog on a local 3-bookie cluster (E3/Qw3/Qa2, 1 KiB entries, "
         "100-byte log records).",
@@ -269,8 +274,27 @@ class _Run:
             r["sync_append_eps"] = round(rate.per_second)
             if "ledger_append_eps" in r:
                 r["aio_append_eps"] = r["ledger_append_eps"]
+        if "metrics" in only:
+            self.metrics_cost()
         if "recovery" in only:
             self.recovery()
+
+    def metrics_cost(self) -> None:
+        """Pipelined appends with client metrics off and on, bookies scraped while on."""
+        cluster = self.cluster
+        urls = (
+            []
+            if cluster is None
+            else [f"{cluster.metrics_url(b)}/metrics" for b in cluster.bookie_ids]
+        )
+        with self.bar("ledger append, metrics off/on") as tick:
+            cost = metrics_cost.measure(self.uri, self.plan.seconds / 2, urls, progress=tick)
+        r = self.results
+        r["metrics_off_eps"] = round(cost.off_eps)
+        r["metrics_on_eps"] = round(cost.on_eps)
+        r["metrics_overhead_pct"] = round(cost.overhead_pct, 2)
+        r["metrics_client_cpu_us_off"] = round(cost.off_cpu_us, 2)
+        r["metrics_client_cpu_us_on"] = round(cost.on_cpu_us, 2)
 
     def recovery(self) -> None:
         """Recovery time of open ledgers of several lengths (:data:`_Plan.recovery_lengths`)."""
@@ -458,17 +482,17 @@ def _quiet_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog bench``; returns the exit status."""
     arg_list = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(arg_list)
+    args = build_parser().parse_args(arg_list)
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
-            _parser().error("--from-json needs --report")
+            build_parser().error("--from-json needs --report")
         write_report(json.loads(args.from_json.read_text()), args.report)
         return 0
     if args.report is not None and args.only != frozenset(SCENARIOS):
-        _parser().error("--report needs every scenario (leave out --only)")
+        build_parser().error("--report needs every scenario (leave out --only)")
     if args.seconds is not None and args.seconds <= 0:
-        _parser().error(f"--seconds must be > 0, got {args.seconds}")
+        build_parser().error(f"--seconds must be > 0, got {args.seconds}")
     plan = _Plan(args.quick, args.seconds)
     started = datetime.datetime.now(datetime.UTC)
     machine = _machine()
@@ -480,7 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = None
         uri = args.metadata
         if uri is None:
-            cluster = stack.enter_context(LocalCluster(bookies=3, data_dir=data_dir / "cluster"))
+            cluster = stack.enter_context(
+                LocalCluster(bookies=3, data_dir=data_dir / "cluster", metrics=True)
+            )
             uri = cluster.metadata_uri
         run = _Run(args, plan, uri, cluster, data_dir)
         run.walog_scenarios()

@@ -14,6 +14,11 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "ledger_append_volatile_eps": ("ledger append, VOLATILE, pipelined", "entries/s", None, True),
     "sync_append_eps": ("ledger append, sync API", "entries/s", None, True),
     "log_append_rps": ("log append, 100 B records", "records/s", 300_000, True),
+    "metrics_off_eps": ("ledger append, client metrics off", "entries/s", None, True),
+    "metrics_on_eps": ("ledger append, client metrics on + scrapes", "entries/s", None, True),
+    "metrics_overhead_pct": ("cost of metrics to the append (off vs on)", "%", 3.0, False),
+    "metrics_client_cpu_us_off": ("client CPU per entry, metrics off", "us", None, False),
+    "metrics_client_cpu_us_on": ("client CPU per entry, metrics on + scrapes", "us", None, False),
     "append_p50_ms": ("append, one in flight, p50", "ms", 0.8, False),
     "append_p99_ms": ("append, one in flight, p99", "ms", 3.0, False),
     "append_p999_ms": ("append, one in flight, p99.9", "ms", None, False),
@@ -43,6 +48,9 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "vs_nats_x": ("walog ledger append / NATS R3", "x", 3.0, True),
     "vs_etcd_x": ("walog ledger append / etcd", "x", 20.0, True),
 }
+
+KEPT_MARKER = "<!-- sections below are written by other benchmark commands -->"
+"""Where a regenerated page keeps what follows from the previous one."""
 
 
 def _verdict(value: float, target: float | None, higher: bool) -> str:
@@ -289,4 +297,10 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     lines += ["## Scenarios", "", _SCENARIOS.format(**config)]
     if results.get("profile"):
         lines += profile_section(results)
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    text = "\n".join(lines).rstrip() + "\n"
+    if path.exists():
+        # Sections other benchmark commands wrote (benchmarks/statemachine.py) stay.
+        _, marker, kept = path.read_text().partition(KEPT_MARKER)
+        if marker:
+            text += "\n" + marker + kept
+    path.write_text(text)

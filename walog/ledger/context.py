@@ -12,6 +12,7 @@ from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
 from walog.metadata.layout import LedgerMetadata, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
+from walog.metrics.client import ClientMetrics
 from walog.transport.base import BookiePool
 
 
@@ -22,6 +23,8 @@ class LedgerContext:
     store: MetadataStore
     pool: BookiePool
     config: ClientConfig = dataclasses.field(default_factory=ClientConfig)
+    metrics: ClientMetrics | None = None
+    """Where protocol code counts client metrics; None (the default) counts nothing."""
 
     async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """The ledger's metadata and its version; NoSuchLedgerError when absent."""

@@ -152,6 +152,9 @@ class AsyncLedgerReader:
             except (NoSuchEntryError, BookieError):
                 break
             out.append(Entry(self.ledger_id, stored.entry_id, stored.data))
+            if self._ctx.metrics is not None:
+                self._ctx.metrics.read_entries += 1
+                self._ctx.metrics.read_bytes += len(stored.data)
         if not out:
             raise NoSuchEntryError(f"ledger {self.ledger_id}: entry {first} is not readable")
         return out
@@ -183,12 +186,16 @@ class AsyncLedgerReader:
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        started = loop.time()
+        deadline = started + timeout
         self._ensure_watch()
         while True:
             await self._refresh_if_changed()
             remaining = deadline - loop.time()
             if self._lac > after or self.is_closed or remaining <= 0:
+                metrics = self._ctx.metrics
+                if metrics is not None and self._lac > after:
+                    metrics.lac_wait.observe(loop.time() - started)
                 return self._lac
             await self._lac_watch.wait(remaining)
 
@@ -291,15 +298,21 @@ class AsyncLedgerReader:
         ledger may not know the latest fragments yet) and try again."""
         cached = [self._prefetched.pop(e, None) for e in range(first, last + 1)]
         if all(s is not None for s in cached):
-            return [Entry(s.ledger_id, s.entry_id, s.data) for s in cached if s is not None]
-        try:
-            stored = await self._read_stored(first, last)
-        except (NoSuchEntryError, BookieUnavailableError):
-            if self.is_closed:
-                raise
-            await self._refresh()
-            stored = await self._read_stored(first, last)
-        return [Entry(s.ledger_id, s.entry_id, s.data) for s in stored]
+            entries = [Entry(s.ledger_id, s.entry_id, s.data) for s in cached if s is not None]
+        else:
+            try:
+                stored = await self._read_stored(first, last)
+            except (NoSuchEntryError, BookieUnavailableError):
+                if self.is_closed:
+                    raise
+                await self._refresh()
+                stored = await self._read_stored(first, last)
+            entries = [Entry(s.ledger_id, s.entry_id, s.data) for s in stored]
+        metrics = self._ctx.metrics
+        if metrics is not None:
+            metrics.read_entries += len(entries)
+            metrics.read_bytes += sum(len(entry.data) for entry in entries)
+        return entries
 
     async def _read_stored(self, first: int, last: int) -> list[StoredEntry]:
         md = self._md

@@ -44,6 +44,7 @@ from walog.errors import (
     MetadataConflictError,
     NotEnoughBookiesError,
     UnauthorizedError,
+    WalogError,
     is_retriable,
 )
 from walog.ledger import mutations
@@ -188,6 +189,23 @@ async def recover(
             ledger stays IN_RECOVERY; recovering again later continues safely).
         NotEnoughBookiesError: a write-back lost bookies and none can replace them.
     """
+    metrics = ctx.metrics
+    if metrics is None:
+        return await _recover(ctx, ledger_id, master_key)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        closed = await _recover(ctx, ledger_id, master_key)
+    except WalogError:
+        metrics.failed_recoveries += 1
+        raise
+    metrics.recovery_duration.observe(loop.time() - started)
+    return closed
+
+
+async def _recover(
+    ctx: LedgerContext, ledger_id: int, master_key: bytes
+) -> tuple[LedgerMetadata, int]:
     async for attempt in AsyncRetrying(
         retry=retry_if_exception(is_retriable),
         stop=stop_after_attempt(RECOVERY_ATTEMPTS),

@@ -123,6 +123,7 @@ class PendingAdd:
     future: asyncio.Future[int]
     acked: int = 0  # bit i set: the bookie at ensemble index i answered OK
     sent: int = 0  # bit i set: the add was sent to the bookie now at ensemble index i
+    appended: float = 0.0  # loop time of the append (client metrics)
 
 
 def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> list[PendingAdd]:
@@ -163,6 +164,7 @@ class AsyncLedgerWriter:
         if metadata.state != "OPEN":
             raise LedgerClosedError(f"ledger {metadata.ledger_id} is {metadata.state}")
         self._ctx = ctx
+        self._metrics = ctx.metrics
         self._loop = asyncio.get_running_loop()
         self._metadata = metadata
         self._version = version
@@ -254,18 +256,19 @@ class AsyncLedgerWriter:
         entry_id = self._next_entry_id
         self._next_entry_id += 1
         lac = self._lac
+        now = self._loop.time()
         add = PendingAdd(
             entry_id,
             payload,
             lac,
             entry_digest(self._ledger_id, entry_id, lac, payload),
             self._loop.create_future(),
+            appended=now,
         )
         self._pending.append(add)
         self._by_id[entry_id] = add
         self._drained.clear()
         self._lac_told = max(self._lac_told, lac)
-        now = self._loop.time()
         self._append_gap = now - self._last_append_time
         self._last_append_time = now
         if not self._unsent:
@@ -323,11 +326,16 @@ class AsyncLedgerWriter:
                 group, max_entries=config.max_frame_entries, max_bytes=config.max_frame_bytes
             ):
                 for index in targets:
+                    on_reply = self._on_replies[index]
+                    if self._metrics is not None:
+                        on_reply = self._metrics.timed_reply(
+                            self._ensemble[index], on_reply, self._loop.time
+                        )
                     self._clients[index].add_packed(
                         self._ledger_id,
                         self._master_key,
                         packed,
-                        self._on_replies[index],
+                        on_reply,
                         durability=self._durability,
                     )
 
@@ -389,6 +397,8 @@ class AsyncLedgerWriter:
             by_id = self._by_id
             for add in done:
                 del by_id[add.entry_id]
+            if self._metrics is not None:
+                self._metrics.completed(done, self._loop.time())
         self._advance_lac()
         if not self._pending:
             self._drained.set()
@@ -485,6 +495,8 @@ class AsyncLedgerWriter:
         if self._error is not None:
             return
         self._error = error
+        if self._metrics is not None and isinstance(error, LedgerFencedError):
+            self._metrics.fenced_writers += 1
         if self._lac_timer is not None:
             self._lac_timer.cancel()
             self._lac_timer = None
@@ -510,6 +522,8 @@ class AsyncLedgerWriter:
         if index in self._unreplaceable:
             return
         log.info("bookie failed", ledger_id=self._ledger_id, bookie=bookie, reason=reason)
+        if self._metrics is not None:
+            self._metrics.bookie_errors[bookie] += 1
         if self._durability is Durability.VOLATILE:
             # Seed 004: VOLATILE ledgers never change their ensemble.
             self._fail(
@@ -584,6 +598,8 @@ class AsyncLedgerWriter:
             await self._write_fragment(replacements)
             if self._error is not None:
                 return
+            if self._metrics is not None:
+                self._metrics.ensemble_changes += 1
         for index, bookie in failed.items():
             # A failure recorded meanwhile (of another bookie at this index) stays queued.
             if index not in replacements and self._failed.get(index) == bookie:

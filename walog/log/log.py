@@ -51,6 +51,11 @@ class AsyncLog:
         self.retention = retention
         self.writer_config = writer_config
 
+    @property
+    def client(self) -> LedgerClientLike:
+        """The client this log's writers and readers use."""
+        return self._client
+
     async def metadata(self) -> LogMetadata:
         """The log's metadata record as stored now."""
         return (await read_log(self._client.ctx.store, self.name))[0]

@@ -13,8 +13,15 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "truncated_through": "5:10:0" | null,# every record before it was truncated (deleted)
  "orphans_scanned_below": 9,         # ids below were checked for lost-CAS leftovers
  "cursors": {"billing": "7:12:0"},   # consumer -> next position it will read
- "archive_intent": {...} | null}     # an archive run in progress (walog.spark.archive)
+ "archive_intent": {...} | null,     # an archive run in progress (walog.spark.archive)
+ "snapshots": [{"position": "7:3:0", "ledger_id": 12, "path": null,   # optional, oldest
+                "size_bytes": 4096, "checksum": "sha256:...", "created_at": 1.7e9,
+                "node": "a"}, ...]}
 ```
+
+``snapshots`` is written only when the log has some (state-machine snapshots, see
+``walog.recipes``), so records without it read as before and older readers ignore it.
+Retention never deletes a ledger past the oldest listed snapshot's position.
 
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
 crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
@@ -106,6 +113,61 @@ class LedgerInfo:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """A durable snapshot of a state built from the log (``walog.recipes``).
+
+    Attributes:
+        position: every record before it is in the snapshot; replay resumes here.
+        ledger_id: the ledger holding the snapshot's bytes, or None when stored in a file.
+        path: the file holding it (a directory store), or None when in a ledger.
+        size_bytes: its length.
+        checksum: ``"sha256:<hex>"`` of its bytes.
+        created_at: wall clock when it was taken (seconds).
+        node: the node that took it.
+    """
+
+    position: Position
+    ledger_id: int | None
+    path: str | None
+    size_bytes: int
+    checksum: str
+    created_at: float
+    node: str = ""
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON form (see the module doc)."""
+        return {
+            "position": str(self.position),
+            "ledger_id": self.ledger_id,
+            "path": self.path,
+            "size_bytes": self.size_bytes,
+            "checksum": self.checksum,
+            "created_at": self.created_at,
+            "node": self.node,
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> SnapshotInfo:
+        """Parse :meth:`to_doc`'s form."""
+        ledger_id = doc.get("ledger_id")
+        path = doc.get("path")
+        return cls(
+            position=Position.parse(doc["position"]),
+            ledger_id=None if ledger_id is None else int(ledger_id),
+            path=None if path is None else str(path),
+            size_bytes=int(doc["size_bytes"]),
+            checksum=str(doc["checksum"]),
+            created_at=float(doc["created_at"]),
+            node=str(doc.get("node", "")),
+        )
+
+    @property
+    def location(self) -> str:
+        """Where its bytes are, for people: ``ledger 12`` or the file path."""
+        return f"ledger {self.ledger_id}" if self.ledger_id is not None else str(self.path)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class LogMetadata:
     """The content of a log's metadata record (see the module doc for the JSON)."""
 
@@ -119,6 +181,8 @@ class LogMetadata:
     """Ledger ids below this were checked for leftovers of lost CAS writes."""
     archive_intent: dict[str, Any] | None = None
     """Opaque to the log layer: the archive job's record of a run in progress."""
+    snapshots: tuple[SnapshotInfo, ...] = ()
+    """State-machine snapshots, oldest first (positions strictly increasing)."""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -160,6 +224,8 @@ class LogMetadata:
             "orphans_scanned_below": self.orphans_scanned_below,
             "archive_intent": self.archive_intent,
         }
+        if self.snapshots:
+            doc["snapshots"] = [info.to_doc() for info in self.snapshots]
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -183,8 +249,9 @@ class LogMetadata:
                 truncated_through=_position(doc.get("truncated_through")),
                 orphans_scanned_below=int(doc.get("orphans_scanned_below", 0)),
                 archive_intent=doc.get("archive_intent"),
+                snapshots=tuple(SnapshotInfo.from_doc(x) for x in doc.get("snapshots", [])),
             )
-        except (TypeError, AttributeError, json.JSONDecodeError) as exc:
+        except (TypeError, AttributeError, KeyError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc
 
 
@@ -338,6 +405,7 @@ __all__ = [
     "LedgerInfo",
     "LogMetadata",
     "Mutation",
+    "SnapshotInfo",
     "cas_retrying",
     "commit_cursor",
     "create_log",

@@ -142,6 +142,11 @@ class Log:
         """The log's name."""
         return self.async_log.name
 
+    @property
+    def loop_thread(self) -> LoopThread:
+        """The event loop thread the log's coroutines run on."""
+        return self._loop
+
     def segments(self) -> list[Segment]:
         """The log's ledgers, oldest first."""
         return self._loop.run(self.async_log.segments())

@@ -180,7 +180,8 @@ async def enforce_retention(
 ) -> int:
     """Apply ``policy`` to log ``name``: remove and delete the head ledgers it retires.
 
-    Also deletes earlier pending deletions. Ledgers of unknown size are measured first when
+    Never deletes a ledger a cursor or a listed snapshot has not passed. Also deletes
+    earlier pending deletions. Ledgers of unknown size are measured first when
     the policy limits bytes. Returns how many ledgers this call retired.
     """
     await collect_orphans(client, name)
@@ -214,7 +215,9 @@ async def enforce_retention(
             policy,
             now=moment,
             archived_through=m.archived_through,
-            cursors=m.cursors,
+            # A state-machine snapshot is a reader of the log from its position on: a
+            # node restoring it replays what follows, so that stays.
+            cursors=[*m.cursors.values(), *(snap.position for snap in m.snapshots)],
         ),
     )
 

@@ -241,6 +241,7 @@ def archive_log(
     to: str | os.PathLike[str],
     *,
     progress: bool | None = None,
+    timeout: float = 10.0,
 ) -> ArchiveResult:
     """Archive every closed, not yet archived ledger of ``log`` to Parquet under ``to``.
 
@@ -253,6 +254,7 @@ def archive_log(
         log: the log's name.
         to: the archive root (created if missing).
         progress: show a tqdm progress bar (None: only on a terminal).
+        timeout: seconds to connect to the metadata store and per call.
 
     Raises:
         walog.NoSuchLogError: the log does not exist.
@@ -263,7 +265,7 @@ def archive_log(
     register(spark)
     root = Path(to).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    with walog.connect(metadata_uri) as client:
+    with walog.connect(metadata_uri, timeout=timeout) as client:
         archiver = _Archiver(client, log, root)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)
@@ -291,22 +293,20 @@ def archive_log(
         return ArchiveResult(intent.ledger_ids, through, resumed=resumed, rows=rows)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``walog archive``."""
+    from walog.cli import CommandParser, add_connection_options
+
+    parser = CommandParser(
         prog="walog archive",
         description="Archive the closed, not yet archived ledgers of a log to Parquet "
         "(DIR/ledger=<id>/...) with Spark, then mark them archived.",
     )
-    parser.add_argument(
-        "--metadata",
-        metavar="URI",
-        default=os.environ.get("WALOG_METADATA"),
-        help="zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env WALOG_METADATA]",
-    )
-    parser.add_argument("--log", required=True, metavar="NAME", help="the log to archive")
+    parser.add_argument("log", help="log name")
+    add_connection_options(parser)
     parser.add_argument("--to", required=True, metavar="DIR", help="archive root directory")
     parser.add_argument(
-        "--master", default="local[*]", metavar="URL", help="Spark master (default local[*])"
+        "--master", default="local[*]", metavar="URL", help="Spark master [local[*]]"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -337,9 +337,9 @@ def spark_session(master: str, app_name: str) -> SparkSession:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``walog archive --metadata URI --log NAME --to DIR [--master URL]``; returns the exit
+    """``walog archive LOG --metadata URI --to DIR [--master URL]``; returns the exit
     status (0 done, 1 failed, 2 bad arguments)."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
@@ -355,13 +355,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.log,
                 args.to,
                 progress=False if args.no_progress else None,
+                timeout=args.timeout,
             )
         finally:
             spark.stop()
     except (WalogError, ValueError, OSError, PySparkException, Py4JError) as exc:
         # Spark's messages carry a JVM stack trace: its first line says what failed.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"walog archive: error: {first}", file=sys.stderr)
+        print(f"walog: error: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
     if not result.ledger_ids:
         print(f"nothing to archive; archived through {result.archived_through}")

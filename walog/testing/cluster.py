@@ -48,6 +48,7 @@ class LocalCluster:
         host: the loopback address the bookies listen on (their ids are ``HOST:PORT``).
         bookie_args: extra flags for every bookie (for example ``["--group-wait-ms", "2"]``).
         start_timeout: seconds a bookie may take to serve and register.
+        metrics: give every bookie a ``--metrics-port`` (see :meth:`metrics_url`).
 
     Use it as a context manager (or call :meth:`start` and :meth:`close`).
     """
@@ -61,6 +62,7 @@ class LocalCluster:
         host: str = "127.0.0.1",
         bookie_args: Sequence[str] = (),
         start_timeout: float = 60.0,
+        metrics: bool = False,
     ) -> None:
         if bookies < 0:
             raise ValueError(f"bookies must be >= 0, got {bookies}")
@@ -79,6 +81,8 @@ class LocalCluster:
             metadata = f"sqlite:///{self.data_dir / 'meta.db'}"
         self._metadata_uri = metadata
         self._bookies: list[BookieProcess] = []
+        self._metrics = metrics
+        self._metrics_ports: dict[int, int] = {}  # bookie index -> its --metrics-port
         self._ports: set[int] = set()
         self._loop: LoopThread | None = None
         self._store: MetadataStore | None = None
@@ -113,6 +117,15 @@ class LocalCluster:
     def bookie_dir(self, ref: BookieRef) -> Path:
         """The bookie's ``--data-dir``."""
         return self.bookie(ref).data_dir
+
+    def metrics_url(self, ref: BookieRef) -> str:
+        """``http://HOST:PORT`` of the bookie's metrics port (``/metrics``, ``/healthz``,
+        ``/readyz``); the cluster must have been made with ``metrics=True``."""
+        bookie = self.bookie(ref)
+        port = self._metrics_ports.get(self._bookies.index(bookie))
+        if port is None:
+            raise LocalClusterError("bookies serve metrics only in LocalCluster(metrics=True)")
+        return f"http://{self._host}:{port}"
 
     def log_path(self, ref: BookieRef) -> Path:
         """The file the bookie's stdout and stderr go to (appended across restarts)."""
@@ -314,7 +327,15 @@ class LocalCluster:
             log_path=self.data_dir / "logs" / f"bookie-{index}.log",
         )
         self._bookies.append(bookie)
+        self._new_metrics_port(bookie)
         return bookie
+
+    def _new_metrics_port(self, bookie: BookieProcess) -> None:
+        """Give the bookie a metrics port of its own (with ``metrics=True``)."""
+        if self._metrics:
+            index = self._bookies.index(bookie)
+            self._metrics_ports[index] = port = self._free_port()
+            bookie.extra_args = [*self._bookie_args, "--metrics-port", str(port)]
 
     def _wait_started(self, bookie: BookieProcess) -> None:
         """Wait for a freshly started bookie; move it to a new port when its port was taken
@@ -328,6 +349,7 @@ class LocalCluster:
                 if bookie.running or not any(hint in tail for hint in _PORT_TAKEN_HINTS):
                     raise
             bookie.port = self._free_port()
+            self._new_metrics_port(bookie)  # it may have been the metrics port
             shutil.rmtree(bookie.data_dir, ignore_errors=True)
             bookie.start()
         self.wait_ready(bookie.bookie_id)

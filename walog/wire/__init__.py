@@ -10,8 +10,7 @@ package holds everything they must agree on and nothing else:
 - :mod:`walog.wire.status`: the bookie's answer codes;
 - :mod:`walog.wire.durability`: a ledger's durability level;
 - :mod:`walog.wire.limits`: message and entry size limits;
-- :mod:`walog.wire.keepalive`: TCP keepalive settings of both ends' connections;
-- :mod:`walog.wire.version`: the software version bookies announce.
+- :mod:`walog.wire.keepalive`: TCP keepalive settings of both ends' connections.
 
 It imports nothing else of walog, so either end can change above it without touching the
 other (the layering test in tests/unit/test_layering.py holds this).

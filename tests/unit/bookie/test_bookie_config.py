@@ -14,7 +14,7 @@ BASE = ["--data-dir", "/d", "--listen", "127.0.0.1:3181", "--metadata", "sqlite:
 
 
 def test_every_config_field_has_exactly_one_flag() -> None:
-    flags = {action.dest for action in build_parser()._actions if action.dest not in ("help",)}
+    flags = {a.dest for a in build_parser()._actions if a.dest not in ("help", "version")}
     fields = {field.name for field in dataclasses.fields(BookieConfig)}
     assert fields == flags - {"log_level", "rebuild_index"}  # rebuild: a command, not a setting
 
@@ -90,14 +90,6 @@ def test_bad_settings_name_the_flag(changes: dict[str, object], problem: str) ->
         BookieConfig(**settings)  # type: ignore[arg-type]
 
 
-def test_metrics_text_keeps_counters_exact() -> None:
-    from bookie.metrics import render
-
-    text = render([("walog_x_total", "counter", 1234567.0), ("g", "gauge", 0.25)], {"b": "h:1"})
-    assert b'walog_x_total{b="h:1"} 1234567\n' in text
-    assert b'g{b="h:1"} 0.25\n' in text
-
-
 def _config(**changes: object) -> BookieConfig:
     base: dict[str, object] = {
         "data_dir": Path("/d"),
@@ -116,3 +108,34 @@ def test_there_is_no_native_unix_socket_when_off_with_tls_or_without_native_port
     assert _config(native_socket="off").native_socket_path is None
     assert _config(native_port=-1).native_socket_path is None
     assert _config(tls_cert=Path("c"), tls_key=Path("k")).native_socket_path is None
+
+
+def test_sizes_take_units_and_show_them_in_the_help() -> None:
+    config, _ = parse_config([*BASE, "--max-entry-bytes", "2MiB", "--group-max-bytes", "64K"])
+    assert (config.max_entry_bytes, config.group_max_bytes) == (2 * 1024 * 1024, 64_000)
+    help_text = build_parser().format_help()
+    assert "[512 KiB]" in help_text  # --group-max-bytes' default, for people
+    for group in ("storage:", "journal:", "network:", "security:", "maintenance:"):
+        assert group in help_text
+    assert "discards what it stored" in help_text  # --allow-format says what it costs
+
+
+def test_bad_flags_are_one_line_naming_the_program_it_was_started_as(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_config([*BASE, "--log-level", "LOUD"], prog="python -m bookie")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m bookie: error: ")
+    assert "invalid choice: 'LOUD'" in err
+    with pytest.raises(SystemExit):
+        parse_config([*BASE, "--max-entry-bytes", "lots"])
+    assert "'lots' is not a size" in capsys.readouterr().err
+
+
+def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("walog bookie ")

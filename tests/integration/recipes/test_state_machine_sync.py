@@ -1,0 +1,116 @@
+"""The sync state machine over real bookies, and ``walog log show`` listing snapshots."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import IO
+
+import pytest
+
+import walog
+from walog import cli
+from walog.log.position import Position, Record
+from walog.recipes import NotLeaderError, Role, SnapshotPolicy, StateMachine
+from walog.testing import LocalCluster
+
+
+class Balances:
+    """Account balances; a transfer that would overdraw fails the same way on every node."""
+
+    def __init__(self) -> None:
+        self.accounts: dict[str, int] = {}
+
+    def apply(self, record: Record) -> int:
+        op = json.loads(record.data)
+        if op["op"] == "deposit":
+            self.accounts[op["to"]] = self.accounts.get(op["to"], 0) + op["amount"]
+            return self.accounts[op["to"]]
+        if self.accounts.get(op["from"], 0) < op["amount"]:
+            raise ValueError(f"insufficient funds in {op['from']}")
+        self.accounts[op["from"]] -= op["amount"]
+        self.accounts[op["to"]] = self.accounts.get(op["to"], 0) + op["amount"]
+        return self.accounts[op["from"]]
+
+    def snapshot(self) -> bytes:
+        return json.dumps(self.accounts, sort_keys=True).encode()
+
+    def restore(self, data: IO[bytes], position: Position) -> None:
+        self.accounts = json.loads(data.read())
+
+
+def test_sync_commands_from_many_threads_are_applied_once_in_log_order(
+    cluster: LocalCluster, log_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name, roll_policy=walog.RollPolicy(max_entries=20))
+        service = Balances()
+        policy = SnapshotPolicy(every_records=50, keep=1)
+        with StateMachine(log, service, node_id="a", snapshot_policy=policy) as machine:
+            machine.start()
+            machine.wait_leader(timeout=30)
+            assert machine.role is Role.LEADER
+            machine.execute(json.dumps({"op": "deposit", "to": "x", "amount": 100}).encode())
+
+            def transfers() -> None:
+                futures = [
+                    machine.submit(
+                        json.dumps({"op": "transfer", "from": "x", "to": "y", "amount": 1}).encode()
+                    )
+                    for _ in range(60)
+                ]
+                for future in futures:
+                    # Overdrawn: applied as a failure on every node, raised to the caller.
+                    error = future.exception(timeout=60)
+                    assert error is None or isinstance(error, ValueError), error
+                    outcomes.append(error is None)
+
+            outcomes: list[bool] = []
+            threads = [threading.Thread(target=transfers) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert service.accounts == {"x": 0, "y": 100}
+            assert outcomes.count(True) == 100 and outcomes.count(False) == 80
+            with pytest.raises(ValueError, match="insufficient funds"):
+                machine.execute(
+                    json.dumps({"op": "transfer", "from": "x", "to": "y", "amount": 1}).encode()
+                )
+            info = machine.snapshot_now()
+            assert info is not None and info.position == machine.applied_position
+
+            standby_state = Balances()
+            with walog.connect(cluster.metadata_uri) as other:
+                other_log = other.open_log(log_name)
+                with StateMachine(other_log, standby_state, node_id="b") as standby:
+                    standby.start()
+                    assert standby.role is Role.STANDBY
+                    with pytest.raises(NotLeaderError):
+                        standby.execute(b"{}")
+                    position = machine.applied_position
+                    assert position is not None
+                    standby.wait_applied(position, timeout=30)
+                    assert standby_state.accounts == service.accounts
+
+    capsys.readouterr()
+    show = ["log", "show", log_name, "--metadata", cluster.metadata_uri]
+    status = cli.main([*show, "--json"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    shown = json.loads(out)["snapshots"]
+    assert [s["position"] for s in shown] == [str(info.position)]
+    assert shown[0]["checksum"] == info.checksum and shown[0]["ledger_id"] == info.ledger_id
+    status = cli.main(show)
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    table = out.split("\n\n", 1)[1].splitlines()
+    assert table[0].split() == ["SNAPSHOT", "AT", "STORED", "IN", "BYTES", "CHECKSUM", "NODE"]
+    assert table[1].split() == [
+        str(info.position),
+        "ledger",
+        str(info.ledger_id),
+        str(info.size_bytes),
+        info.checksum,
+        "a",
+    ]

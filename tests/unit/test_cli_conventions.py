@@ -1,0 +1,121 @@
+"""One convention for every ``walog`` command, delegated ones included, checked by walking
+the parser tree: help text on every argument, one-line usage errors with exit status 2,
+``--metadata`` (default from WALOG_METADATA) and ``--timeout`` wherever a command reaches a
+cluster, and a log always named by the positional ``log``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Iterator
+
+import pytest
+
+from walog import cli
+
+# Delegated commands parse their own arguments: their parsers, by command words.
+DELEGATED = {
+    ("bookie",): "bookie.main",
+    ("bookie", "decommission"): "walog.autorecovery.decommission",
+    ("bench",): "walog.bench.command",
+    ("archive",): "walog.spark.archive",
+    ("autorecovery",): "walog.autorecovery.command",
+    ("status",): "walog.status",
+}
+# Commands that start a cluster of their own take no --metadata and no --timeout.
+OWN_CLUSTER = {("quickstart",), ("bench",)}
+# The bookie is a server: its metadata store has --metadata-timeout, not --timeout.
+NO_TIMEOUT = {("bookie",)}
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def commands() -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command's own parser, by its words."""
+
+    def walk(
+        words: tuple[str, ...], parser: argparse.ArgumentParser
+    ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+        children = _subparsers(parser)
+        if words in DELEGATED:
+            module = importlib.import_module(DELEGATED[words])
+            yield words, module.build_parser()
+        elif not children:
+            yield words, parser
+        for name, child in children.items():
+            yield from walk((*words, name), child)
+
+    yield from walk((), cli._build_parser())
+    yield (
+        ("bookie", "decommission"),
+        importlib.import_module(DELEGATED[("bookie", "decommission")]).build_parser(),
+    )
+
+
+ALL = dict(commands())
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {flag: a for a in parser._actions for flag in a.option_strings}
+
+
+@pytest.mark.parametrize("words", sorted(ALL), ids=" ".join)
+def test_every_argument_has_help_text(words: tuple[str, ...]) -> None:
+    parser = ALL[words]
+    missing = [
+        a.dest
+        for a in parser._actions
+        if not isinstance(a, argparse._HelpAction | argparse._VersionAction)
+        and not isinstance(a, argparse._SubParsersAction)
+        and not (a.help and a.help.strip())
+    ]
+    assert not missing, f"walog {' '.join(words)}: arguments without help: {missing}"
+
+
+@pytest.mark.parametrize("words", sorted(ALL), ids=" ".join)
+def test_a_usage_error_is_one_line_and_exit_status_2(
+    words: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        ALL[words].parse_args(["--no-such-flag"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ": error: " in err, err
+
+
+@pytest.mark.parametrize("words", sorted(set(ALL) - OWN_CLUSTER), ids=" ".join)
+def test_a_command_that_reaches_a_cluster_takes_metadata_and_timeout(
+    words: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = _options(ALL[words])
+    assert "--metadata" in options, f"walog {' '.join(words)} has no --metadata"
+    if words not in NO_TIMEOUT:
+        assert "--timeout" in options, f"walog {' '.join(words)} has no --timeout"
+
+
+def test_metadata_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.ENV_METADATA, "sqlite:///from/env.db")
+    for words, parser in commands():
+        if words in OWN_CLUSTER or words == ("bookie",):
+            continue  # the bookie gets it from `walog bookie` (its flag is required)
+        action = _options(parser).get("--metadata")
+        assert action is not None and action.default == "sqlite:///from/env.db", words
+
+
+def test_a_log_is_always_the_positional_log() -> None:
+    for words, parser in ALL.items():
+        options = _options(parser)
+        assert "--log" not in options, f"walog {' '.join(words)} names its log with --log"
+        for action in parser._actions:
+            if not action.option_strings and "log" in (action.dest, str(action.metavar).lower()):
+                assert action.dest == "log" and action.metavar in (None, "LOG"), words
+
+
+def test_password_protected_logs_take_a_password_file() -> None:
+    for words in (("append",), ("tail",), ("truncate",), ("recover",)):
+        assert "--password-file" in _options(ALL[words]), words

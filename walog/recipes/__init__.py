@@ -1,0 +1,38 @@
+"""Recipes built on walog logs.
+
+``StateMachine`` / ``AsyncStateMachine``: a replicated service whose state is rebuilt from
+its log, with a leader, warm standbys, snapshots and truncation by snapshot (see
+docs/statemachine.md).
+
+- ``policy``     pure rules: roles, snapshot policy, kept snapshots, truncation point
+- ``service``    what a service supplies (apply, snapshot, restore)
+- ``snapshots``  where snapshot bytes live (ledgers or a directory), checksums, listing
+- ``keeper``     a node's snapshots: when, take + list + truncate, restore the newest
+- ``machine``    the asyncio driver: standby -> campaign -> catch up -> lead
+- ``sync``       the sync facade on the client's event loop thread
+"""
+
+from __future__ import annotations
+
+from walog.recipes.machine import AsyncStateMachine
+from walog.recipes.policy import Role, SnapshotPolicy
+from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
+from walog.recipes.snapshots import (
+    CorruptSnapshotError,
+    DirectorySnapshotStore,
+    LedgerSnapshotStore,
+)
+from walog.recipes.sync import StateMachine
+
+__all__ = [
+    "AsyncStateMachine",
+    "CommandInDoubtError",
+    "CorruptSnapshotError",
+    "DirectorySnapshotStore",
+    "LedgerSnapshotStore",
+    "NotLeaderError",
+    "Role",
+    "Service",
+    "SnapshotPolicy",
+    "StateMachine",
+]

@@ -1,0 +1,479 @@
+"""The replicated state machine driver, on the event loop (:class:`AsyncStateMachine`).
+
+A node is a standby or the leader. A standby tails the log (never fencing) and applies
+every record in log order, while it campaigns in the log's election. Once elected it takes
+the log over (``open_writer`` fences and recovers the previous leader's ledgers), applies
+every record before its own new ledger (*catching up*), and only then serves: a command
+is appended, and once its record is acknowledged it is applied and its result returned.
+
+Invariants:
+
+- The state is a function of the log: every record is applied exactly once, in position
+  order (:func:`~walog.recipes.policy.is_new` skips any record before the resume point),
+  whether it arrives through the tail, the catch-up or the leader's own acknowledgement.
+- A leader acknowledges a command only once its record is durable in a ledger that every
+  later takeover recovers, after every earlier record (the log writer acknowledges a
+  prefix of what was appended), so every later leader applies it too.
+- A leader never serves before it applied every record before its own ledger.
+- A command whose append failed is never applied by the leader: its node goes back to
+  standby and applies it from the log if the takeover kept it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from walog._log import get_logger
+from walog.errors import DataLossError, LedgerFencedError, WalogError
+from walog.log.log import AsyncLog
+from walog.log.metadata import SnapshotInfo
+from walog.log.position import Position, Record
+from walog.log.reader import AsyncLogReader
+from walog.log.writer import AsyncLogWriter
+from walog.metadata.election import Leadership, elect
+from walog.recipes.keeper import SnapshotKeeper
+from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
+from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
+
+log = get_logger(__name__)
+
+CATCH_UP_POLL_SECONDS = 0.05
+"""While catching up, how often the new leader checks whether its reader reached its ledger."""
+DRAIN_SECONDS = 30.0
+"""On losing the lead, how long acknowledgements of commands in flight are awaited."""
+RETRY_SECONDS = 1.0
+"""Pause before a node starts over after an unexpected failure of its role."""
+
+ResultSink = asyncio.Future[Any] | concurrent.futures.Future[Any]
+
+
+class _SteppedDown(WalogError):
+    """The leader's term ended (its election record was lost)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    ack: asyncio.Future[Position]
+    command: bytes
+    sink: ResultSink
+    submitted: float
+
+
+def _settle(sink: ResultSink, value: Any = None, error: BaseException | None = None) -> None:
+    if sink.done():
+        return
+    if error is not None:
+        sink.set_exception(error)
+    else:
+        sink.set_result(value)
+
+
+class AsyncStateMachine:
+    """A node of a replicated state machine over one log (the asyncio API).
+
+    Args:
+        log: the log (``await client.open_log(name, ...)``); its roll policy decides how
+            often ledgers close, and so how finely snapshots can truncate it.
+        service: the state (see :class:`Service`).
+        node_id: this node's name in the election and in snapshot records.
+        snapshot_policy: when to snapshot and how many to keep (default: never).
+        snapshot_dir: keep snapshots as files here instead of in ledgers of their own.
+        election: the election's name (default ``statemachine-<log>``).
+
+    Attributes:
+        role: :class:`Role` now.
+        epoch: the log's epoch of this node's last takeover (0 before any).
+    """
+
+    def __init__(
+        self,
+        log: AsyncLog,
+        service: Service,
+        *,
+        node_id: str,
+        snapshot_policy: SnapshotPolicy | None = None,
+        snapshot_dir: str | Path | None = None,
+        election: str | None = None,
+    ) -> None:
+        if not node_id:
+            raise ValueError("node_id is empty")
+        self._log = log
+        self._client = log.client
+        self._service = service
+        self.node_id = node_id
+        self.policy = snapshot_policy or SnapshotPolicy()
+        self._keeper = SnapshotKeeper(log, service, node_id, self.policy, snapshot_dir)
+        self.election = election or f"statemachine-{log.name}"
+        self.role = Role.STANDBY
+        self.epoch = 0
+        self._resume: Position | None = None
+        self._lag = 0.0
+        self._writer: AsyncLogWriter | None = None
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._kick = asyncio.Event()
+        self._writer_failed = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
+
+    # -- what a caller sees ----------------------------------------------------------------
+
+    @property
+    def applied_position(self) -> Position | None:
+        """Every record before this position is applied (None: nothing yet)."""
+        return self._resume
+
+    @property
+    def lag(self) -> float:
+        """Seconds between the writing and the applying of the last record applied from
+        the log (0 on the leader, which applies its own records as they are acked)."""
+        return 0.0 if self.role is Role.LEADER else self._lag
+
+    async def start(self) -> None:
+        """Restore the newest valid snapshot, delete snapshot ledgers a crash left unlisted,
+        then run (standby, campaign, lead) in a task.
+
+        Raises:
+            DataLossError: the log was truncated and no snapshot covers what is gone.
+        """
+        if self._task is not None:
+            raise RuntimeError("state machine already started")
+        await self._restore_newest(None)
+        await self._check_replayable()
+        await self._keeper.collect_unlisted()
+        self._task = asyncio.create_task(self._run(), name=f"statemachine-{self.node_id}")
+        self._task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("state machine stopped", node=self.node_id, error=repr(task.exception()))
+            self.role = Role.STOPPED
+            self._notify()
+
+    async def wait_for(self, check: Callable[[], bool], timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until ``check()`` (e.g. ``lambda: sm.role is Role.LEADER``) holds.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        async with asyncio.timeout(timeout):
+            while not check():
+                if self._task is not None and self._task.done():
+                    self._task.result()  # raises why the node stopped
+                    raise NotLeaderError(f"state machine {self.node_id} stopped")
+                await self._changed.wait()
+
+    def submit_into(self, command: bytes, sink: ResultSink) -> None:
+        """Append ``command``; ``sink`` gets ``apply``'s result once its record is durable
+        and applied (loop thread; the sync facade hands its own futures in).
+
+        Raises:
+            NotLeaderError: this node does not serve commands now.
+            TypeError, ValueError: ``command`` is not bytes-like or too large for an entry.
+        """
+        writer = self._writer
+        if self.role is not Role.LEADER or writer is None:
+            raise NotLeaderError(f"node {self.node_id} is {self.role.value}, not the leader")
+        try:
+            ack = writer.append_nowait(command)
+        except LedgerFencedError:
+            self._writer_failed.set()  # a failure the writer already knew: the term is over
+            raise
+        self._pending.append(_Pending(ack, bytes(command), sink, time.time()))
+        self._kick.set()
+
+    async def submit(self, command: bytes) -> Any:
+        """Append ``command``, wait until it is applied, and return ``apply``'s result.
+
+        Raises:
+            NotLeaderError: this node does not lead (ask the leader; see ``role``).
+            CommandInDoubtError: the node stopped leading while the command was in flight.
+            WriterFencedError: another node took over while the command was in flight;
+                it may or may not be in the log (the new leader applies it if it is).
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit_into(command, future)
+        return await future
+
+    async def snapshot_now(self) -> SnapshotInfo | None:
+        """Snapshot the state now (whatever the policy) and wait until it is listed.
+
+        Returns its record, or None when one at least as recent was already listed.
+        """
+        if self._resume is None:
+            return None
+        return await self._take_snapshot()
+
+    async def close(self) -> None:
+        """Stop: resign the lead, close the writer and readers. Idempotent."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        snap, self._snapshot_task = self._snapshot_task, None
+        if snap is not None:
+            with contextlib.suppress(Exception):
+                await snap
+        self._set_role(Role.STOPPED)
+
+    async def __aenter__(self) -> AsyncStateMachine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def _set_role(self, role: Role) -> None:
+        if role is not self.role:
+            log.info("state machine role", node=self.node_id, role=role.value)
+        self.role = role
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                leadership = await self._follow_until_elected()
+            except DataLossError:
+                raise  # the log lost what this node needs and no snapshot covers it
+            except (WalogError, OSError) as exc:
+                log.warning("standby failed; starting over", node=self.node_id, error=str(exc))
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            pause = 0.0
+            try:
+                await self._lead(leadership)
+            except (_SteppedDown, LedgerFencedError) as exc:
+                log.warning("leadership ended", node=self.node_id, error=str(exc))
+            except DataLossError:
+                raise
+            except (WalogError, OSError) as exc:
+                # Could not take over or serve (bookies, metadata): let another node try.
+                log.warning("leading failed", node=self.node_id, error=str(exc))
+                pause = RETRY_SECONDS
+            finally:
+                await self._step_down(leadership)
+            await asyncio.sleep(pause)
+
+    async def _check_replayable(self) -> None:
+        """A node without a snapshot replays the log from its start: refuse when records
+        were truncated from it (reading from "earliest" would silently skip them)."""
+        if self._resume is not None:
+            return
+        gone = (await self._log.metadata()).truncated_through
+        if gone is not None:
+            raise DataLossError(
+                f"log {self._log.name!r} was truncated before {gone} and no valid snapshot "
+                "covers it: this node cannot rebuild the state"
+            )
+
+    async def _open_reader(self) -> AsyncLogReader:
+        await self._check_replayable()
+        try:
+            return await self._log.open_reader(self._resume or "earliest")
+        except DataLossError:
+            if not await self._restore_newest(self._resume):
+                raise
+            return await self._log.open_reader(self._resume or "earliest")
+
+    async def _follow_until_elected(self) -> Leadership:
+        self._set_role(Role.STANDBY)
+        campaign = asyncio.create_task(elect(self._client.ctx.store, self.election, self.node_id))
+        reader: AsyncLogReader | None = None
+        try:
+            reader = await self._open_reader()
+            while not campaign.done():
+                read = asyncio.create_task(reader.read_available())
+                try:
+                    await asyncio.wait({read, campaign}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not read.done():
+                        read.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await read
+                if read.done() and not read.cancelled():
+                    try:
+                        records = read.result()
+                    except DataLossError:
+                        # Truncated past our resume point: a newer snapshot covers it.
+                        await reader.close()
+                        if not await self._restore_newest(self._resume):
+                            raise
+                        reader = await self._log.open_reader(self._resume or "earliest")
+                        continue
+                    self._apply_batch(records, reader)
+            return campaign.result()
+        except BaseException:
+            campaign.cancel()
+            with contextlib.suppress(BaseException):
+                leadership = await campaign
+                await leadership.resign()
+            raise
+        finally:
+            if reader is not None:
+                await reader.close()
+
+    async def _lead(self, leadership: Leadership) -> None:
+        self._set_role(Role.CATCHING_UP)
+        writer = await self._log.open_writer()  # fences the previous leader's ledgers
+        self._writer = writer
+        target = Position(writer.ledger_id, 0, 0)
+        if not caught_up(self._resume, None, target):
+            reader = await self._open_reader()
+            try:
+                while not caught_up(self._resume, reader.position, target):
+                    if leadership.lost.is_set():
+                        raise _SteppedDown(f"node {self.node_id} lost the lead while catching up")
+                    self._apply_batch(await reader.read_available(CATCH_UP_POLL_SECONDS), reader)
+            finally:
+                await reader.close()
+        # Every record before the new ledger is applied; after it only ours can come.
+        if self._resume is None or self._resume < target:
+            self._resume = target
+        self.epoch = writer.epoch
+        self._lag = 0.0
+        self._set_role(Role.LEADER)
+        log.info("leading", node=self.node_id, epoch=writer.epoch, ledger=writer.ledger_id)
+        self._writer_failed.clear()
+        applier = asyncio.create_task(self._apply_own())
+        lost = asyncio.create_task(leadership.wait_lost())
+        failed = asyncio.create_task(self._writer_failed.wait())
+        try:
+            await asyncio.wait({applier, lost, failed}, return_when=asyncio.FIRST_COMPLETED)
+            if applier.done():
+                applier.result()  # raises the append failure (fenced) that ended the term
+            if failed.done():
+                raise _SteppedDown(f"node {self.node_id}: another writer took the log over")
+            raise _SteppedDown(f"node {self.node_id} lost its election record")
+        finally:
+            lost.cancel()
+            failed.cancel()
+            self._set_role(Role.STANDBY)  # no new command from here on
+            if not applier.done():
+                # Acknowledged commands are applied and answered; those that fail are not.
+                self._kick.set()
+                with contextlib.suppress(TimeoutError, WalogError):
+                    await asyncio.wait_for(self._drain(applier), DRAIN_SECONDS)
+                applier.cancel()
+                with contextlib.suppress(asyncio.CancelledError, WalogError):
+                    await applier
+
+    async def _drain(self, applier: asyncio.Task[None]) -> None:
+        while self._pending and not applier.done():
+            await self._changed.wait()
+
+    async def _apply_own(self) -> None:
+        """Apply the leader's commands in append order as they are acknowledged."""
+        pending = self._pending
+        while True:
+            if not pending:
+                self._kick.clear()
+                await self._kick.wait()
+                continue
+            head = pending[0]
+            try:
+                position = await head.ack
+            except Exception as exc:
+                # Acks are a prefix: this one and every later one failed, none is applied.
+                while pending:
+                    _settle(pending.popleft().sink, error=exc)
+                self._notify()
+                raise
+            pending.popleft()
+            record = Record(position, head.command, head.submitted)
+            result, error = self._apply(record)
+            _settle(head.sink, result, error)
+            if not pending:
+                self._notify()
+
+    async def _step_down(self, leadership: Leadership) -> None:
+        writer, self._writer = self._writer, None
+        for item in self._pending:
+            error = CommandInDoubtError(
+                f"node {self.node_id} stopped leading before the command was acknowledged: "
+                "it may or may not be in the log (every node applies it if it is)"
+            )
+            _settle(item.sink, error=error)
+        self._pending.clear()
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await writer.close()
+        with contextlib.suppress(Exception):
+            await leadership.resign()
+        if self.role is not Role.STOPPED:
+            self._set_role(Role.STANDBY)
+
+    # -- applying --------------------------------------------------------------------------
+
+    def _apply(self, record: Record) -> tuple[Any, BaseException | None]:
+        if not is_new(self._resume, record.position):
+            return None, None  # already in the state (restored or applied before)
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = self._service.apply(record)
+        except Exception as exc:
+            # Deterministic services fail the same way on every node: the record stays
+            # applied (as a failure) and its submitter gets the exception.
+            log.warning(
+                "apply raised", node=self.node_id, position=str(record.position), error=repr(exc)
+            )
+            error = exc
+        self._resume = next_after(record.position)
+        self._keeper.applied(len(record.data))
+        self._maybe_snapshot()
+        return result, error
+
+    def _apply_batch(self, records: list[Record], reader: AsyncLogReader) -> None:
+        for record in records:
+            self._apply(record)
+        if records:
+            self._lag = max(0.0, time.time() - records[-1].timestamp)
+        here = reader.position
+        if here is not None and self._resume is not None and here > self._resume:
+            self._resume = here  # entry-aligned: survives truncation of the ledger's end
+        self._notify()
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if not self.policy.takes_on(self.role) or not self._keeper.due():
+            return
+        if self._snapshot_task is None or self._snapshot_task.done():
+            self._snapshot_task = asyncio.create_task(self._snapshot_quietly())
+
+    async def _snapshot_quietly(self) -> None:
+        try:
+            await self._take_snapshot()
+        except Exception as exc:
+            # The next one is due by the same policy; the log keeps everything meanwhile.
+            log.warning("snapshot failed", node=self.node_id, error=repr(exc))
+
+    async def _take_snapshot(self) -> SnapshotInfo | None:
+        assert self._resume is not None
+        return await self._keeper.take(self._resume)
+
+    async def _restore_newest(self, newer_than: Position | None) -> bool:
+        position = await self._keeper.restore_newest(newer_than)
+        if position is None:
+            return False
+        self._resume = position
+        self._notify()
+        return True
+
+
+__all__ = ["AsyncStateMachine", "ResultSink"]

@@ -1,0 +1,118 @@
+"""The sync replicated state machine: :class:`StateMachine` over the asyncio driver.
+
+The driver and the service's callbacks run on the client's event loop thread; commands are
+handed over from user threads in batches (:class:`walog._sync.Handoff`), and each caller
+waits on its own ``concurrent.futures.Future``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+from typing import Any
+
+from walog._sync import Handoff, SyncContext
+from walog.log.metadata import SnapshotInfo
+from walog.log.position import Position
+from walog.log.sync import Log
+from walog.recipes.machine import AsyncStateMachine
+from walog.recipes.policy import Role, SnapshotPolicy
+from walog.recipes.service import Service
+
+
+class StateMachine(SyncContext):
+    """A node of a replicated state machine over one log (a context manager).
+
+    Same arguments as :class:`walog.recipes.AsyncStateMachine`, with a sync ``walog.Log``.
+    ``service`` callbacks run on the client's event loop thread, one at a time: keep them
+    quick and never call sync walog APIs from them.
+
+    Attributes:
+        async_machine: the underlying :class:`walog.recipes.AsyncStateMachine`.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        service: Service,
+        *,
+        node_id: str,
+        snapshot_policy: SnapshotPolicy | None = None,
+        snapshot_dir: str | Path | None = None,
+        election: str | None = None,
+    ) -> None:
+        self._loop = log.loop_thread
+
+        async def build() -> AsyncStateMachine:
+            return AsyncStateMachine(
+                log.async_log,
+                service,
+                node_id=node_id,
+                snapshot_policy=snapshot_policy,
+                snapshot_dir=snapshot_dir,
+                election=election,
+            )
+
+        self.async_machine = self._loop.run(build())
+        self._handoff: Handoff[Any] = Handoff(self._loop, self.async_machine.submit_into)
+
+    @property
+    def role(self) -> Role:
+        """The node's role now."""
+        return self.async_machine.role
+
+    @property
+    def applied_position(self) -> Position | None:
+        """Every record before this position is applied (None: nothing yet)."""
+        return self.async_machine.applied_position
+
+    @property
+    def lag(self) -> float:
+        """Seconds between the writing and the applying of the last record applied."""
+        return self.async_machine.lag
+
+    def start(self) -> StateMachine:
+        """Restore the newest valid snapshot and start following the log; returns self."""
+        self._loop.run(self.async_machine.start())
+        return self
+
+    def wait_leader(self, timeout: float | None = None) -> None:
+        """Block until this node leads.
+
+        Raises:
+            TimeoutError: it did not within ``timeout`` seconds.
+        """
+        machine = self.async_machine
+        self._loop.run(machine.wait_for(lambda: machine.role is Role.LEADER, timeout))
+
+    def wait_applied(self, position: Position, timeout: float | None = None) -> None:
+        """Block until every record before ``position`` is applied here."""
+        machine = self.async_machine
+
+        def done() -> bool:
+            applied = machine.applied_position
+            return applied is not None and applied >= position
+
+        self._loop.run(machine.wait_for(done, timeout))
+
+    def submit(self, command: bytes) -> concurrent.futures.Future[Any]:
+        """Append ``command``; the future gets ``apply``'s result once it is durable and
+        applied, or :class:`walog.recipes.NotLeaderError` when this node does not lead."""
+        if not isinstance(command, bytes | bytearray | memoryview):
+            raise TypeError(f"a command is bytes, got {type(command).__name__}")
+        return self._handoff.put(bytes(command))
+
+    def execute(self, command: bytes, timeout: float | None = None) -> Any:
+        """:meth:`submit` and wait for the result."""
+        return self.submit(command).result(timeout)
+
+    def snapshot_now(self) -> SnapshotInfo | None:
+        """Snapshot now and wait until it is listed (None: a newer one already was)."""
+        return self._loop.run(self.async_machine.snapshot_now())
+
+    def close(self) -> None:
+        """Stop the node (resigns the lead)."""
+        self._loop.run(self.async_machine.close())
+
+
+__all__ = ["StateMachine"]
