@@ -804,6 +804,7 @@ class BookieCore:
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
                 self._damaged.discard(ledger_id)
+                self.damaged_entries.pop(ledger_id, None)
                 self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
                 self._cache.drop_ledger(ledger_id)
                 self._dirty.discard(ledger_id)
