@@ -13,9 +13,9 @@ have completed as soon as the stream can take a message; results that complete w
 message is being written go into the next one. There are no timers: the batching comes from
 the stream's own back-pressure. A client that stops reading its answers stops being read.
 
-The gRPC port drives a stream through iterators (:meth:`AddStream.run`); the native port
-drives it by calls (:meth:`AddStream.run_direct`, :meth:`~AddStream.feed`,
-:meth:`~AddStream.end_input`): frames are dispatched as they arrive and the results of a
+The gRPC port drives a stream through iterators (:meth:`IncomingAddStream.run`); the native port
+drives it by calls (:meth:`IncomingAddStream.run_direct`, :meth:`~IncomingAddStream.feed`,
+:meth:`~IncomingAddStream.end_input`): frames are dispatched as they arrive and the results of a
 loop turn go out at its end, without a task wake-up per frame.
 
 One bad entry never ends the stream: it is answered with its status (BAD_REQUEST for a
@@ -89,7 +89,7 @@ class StreamOwner(Protocol):
         """Keep the adds of an ended stream referenced until they finish."""
 
 
-class AddStream:
+class IncomingAddStream:
     """The state of one ``Add`` RPC: in-flight adds, completed results, the writer's wake-up.
 
     Args:
@@ -352,4 +352,4 @@ class AddStream:
         self._answer_force(force, status, last_add_synced)
 
 
-__all__ = ["AddStream", "StreamOwner", "batch_problem", "wire_status"]
+__all__ = ["IncomingAddStream", "StreamOwner", "batch_problem", "wire_status"]

@@ -71,7 +71,11 @@ class BookieConfig:
     tls_ca: Path | None = None
     """``--tls-ca``: PEM CA bundle; when given, clients must present a certificate it signed."""
     auth_token_file: Path | None = None
-    """``--auth-token-file``: clients must send ``authorization: Bearer <token>``."""
+    """``--auth-token-file``: clients must send ``authorization: Bearer <token>``; re-read
+    on SIGHUP."""
+    auth_token_grace: float = 300.0
+    """``--auth-token-grace``: seconds the previous token stays valid after SIGHUP loaded
+    a new one from ``--auth-token-file``."""
     allow_format: bool = False
     """``--allow-format``: write a new cookie even though disk and metadata disagree (never
     deletes data). Not enough alone where a disk lost the incarnation the metadata store

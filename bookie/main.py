@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import re
 import signal
 import sys
@@ -37,6 +38,7 @@ from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
 from bookie.notices import DamageReports, DrainMark
 from bookie.registration import Registration
+from bookie.security import BearerTokens
 from bookie.server import BookieServer
 from walog._version import __version__
 from walog.errors import WalogError
@@ -49,7 +51,7 @@ log = structlog.get_logger("bookie")
 _DEFAULTS = BookieConfig(data_dir=Path("."), listen="h:1", metadata="sqlite:///x")
 
 
-class _Parser(argparse.ArgumentParser):
+class _BookieParser(argparse.ArgumentParser):
     """Bad flags: one line on stderr (no usage block), exit status 2."""
 
     def error(self, message: str) -> NoReturn:
@@ -92,7 +94,7 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         prog: how the command was started (``walog bookie`` or ``python -m bookie``).
     """
     d = _DEFAULTS
-    p = _Parser(
+    p = _BookieParser(
         prog=prog,
         description="Run a walog bookie: the storage server of ledger entries. "
         "See docs/bookies.md.",
@@ -187,7 +189,17 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         "--tls-ca", type=Path, metavar="F", help="CA bundle: require client certificates"
     )
     security.add_argument(
-        "--auth-token-file", type=Path, metavar="F", help="bearer token clients must send"
+        "--auth-token-file",
+        type=Path,
+        metavar="F",
+        help="bearer token clients must send; SIGHUP reads it again (rotation)",
+    )
+    security.add_argument(
+        "--auth-token-grace",
+        type=float,
+        default=d.auth_token_grace,
+        metavar="N",
+        help=f"seconds the previous token still works after a rotation [{d.auth_token_grace}]",
     )
 
     maintenance = p.add_argument_group("maintenance")
@@ -286,6 +298,13 @@ async def _serve(
     stop: asyncio.Event,
 ) -> None:
     server = BookieServer(config, core, instance_id)
+    tokens = server.tokens
+    if tokens is not None:
+        # Only a bookie process's main thread gets signals (in-process runs have none).
+        with contextlib.suppress(ValueError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGHUP, functools.partial(_reload_token, tokens, config.auth_token_grace)
+            )
     collector = LedgerCollector(
         core,
         store,
@@ -360,6 +379,19 @@ async def _serve(
         if metrics is not None:
             metrics.close()
         await server.stop_now()
+
+
+def _reload_token(tokens: BearerTokens, grace_s: float) -> None:
+    """SIGHUP: read the token file again (the token itself is never logged)."""
+    try:
+        changed = tokens.reload()
+    except (OSError, ValueError) as exc:
+        log.error("auth token not reloaded; the tokens in force stay", error=str(exc))
+        return
+    if changed:
+        log.info("auth token rotated; the previous one works until the grace ends", grace_s=grace_s)
+    else:
+        log.info("auth token file read again; unchanged")
 
 
 async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:

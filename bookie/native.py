@@ -5,7 +5,7 @@ Same service object (bookie/service.py), same messages and same answers as the g
 (bookie/server.py); only the carriage differs (walog/wire/frames.py), at a fraction of
 gRPC's CPU per message. Each connection starts with a HELLO that carries the bearer token
 when the bookie requires one. An add stream is driven by calls
-(:meth:`AddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
+(:meth:`IncomingAddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
 results go out at its end. Other calls run as one task each, at most ``MAX_UNARY_CALLS``
 unary ones at a time. While the socket's send buffer is full, answers wait and the
 connection is not read: a client that does not read its answers stops being read.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hmac
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -25,7 +24,8 @@ from typing import Any, cast
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from bookie.add_stream import AddStream
+from bookie.add_stream import IncomingAddStream
+from bookie.security import BearerTokens
 from bookie.service import BookieService
 from walog.wire.frames import (
     HELLO_MAGIC,
@@ -74,7 +74,7 @@ class _Connection(asyncio.Protocol):
         self._greeted = False
         self.calls: dict[int, asyncio.Task[None]] = {}
         """The running calls by id, add streams aside."""
-        self.adds: dict[int, tuple[AddStream, asyncio.Future[None]]] = {}
+        self.adds: dict[int, tuple[IncomingAddStream, asyncio.Future[None]]] = {}
         """The running add streams by id, each with a future done when it ends."""
         self._last_call = 0
         self._unary: set[int] = set()
@@ -193,8 +193,8 @@ class _Connection(asyncio.Protocol):
         if kind != Kind.HELLO or not body.startswith(HELLO_MAGIC):
             raise FrameError("the connection did not start with a walog HELLO")
         token = body[len(HELLO_MAGIC) :]
-        expected = self._server.token
-        if expected is not None and not hmac.compare_digest(token, expected):
+        tokens = self._server.tokens
+        if tokens is not None and not tokens.accepts(token):
             refusal = encode_status(Code.UNAUTHENTICATED, "missing or wrong bearer token")
             self._send(encode(0, Kind.HELLO, 0, refusal))
             self.close()
@@ -319,7 +319,7 @@ class NativeServer:
 
     Args:
         service: the bookie service that answers the calls (shared with the gRPC port).
-        token: the bearer token clients must present, or None.
+        tokens: the bearer tokens clients may present, or None (no token needed).
         ssl_context: TLS settings, or None for plaintext.
     """
 
@@ -327,11 +327,11 @@ class NativeServer:
         self,
         service: BookieService,
         *,
-        token: str | None = None,
+        tokens: BearerTokens | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.service = service
-        self.token = token.encode() if token is not None else None
+        self.tokens = tokens
         self._ssl = ssl_context
         self._server: asyncio.Server | None = None
         self._unix: asyncio.Server | None = None

@@ -3,12 +3,17 @@
 With ``--auth-token-file`` every call must carry the metadata
 ``authorization: Bearer <token>``; other calls fail with gRPC status UNAUTHENTICATED.
 The standard health service stays open: probes learn only SERVING / NOT_SERVING.
+
+Tokens rotate without a restart: on SIGHUP the bookie reads the file again, and a changed
+token becomes the one in force while the previous one is still accepted for
+``--auth-token-grace`` seconds, so clients can move over (:class:`BearerTokens`).
 """
 
 from __future__ import annotations
 
 import hmac
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +37,53 @@ def read_token(path: Path) -> str:
     if not token:
         raise ValueError(f"the auth token file {path} is empty")
     return token
+
+
+class BearerTokens:
+    """The tokens a bookie accepts: the file's current one, and after a rotation the
+    previous one until its grace period ends. Never logs or shows a token.
+
+    Args:
+        path: the token file.
+        grace_s: seconds the previous token stays valid after a rotation.
+        clock: monotonic seconds (tests may pass their own).
+    """
+
+    def __init__(
+        self, path: Path, grace_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._path = path
+        self._grace_s = grace_s
+        self._clock = clock
+        self._current = read_token(path).encode()
+        self._previous: bytes | None = None
+        self._previous_until = 0.0
+
+    def accepts(self, token: bytes) -> bool:
+        """Whether ``token`` is the current one, or the previous one within its grace."""
+        # Constant-time comparisons: a token must not leak through timing.
+        if hmac.compare_digest(token, self._current):
+            return True
+        previous = self._previous
+        return (
+            previous is not None
+            and self._clock() < self._previous_until
+            and hmac.compare_digest(token, previous)
+        )
+
+    def reload(self) -> bool:
+        """Read the file again; True when the token changed (the old one then keeps
+        working for the grace period).
+
+        Raises:
+            ValueError, OSError: as :func:`read_token` (the tokens in force stay).
+        """
+        new = read_token(self._path).encode()
+        if hmac.compare_digest(new, self._current):
+            return False
+        self._previous, self._current = self._current, new
+        self._previous_until = self._clock() + self._grace_s
+        return True
 
 
 def server_credentials(config: BookieConfig) -> grpc.ServerCredentials | None:
@@ -72,14 +124,15 @@ else:  # the runtime class is not generic
 
 
 class TokenAuthInterceptor(_Interceptor):
-    """Refuses calls whose ``authorization`` metadata is not ``Bearer <token>``.
+    """Refuses calls whose ``authorization`` metadata is not ``Bearer <token>`` with a
+    token ``tokens`` accepts.
 
     Args:
-        token: the shared secret clients must present.
+        tokens: the tokens in force.
     """
 
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+    def __init__(self, tokens: BearerTokens) -> None:
+        self._tokens = tokens
 
     def _allowed(self, details: grpc.HandlerCallDetails) -> bool:
         if details.method.startswith(_OPEN_PREFIXES):
@@ -87,8 +140,8 @@ class TokenAuthInterceptor(_Interceptor):
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else bytes(value)
-                # Constant-time comparison: the token must not leak through timing.
-                return hmac.compare_digest(given, self._expected)
+                scheme, _, token = given.partition(b" ")
+                return scheme == b"Bearer" and self._tokens.accepts(token)
         return False
 
     async def intercept_service(
@@ -112,4 +165,4 @@ class TokenAuthInterceptor(_Interceptor):
         return grpc.unary_unary_rpc_method_handler(_deny_unary)
 
 
-__all__ = ["TokenAuthInterceptor", "read_token", "server_credentials"]
+__all__ = ["BearerTokens", "TokenAuthInterceptor", "read_token", "server_credentials"]

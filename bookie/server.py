@@ -22,8 +22,8 @@ from bookie.core import BookieCore
 from bookie.health import WRITES_SERVICE, BookieState
 from bookie.native import NativeServer
 from bookie.security import (
+    BearerTokens,
     TokenAuthInterceptor,
-    read_token,
     server_credentials,
     server_ssl_context,
 )
@@ -51,13 +51,15 @@ class BookieServer:
         self.service = BookieService(core, config, instance_id)
         self.health = health_aio.HealthServicer()
         interceptors = []
-        token = read_token(config.auth_token_file) if config.auth_token_file else None
-        if token is not None:
-            interceptors.append(TokenAuthInterceptor(token))
+        self.tokens: BearerTokens | None = None
+        """The bearer tokens in force (None without ``--auth-token-file``)."""
+        if config.auth_token_file is not None:
+            self.tokens = BearerTokens(config.auth_token_file, config.auth_token_grace)
+            interceptors.append(TokenAuthInterceptor(self.tokens))
         self._native: NativeServer | None = None
         if config.native_port >= 0:
             self._native = NativeServer(
-                self.service, token=token, ssl_context=server_ssl_context(config)
+                self.service, tokens=self.tokens, ssl_context=server_ssl_context(config)
             )
         self._server = grpc.aio.server(
             interceptors=interceptors,

@@ -22,7 +22,7 @@ import grpc
 import grpc.aio
 
 from bookie.accounting import Admission, ServiceStats
-from bookie.add_stream import AddStream, wire_status
+from bookie.add_stream import IncomingAddStream, wire_status
 from bookie.config import BookieConfig
 from bookie.core import BookieCore
 from bookie.storage import StoredRecord
@@ -89,10 +89,10 @@ class BookieService(pb_grpc.BookieServicer):
     def _mark_write(self, ledger_id: int) -> None:
         self.last_write[ledger_id] = time.monotonic()
 
-    def open_add_stream(self) -> AddStream:
+    def open_add_stream(self) -> IncomingAddStream:
         """A new add stream of this service (either port's; see bookie/add_stream.py)."""
         self.stats.add_streams += 1
-        return AddStream(self, self._mark_write)
+        return IncomingAddStream(self, self._mark_write)
 
     async def Add(
         self, request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]

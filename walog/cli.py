@@ -85,7 +85,7 @@ def _metadata(args: argparse.Namespace) -> str:
 def _connect(args: argparse.Namespace) -> Client:
     from walog.client import connect
 
-    return connect(_metadata(args), timeout=args.timeout)
+    return connect(_metadata(args), **connect_options(args))
 
 
 def add_password_options(parser: argparse.ArgumentParser, what: str = "log") -> None:
@@ -386,6 +386,39 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to connect and per call [10]"
     )
+    security = parser.add_argument_group("bookie connections")
+    security.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: TLS to bookies")
+    security.add_argument(
+        "--tls-cert", type=Path, metavar="F", help="client certificate (mutual TLS)"
+    )
+    security.add_argument("--tls-key", type=Path, metavar="F", help="key of --tls-cert")
+    security.add_argument(
+        "--auth-token-file", type=Path, metavar="F", help="bearer token bookies ask for"
+    )
+
+
+def connect_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``timeout``, ``tls`` and ``auth_token`` for ``walog.connect`` from the options of
+    :func:`add_connection_options`.
+
+    Raises:
+        CliError: a TLS or token file is missing or unreadable (status 2).
+    """
+    from walog.transport.credentials import TlsConfig
+
+    tls = None
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        try:
+            tls = TlsConfig(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
+        except ValueError as exc:
+            raise CliError(str(exc), 2) from None
+    token = None
+    if args.auth_token_file is not None:
+        try:
+            token = args.auth_token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise CliError(f"--auth-token-file {args.auth_token_file}: {exc.strerror}", 2) from None
+    return {"timeout": args.timeout, "tls": tls, "auth_token": token}
 
 
 def _build_parser() -> CommandParser:
@@ -552,6 +585,7 @@ __all__ = [
     "CommandParser",
     "add_connection_options",
     "add_password_options",
+    "connect_options",
     "main",
     "password_of",
 ]

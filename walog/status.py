@@ -289,9 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run(uri: str, metadata_timeout_s: float) -> ClusterStatus:
-    config = ClientConfig(timeouts=Timeouts(read=INFO_TIMEOUT_S, metadata=metadata_timeout_s))
-    client = await walog.aio.connect(uri, timeout=metadata_timeout_s, config=config)
+async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
+    """``options``: what :func:`walog.cli.connect_options` gives (timeout, TLS, token)."""
+    timeouts = Timeouts(read=INFO_TIMEOUT_S, metadata=options["timeout"])
+    client = await walog.aio.connect(uri, config=ClientConfig(timeouts=timeouts), **options)
     try:
         return await gather(client, uri)
     finally:
@@ -300,12 +301,14 @@ async def _run(uri: str, metadata_timeout_s: float) -> ClusterStatus:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog status``; returns the exit status."""
+    from walog.cli import connect_options
+
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     try:
-        status = walog._loop.run(_run(args.metadata, args.timeout))
+        status = walog._loop.run(_run(args.metadata, connect_options(args)))
     except (WalogError, OSError) as exc:
         problem = f"metadata store {args.metadata} unreachable: {exc}"
         if args.json:

@@ -4,15 +4,19 @@ forced (or written PERSISTENT) survives a SIGKILL of every bookie."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import walog
+import walog._loop
 import walog.aio as aio
 from walog.config import ClientConfig, Timeouts
-from walog.errors import BookieUnavailableError
+from walog.errors import BookieReadOnlyError, BookieUnavailableError
+from walog.metadata import open_store
+from walog.metadata.layout import decommission_path
 from walog.testing import LocalCluster
 from walog.wire.durability import Durability
 from walog.wire.proto import bookie_pb2 as pb
@@ -177,3 +181,28 @@ def test_a_volatile_log_keeps_every_acknowledged_record_through_roll_and_close(
             while (record := reader.read_next(timeout=1.0)) is not None:
                 got.append(record.data)
         assert got == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
+
+
+def test_a_volatile_writer_stops_with_bookie_read_only_error_when_a_bookie_turns_read_only(
+    quiet_cluster: LocalCluster,
+) -> None:
+    # Seed 004: a VOLATILE ledger never changes its ensemble, so a bookie that turns
+    # read-only (here: marked for decommissioning) ends its writer, with the error that says so.
+    with walog.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        writer = client.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+        writer.append(b"before")
+        victim = writer.metadata.last_ensemble[0]
+
+        async def mark() -> None:
+            store = await open_store(quiet_cluster.metadata_uri)
+            try:
+                await store.create(decommission_path(victim), b"")
+            finally:
+                await store.close()
+
+        walog._loop.run(mark())
+        deadline = time.monotonic() + 30
+        with pytest.raises(BookieReadOnlyError, match=f"bookie {victim} turned read-only"):
+            while time.monotonic() < deadline:  # the bookie follows its mark within a moment
+                writer.append(b"more")
+        assert isinstance(BookieReadOnlyError("x"), walog.BookieError)

@@ -11,6 +11,7 @@ import pytest
 import walog.aio as aio
 from tests.integration.bookies import BookieProcess
 from tests.pki import make_certificates
+from walog import cli
 from walog.config import ClientConfig, Timeouts
 from walog.errors import UnauthorizedError
 from walog.transport.credentials import TlsConfig
@@ -130,3 +131,21 @@ def test_channel_credentials_are_grpc_credentials(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     make_certificates(pki)
     assert isinstance(TlsConfig(ca=pki / "ca.pem").channel_credentials(), grpc.ChannelCredentials)
+
+
+def test_the_cli_takes_the_clients_tls_and_token_options(
+    secured: tuple[str, TlsConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri, _ = secured
+    pki = tmp_path / "pki"
+    flags = [
+        "--metadata", uri, "--timeout", "5",
+        "--tls-ca", str(pki / "ca.pem"), "--tls-cert", str(pki / "client.pem"),
+        "--tls-key", str(pki / "client.key"), "--auth-token-file", str(tmp_path / "token"),
+    ]  # fmt: skip
+    assert cli.main(["append", "secured-log", "over-tls", "--ensemble-size", "1",
+                     "--write-quorum", "1", "--ack-quorum", "1", *flags]) == 0  # fmt: skip
+    assert cli.main(["tail", "secured-log", "-n", "1", *flags]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].endswith("\tover-tls")
+    assert "s3cret" not in out

@@ -24,7 +24,7 @@ import walog.aio
 from walog.autorecovery.daemon import Daemon
 from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
-from walog.cli import CommandParser, add_connection_options
+from walog.cli import CommandParser, add_connection_options, connect_options
 from walog.errors import WalogError
 
 DEFAULT_INTERVAL_S = 60.0
@@ -129,7 +129,7 @@ def _percent(text: str) -> float:
 
 async def _run(args: argparse.Namespace) -> int:
     passwords = [b"", *(p.encode() for p in args.password)]
-    client = await walog.aio.connect(args.metadata, timeout=args.timeout)
+    client = await walog.aio.connect(args.metadata, **connect_options(args))
     try:
         if args.once:
             report = await recover(

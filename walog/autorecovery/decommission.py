@@ -28,6 +28,7 @@ from pathlib import Path
 import walog._loop
 import walog.aio
 from walog.autorecovery.replicate import recover
+from walog.cli import CommandParser, add_connection_options, connect_options
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.metadata.layout import (
     LEDGERS,
@@ -105,8 +106,6 @@ async def decommission(
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``walog bookie decommission``."""
-    from walog.cli import CommandParser, add_connection_options
-
     parser = CommandParser(
         prog="walog bookie decommission",
         description="Drain a bookie: no new ledger picks it, every fragment it holds is "
@@ -151,7 +150,7 @@ def main(argv: Sequence[str]) -> int:
     passwords += [line[0].encode() for line in files if line]
 
     async def run() -> int:
-        client = await walog.aio.connect(args.metadata, timeout=args.timeout)
+        client = await walog.aio.connect(args.metadata, **connect_options(args))
         try:
             return await decommission(
                 client, args.bookie_id, passwords=passwords, timeout_s=args.wait

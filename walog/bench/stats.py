@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
@@ -68,17 +65,6 @@ class Rate:
     def mb_per_second(self) -> float:
         """Payload megabytes (10^6 bytes) per second."""
         return self.payload_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
-
-
-@contextmanager
-def stopwatch() -> Iterator[list[float]]:
-    """Yield a one-element list that holds the elapsed seconds once the block ends."""
-    box = [0.0]
-    started = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box[0] = time.perf_counter() - started
 
 
 def payload(size: int) -> bytes:

@@ -38,6 +38,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from walog._log import get_logger
 from walog.errors import (
+    BookieReadOnlyError,
     BookieUnavailableError,
     LedgerClosedError,
     LedgerFencedError,
@@ -526,10 +527,13 @@ class AsyncLedgerWriter:
             self._metrics.bookie_errors[bookie] += 1
         if self._durability is Durability.VOLATILE:
             # Seed 004: VOLATILE ledgers never change their ensemble.
+            read_only = reason == Status.READ_ONLY.name
+            error = BookieReadOnlyError if read_only else BookieUnavailableError
+            what = "turned read-only" if read_only else f"failed ({reason})"
             self._fail(
-                BookieUnavailableError(
-                    f"bookie {bookie} failed ({reason}); VOLATILE ledger {self._ledger_id} "
-                    "cannot replace bookies, so its writer stops"
+                error(
+                    f"bookie {bookie} {what}; VOLATILE ledger {self._ledger_id} cannot "
+                    "replace bookies, so its writer stops"
                 )
             )
             return

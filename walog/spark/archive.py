@@ -343,6 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
+    if args.tls_ca or args.tls_cert or args.tls_key or args.auth_token_file:
+        parser.error(
+            "the archive job cannot reach bookies over TLS or with a token yet: the Spark "
+            "source takes no such options"
+        )
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
