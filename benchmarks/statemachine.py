@@ -194,7 +194,8 @@ def section(results: dict[str, Any], command: str) -> str:
             f"Measured by `{command}` on {r['started_utc']} UTC",
             "(LocalCluster: 3 bookies, SQLite metadata, ledgers E=3 Qw=3 Qa=2, PERSISTENT).",
             "A command is 100 bytes; the service only counts, so the numbers are the recipe's",
-            "own cost.",
+            f"own cost. Load average at start {r['load_average_at_start']} on {r['cpus']} CPUs:",
+            "other work on the machine lowers the throughput.",
             "",
             "| measurement | value | unit |",
             "|---|---:|---|",
@@ -240,7 +241,11 @@ def main() -> int:
     parser.add_argument("--session-timeout", type=float, default=1.5)
     parser.add_argument("--report", type=Path, help="write the section into this page")
     args = parser.parse_args()
-    results: dict[str, Any] = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    results: dict[str, Any] = {
+        "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+    }
     with LocalCluster(bookies=3, metadata="sqlite") as cluster:
         results.update(asyncio.run(throughput(cluster.metadata_uri, args.seconds)))
         results.update(sync_latency(cluster.metadata_uri, args.seconds / 2))

@@ -73,6 +73,9 @@ class BookieConfig:
     auth_token_file: Path | None = None
     """``--auth-token-file``: clients must send ``authorization: Bearer <token>``; re-read
     on SIGHUP."""
+    max_connections: int = 1024
+    """``--max-connections``: native-protocol connections served at once; more are closed
+    as they arrive (a well-behaved client keeps one per bookie)."""
     auth_token_grace: float = 300.0
     """``--auth-token-grace``: seconds the previous token stays valid after SIGHUP loaded
     a new one from ``--auth-token-file``."""
@@ -191,6 +194,8 @@ class BookieConfig:
                 raise ValueError(f"{flag} must be >= 0, got {value}")
         if self.max_inflight_bytes < self.max_entry_bytes:
             raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
+        if self.max_connections < 1:
+            raise ValueError(f"--max-connections must be >= 1, got {self.max_connections}")
         self.disk_thresholds()  # validates the three shares
         self.compaction_policy()
 

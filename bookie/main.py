@@ -17,6 +17,7 @@ import contextlib
 import functools
 import re
 import signal
+import ssl
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -38,7 +39,6 @@ from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
 from bookie.notices import DamageReports, DrainMark
 from bookie.registration import Registration
-from bookie.security import BearerTokens
 from bookie.server import BookieServer
 from walog._version import __version__
 from walog.errors import WalogError
@@ -178,6 +178,8 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         network,
         ("--max-inflight-bytes", parse_size, d.max_inflight_bytes,
          "unanswered add bytes before TOO_MANY_REQUESTS"),
+        ("--max-connections", int, d.max_connections,
+         "native-protocol connections served at once; more are closed"),
         ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
         ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
     )  # fmt: skip
@@ -298,12 +300,11 @@ async def _serve(
     stop: asyncio.Event,
 ) -> None:
     server = BookieServer(config, core, instance_id)
-    tokens = server.tokens
-    if tokens is not None:
+    if server.tokens is not None or server.certificates is not None:
         # Only a bookie process's main thread gets signals (in-process runs have none).
         with contextlib.suppress(ValueError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(
-                signal.SIGHUP, functools.partial(_reload_token, tokens, config.auth_token_grace)
+                signal.SIGHUP, functools.partial(_reload_secrets, server, config)
             )
     collector = LedgerCollector(
         core,
@@ -343,7 +344,9 @@ async def _serve(
     health = BookieHealth(
         asyncio.get_running_loop(),
         is_registered=lambda: registration.registered,
-        is_draining=server.service.draining.is_set,
+        # From the stop signal on: the shutdown unregisters before it drains, and a bookie
+        # on its way out must not read as one still starting.
+        is_draining=lambda: stop.is_set() or server.service.draining.is_set(),
         read_only_reason=lambda: read_only_reason(core),
     )
     health_task = asyncio.create_task(health.watch(server.apply_state))
@@ -381,17 +384,28 @@ async def _serve(
         await server.stop_now()
 
 
-def _reload_token(tokens: BearerTokens, grace_s: float) -> None:
-    """SIGHUP: read the token file again (the token itself is never logged)."""
-    try:
-        changed = tokens.reload()
-    except (OSError, ValueError) as exc:
-        log.error("auth token not reloaded; the tokens in force stay", error=str(exc))
-        return
-    if changed:
-        log.info("auth token rotated; the previous one works until the grace ends", grace_s=grace_s)
-    else:
-        log.info("auth token file read again; unchanged")
+def _reload_secrets(server: BookieServer, config: BookieConfig) -> None:
+    """SIGHUP: read the token file and the TLS files again (no secret is ever logged)."""
+    if server.tokens is not None:
+        try:
+            changed = server.tokens.reload()
+        except (OSError, ValueError) as exc:
+            log.error("auth token not reloaded; the tokens in force stay", error=str(exc))
+        else:
+            grace = config.auth_token_grace
+            if changed:
+                log.info(
+                    "auth token rotated; the previous one works until the grace ends", grace_s=grace
+                )
+            else:
+                log.info("auth token file read again; unchanged")
+    if server.certificates is not None:
+        try:
+            server.certificates.reload()
+        except (OSError, ssl.SSLError) as exc:
+            log.error("TLS files not reloaded; the certificate in force stays", error=str(exc))
+        else:
+            log.info("TLS certificate reloaded; new connections get it")
 
 
 async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:

@@ -48,6 +48,9 @@ _UNIX_PATH_MAX = 108
 """Bytes in a Unix socket address on Linux, the terminating NUL included."""
 
 MAX_UNARY_CALLS = 32
+MAX_ADD_STREAMS = 64
+"""Add streams one connection may hold open; a client needs one per ledger it writes at
+once, so more is a client opening streams it does not use: the extra ones are refused."""
 """Unary calls one connection may have running; the frames after one that would start
 another wait, unread, until one ends (each running call may hold a whole answer)."""
 _UNARY = frozenset({Method.READ, Method.READ_LAC, Method.FENCE, Method.INFO, Method.LIST_LEDGERS})
@@ -91,6 +94,12 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast("asyncio.Transport", transport)  # uvloop's are not subclasses
         self._transport = transport
+        if len(self._server.connections) >= self._server.max_connections:
+            # A bounded number of connections bounds the memory they hold; well-behaved
+            # clients keep one per bookie. The client sees the connection closed at once.
+            self._server.refused_connections += 1
+            transport.abort()
+            return
         self._server.connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -208,6 +217,15 @@ class _Connection(asyncio.Protocol):
             self._send(encode_end(call_id, Code.UNAVAILABLE, "the bookie is shutting down"))
             return
         if method == Method.ADD:
+            if len(self.adds) >= MAX_ADD_STREAMS:
+                self._send(
+                    encode_end(
+                        call_id,
+                        Code.RESOURCE_EXHAUSTED,
+                        f"more than {MAX_ADD_STREAMS} add streams open on one connection",
+                    )
+                )
+                return
             frame = _add_frame(body)
             stream = self._service.open_add_stream()
             self.adds[call_id] = (stream, asyncio.get_running_loop().create_future())
@@ -321,6 +339,7 @@ class NativeServer:
         service: the bookie service that answers the calls (shared with the gRPC port).
         tokens: the bearer tokens clients may present, or None (no token needed).
         ssl_context: TLS settings, or None for plaintext.
+        max_connections: connections served at once (TCP and Unix socket together).
     """
 
     def __init__(
@@ -329,9 +348,13 @@ class NativeServer:
         *,
         tokens: BearerTokens | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_connections: int = 1024,
     ) -> None:
         self.service = service
         self.tokens = tokens
+        self.max_connections = max_connections
+        """Connections served at once; more are closed as they arrive."""
+        self.refused_connections = 0
         self._ssl = ssl_context
         self._server: asyncio.Server | None = None
         self._unix: asyncio.Server | None = None

@@ -86,31 +86,67 @@ class BearerTokens:
         return True
 
 
-def server_credentials(config: BookieConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials for the port, or None when TLS is off.
+class ServerCertificates:
+    """The bookie's TLS certificate, key and client CA, for both ports, reloadable: after
+    :meth:`reload` (SIGHUP) new connections get the files' current contents, connections
+    already open keep theirs.
 
-    With ``tls_ca`` the bookie requires a client certificate signed by that CA.
+    Args:
+        cert: PEM certificate chain.
+        key: PEM private key of ``cert``.
+        ca: PEM CA bundle that client certificates must chain to (mutual TLS), or None.
     """
-    if config.tls_cert is None or config.tls_key is None:
-        return None
-    ca = config.tls_ca.read_bytes() if config.tls_ca is not None else None
-    return grpc.ssl_server_credentials(
-        [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
-        root_certificates=ca,
-        require_client_auth=ca is not None,
-    )
+
+    def __init__(self, cert: Path, key: Path, ca: Path | None) -> None:
+        self._cert, self._key, self._ca = cert, key, ca
+        self._fresh: grpc.ServerCertificateConfiguration | None = None
+        self.ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        """The native port's TLS settings (updated in place by :meth:`reload`)."""
+        self._load_into_context()
+
+    def _grpc_configuration(self) -> grpc.ServerCertificateConfiguration:
+        ca = self._ca.read_bytes() if self._ca is not None else None
+        return grpc.ssl_server_certificate_configuration(
+            [(self._key.read_bytes(), self._cert.read_bytes())], root_certificates=ca
+        )
+
+    def _load_into_context(self) -> None:
+        self.ssl_context.load_cert_chain(str(self._cert), str(self._key))
+        if self._ca is not None:
+            self.ssl_context.load_verify_locations(str(self._ca))
+            self.ssl_context.verify_mode = ssl.CERT_REQUIRED
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        """The gRPC port's credentials; each new connection asks for a fresher certificate."""
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            fresh, self._fresh = self._fresh, None
+            return fresh
+
+        # gRPC calls the fetcher for each new connection; None keeps the configuration in
+        # force (its stub declares the return type without the None it documents).
+        return grpc.dynamic_ssl_server_credentials(
+            self._grpc_configuration(),
+            fetch,  # type: ignore[arg-type]
+            require_client_authentication=self._ca is not None,
+        )
+
+    def reload(self) -> None:
+        """Read the files again; both ports hand the new certificate to new connections.
+
+        Raises:
+            OSError, ssl.SSLError: a file is missing or not PEM (the old ones stay).
+        """
+        configuration = self._grpc_configuration()
+        self._load_into_context()
+        self._fresh = configuration
 
 
-def server_ssl_context(config: BookieConfig) -> ssl.SSLContext | None:
-    """The same TLS settings for the native port, or None when TLS is off."""
+def server_certificates(config: BookieConfig) -> ServerCertificates | None:
+    """The bookie's certificates, or None when TLS is off."""
     if config.tls_cert is None or config.tls_key is None:
         return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-    if config.tls_ca is not None:
-        context.load_verify_locations(str(config.tls_ca))
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    return ServerCertificates(config.tls_cert, config.tls_key, config.tls_ca)
 
 
 async def _deny_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -165,4 +201,10 @@ class TokenAuthInterceptor(_Interceptor):
         return grpc.unary_unary_rpc_method_handler(_deny_unary)
 
 
-__all__ = ["BearerTokens", "TokenAuthInterceptor", "read_token", "server_credentials"]
+__all__ = [
+    "BearerTokens",
+    "ServerCertificates",
+    "TokenAuthInterceptor",
+    "read_token",
+    "server_certificates",
+]

@@ -23,9 +23,9 @@ from bookie.health import WRITES_SERVICE, BookieState
 from bookie.native import NativeServer
 from bookie.security import (
     BearerTokens,
+    ServerCertificates,
     TokenAuthInterceptor,
-    server_credentials,
-    server_ssl_context,
+    server_certificates,
 )
 from bookie.service import BookieService
 from walog.wire.limits import MAX_MESSAGE_BYTES
@@ -34,6 +34,8 @@ from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 log = structlog.get_logger("bookie.server")
 
 SERVICE_NAME = "walog.bookie.v1.Bookie"
+MAX_CONCURRENT_STREAMS = 256
+"""gRPC streams (calls) one connection may have open at once."""
 """The gRPC service's name, as the health service reports it."""
 
 
@@ -51,6 +53,8 @@ class BookieServer:
         self.service = BookieService(core, config, instance_id)
         self.health = health_aio.HealthServicer()
         interceptors = []
+        self.certificates: ServerCertificates | None = server_certificates(config)
+        """The TLS certificates in force (None without TLS); SIGHUP reloads them."""
         self.tokens: BearerTokens | None = None
         """The bearer tokens in force (None without ``--auth-token-file``)."""
         if config.auth_token_file is not None:
@@ -59,7 +63,10 @@ class BookieServer:
         self._native: NativeServer | None = None
         if config.native_port >= 0:
             self._native = NativeServer(
-                self.service, tokens=self.tokens, ssl_context=server_ssl_context(config)
+                self.service,
+                tokens=self.tokens,
+                ssl_context=self.certificates.ssl_context if self.certificates else None,
+                max_connections=config.max_connections,
             )
         self._server = grpc.aio.server(
             interceptors=interceptors,
@@ -70,6 +77,9 @@ class BookieServer:
                 ("grpc.so_reuseport", 0),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+                # Streams one client connection may hold open at once (a client needs one
+                # per ledger it writes and a few calls): more wait for a free one.
+                ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
             ],
         )
         pb_grpc.add_BookieServicer_to_server(self.service, self._server)
@@ -82,11 +92,11 @@ class BookieServer:
         Raises:
             OSError: the address cannot be bound (in use, not local, no permission).
         """
-        credentials = server_credentials(self.config)
         try:
-            if credentials is None:
+            if self.certificates is None:
                 self.port = self._server.add_insecure_port(self.config.listen)
             else:
+                credentials = self.certificates.grpc_credentials()
                 self.port = self._server.add_secure_port(self.config.listen, credentials)
         except RuntimeError as exc:
             raise OSError(

@@ -9,11 +9,9 @@ next start, so a test run killed with SIGKILL leaves nothing behind.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -33,11 +31,6 @@ INTERVAL_S = 1
 
 class PrometheusUnavailable(RuntimeError):
     """The ``prometheus`` binary is missing or the server did not come up."""
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _sweep_stale_dirs() -> None:
@@ -104,7 +97,11 @@ class PrometheusServer:
         config = self._dir / "prometheus.yml"
         config.write_text(self._config())
         log = self._dir / "prometheus.log"
-        cmd = [
+        # setpriv (util-linux) sets PR_SET_PDEATHSIG before it execs the server: no
+        # preexec_fn, which is unsafe in a process with threads.
+        setpriv = shutil.which("setpriv")
+        cmd = [setpriv, "--pdeathsig", "KILL"] if setpriv else []
+        cmd += [
             binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={self._dir / 'data'}",
@@ -112,9 +109,7 @@ class PrometheusServer:
             "--log.level=warn",
         ]
         with log.open("wb") as out:
-            self._proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-            )
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:  # waiting for an external process to listen
             if self._proc.poll() is not None:

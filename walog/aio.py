@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
@@ -33,10 +34,13 @@ from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
 from walog.metadata.store import NodeNotFoundError
-from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.transport.network import NetworkBookiePool
 from walog.wire.durability import Durability
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 
 async def connect(

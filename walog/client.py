@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
@@ -23,9 +23,12 @@ from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sync import Log
 from walog.log.writer import LogWriterConfig
 from walog.metadata.layout import LedgerMetadata
-from walog.metrics.client import ClientMetrics
 from walog.transport.credentials import TlsConfig
 from walog.wire.durability import Durability
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 T = TypeVar("T")
 

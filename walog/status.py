@@ -152,14 +152,15 @@ async def _bookie(
         info.free_disk_bytes,
         info.total_disk_bytes,
     )
-    if not registered:
-        status.state = "unavailable"
-        status.problem = "answers but is not registered as available (starting or draining)"
-    elif info.read_only:
+    # Read-only first: a read-only bookie may be announced apart from the available ones.
+    if info.read_only:
         status.problem = (
             "refuses writes (disk full, journal or checkpoint failed, or being "
             "decommissioned); see its log"
         )
+    elif not registered:
+        status.state = "unavailable"
+        status.problem = "answers but is not registered as available (starting or draining)"
     return status
 
 

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import logging
 import sys
 from typing import IO, TextIO
 
@@ -166,6 +167,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     # Library log lines go to stderr; stdout carries only the JSON state events.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
     flags = parse()
     history = open(flags.history, "a") if flags.history else None  # noqa: SIM115
     if history is not None:

@@ -4,6 +4,8 @@ readiness probes, and the gRPC health of writes, for a writable and a read-only 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import socket
 import urllib.error
 import urllib.request
@@ -190,3 +192,40 @@ def test_a_local_cluster_bookie_whose_metrics_port_was_taken_moves_to_another(
             base = cluster.metrics_url(0)
             assert not base.endswith(f":{port}")
             assert _get(f"{base}/healthz") == (200, "alive\n")
+
+
+async def test_a_stopping_bookie_tells_watchers_it_no_longer_serves_reads_or_writes(
+    tmp_path: Path,
+) -> None:
+    bookie, _ = _started(tmp_path)
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    try:
+        seen: dict[str, list[int]] = {"": [], WRITES_SERVICE: []}
+        watching = {service: asyncio.Event() for service in seen}
+
+        async def watch(service: str) -> None:
+            """Record the statuses from the first SERVING on, until NOT_SERVING."""
+            async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                request = health_pb2.HealthCheckRequest(service=service)
+                with contextlib.suppress(grpc.aio.AioRpcError):  # the server goes away
+                    async for reply in stub.Watch(request):
+                        if reply.status == serving:
+                            watching[service].set()
+                        if watching[service].is_set():
+                            seen[service].append(reply.status)
+                        if reply.status == not_serving and watching[service].is_set():
+                            return
+
+        watchers = [asyncio.create_task(watch(service)) for service in seen]
+        async with asyncio.timeout(30):
+            for event in watching.values():
+                await event.wait()
+        bookie.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        async with asyncio.timeout(30):
+            await asyncio.gather(*watchers)
+        assert seen == {"": [serving, not_serving], WRITES_SERVICE: [serving, not_serving]}
+        assert await asyncio.to_thread(bookie.proc.wait, 30) == 0  # type: ignore[union-attr]
+    finally:
+        bookie.stop_quietly()

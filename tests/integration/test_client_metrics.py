@@ -3,6 +3,8 @@ bookie, reads, LAC waits, recoveries, bookie failures and the ensemble changes t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -93,3 +95,16 @@ def test_client_metrics_are_opt_in_and_never_touch_the_default_registry(
     walog.metrics.register(registry)
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         walog.metrics.register(registry)
+
+
+def test_a_client_without_metrics_does_not_even_import_prometheus_client() -> None:
+    code = (
+        "import sys, walog, walog.aio, walog.client\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('prometheus_client'))\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

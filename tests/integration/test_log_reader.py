@@ -13,6 +13,7 @@ from walog.aio import AsyncClient
 from walog.errors import DataLossError
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
+from walog.metadata.layout import log_path
 from walog.testing import LocalCluster
 
 
@@ -138,6 +139,66 @@ async def test_truncated_position_raises_data_loss(client: AsyncClient, log_name
     assert record is not None and record.data == b"kept"
     await writer.close()
     await fresh.close()
+    await reader.close()
+
+
+async def test_a_slow_reader_past_a_truncated_ledger_raises_data_loss(
+    client: AsyncClient, log_name: str
+) -> None:
+    # The reader has read all of its ledger; while nobody calls it, the writer rolls twice
+    # and the log is truncated through the ledger in between, which the reader never read.
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    reader = await log.open_reader("earliest")
+    await writer.append(b"read")
+    record = await reader.read_next(timeout=30)
+    assert record is not None and record.data == b"read"
+    assert await reader.read_next(timeout=0.3) is None  # tailing the first ledger
+    await writer.roll()
+    await writer.append(b"never read")
+    await writer.roll()
+    kept = await writer.append(b"kept")
+    assert await log.truncate(kept) == 2
+    with pytest.raises(DataLossError, match="truncated"):
+        while True:
+            record = await reader.read_next(timeout=30)
+            assert record is not None and record.data != b"kept", "read past a truncated gap"
+    await writer.close()
+    await reader.close()
+
+
+async def test_a_reader_done_with_its_ledger_never_skips_truncated_ledgers_after_it(
+    client: AsyncClient, log_name: str
+) -> None:
+    # The reader has read all of a closed ledger; the ledgers after it that it never read
+    # are truncated before it moves on. Moving to the next listed ledger would skip them.
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    for i in range(3):
+        await writer.append(b"first %d" % i)
+    await writer.roll()
+    await writer.append(b"never read")
+    await writer.roll()
+    kept = await writer.append(b"kept")
+    reader = await log.open_reader("earliest")
+    for i in range(3):
+        record = await reader.read_next(timeout=30)
+        assert record is not None and record.data == b"first %d" % i
+    # Watches are called in the order they were set: once this one ran, so did the
+    # reader's, and the reader sees the truncated list on its next step.
+    loop = asyncio.get_running_loop()
+    seen = asyncio.Event()
+    unwatch = client.ctx.store.watch(
+        log_path(log_name), lambda: loop.call_soon_threadsafe(seen.set)
+    )
+    assert await log.truncate(kept) == 2
+    await asyncio.wait_for(seen.wait(), 30)
+    unwatch()
+    with pytest.raises(DataLossError, match="truncated"):
+        while True:
+            record = await reader.read_next(timeout=30)
+            assert record is not None and record.data != b"kept", "read past a truncated gap"
+    await writer.close()
     await reader.close()
 
 

@@ -80,7 +80,6 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
                 writer.append(b"kept")
             ledger_ids.append(writer.ledger_id)
     killed = fresh_cluster.bookie_ids[0]
-    fresh_cluster.kill(killed)
     with small_tmpfs(tmp_path, 16) as journal_dir:
         extra = BookieProcess(
             tmp_path / "read-only-bookie",
@@ -88,7 +87,9 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
             extra_args=["--journal-dir", str(journal_dir)],
         )
         try:
+            # Started before the kill, so it cannot be given the killed bookie's port (id).
             extra.start().wait_ready()
+            fresh_cluster.kill(killed)
             await _make_read_only(extra, journal_dir)
             done = await asyncio.to_thread(status, fresh_cluster.metadata_uri)
             doc = json.loads(
@@ -126,8 +127,8 @@ def test_status_of_an_unreachable_metadata_store_exits_1_naming_it(
         uri = f"sqlite:///{tmp_path}/no-such-dir/meta.db"
     else:
         uri = f"zk://127.0.0.1:{free_port()}/walog"  # nothing listens there
-    done = status(uri, "--timeout", "2")
+    done = status(uri, "--timeout", "1")
     assert done.returncode == 1
     assert done.stdout.startswith(f"NEEDS ATTENTION (1):\n  - metadata store {uri} unreachable")
-    doc = json.loads(status(uri, "--timeout", "2", "--json").stdout)
+    doc = json.loads(status(uri, "--timeout", "1", "--json").stdout)
     assert doc["healthy"] is False and doc["metadata"]["reachable"] is False

@@ -1,9 +1,11 @@
-"""Bearer-token rotation without a restart: SIGHUP makes a bookie read its token file
-again; clients holding the old token keep working through the grace period and are refused
-after it, clients with the new token work throughout. The token never shows in the log."""
+"""Secrets rotate without a restart: SIGHUP makes a bookie read its token file again
+(clients holding the old token keep working through the grace period and are refused after
+it, clients with the new token work throughout; the token never shows in the log) and its
+TLS certificate and key (new connections get the new certificate)."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -13,8 +15,10 @@ import pytest
 
 import walog.aio as aio
 from tests.integration.bookies import BookieProcess
+from tests.pki import make_certificates
 from walog.config import ClientConfig, Timeouts
-from walog.errors import UnauthorizedError
+from walog.errors import BookieError, UnauthorizedError
+from walog.transport.credentials import TlsConfig
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
 GRACE_S = 3.0
@@ -69,3 +73,43 @@ async def test_old_token_works_through_the_grace_period_then_is_refused(
     log = process.log()
     assert "auth token rotated" in log
     assert "s3cret" not in log
+
+
+async def test_sighup_reloads_the_tls_certificate_for_new_connections(tmp_path: Path) -> None:
+    old, new = make_certificates(tmp_path / "old"), make_certificates(tmp_path / "new")
+    live = tmp_path / "live"
+    live.mkdir()
+    for name in ("server.pem", "server.key"):
+        shutil.copy(old / name, live / name)
+    process = BookieProcess(
+        tmp_path / "bookie",
+        f"sqlite:///{tmp_path}/meta.db",
+        extra_args=["--tls-cert", str(live / "server.pem"), "--tls-key", str(live / "server.key")],
+    )
+    process.channel_credentials = TlsConfig(ca=old / "ca.pem").channel_credentials()
+    try:
+        process.start().wait_ready()
+        uri = process.metadata
+        await _write_tls(uri, TlsConfig(ca=old / "ca.pem"))
+        for name in ("server.pem", "server.key"):
+            shutil.copy(new / name, live / name)
+        process.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:  # the bookie takes the signal in a moment
+            try:
+                await _write_tls(uri, TlsConfig(ca=new / "ca.pem"))
+                break
+            except BookieError:
+                if time.monotonic() > deadline:
+                    raise
+        assert "TLS certificate reloaded" in process.log()
+    finally:
+        process.stop_quietly()
+
+
+async def _write_tls(uri: str, tls: TlsConfig) -> None:
+    # A fresh client: new connections are the ones that get the new certificate.
+    async with await aio.connect(uri, tls=tls, config=CONFIG) as client:
+        writer = await client.create_ledger(1, 1, 1)
+        await writer.append(b"entry")
+        await writer.close()

@@ -144,7 +144,9 @@ async def _run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        metrics = _serve_metrics(args.metrics_listen) if args.metrics_listen else None
+        metrics = (
+            _serve_metrics(args.metrics_listen, args.interval) if args.metrics_listen else None
+        )
 
         def on_report(report: Report, seconds: float) -> None:
             if metrics is not None:
@@ -174,11 +176,12 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port_text)
 
 
-def _serve_metrics(listen: str) -> AutorecoveryMetrics:
+def _serve_metrics(listen: str, interval_s: float) -> AutorecoveryMetrics:
     """Start serving the daemon's metrics (a daemon thread, for the life of the process)."""
     host, port = parse_listen(listen)
     registry = CollectorRegistry()
-    metrics = AutorecoveryMetrics()
+    # An audit's figures stay exported for three audit intervals (and at least a minute).
+    metrics = AutorecoveryMetrics(audit_fresh_s=max(3 * interval_s, 60.0))
     registry.register(metrics)
     prometheus_client.start_http_server(port, addr=host, registry=registry)
     return metrics

@@ -171,7 +171,8 @@ class Daemon:
                     _log.info("ledgers published for repair", ledgers=published)
                 # The audit pass, for the operator and the metrics.
                 seconds = time.monotonic() - now
-                self._on_report(Report(missing=missing, under_replicated=needing), seconds)
+                audited = Report(missing=missing, under_replicated=needing, audit=True)
+                self._on_report(audited, seconds)
             if self._verify_percent is not None:
                 started = time.monotonic()
                 try:

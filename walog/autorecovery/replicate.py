@@ -73,6 +73,9 @@ class Report:
     share; the share was copied back to it (with ``verify``)."""
     unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
     """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
+    audit: bool = False
+    """True for the auditor's pass over every ledger (``missing`` and ``under_replicated``
+    then describe the whole cluster); False for a repair or check of some ledgers."""
 
     def as_json(self) -> dict[str, object]:
         """The report as plain JSON values."""

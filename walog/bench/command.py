@@ -288,7 +288,7 @@ class _Run:
             else [f"{cluster.metrics_url(b)}/metrics" for b in cluster.bookie_ids]
         )
         with self.bar("ledger append, metrics off/on") as tick:
-            cost = metrics_cost.measure(self.uri, self.plan.seconds / 2, urls, progress=tick)
+            cost = metrics_cost.measure(self.uri, self.plan.seconds / 4, urls, progress=tick)
         r = self.results
         r["metrics_off_eps"] = round(cost.off_eps)
         r["metrics_on_eps"] = round(cost.on_eps)

@@ -1,7 +1,7 @@
 """What metrics cost the append path: pipelined appends with client metrics off and on.
 
-The rounds alternate off, on, on, off, ... (each pair in both orders) so a slow drift of
-the machine's load weighs on both sides alike. While metrics are on, the client's registry
+Rounds come in pairs, off then on or on then off alternately, so a slow drift of the
+machine's load weighs on both sides alike. While metrics are on, the client's registry
 is served over HTTP from this process and another process scrapes it and every bookie's
 ``/metrics`` once a second, as Prometheus would.
 """
@@ -9,6 +9,7 @@ is served over HTTP from this process and another process scrapes it and every b
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ SCRAPE_INTERVAL_S = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class MetricsCost:
-    """Entries per second with metrics off and on, over every round of each."""
+    """Entries per second with metrics off and on (medians of the rounds)."""
 
     off_eps: float
     on_eps: float
@@ -38,11 +39,8 @@ class MetricsCost:
     on_cpu_us: float
     """The same with metrics on (serving the client's scrapes included)."""
     scrapes: int
-
-    @property
-    def overhead_pct(self) -> float:
-        """How much lower the throughput was with metrics on, in percent."""
-        return 100.0 * (1.0 - self.on_eps / self.off_eps)
+    overhead_pct: float
+    """How much lower the throughput was with metrics on, in percent (median of pairs)."""
 
 
 _SCRAPE_LOOP = """
@@ -101,52 +99,62 @@ def measure(
     seconds: float,
     bookie_metrics_urls: Sequence[str],
     *,
-    rounds: int = 4,
+    pairs: int = 6,
     progress: Callable[[int], None] = lambda _: None,
 ) -> MetricsCost:
-    """Run ``2 * rounds`` pipelined-append rounds of ``seconds`` each, half with metrics.
+    """Run ``pairs`` pairs of pipelined-append rounds of ``seconds`` each, one round of each
+    pair with metrics; the overhead is the median over the pairs, so a burst of other load
+    on the machine skews one pair, not the figure.
 
     Args:
         uri: the cluster's metadata URI.
         seconds: length of each round.
         bookie_metrics_urls: the bookies' ``/metrics`` URLs, scraped while metrics are on.
-        rounds: rounds with metrics on (as many run with them off).
+        pairs: how many pairs (each runs off then on, or on then off, alternately).
         progress: called with the number of entries confirmed now and then.
     """
-    totals = {False: [0, 0.0, 0.0], True: [0, 0.0, 0.0]}  # enabled -> [entries, s, CPU s]
-    scrapes = 0
-    # Round -1 warms up (connections, allocator, the bookies' caches) and is not counted.
-    for index in range(-1, 2 * rounds):
-        enabled = index % 4 in (1, 2)  # off, on, on, off, ...
-        registry = CollectorRegistry()
-        metrics = walog.metrics.register(registry) if enabled else None
 
-        async def one_round(metrics: walog.metrics.ClientMetrics | None) -> Rate:
-            client = await walog.aio.connect(uri, metrics=metrics)
-            try:
-                return await scenarios.ledger_append(client, seconds, progress=progress)
-            finally:
-                await client.close()
+    async def one_round(metrics: walog.metrics.ClientMetrics | None) -> tuple[Rate, float]:
+        """The appends' rate and the CPU seconds of this process while they ran (connecting,
+        starting the scraper and the like are left out: they cost the same per round, not
+        per entry)."""
+        client = await walog.aio.connect(uri, metrics=metrics)
+        try:
+            cpu_before = time.process_time()
+            rate = await scenarios.ledger_append(client, seconds, progress=progress)
+            return rate, time.process_time() - cpu_before
+        finally:
+            await client.close()
 
-        cpu_before = time.process_time()
+    def run(enabled: bool) -> tuple[float, float, int]:
+        """Entries per second, client CPU us per entry, scrapes."""
         if enabled:
+            registry = CollectorRegistry()
             with _Scraper(registry, bookie_metrics_urls) as scraper:
-                rate = walog._loop.run(one_round(metrics))
-            scrapes += scraper.scrapes
+                rate, cpu_s = walog._loop.run(one_round(walog.metrics.register(registry)))
+            scrapes = scraper.scrapes
         else:
-            rate = walog._loop.run(one_round(None))
-        if index < 0:
-            continue
-        totals[enabled][0] += rate.ops
-        totals[enabled][1] += rate.seconds
-        totals[enabled][2] += time.process_time() - cpu_before
-    off, on = totals[False], totals[True]
+            (rate, cpu_s), scrapes = walog._loop.run(one_round(None)), 0
+        return rate.ops / rate.seconds, cpu_s * 1e6 / max(rate.ops, 1), scrapes
+
+    run(False)  # warm-up (connections, allocator, the bookies' caches): not counted
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    cpus: dict[bool, list[float]] = {False: [], True: []}
+    scrapes = 0
+    for pair in range(pairs):
+        for enabled in (False, True) if pair % 2 == 0 else (True, False):
+            eps, cpu_us, scraped = run(enabled)
+            rates[enabled].append(eps)
+            cpus[enabled].append(cpu_us)
+            scrapes += scraped
+    ratios = [on / off for off, on in zip(rates[False], rates[True], strict=True)]
     return MetricsCost(
-        off_eps=off[0] / off[1],
-        on_eps=on[0] / on[1],
-        off_cpu_us=off[2] * 1e6 / off[0],
-        on_cpu_us=on[2] * 1e6 / on[0],
+        off_eps=statistics.median(rates[False]),
+        on_eps=statistics.median(rates[True]),
+        off_cpu_us=statistics.median(cpus[False]),
+        on_cpu_us=statistics.median(cpus[True]),
         scrapes=scrapes,
+        overhead_pct=100.0 * (1.0 - statistics.median(ratios)),
     )
 
 

@@ -7,13 +7,17 @@ version, and compare-and-swap it.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
 from walog.metadata.layout import LedgerMetadata, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
-from walog.metrics.client import ClientMetrics
 from walog.transport.base import BookiePool
+
+if TYPE_CHECKING:
+    # prometheus_client is imported only by a client that counts metrics.
+    from walog.metrics.client import ClientMetrics
 
 
 @dataclasses.dataclass

@@ -237,10 +237,10 @@ class AsyncLogReader:
         """The current ledger is not (or no longer) in the list: truncated, or a position
         between ledgers. Move on if nothing unread is lost, else raise DataLossError."""
         assert self._ledger_id is not None
-        here = Position(self._ledger_id, self._next_entry, 0)
-        finished = self._handle is not None and self._handle.is_closed
-        if not (finished and self._next_entry > self._bound):
-            self._check_not_truncated(here)
+        # Checked even when this ledger was read to its end: the ledgers between it and the
+        # next listed one left the list too, and truncated_through is past them when they
+        # were truncated, so moving on would skip their records.
+        self._check_not_truncated(Position(self._ledger_id, self._next_entry, 0))
         successor = self._successor(self._ledger_id)
         if successor is None:
             return await self._wait(deadline, tail=False)

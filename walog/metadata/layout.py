@@ -83,8 +83,9 @@ class LedgerMetadata:
 
     ``ensembles`` lists the fragments as ``(first_entry_id, [bookie_id, ...])``, oldest
     first. ``last_entry_id`` is -1 unless the ledger is CLOSED (then -1 means empty).
-    ``password_check`` verifies a password without storing it; ``ctime`` is the creation
-    time in seconds since the epoch.
+    ``password_check`` verifies a password without storing it (a hash that a guesser could
+    test passwords against, so it stays out of ``repr``); ``ctime`` is the creation time in
+    seconds since the epoch.
     """
 
     ledger_id: int
@@ -96,7 +97,7 @@ class LedgerMetadata:
     ensembles: tuple[tuple[int, tuple[str, ...]], ...] = ()
     durability: Durability = Durability.PERSISTENT
     custom_metadata: dict[str, str] | None = None
-    password_check: str = ""
+    password_check: str = dataclasses.field(default="", repr=False)
     ctime: float = dataclasses.field(default_factory=time.time)
 
     @property

@@ -8,6 +8,7 @@ docs/statemachine.md).
 - ``service``    what a service supplies (apply, snapshot, restore)
 - ``snapshots``  where snapshot bytes live (ledgers or a directory), checksums, listing
 - ``keeper``     a node's snapshots: when, take + list + truncate, restore the newest
+- ``commands``   the leader's commands in flight, applied in append order once acked
 - ``machine``    the asyncio driver: standby -> campaign -> catch up -> lead
 - ``sync``       the sync facade on the client's event loop thread
 """

@@ -22,10 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +36,7 @@ from walog.log.position import Position, Record
 from walog.log.reader import AsyncLogReader
 from walog.log.writer import AsyncLogWriter
 from walog.metadata.election import Leadership, elect
+from walog.recipes.commands import CommandPipeline, ResultSink
 from walog.recipes.keeper import SnapshotKeeper
 from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
 from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
@@ -52,28 +50,9 @@ DRAIN_SECONDS = 30.0
 RETRY_SECONDS = 1.0
 """Pause before a node starts over after an unexpected failure of its role."""
 
-ResultSink = asyncio.Future[Any] | concurrent.futures.Future[Any]
-
 
 class _SteppedDown(WalogError):
     """The leader's term ended (its election record was lost)."""
-
-
-@dataclasses.dataclass(slots=True)
-class _Pending:
-    ack: asyncio.Future[Position]
-    command: bytes
-    sink: ResultSink
-    submitted: float
-
-
-def _settle(sink: ResultSink, value: Any = None, error: BaseException | None = None) -> None:
-    if sink.done():
-        return
-    if error is not None:
-        sink.set_exception(error)
-    else:
-        sink.set_result(value)
 
 
 class AsyncStateMachine:
@@ -117,8 +96,7 @@ class AsyncStateMachine:
         self._resume: Position | None = None
         self._lag = 0.0
         self._writer: AsyncLogWriter | None = None
-        self._pending: collections.deque[_Pending] = collections.deque()
-        self._kick = asyncio.Event()
+        self._commands = CommandPipeline(self._apply, self._notify)
         self._writer_failed = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -187,8 +165,7 @@ class AsyncStateMachine:
         except LedgerFencedError:
             self._writer_failed.set()  # a failure the writer already knew: the term is over
             raise
-        self._pending.append(_Pending(ack, bytes(command), sink, time.time()))
-        self._kick.set()
+        self._commands.add(ack, bytes(command), sink)
 
     async def submit(self, command: bytes) -> Any:
         """Append ``command``, wait until it is applied, and return ``apply``'s result.
@@ -290,6 +267,21 @@ class AsyncStateMachine:
                 raise
             return await self._log.open_reader(self._resume or "earliest")
 
+    async def _reopen_past_truncation(self, reader: AsyncLogReader) -> AsyncLogReader:
+        """The log was truncated past our resume point (other nodes snapshot and truncate):
+        restore a newer snapshot, which covers what is gone, and read on from it.
+
+        Raises:
+            DataLossError: no valid snapshot covers what was truncated.
+        """
+        await reader.close()
+        if not await self._restore_newest(self._resume):
+            raise DataLossError(
+                f"log {self._log.name!r} was truncated past {self._resume} and no valid "
+                "snapshot covers it: this node cannot rebuild the state"
+            )
+        return await self._log.open_reader(self._resume or "earliest")
+
     async def _follow_until_elected(self) -> Leadership:
         self._set_role(Role.STANDBY)
         campaign = asyncio.create_task(elect(self._client.ctx.store, self.election, self.node_id))
@@ -309,11 +301,7 @@ class AsyncStateMachine:
                     try:
                         records = read.result()
                     except DataLossError:
-                        # Truncated past our resume point: a newer snapshot covers it.
-                        await reader.close()
-                        if not await self._restore_newest(self._resume):
-                            raise
-                        reader = await self._log.open_reader(self._resume or "earliest")
+                        reader = await self._reopen_past_truncation(reader)
                         continue
                     self._apply_batch(records, reader)
             return campaign.result()
@@ -338,7 +326,12 @@ class AsyncStateMachine:
                 while not caught_up(self._resume, reader.position, target):
                     if leadership.lost.is_set():
                         raise _SteppedDown(f"node {self.node_id} lost the lead while catching up")
-                    self._apply_batch(await reader.read_available(CATCH_UP_POLL_SECONDS), reader)
+                    try:
+                        records = await reader.read_available(CATCH_UP_POLL_SECONDS)
+                    except DataLossError:
+                        reader = await self._reopen_past_truncation(reader)
+                        continue
+                    self._apply_batch(records, reader)
             finally:
                 await reader.close()
         # Every record before the new ledger is applied; after it only ours can come.
@@ -349,7 +342,7 @@ class AsyncStateMachine:
         self._set_role(Role.LEADER)
         log.info("leading", node=self.node_id, epoch=writer.epoch, ledger=writer.ledger_id)
         self._writer_failed.clear()
-        applier = asyncio.create_task(self._apply_own())
+        applier = asyncio.create_task(self._commands.run())
         lost = asyncio.create_task(leadership.wait_lost())
         failed = asyncio.create_task(self._writer_failed.wait())
         try:
@@ -365,50 +358,20 @@ class AsyncStateMachine:
             self._set_role(Role.STANDBY)  # no new command from here on
             if not applier.done():
                 # Acknowledged commands are applied and answered; those that fail are not.
-                self._kick.set()
-                with contextlib.suppress(TimeoutError, WalogError):
-                    await asyncio.wait_for(self._drain(applier), DRAIN_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._commands.drain(), DRAIN_SECONDS)
                 applier.cancel()
                 with contextlib.suppress(asyncio.CancelledError, WalogError):
                     await applier
 
-    async def _drain(self, applier: asyncio.Task[None]) -> None:
-        while self._pending and not applier.done():
-            await self._changed.wait()
-
-    async def _apply_own(self) -> None:
-        """Apply the leader's commands in append order as they are acknowledged."""
-        pending = self._pending
-        while True:
-            if not pending:
-                self._kick.clear()
-                await self._kick.wait()
-                continue
-            head = pending[0]
-            try:
-                position = await head.ack
-            except Exception as exc:
-                # Acks are a prefix: this one and every later one failed, none is applied.
-                while pending:
-                    _settle(pending.popleft().sink, error=exc)
-                self._notify()
-                raise
-            pending.popleft()
-            record = Record(position, head.command, head.submitted)
-            result, error = self._apply(record)
-            _settle(head.sink, result, error)
-            if not pending:
-                self._notify()
-
     async def _step_down(self, leadership: Leadership) -> None:
         writer, self._writer = self._writer, None
-        for item in self._pending:
-            error = CommandInDoubtError(
+        self._commands.fail_all(
+            CommandInDoubtError(
                 f"node {self.node_id} stopped leading before the command was acknowledged: "
                 "it may or may not be in the log (every node applies it if it is)"
             )
-            _settle(item.sink, error=error)
-        self._pending.clear()
+        )
         if writer is not None:
             with contextlib.suppress(Exception):
                 await writer.close()
@@ -476,4 +439,4 @@ class AsyncStateMachine:
         return True
 
 
-__all__ = ["AsyncStateMachine", "ResultSink"]
+__all__ = ["AsyncStateMachine"]

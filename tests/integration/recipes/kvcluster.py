@@ -116,14 +116,16 @@ class KVProcess:
         args += ["--history", str(self.history)]
         for name, value in self.flags.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
-        self.proc = subprocess.Popen(
-            args,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            preexec_fn=die_with_parent,  # a killed test run leaves no node behind
-            text=True,
-        )
+        # The node's log lines, beside its history, for a failure's post-mortem.
+        with self.history.with_suffix(".log").open("a") as stderr:
+            self.proc = subprocess.Popen(
+                args,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                preexec_fn=die_with_parent,  # a killed test run leaves no node behind
+                text=True,
+            )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if '"standby"' in line:

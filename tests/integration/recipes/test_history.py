@@ -76,6 +76,31 @@ def partition_leader(nodes: list[KVProcess]) -> None:
     old.proxy.heal()
 
 
+def standby_through_truncation(
+    zk_cluster: LocalCluster, log_name: str, nodes: list[KVProcess], writer: Writer
+) -> tuple[KVProcess, int]:
+    """Pause a standby until the log is truncated several ledgers past what it applied, then
+    resume it: it must notice (its reader's DataLossError) and restore a newer snapshot.
+    Returns the node and the length of its history when it was paused."""
+    standby = next(n for n in nodes if n.role() == "STANDBY")
+    standby.signal(signal.SIGSTOP)
+    lines = standby.history.read_text().splitlines()
+    last = lines[-1].split()
+    applied = Position.parse(last[-1] if last[0] == "restored" else last[0])
+    with walog.connect(zk_cluster.metadata_uri) as client:
+        log = client.open_log(log_name)
+
+        def truncated_past() -> None:
+            gone = log.metadata().truncated_through
+            # Three snapshots later: several whole ledgers after the paused one are gone.
+            assert gone is not None and gone > applied, f"truncated through {gone}"
+
+        eventually(truncated_past)
+        writer.wait_more(3 * FLAGS["snapshot_every"])
+    standby.signal(signal.SIGCONT)
+    return standby, len(lines)
+
+
 FAULTS = {"sigkill": kill_leader, "sigstop": pause_leader, "partition": partition_leader}
 
 
@@ -129,8 +154,16 @@ def run_history(
                 fault(nodes)
                 print(f"{name}: another leader after {time.monotonic() - begun:.1f}s")
                 writer.wait_more(writes_between)
+            begun = time.monotonic()
+            lagging, paused_at = standby_through_truncation(zk_cluster, log_name, nodes, writer)
+            print(f"standby paused through a truncation: {time.monotonic() - begun:.1f}s")
+            writer.wait_more(writes_between)
         acked = writer.stop()
     digest = same_state(nodes)
+    after_pause = lagging.history.read_text().splitlines()[paused_at:]
+    assert any(line.startswith("restored") for line in after_pause), (
+        f"{lagging.node_id} never restored a snapshot after the truncation"
+    )
     with walog.connect(zk_cluster.metadata_uri) as client:
         meta = client.open_log(log_name).metadata()
     assert meta.snapshots, "no snapshot was taken"
@@ -167,6 +200,7 @@ def test_every_acked_command_is_applied_once_everywhere_in_order_through_leader_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_history_holds_through_many_rounds_of_leader_faults(
     zk_cluster: LocalCluster, log_name: str, tmp_path: Path, nodes: list[KVProcess]
 ) -> None:
