@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bookie.compaction import CompactionPolicy
 from bookie.disks import DiskThresholds
+from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 from walog.metadata.uri import parse_uri
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
@@ -50,6 +51,9 @@ class BookieConfig:
     """``--listen HOST:PORT``: the gRPC address; also the bookie id."""
     metadata: str
     """``--metadata URI``: ``zk://HOST:PORT[,...]/CHROOT`` or ``sqlite:///ABS/PATH.db``."""
+    rack: str = DEFAULT_RACK
+    """``--rack NAME``: the rack (or zone) of the bookie's host, announced in its registration
+    and ``Info``; rack-aware placement puts each write quorum on as many racks as it can."""
     native_port: int = 0
     """``--native-port``: the port of the native protocol (the same calls as frames over TCP
     or TLS, cheaper per message than gRPC) on the host of ``listen``; 0 (the default) takes
@@ -150,6 +154,10 @@ class BookieConfig:
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
+        try:
+            check_rack_name(self.rack)
+        except ValueError as exc:
+            raise ValueError(f"--rack: {exc}") from exc
         try:
             parse_uri(self.metadata)
         except ValueError as exc:

@@ -158,6 +158,9 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         "--metadata", required=True, metavar="URI", help="zk://... or sqlite:///... store"
     )
     network.add_argument(
+        "--rack", default=d.rack, metavar="NAME", help=f"rack or zone of this host [{d.rack}]"
+    )
+    network.add_argument(
         "--native-port",
         type=int,
         default=d.native_port,
@@ -316,7 +319,7 @@ async def _serve(
         stray_interval=config.gc_stray_interval,
         stray_grace=config.gc_stray_grace,
     )
-    registration = Registration(store, config.bookie_id, instance_id, __version__)
+    registration = Registration(store, config.bookie_id, instance_id, __version__, rack=config.rack)
 
     async def apply_mode(reason: str | None) -> None:
         core.read_only_reason = reason  # adds are refused first, then clients are told

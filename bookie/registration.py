@@ -22,7 +22,7 @@ import time
 import structlog
 
 from walog.errors import WalogError
-from walog.metadata.layout import bookie_path, read_only_bookie_path
+from walog.metadata.layout import DEFAULT_RACK, bookie_path, read_only_bookie_path
 from walog.metadata.store import MetadataStore, NodeExistsError
 
 log = structlog.get_logger("bookie.registration")
@@ -43,10 +43,17 @@ class Registration:
         bookie_id: ``HOST:PORT`` of the bookie.
         instance_id: the bookie's cookie instance id.
         version: the software version announced to clients.
+        rack: the rack (or zone) of the bookie's host, read by rack-aware placement.
     """
 
     def __init__(
-        self, store: MetadataStore, bookie_id: str, instance_id: str, version: str
+        self,
+        store: MetadataStore,
+        bookie_id: str,
+        instance_id: str,
+        version: str,
+        *,
+        rack: str = DEFAULT_RACK,
     ) -> None:
         self._store = store
         self.bookie_id = bookie_id
@@ -55,6 +62,7 @@ class Registration:
         self._read_only = False
         self._instance_id = instance_id
         self._version = version
+        self.rack = rack
         self._registered = False
 
     def record(self) -> bytes:
@@ -63,6 +71,7 @@ class Registration:
             {
                 "bookie_id": self.bookie_id,
                 "instance_id": self._instance_id,
+                "rack": self.rack,
                 "version": self._version,
                 "started": time.time(),
             },

@@ -274,6 +274,7 @@ class BookieService(pb_grpc.BookieServicer):
             journal_groups=int(core_stats.journal_groups),
             native_port=self.native_port,
             native_socket=self.native_socket,
+            rack=self.config.rack,
             latencies=[
                 pb.StageLatency(stage=stage, counts=counts)
                 for stage, counts in self.core.latencies.counts.items()

@@ -23,7 +23,8 @@ from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
-from walog.ledger.ensemble import Placement, available_bookies, read_only_bookies
+from walog.ledger.ensemble import available_bookies, available_racks, read_only_bookies
+from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
@@ -51,6 +52,7 @@ async def connect(
     auth_token: str | None = None,
     config: ClientConfig | None = None,
     metrics: ClientMetrics | None = None,
+    placement: str | PlacementPolicy | None = None,
 ) -> AsyncClient:
     """Connect to a walog cluster through its metadata store.
 
@@ -62,17 +64,21 @@ async def connect(
         config: client settings (timeouts, entry and frame limits).
         metrics: where the client counts its Prometheus metrics (:func:`walog.metrics.register`);
             None counts nothing.
+        placement: how ensembles and replacements are chosen: ``"rack-aware"`` (the
+            default: each write quorum on as many racks as possible), ``"random"``, or a
+            :class:`walog.ledger.placement.PlacementPolicy`.
 
     Raises:
-        ValueError: the URI or a setting is malformed.
+        ValueError: the URI or a setting is malformed, or the placement policy unknown.
         walog.errors.MetadataError: the metadata store cannot be reached.
     """
     config = config or ClientConfig()
+    policy = placement_policy(placement)
     if config.keep_freed_memory:
         keep_freed_memory()
     pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
     store = await open_store(metadata_uri, timeout=timeout)
-    return AsyncClient(LedgerContext(store, pool, config, metrics))
+    return AsyncClient(LedgerContext(store, pool, config, metrics), placement=policy)
 
 
 class AsyncClient:
@@ -82,9 +88,9 @@ class AsyncClient:
     connections. Writers and readers opened through it must not be used after that.
     """
 
-    def __init__(self, ctx: LedgerContext) -> None:
+    def __init__(self, ctx: LedgerContext, *, placement: PlacementPolicy | None = None) -> None:
         self.ctx = ctx
-        self._placement = Placement()
+        self._placement = placement_policy(placement)
         self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
@@ -171,6 +177,11 @@ class AsyncClient:
     async def bookies(self) -> list[str]:
         """Ids of the bookies currently available, sorted."""
         return await available_bookies(self.ctx.store)
+
+    async def bookie_racks(self) -> dict[str, str]:
+        """The rack of each available bookie, by bookie id (``"default"`` for a bookie
+        started without ``--rack``)."""
+        return await available_racks(self.ctx.store)
 
     async def read_only_bookies(self) -> list[str]:
         """Ids of the bookies currently read-only (they serve reads but take no new

@@ -161,6 +161,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if args.hosts is not None:
+        return _run_host_cluster(args, stop)
     metadata = args.metadata or "sqlite"
     with LocalCluster(bookies=args.bookies, metadata=metadata, data_dir=args.data_dir) as cluster:
         _emit(cluster.metadata_uri)
@@ -173,6 +175,29 @@ def _cmd_local(args: argparse.Namespace) -> int:
         )
         stop.wait()
         print("walog: stopping the local cluster", file=sys.stderr, flush=True)
+    return 0
+
+
+def _run_host_cluster(args: argparse.Namespace, stop: threading.Event) -> int:
+    from walog.testing.hosts import HostCluster
+
+    if args.metadata:
+        raise CliError("--hosts starts a ZooKeeper ensemble of its own: leave out --metadata", 2)
+    cluster = HostCluster(bookies=args.hosts, racks=args.racks, data_dir=args.data_dir)
+    with cluster:
+        _emit(cluster.metadata_uri)
+        hosts = ", ".join(f"{b} ({r})" for b, r in cluster.racks.items())
+        client = cluster.host(cluster.client_hosts[0]).namespace
+        print(
+            f"walog: {len(cluster.bookie_ids)} bookies on their own hosts: {hosts}; a "
+            f"ZooKeeper ensemble on zk1-zk3; run clients on a client host, e.g. "
+            f"'ip netns exec {client} walog bookies --metadata URI'; logs under "
+            f"{cluster.data_dir}; Ctrl-C or SIGTERM stops everything",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.wait()
+        print("walog: stopping the hosts", file=sys.stderr, flush=True)
     return 0
 
 
@@ -235,11 +260,20 @@ def _cmd_ledgers(args: argparse.Namespace) -> int:
 
 
 def _cmd_bookies(args: argparse.Namespace) -> int:
+    from walog.ledger.ensemble import read_only_racks
+
     with _connect(args) as client:
+        racks = client.bookie_racks()
         modes = dict.fromkeys(client.bookies(), "available")
         modes.update(dict.fromkeys(client.read_only_bookies(), "read-only"))
-    for bookie_id, mode in sorted(modes.items()):
-        _emit(f"{bookie_id} {mode}")
+        racks.update(client.loop_thread.run(read_only_racks(client.async_client.ctx.store)))
+    rows = [(b, mode, racks.get(b, "?")) for b, mode in sorted(modes.items())]
+    if args.json:
+        bookies = [{"bookie_id": b, "state": m, "rack": r} for b, m, r in rows]
+        _emit(json.dumps({"bookies": bookies}))
+        return 0
+    for bookie_id, mode, rack in rows:
+        _emit(f"{bookie_id} {mode} {rack}")
     return 0
 
 
@@ -442,7 +476,18 @@ def _build_parser() -> CommandParser:
     local = command("local", _cmd_local, "run a local cluster until Ctrl-C; prints its URI")
     local.add_argument("--bookies", type=int, default=3, help="number of bookies [3]")
     local.add_argument("--data-dir", help="keep bookie data here [a temporary directory]")
-    local.epilog = "With --metadata, the bookies register in that store instead of SQLite."
+    local.add_argument(
+        "--hosts",
+        type=int,
+        metavar="N",
+        help="N bookies, each on a host of its own (network namespaces, needs root), with a "
+        "3-node ZooKeeper ensemble and client hosts",
+    )
+    local.add_argument("--racks", type=int, default=3, help="with --hosts: racks [3]")
+    local.epilog = (
+        "With --metadata, the bookies register in that store instead of SQLite. With "
+        "--hosts, everything runs in network namespaces reachable only from its hosts."
+    )
 
     append = command("append", _cmd_append, "append records to a log (takes over its writer)")
     append.add_argument("log", help="log name (created if missing)")
@@ -472,7 +517,10 @@ def _build_parser() -> CommandParser:
     json_help = "print one JSON object instead of text"
     ledgers = command("ledgers", _cmd_ledgers, "list ledger ids")
     ledgers.add_argument("--json", action="store_true", help=json_help)
-    command("bookies", _cmd_bookies, "list registered bookies: available or read-only")
+    bookies = command(
+        "bookies", _cmd_bookies, "list registered bookies: available or read-only, and racks"
+    )
+    bookies.add_argument("--json", action="store_true", help=json_help)
     ledger = sub.add_parser("ledger", help="inspect a ledger", description="inspect a ledger")
     ledger_sub = ledger.add_subparsers(dest="action", metavar="ACTION", parser_class=CommandParser)
     ledger_sub.required = True

@@ -17,6 +17,7 @@ from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
 from walog.config import ClientConfig
 from walog.ledger.entry import Entry
+from walog.ledger.placement import PlacementPolicy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.writer import AsyncLedgerWriter, as_payload
 from walog.log.retention import RetentionPolicy, RollPolicy
@@ -164,6 +165,7 @@ def connect(
     auth_token: str | None = None,
     config: ClientConfig | None = None,
     metrics: ClientMetrics | None = None,
+    placement: str | PlacementPolicy | None = None,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
 
@@ -178,6 +180,7 @@ def connect(
             auth_token=auth_token,
             config=config,
             metrics=metrics,
+            placement=placement,
         )
     )
     return Client(client, loop)
@@ -242,6 +245,10 @@ class Client(SyncContext):
     def bookies(self) -> list[str]:
         """Ids of the bookies currently available, sorted."""
         return self.loop_thread.run(self.async_client.bookies())
+
+    def bookie_racks(self) -> dict[str, str]:
+        """The rack of each available bookie, by bookie id."""
+        return self.loop_thread.run(self.async_client.bookie_racks())
 
     def read_only_bookies(self) -> list[str]:
         """Ids of the bookies currently read-only (they serve reads but take no new

@@ -85,6 +85,14 @@ class MetadataError(WalogError):
     retriable = True
 
 
+class SessionExpiredError(MetadataError):
+    """The metadata session expired (ZooKeeper: no contact with the ensemble for longer than
+    the session timeout): what it held for this process (a log's leadership, registrations)
+    may be someone else's by now."""
+
+    retriable = False
+
+
 class DataLossError(WalogError):
     """Requested records are gone (for example truncated) and cannot be read."""
 
@@ -113,6 +121,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NoSuchLogError",
     "NotEnoughBookiesError",
+    "SessionExpiredError",
     "UnauthorizedError",
     "WalogError",
     "WriterFencedError",

@@ -26,6 +26,7 @@ from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import Report, recover
 from walog.cli import CommandParser, add_connection_options, connect_options
 from walog.errors import WalogError
+from walog.ledger.placement import POLICIES, placement_policy
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_LOST_AFTER_S = 300.0
@@ -80,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --verify-entries, also read P %% of the other entries of each share, "
         "picked at random each pass (100: every entry) [0]",
     )
+    parser.add_argument(
+        "--placement",
+        choices=list(POLICIES),
+        default=next(iter(POLICIES)),
+        help="how replacements are chosen: the rack-aware rule the writers use, or at "
+        "random [%(default)s]",
+    )
     parser.add_argument("--json", action="store_true", help="print each pass as one JSON object")
     parser.add_argument(
         "--metrics-listen",
@@ -129,12 +137,14 @@ def _percent(text: str) -> float:
 
 async def _run(args: argparse.Namespace) -> int:
     passwords = [b"", *(p.encode() for p in args.password)]
-    client = await walog.aio.connect(args.metadata, **connect_options(args))
+    placement = placement_policy(args.placement)
+    client = await walog.aio.connect(args.metadata, **connect_options(args), placement=placement)
     try:
         if args.once:
             report = await recover(
                 client.ctx,
                 passwords=passwords,
+                placement=placement,
                 verify=args.verify_entries,
                 verify_percent=args.verify_percent,
             )
@@ -161,6 +171,7 @@ async def _run(args: argparse.Namespace) -> int:
             lost_after_s=args.lost_after,
             on_report=on_report,
             verify_percent=args.verify_percent if args.verify_entries else None,
+            placement=placement,
         )
         await daemon.run(stop)
         return 0  # stopped by SIGTERM or SIGINT

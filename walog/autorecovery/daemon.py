@@ -35,6 +35,7 @@ from walog.autorecovery.rules import damaged_fragments, lost_bookies, shares_to_
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.context import LedgerContext
 from walog.ledger.ensemble import available_bookies, read_only_bookies
+from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.metadata.election import elect
 from walog.metadata.layout import (
     LEDGERS,
@@ -100,6 +101,7 @@ class Daemon:
         verify_percent: when not None, the auditor also checks after each audit that the
             available bookies hold their shares (``recover(verify=True)``), reading this
             percentage of the other entries too.
+        placement: chooses replacements (default: the rack-aware policy writers use).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class Daemon:
         lost_after_s: float,
         on_report: Callable[[Report, float], None] = lambda report, seconds: None,
         verify_percent: float | None = None,
+        placement: PlacementPolicy | None = None,
     ) -> None:
         self._ctx = ctx
         self.daemon_id = daemon_id
@@ -119,6 +122,7 @@ class Daemon:
         self._lost_after_s = lost_after_s
         self._on_report = on_report
         self._verify_percent = verify_percent
+        self._placement = placement_policy(placement)
         self.leading = False
         """True while this daemon is the auditor."""
         self.repaired_ledgers: list[int] = []
@@ -182,6 +186,7 @@ class Daemon:
                         is_lost=lambda bookie: False,  # lost bookies are the workers' part
                         verify=True,
                         verify_percent=self._verify_percent,
+                        placement=self._placement,
                     )
                 except WalogError as exc:
                     _log.warning("share verification failed", error=str(exc))
@@ -257,6 +262,7 @@ class Daemon:
                 passwords=self._passwords,
                 is_lost=lambda bookie: bookie in lost,
                 ledgers={ledger_id},
+                placement=self._placement,
             )
             damaged_on = set(doc.get("damaged_on", []))
             if damaged_on:

@@ -40,7 +40,8 @@ from walog.errors import (
 )
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import verify_password
-from walog.ledger.ensemble import Placement, available_bookies, read_only_bookies
+from walog.ledger.ensemble import placement_candidates, read_only_bookies
+from walog.ledger.placement import PlacementPolicy, Racks, placement_policy
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
 from walog.metadata.layout import LEDGERS, LedgerMetadata
@@ -121,7 +122,7 @@ async def recover(
     *,
     passwords: Sequence[bytes] = (b"",),
     is_lost: Callable[[str], bool] | None = None,
-    placement: Placement | None = None,
+    placement: PlacementPolicy | None = None,
     verify: bool = False,
     verify_percent: float = 0.0,
     retiring: Collection[str] = (),
@@ -133,7 +134,7 @@ async def recover(
         ctx: metadata store, bookie pool and settings.
         passwords: candidate ledger passwords (checked against each ledger's metadata).
         is_lost: which missing bookies count as lost (default: every missing one).
-        placement: chooses replacements (default: a fresh one).
+        placement: chooses replacements (default: a fresh rack-aware one).
         verify: also check that every available bookie holds the first and the last entry
             of its share of each fragment, and copy a share back to a bookie that lacks
             them (two reads per fragment and bookie: meant for a periodic check).
@@ -148,8 +149,9 @@ async def recover(
     """
     if not 0 <= verify_percent <= 100:
         raise ValueError(f"verify_percent must be 0-100, got {verify_percent}")
-    placement = placement or Placement()
-    available = [b for b in await available_bookies(ctx.store) if b not in retiring]
+    placement = placement_policy(placement)
+    listed, racks = await placement_candidates(ctx.store, placement)
+    available = [b for b in listed if b not in retiring]
     # Read-only bookies (full disks) hold their entries and serve them: not lost, but no
     # replacement is placed on them.
     alive = (set(available) | set(await read_only_bookies(ctx.store))) - set(retiring)
@@ -179,7 +181,7 @@ async def recover(
             for damage in repair:
                 try:
                     replacements = await repair_fragment(
-                        ctx, metadata, damage, key, available, placement
+                        ctx, metadata, damage, key, available, placement, racks
                     )
                 except NoSuchLedgerError:
                     break  # deleted meanwhile: nothing left to repair
@@ -262,7 +264,8 @@ async def repair_fragment(
     damage: Damage,
     master_key: bytes,
     available: Sequence[str],
-    placement: Placement,
+    placement: PlacementPolicy,
+    racks: Racks | None = None,
 ) -> dict[int, str]:
     """Copy the lost bookies' entries of one fragment to replacements and swap them in;
     the replacements, or {} when someone else repaired the fragment first.
@@ -272,7 +275,13 @@ async def repair_fragment(
             replacement that refused a copy.
         NoSuchLedgerError: the ledger was deleted.
     """
-    replacements = placement.choose_replacements(damage.ensemble, damage.lost, available)
+    replacements = placement.choose_replacements(
+        damage.ensemble,
+        damage.lost,
+        available,
+        write_quorum=metadata.write_quorum,
+        racks=racks,
+    )
     if len(replacements) < len(damage.lost):
         raise Unrepairable(
             f"{damage}: {len(damage.lost)} replacements needed, "

@@ -51,6 +51,7 @@ SLOW_SYNC_S = 0.02
 
 SCENARIOS = (
     "latency", "tail", "ledger", "volatile", "log", "sync", "metrics", "recovery", "restart",
+    "hosts",
 )  # fmt: skip
 """Scenario names for ``--only``, in the order a run measures them."""
 
@@ -101,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAMES",
         help=f"run only these walog scenarios, comma-separated ({','.join(SCENARIOS)}); "
         "default: all",
+    )
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="only the hosts scenario: appends between hosts (network namespaces, needs "
+        "root) next to the same on loopback",
     )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
     parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
@@ -387,6 +394,19 @@ class _Run:
         self.results["journal_replay_mb_s"] = round(journal / 1e6 / elapsed, 1)
         self.results["restart_written_mb"] = round(written / 1e6, 2)
 
+    def hosts(self) -> None:
+        """Appends between hosts next to the same on loopback (walog.bench.hosts)."""
+        if "hosts" not in self.args.only:
+            return
+        from walog.bench import hosts
+
+        with self.bar("hosts vs loopback", unit="step") as tick:
+            measured, skipped = hosts.measure(self.plan.seconds, self.data_dir / "hosts")
+            tick(1)
+        self.results.update(measured)
+        if skipped is not None:
+            self.skipped["hosts_append_eps"] = skipped
+
     def peer_scenarios(self) -> None:
         seconds = self.plan.peer_seconds
         r = self.results
@@ -483,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog bench``; returns the exit status."""
     arg_list = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(arg_list)
+    if args.hosts:
+        args.only = frozenset({"hosts"})
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
@@ -516,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.peers:
             run.peer_scenarios()
         run.bookie_restart()
+        run.hosts()
     results: dict[str, Any] = {
         **run.results,
         "skipped": run.skipped,

@@ -6,7 +6,13 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from walog.bench.sections import cpu_section, floor_section, profile_section, saturation_section
+from walog.bench.sections import (
+    cpu_section,
+    floor_section,
+    hosts_section,
+    profile_section,
+    saturation_section,
+)
 
 # key -> (label, unit, target, higher is better)
 TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
@@ -33,6 +39,12 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "bookie_restart_s": ("bookie restart after SIGKILL", "s", None, False),
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
+    "loopback6_append_eps": ("6 bookies on loopback: append, pipelined", "entries/s", None, True),
+    "hosts_append_eps": ("6 bookies on 6 hosts: append, pipelined", "entries/s", None, True),
+    "loopback6_append_p50_ms": ("6 bookies on loopback: one in flight, p50", "ms", None, False),
+    "hosts_append_p50_ms": ("6 bookies on 6 hosts: one in flight, p50", "ms", None, False),
+    "loopback6_append_p99_ms": ("6 bookies on loopback: one in flight, p99", "ms", None, False),
+    "hosts_append_p99_ms": ("6 bookies on 6 hosts: one in flight, p99", "ms", None, False),
     "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
     "grpc_rtt_p50_us": ("floor: grpc.aio stream round trip, 1 KiB, p50", "us", None, False),
     "grpc_fanout_p50_us": ("floor: 1 KiB to 3 grpc.aio echoes, 2nd answer, p50", "us", None, False),
@@ -293,6 +305,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     lines += cpu_section(results)
     lines += floor_section(results, TARGETS["append_p50_ms"][2])
     lines += saturation_section(results)
+    lines += hosts_section(results)
     config = {"ledger_window": "?", **results.get("config", {})}
     lines += ["## Scenarios", "", _SCENARIOS.format(**config)]
     if results.get("profile"):

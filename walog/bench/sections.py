@@ -241,3 +241,33 @@ def saturation_section(results: dict[str, Any]) -> list[str]:
             "",
         ]
     return lines
+
+
+def hosts_section(results: dict[str, Any]) -> list[str]:
+    """Appends between hosts next to the same on loopback (the ``hosts`` scenario)."""
+    if "hosts_append_eps" not in results or "loopback6_append_eps" not in results:
+        return []
+    rows = [
+        ("append, pipelined (entries/s)", "append_eps", "{:,.0f}"),
+        ("one in flight, p50 (ms)", "append_p50_ms", "{:.3g}"),
+        ("one in flight, p99 (ms)", "append_p99_ms", "{:.3g}"),
+    ]
+    lines = [
+        "## Between hosts",
+        "",
+        "Six bookies over three racks, E3/Qw3/Qa2, 1 KiB entries, the client in a process "
+        "of its own. *Loopback*: every bookie on 127.0.0.1 (SQLite metadata; the client "
+        "reaches the bookies through their Unix sockets). *Hosts*: each bookie in a network "
+        "namespace of its own with its own address, joined by veth pairs and a bridge, a "
+        "three-node ZooKeeper ensemble, the client on a client host, over TCP "
+        "(`walog.testing.HostCluster`). Both share this machine's cores: the difference is "
+        "the network path. No latency is added between hosts.",
+        "",
+        "| | loopback | hosts |",
+        "|---|---:|---:|",
+    ]
+    for label, key, fmt in rows:
+        local, hosts = results.get(f"loopback6_{key}"), results.get(f"hosts_{key}")
+        if local is not None and hosts is not None:
+            lines.append(f"| {label} | {fmt.format(local)} | {fmt.format(hosts)} |")
+    return [*lines, ""]

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 from walog.errors import UnauthorizedError
 from walog.ledger.context import LedgerContext
-from walog.ledger.ensemble import Placement, available_bookies
+from walog.ledger.ensemble import placement_candidates
+from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.quorum import check_quorums
 from walog.ledger.writer import AsyncLedgerWriter, metadata_retrying
 from walog.metadata.layout import LEDGER_ID_COUNTER, LedgerMetadata, ledger_path
@@ -77,7 +78,7 @@ async def create_ledger(
     durability: Durability = Durability.PERSISTENT,
     password: bytes = b"",
     custom_metadata: Mapping[str, str] | None = None,
-    placement: Placement | None = None,
+    placement: PlacementPolicy | None = None,
 ) -> AsyncLedgerWriter:
     """Create a ledger and return its writer.
 
@@ -88,11 +89,11 @@ async def create_ledger(
     """
     validate_ledger_options(ensemble_size, write_quorum, ack_quorum, durability, custom_metadata)
     key = derive_master_key(_password_bytes(password))
-    placement = placement or Placement()
+    placement = placement_policy(placement)
     async for attempt in metadata_retrying():
         with attempt:
-            available = await available_bookies(ctx.store)
-    ensemble = placement.choose_ensemble(available, ensemble_size)
+            available, racks = await placement_candidates(ctx.store, placement)
+    ensemble = placement.choose_ensemble(available, ensemble_size, write_quorum, racks)
     async for attempt in metadata_retrying():
         with attempt:
             ledger_id = await ctx.store.next_id(LEDGER_ID_COUNTER)

@@ -1,27 +1,48 @@
 """Ensemble placement, replacement of failed bookies and fragment changes (seed 000).
 
-The rules here are pure (no network, clock or disk): which bookies a new ledger gets, which
-bookie replaces a failed one, and what the fragment list looks like after a change. The one
-I/O helper, :func:`available_bookies`, reads the registrations from the metadata store.
+The rules here are pure (no network, clock or disk): what the fragment list looks like after
+a change and whether quorums stay possible; which bookies are chosen is the placement
+policy's rule (:mod:`walog.ledger.placement`). The I/O helpers (:func:`available_bookies`,
+:func:`available_racks`, :func:`placement_candidates`) read the registrations from the
+metadata store.
 """
 
 from __future__ import annotations
 
-import collections
-import random
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 
-from walog.errors import NotEnoughBookiesError
+from walog.ledger.placement import (
+    PlacementPolicy,
+    RackAwarePlacement,
+    not_enough_bookies,
+)
 from walog.ledger.quorum import write_quorums
-from walog.metadata.layout import AVAILABLE_BOOKIES, READ_ONLY_BOOKIES
-from walog.metadata.store import MetadataStore
+from walog.metadata.layout import (
+    AVAILABLE_BOOKIES,
+    READ_ONLY_BOOKIES,
+    bookie_path,
+    read_only_bookie_path,
+    registered_rack,
+)
+from walog.metadata.store import MetadataStore, NodeNotFoundError
 
 Fragments = tuple[tuple[int, tuple[str, ...]], ...]
+
+Placement = RackAwarePlacement
+"""The default placement policy (see :mod:`walog.ledger.placement`)."""
 
 
 async def available_bookies(store: MetadataStore) -> list[str]:
     """Ids of the bookies currently registered as available, sorted."""
     return sorted(await store.children(AVAILABLE_BOOKIES))
+
+
+async def available_racks(store: MetadataStore) -> dict[str, str]:
+    """The rack of every available bookie, by bookie id (records read concurrently; a
+    bookie gone between the listing and its read is left out)."""
+    _, racks = await _listed_racks(store)
+    return racks
 
 
 async def read_only_bookies(store: MetadataStore) -> list[str]:
@@ -30,67 +51,38 @@ async def read_only_bookies(store: MetadataStore) -> list[str]:
     return sorted(await store.children(READ_ONLY_BOOKIES))
 
 
-def not_enough_bookies(needed: int, available: Sequence[str], what: str) -> NotEnoughBookiesError:
-    """The error for a placement that needs ``needed`` bookies but has only ``available``."""
-    listed = ", ".join(sorted(available)) or "none"
-    return NotEnoughBookiesError(
-        f"{what}={needed} but only {len(available)} bookies are available ({listed})"
-    )
+async def _listed_racks(
+    store: MetadataStore, read_only: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    ids = await (read_only_bookies if read_only else available_bookies)(store)
+    path_of = read_only_bookie_path if read_only else bookie_path
+
+    async def rack_of(bookie: str) -> str | None:
+        try:
+            raw, _ = await store.get(path_of(bookie))
+        except NodeNotFoundError:
+            return None
+        return registered_rack(raw)
+
+    racks = await asyncio.gather(*(rack_of(b) for b in ids))
+    return ids, {b: r for b, r in zip(ids, racks, strict=True) if r is not None}
 
 
-class Placement:
-    """Chooses bookies for ensembles and replacements, spreading the load.
+async def read_only_racks(store: MetadataStore) -> dict[str, str]:
+    """The rack of every read-only bookie, by bookie id."""
+    _, racks = await _listed_racks(store, read_only=True)
+    return racks
 
-    Candidates are shuffled (random sample) and the ones this client used least are preferred,
-    so the ensembles of many ledgers spread over all bookies. Pass a seeded ``rng`` for
-    deterministic choices (simulator).
-    """
 
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
-        self._usage: collections.Counter[str] = collections.Counter()
-
-    @property
-    def usage(self) -> Mapping[str, int]:
-        """How many ensemble slots this placement gave each bookie."""
-        return self._usage
-
-    def _pick(self, candidates: Collection[str], count: int) -> list[str]:
-        shuffled = list(candidates)
-        self._rng.shuffle(shuffled)
-        # Stable sort: least used first, random order among equals.
-        shuffled.sort(key=lambda b: self._usage[b])
-        chosen = shuffled[:count]
-        self._usage.update(chosen)
-        return chosen
-
-    def choose_ensemble(self, available: Sequence[str], ensemble_size: int) -> list[str]:
-        """``ensemble_size`` distinct bookies for a new ledger.
-
-        Raises:
-            NotEnoughBookiesError: fewer bookies are available than ``ensemble_size``.
-        """
-        distinct = sorted(set(available))
-        if len(distinct) < ensemble_size:
-            raise not_enough_bookies(ensemble_size, distinct, "ensemble_size")
-        return self._pick(distinct, ensemble_size)
-
-    def choose_replacements(
-        self,
-        ensemble: Sequence[str],
-        failed_indexes: Collection[int],
-        available: Sequence[str],
-        excluded: Collection[str] = (),
-    ) -> dict[int, str]:
-        """A replacement per failed ensemble index, for as many as there are candidates.
-
-        A candidate is available, not in the ensemble and not ``excluded`` (bookies that
-        failed before). Indexes without a candidate are left out of the result.
-        """
-        taken = set(ensemble) | set(excluded)
-        candidates = [b for b in sorted(set(available)) if b not in taken]
-        chosen = self._pick(candidates, len(failed_indexes))
-        return dict(zip(sorted(failed_indexes), chosen, strict=False))
+async def placement_candidates(
+    store: MetadataStore, policy: PlacementPolicy
+) -> tuple[list[str], dict[str, str] | None]:
+    """The available bookies, sorted, and their racks when ``policy`` uses racks (else
+    None: the records are not read). The listing decides availability: a bookie gone
+    before its record was read stays a candidate, of unknown rack."""
+    if not policy.uses_racks:
+        return await available_bookies(store), None
+    return await _listed_racks(store)
 
 
 def replace_in_ensemble(
@@ -127,9 +119,12 @@ __all__ = [
     "Fragments",
     "Placement",
     "available_bookies",
+    "available_racks",
     "not_enough_bookies",
+    "placement_candidates",
     "quorum_possible",
     "read_only_bookies",
+    "read_only_racks",
     "replace_in_ensemble",
     "with_new_fragment",
 ]

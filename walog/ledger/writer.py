@@ -52,12 +52,12 @@ from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.durability import lac_from_last_add_synced
 from walog.ledger.ensemble import (
-    Placement,
-    available_bookies,
+    placement_candidates,
     quorum_possible,
     replace_in_ensemble,
     with_new_fragment,
 )
+from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.base import AddReply, BatchCallback, ForceReply
@@ -160,7 +160,7 @@ class AsyncLedgerWriter:
         version: int,
         master_key: bytes,
         *,
-        placement: Placement | None = None,
+        placement: PlacementPolicy | None = None,
     ) -> None:
         if metadata.state != "OPEN":
             raise LedgerClosedError(f"ledger {metadata.ledger_id} is {metadata.state}")
@@ -170,7 +170,7 @@ class AsyncLedgerWriter:
         self._metadata = metadata
         self._version = version
         self._master_key = master_key
-        self._placement = placement or Placement()
+        self._placement = placement_policy(placement)
         self._ledger_id = metadata.ledger_id
         self._e = metadata.ensemble_size
         self._qw = metadata.write_quorum
@@ -491,6 +491,11 @@ class AsyncLedgerWriter:
 
     # -- failures ---------------------------------------------------------------------
 
+    def abort(self, error: WalogError) -> None:
+        """Stop appending: every add not yet completed, and every later one, fails with
+        ``error``. The ledger stays OPEN (a reader's recovery closes it)."""
+        self._fail(error)
+
     def _fail(self, error: WalogError) -> None:
         """Stop the writer: every add not yet completed (and every later one) fails."""
         if self._error is not None:
@@ -592,11 +597,16 @@ class AsyncLedgerWriter:
         targets = set(failed) | self._unreplaceable
         async for attempt in metadata_retrying():
             with attempt:
-                available = await available_bookies(self._ctx.store)
+                available, racks = await placement_candidates(self._ctx.store, self._placement)
         if self._error is not None:
             return
         replacements = self._placement.choose_replacements(
-            self._ensemble, targets, available, excluded=self._replaced | set(failed.values())
+            self._ensemble,
+            targets,
+            available,
+            excluded=self._replaced | set(failed.values()),
+            write_quorum=self._qw,
+            racks=racks,
         )
         if replacements:
             await self._write_fragment(replacements)

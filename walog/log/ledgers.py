@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from walog.errors import NoSuchLedgerError
+from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.entry import Entry
 from walog.metadata.layout import LedgerMetadata
 from walog.metadata.store import MetadataStore
@@ -32,6 +32,8 @@ class LedgerWriterLike(Protocol):
     def last_add_confirmed(self) -> int: ...
 
     def append_nowait(self, data: bytes) -> asyncio.Future[int]: ...
+
+    def abort(self, error: WalogError) -> None: ...
 
     async def close(self) -> Any: ...
 

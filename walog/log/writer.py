@@ -34,6 +34,7 @@ from walog.errors import (
     LedgerFencedError,
     MetadataConflictError,
     NoSuchLedgerError,
+    SessionExpiredError,
     WalogError,
     WriterFencedError,
 )
@@ -162,6 +163,12 @@ class AsyncLogWriter:
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
         self._current = self._activate(ledger)
+
+        # Leadership lasts as long as the metadata session that took the log over.
+        def expired() -> None:
+            self._loop.call_soon_threadsafe(self._session_expired)
+
+        self._stop_watching_session = client.ctx.store.on_session_expired(expired)
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -311,10 +318,26 @@ class AsyncLogWriter:
                 future.set_result(unchecked_position(ledger_id, entry_id, slot))
         return None
 
+    def _session_expired(self) -> None:
+        """The session that took the log over is gone: another writer may hold the log by
+        now, so stop (appends not yet acknowledged fail; an acknowledged one is on Qa
+        bookies of its ledger, which any takeover's recovery keeps)."""
+        if self._failure is not None or self._closed:
+            return
+        error = SessionExpiredError(
+            f"log {self.name!r}: the metadata session that made this process the writer "
+            "expired; another writer may have taken the log over, so this one stops "
+            "(open a new writer to continue)"
+        )
+        self._fail(error)
+        for ledger in (self._current, *self._retiring):
+            ledger.writer.abort(error)
+
     def _fail(self, exc: BaseException) -> None:
         """End the writer: the first failure is what every later call raises."""
         if self._failure is None:
             self._failure = exc
+            self._stop_watching_session()
             log.warning("log writer failed", log=self.name, error=str(exc))
         if self._batch_futures:
             futures, self._batch_futures = self._batch_futures, []
@@ -435,6 +458,7 @@ class AsyncLogWriter:
         if self._closed:
             return
         self._closed = True  # no new records, no new automatic rolls
+        self._stop_watching_session()
         try:
             if self._failure is None:
                 await self.flush()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from typing import Any, Literal
 
@@ -33,6 +34,31 @@ COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
 LedgerState = Literal["OPEN", "IN_RECOVERY", "CLOSED"]
+
+DEFAULT_RACK = "default"
+"""The rack of a bookie started without ``--rack`` (or registered before racks existed)."""
+_RACK_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def check_rack_name(name: str) -> str:
+    """``name`` when it is a valid rack name (1-64 letters, digits, ``.``, ``_``, ``-``).
+
+    Raises:
+        ValueError: naming the problem.
+    """
+    if not _RACK_NAME.fullmatch(name):
+        raise ValueError(f"a rack name is 1-64 letters, digits, '.', '_' or '-', got {name!r}")
+    return name
+
+
+def registered_rack(record: bytes) -> str:
+    """The rack named by a bookie's availability record (:data:`DEFAULT_RACK` when it
+    names none)."""
+    try:
+        rack = json.loads(record).get("rack")
+    except (ValueError, AttributeError):
+        return DEFAULT_RACK
+    return rack if isinstance(rack, str) and rack else DEFAULT_RACK
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -153,6 +179,7 @@ __all__ = [
     "AVAILABLE_BOOKIES",
     "COOKIES",
     "DECOMMISSIONING",
+    "DEFAULT_RACK",
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
@@ -162,11 +189,13 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
+    "check_rack_name",
     "cookie_path",
     "decommission_path",
     "ledger_path",
     "log_path",
     "read_only_bookie_path",
+    "registered_rack",
     "repair_lock_path",
     "under_replicated_path",
 ]

@@ -93,6 +93,16 @@ class MetadataStore(abc.ABC):
     async def unregister(self, path: str) -> None:
         """Remove a record made by :meth:`register` (no error if already gone)."""
 
+    def on_session_expired(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (once, from any thread) when this store's session expires or
+        must be presumed expired; the returned function cancels that.
+
+        ZooKeeper: the server expired the session, or the store has had no connection for
+        longer than the session timeout (the ensemble has expired it by then). Stores whose
+        session cannot expire under their client (SQLite) never call it.
+        """
+        return lambda: None
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Release the session; liveness-bound records of this store disappear."""

@@ -112,6 +112,8 @@ class ZooKeeperStore(MetadataStore):
         self._tokens = itertools.count()
         self._session_lost = False
         self._connected_before = False
+        self._expiry_listeners: dict[int, Callable[[], None]] = {}
+        self._expiry_timer: threading.Timer | None = None
         self._closed = False
 
     @classmethod
@@ -353,13 +355,55 @@ class ZooKeeperStore(MetadataStore):
         # Runs on kazoo's connection thread: note the state, hand work to the event thread.
         if state == KazooState.LOST:
             self._session_lost = True
+            self._session_expired()
+        elif state == KazooState.SUSPENDED and not self._closed:
+            # Without contact for a whole session timeout, the ensemble has expired the
+            # session, whether or not this client can hear it say so yet.
+            self._cancel_expiry_timer()
+            timer = threading.Timer(self._config.session_timeout, self._presume_expired)
+            timer.daemon = True
+            self._expiry_timer = timer
+            timer.start()
         elif state == KazooState.CONNECTED and not self._closed:
+            self._cancel_expiry_timer()
             lost, self._session_lost = self._session_lost, False
             # The first connection has nothing to restore (open() has not returned yet).
             if self._connected_before:
                 self._submit(self._after_connect, lost)
             self._connected_before = True
         return False
+
+    def on_session_expired(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """See :meth:`MetadataStore.on_session_expired`; the callback runs on the store's
+        event thread."""
+        token = next(self._tokens)
+        with self._lock:
+            self._expiry_listeners[token] = callback
+
+        def cancel() -> None:
+            with self._lock:
+                self._expiry_listeners.pop(token, None)
+
+        return cancel
+
+    def _cancel_expiry_timer(self) -> None:
+        timer, self._expiry_timer = self._expiry_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _presume_expired(self) -> None:
+        if self._client.state != KazooState.CONNECTED and not self._closed:
+            log.warning(
+                "no ZooKeeper contact for %gs (the session timeout): session presumed expired",
+                self._config.session_timeout,
+            )
+            self._session_expired()
+
+    def _session_expired(self) -> None:
+        with self._lock:
+            listeners, self._expiry_listeners = list(self._expiry_listeners.values()), {}
+        for callback in listeners:
+            self._submit(callback)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # raised once the store is closing
@@ -460,6 +504,7 @@ class ZooKeeperStore(MetadataStore):
 
     def _shutdown(self) -> None:
         self._closed = True
+        self._cancel_expiry_timer()
         try:
             self._client.stop()  # the server deletes this session's ephemeral records
             self._client.close()

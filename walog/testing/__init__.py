@@ -25,9 +25,21 @@ comes back with the same id and its data. Every bookie's output goes to
 
 The bookies speak plaintext gRPC without authentication: the cluster is for tests on one
 host, not for production.
+
+:class:`HostCluster` is the same idea across hosts: each bookie, each node of a three-node
+ZooKeeper ensemble and each client in a network namespace of its own (needs root), with
+racks and faults between hosts (:mod:`walog.testing.hosts`).
 """
 
 from walog.testing.cluster import BookieRef, LocalCluster
+from walog.testing.hosts import HostCluster
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
 
-__all__ = ["BookieProcess", "BookieRef", "LocalCluster", "LocalClusterError", "free_port"]
+__all__ = [
+    "BookieProcess",
+    "BookieRef",
+    "HostCluster",
+    "LocalCluster",
+    "LocalClusterError",
+    "free_port",
+]

@@ -47,6 +47,8 @@ class LocalCluster:
             temporary directory, removed by :meth:`close`.
         host: the loopback address the bookies listen on (their ids are ``HOST:PORT``).
         bookie_args: extra flags for every bookie (for example ``["--group-wait-ms", "2"]``).
+        racks: rack names handed out in turn (bookie ``n`` gets ``racks[n % len(racks)]``,
+            its ``--rack``); empty: every bookie in the default rack.
         start_timeout: seconds a bookie may take to serve and register.
         metrics: give every bookie a ``--metrics-port`` (see :meth:`metrics_url`).
 
@@ -61,6 +63,7 @@ class LocalCluster:
         *,
         host: str = "127.0.0.1",
         bookie_args: Sequence[str] = (),
+        racks: Sequence[str] = (),
         start_timeout: float = 60.0,
         metrics: bool = False,
     ) -> None:
@@ -71,6 +74,7 @@ class LocalCluster:
         self._initial = bookies
         self._host = host
         self._bookie_args = list(bookie_args)
+        self._racks = list(racks)
         self._start_timeout = start_timeout
         self._owns_dir = data_dir is None
         self.data_dir = Path(
@@ -323,19 +327,27 @@ class LocalCluster:
             self._metadata_uri,
             port=self._free_port(),
             host=self._host,
-            extra_args=self._bookie_args,
+            extra_args=[*self._bookie_args, *self._rack_args(index)],
             log_path=self.data_dir / "logs" / f"bookie-{index}.log",
         )
         self._bookies.append(bookie)
         self._new_metrics_port(bookie)
         return bookie
 
+    def _rack_args(self, index: int) -> list[str]:
+        return ["--rack", self._racks[index % len(self._racks)]] if self._racks else []
+
     def _new_metrics_port(self, bookie: BookieProcess) -> None:
         """Give the bookie a metrics port of its own (with ``metrics=True``)."""
         if self._metrics:
             index = self._bookies.index(bookie)
             self._metrics_ports[index] = port = self._free_port()
-            bookie.extra_args = [*self._bookie_args, "--metrics-port", str(port)]
+            bookie.extra_args = [
+                *self._bookie_args,
+                *self._rack_args(index),
+                "--metrics-port",
+                str(port),
+            ]
 
     def _wait_started(self, bookie: BookieProcess) -> None:
         """Wait for a freshly started bookie; move it to a new port when its port was taken

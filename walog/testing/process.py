@@ -55,6 +55,8 @@ class BookieProcess:
         host: the address to listen on; the bookie id is ``HOST:PORT``.
         extra_args: more flags for every start, e.g. ``["--group-wait-ms", "2"]``.
         log_path: where output goes (default: ``<data_dir>.log`` beside the data directory).
+        command_prefix: what runs the command, e.g. ``["ip", "netns", "exec", NS]`` for a
+            bookie on another host (:class:`walog.testing.HostCluster`).
     """
 
     def __init__(
@@ -66,12 +68,14 @@ class BookieProcess:
         host: str = "127.0.0.1",
         extra_args: Sequence[str] = (),
         log_path: str | os.PathLike[str] | None = None,
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         self.metadata = metadata
         self.host = host
         self.port = port if port is not None else free_port(host)
         self.extra_args = list(extra_args)
+        self.command_prefix = list(command_prefix)
         self.log_path = (
             Path(log_path)
             if log_path is not None
@@ -98,6 +102,7 @@ class BookieProcess:
     def command(self, extra_args: Sequence[str] = ()) -> list[str]:
         """The command line that starts this bookie."""
         return [
+            *self.command_prefix,
             sys.executable, "-m", "bookie",
             "--data-dir", str(self.data_dir),
             "--listen", self.bookie_id,

@@ -598,6 +598,7 @@ class InfoResponse(_message.Message):
     LATENCIES_FIELD_NUMBER: _builtins.int
     NATIVE_PORT_FIELD_NUMBER: _builtins.int
     NATIVE_SOCKET_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
     bookie_id: _builtins.str
     instance_id: _builtins.str
     read_only: _builtins.bool
@@ -618,6 +619,8 @@ class InfoResponse(_message.Message):
     bookie's own host ("": none; never offered by a bookie that speaks TLS). A client
     checks with Info over it that it reached this very bookie before using it.
     """
+    rack: _builtins.str
+    """The rack (or zone) of the bookie's host (--rack), as in its registration."""
     @_builtins.property
     def latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageLatency]: ...
     def __init__(
@@ -635,10 +638,11 @@ class InfoResponse(_message.Message):
         latencies: _abc.Iterable[Global___StageLatency] | None = ...,
         native_port: _builtins.int = ...,
         native_socket: _builtins.str = ...,
+        rack: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookie_id", b"bookie_id", "free_disk_bytes", b"free_disk_bytes", "instance_id", b"instance_id", "journal_groups", b"journal_groups", "journal_syncs", b"journal_syncs", "latencies", b"latencies", "max_entry_bytes", b"max_entry_bytes", "native_port", b"native_port", "native_socket", b"native_socket", "read_only", b"read_only", "total_disk_bytes", b"total_disk_bytes", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bookie_id", b"bookie_id", "free_disk_bytes", b"free_disk_bytes", "instance_id", b"instance_id", "journal_groups", b"journal_groups", "journal_syncs", b"journal_syncs", "latencies", b"latencies", "max_entry_bytes", b"max_entry_bytes", "native_port", b"native_port", "native_socket", b"native_socket", "rack", b"rack", "read_only", b"read_only", "total_disk_bytes", b"total_disk_bytes", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,78 @@
+"""The control host of a :class:`~walog.testing.HostCluster`: its own metadata session.
+
+The test process itself has no address on the hosts' network. The control host is a
+namespace of its own, never faulted; an event loop thread started inside it (so the
+threads it starts, ZooKeeper's included, live there too) holds a metadata store for
+readiness checks and a walog client for metadata reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from walog.errors import MetadataError
+from walog.metadata.layout import bookie_path
+from walog.metadata.store import NodeNotFoundError
+from walog.testing.netns import Host, call_in_namespace
+
+if TYPE_CHECKING:
+    from walog.aio import AsyncClient
+
+T = TypeVar("T")
+
+
+class ControlHost:
+    """A metadata session (and, on first use, a walog client) on ``host``.
+
+    Args:
+        host: the control host.
+        metadata_uri: the cluster's metadata URI.
+    """
+
+    def __init__(self, host: Host, metadata_uri: str) -> None:
+        from walog._sync import LoopThread
+        from walog.metadata import open_store
+
+        self._uri = metadata_uri
+        self._loop = call_in_namespace(
+            host.namespace, lambda: LoopThread(name=f"walog-{host.name}")
+        )
+        self._store = self._loop.run(open_store(metadata_uri), timeout=60.0)
+        self._client: AsyncClient | None = None
+
+    def registered_since(self, bookie_id: str, started_at: float) -> bool:
+        """True when the bookie's availability record exists and was written by a process
+        started at ``started_at`` or later (not one left by a killed predecessor)."""
+        try:
+            raw, _ = self._loop.run(self._store.get(bookie_path(bookie_id)), timeout=10.0)
+        except (NodeNotFoundError, MetadataError, TimeoutError):
+            return False
+        started = json.loads(raw).get("started", 0.0)
+        return isinstance(started, int | float) and started >= started_at
+
+    def call(self, func: Callable[[AsyncClient], Awaitable[T]], timeout: float) -> T:
+        """``func(client)`` on the control host's loop, with its walog client."""
+
+        async def run() -> T:
+            if self._client is None:
+                from walog.aio import connect
+
+                self._client = await connect(self._uri)
+            return await func(self._client)
+
+        return self._loop.run(run(), timeout=timeout)
+
+    def close(self) -> None:
+        """Close the client and the store, stop the loop (errors ignored: teardown)."""
+        for closing in (self._client, self._store):
+            if closing is not None:
+                try:
+                    self._loop.run(closing.close(), timeout=5.0)
+                except Exception:
+                    continue
+        self._loop.stop()
+
+
+__all__ = ["ControlHost"]
