@@ -8,7 +8,6 @@ loopback port with a temporary data dir and a 500 ms tick (so sessions may be as
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import socket
@@ -18,29 +17,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-JAVA_DIR = Path(os.environ.get("WALOG_ZK_JARS", "/usr/share/java"))
-_JARS = (
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
-    "slf4j-api.jar",
-    "slf4j-simple.jar",
-    "commons-cli.jar",
-    "metrics-core.jar",
-    "snappy-java.jar",
-    "netty-buffer.jar",
-    "netty-codec.jar",
-    "netty-common.jar",
-    "netty-handler.jar",
-    "netty-resolver.jar",
-    "netty-transport.jar",
-    "netty-transport-native-epoll.jar",
-    "netty-transport-native-unix-common.jar",
-)
+from walog.testing.zookeeper import ZooKeeperError, classpath
+
 TICK_MS = 500
 
-
-class ZooKeeperUnavailable(RuntimeError):
-    """Java or the ZooKeeper jars are missing, or the server did not come up."""
+ZooKeeperUnavailable = ZooKeeperError
+"""Java or the ZooKeeper jars are missing, or the server did not come up."""
 
 
 def free_port() -> int:
@@ -48,17 +30,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def classpath() -> str:
-    """The server's class path; :class:`ZooKeeperUnavailable` naming what is missing."""
-    missing = [jar for jar in _JARS if not (JAVA_DIR / jar).exists()]
-    if missing:
-        raise ZooKeeperUnavailable(
-            f"ZooKeeper jars missing from {JAVA_DIR}: {', '.join(missing)}; install them with "
-            "`apt-get install -y zookeeper` (the ./test script does this)"
-        )
-    return ":".join(str(JAVA_DIR / jar) for jar in _JARS)
 
 
 def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
@@ -96,9 +67,7 @@ class ZooKeeperServer:
 
     def start(self) -> ZooKeeperServer:
         """Start the server and wait until it answers ``ruok``."""
-        java = shutil.which("java")
-        if java is None:
-            raise ZooKeeperUnavailable("java is not installed (apt-get install -y default-jre)")
+        path = classpath()  # names what is missing: java or the jars
         cfg = self._dir / "zoo.cfg"
         cfg.write_text(
             f"tickTime={TICK_MS}\n"
@@ -111,7 +80,7 @@ class ZooKeeperServer:
             "4lw.commands.whitelist=ruok,srvr,stat\n"
             "maxClientCnxns=0\n" + self.extra_config
         )
-        cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", classpath()]
+        cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
         cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
         cmd += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
         with self._log.open("wb") as out:

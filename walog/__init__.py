@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from walog.config import ClientConfig, Timeouts
     from walog.errors import (
         BookieError,
+        BookieReadOnlyError,
         BookieUnavailableError,
         DataLossError,
+        DigestMismatchError,
         LedgerClosedError,
         LedgerFencedError,
         MetadataConflictError,
@@ -76,16 +78,20 @@ _EXPORTS: dict[str, str] = {
     "DataLossError": "walog.errors",
     "BookieError": "walog.errors",
     "BookieUnavailableError": "walog.errors",
+    "BookieReadOnlyError": "walog.errors",
+    "DigestMismatchError": "walog.errors",
     "MetadataError": "walog.errors",
 }
 
 # A literal list, so type checkers know what is exported (a test compares it with the table).
 __all__ = [
     "BookieError",
+    "BookieReadOnlyError",
     "BookieUnavailableError",
     "Client",
     "ClientConfig",
     "DataLossError",
+    "DigestMismatchError",
     "Durability",
     "Entry",
     "LedgerClosedError",

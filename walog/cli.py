@@ -148,11 +148,16 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
 
     from walog.quickstart import run_quickstart
 
+    library = logging.getLogger("walog")
+    level = library.level
     if ENV_LOG_LEVEL not in os.environ:
         # The tour narrates the takeover it causes; the library's warnings about the fenced
         # writer would only repeat it, out of place.
-        logging.getLogger("walog").setLevel(logging.ERROR)
-    return run_quickstart()
+        library.setLevel(logging.ERROR)
+    try:
+        return run_quickstart()
+    finally:
+        library.setLevel(level)
 
 
 def _cmd_local(args: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
-"""A TCP proxy that can lose the answer to one request: it forwards the request, drops the
-client's connection before the reply, and refuses new connections for a while.
+"""A TCP proxy that can lose the answer to one request (it forwards the request, drops the
+client's connection before the reply, and refuses new connections for a while), or damage
+answers in transit.
 
 Used in front of a real ZooKeeper to make a compare-and-swap whose outcome the client cannot
 know: the server applies it, the client sees a connection loss and, once the refusal ends,
-reconnects to a server that already holds its change.
+reconnects to a server that already holds its change. In front of a bookie, it flips a bit
+of every answer that carries a given payload, as a faulty link or NIC would.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class CuttingProxy:
         self._pattern: bytes | None = None
         self._refuse_s = 0.0
         self._refuse_until = 0.0
+        self._damage: bytes | None = None
         self._sockets: set[socket.socket] = set()
         self._closed = False
         self.cut = threading.Event()
@@ -48,6 +51,18 @@ class CuttingProxy:
         with self._lock:
             self._pattern, self._refuse_s = pattern, refuse_s
             self.cut.clear()
+
+    def damage_answers(self, pattern: bytes | None) -> None:
+        """Flip one bit of ``pattern`` in every answer chunk that carries it (None: stop)."""
+        with self._lock:
+            self._damage = pattern
+
+    def _damaged(self, chunk: bytes) -> bytes:
+        pattern = self._damage
+        at = chunk.find(pattern) if pattern else -1
+        if at < 0:
+            return chunk
+        return chunk[:at] + bytes([chunk[at] ^ 0x01]) + chunk[at + 1 :]
 
     def _accept(self) -> None:
         while not self._closed:
@@ -81,7 +96,7 @@ class CuttingProxy:
                     time.sleep(0.5)
                     self.cut.set()
                     break
-                dst.sendall(chunk)
+                dst.sendall(chunk if from_client else self._damaged(chunk))
         except OSError:
             pass
         finally:

@@ -12,6 +12,7 @@ has no device-mapper, so no dm ``error`` or ``flakey`` target.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import subprocess
 import tempfile
@@ -23,6 +24,7 @@ import pytest
 
 from tests.integration.bookies import answers
 from walog.testing import BookieProcess
+from walog.testing.netns import owner_alive
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
@@ -34,16 +36,6 @@ def _mount_points() -> list[str]:
         return [line.split()[1] for line in mounts]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_mounts() -> None:
     """Unmount (lazily) and remove the mounts left by killed test runs."""
     for point in _mount_points():
@@ -51,7 +43,7 @@ def sweep_stale_mounts() -> None:
         if not name.startswith(PREFIX):
             continue
         pid_text = name[len(PREFIX) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
+        if pid_text.isdigit() and not owner_alive(int(pid_text)):
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
             with contextlib.suppress(OSError):
                 os.rmdir(point)
@@ -77,6 +69,20 @@ def small_tmpfs(size_mib: int) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(point)], check=False, capture_output=True)
         with contextlib.suppress(OSError):
             os.rmdir(point)
+
+
+def fill(directory: Path) -> int:
+    """Write a file in ``directory`` until its file system is full; the bytes written."""
+    written = 0
+    chunk = b"\0" * (64 * 1024)
+    with open(directory / "filler", "wb", buffering=0) as out:
+        while True:
+            try:
+                written += out.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return written
 
 
 SHIM_SOURCE = Path(__file__).with_name("shims") / "eio.c"
@@ -187,6 +193,7 @@ __all__ = [
     "EioSwitch",
     "add_status",
     "eio_switch",
+    "fill",
     "fill_to",
     "info",
     "read_entries",

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.health import WRITES_SERVICE
 from tests.integration.bookies import BookieProcess, free_port, make_add, send_frames
-from tests.integration.full_disk import fill, small_tmpfs
+from tests.integration.disks import fill, small_tmpfs
 from walog.testing import LocalCluster
 from walog.wire.digest import master_key
 from walog.wire.proto import bookie_pb2 as pb
@@ -147,7 +147,7 @@ async def test_a_writable_bookie_is_alive_ready_and_serving_writes(
 async def test_a_bookie_whose_journal_disk_is_full_is_ready_for_reads_but_not_writes(
     tmp_path: Path,
 ) -> None:
-    with small_tmpfs(tmp_path, 16) as journal_dir:
+    with small_tmpfs(16) as journal_dir:
         bookie, base = _started(tmp_path, "--journal-dir", str(journal_dir))
         try:
             await _wait_ready(base, writes=True, want=200)

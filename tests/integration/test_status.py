@@ -14,7 +14,7 @@ import pytest
 
 import walog.aio
 from tests.integration.bookies import BookieProcess, make_add, send_frames
-from tests.integration.full_disk import fill, small_tmpfs
+from tests.integration.disks import fill, small_tmpfs
 from walog.metadata.election import elect
 from walog.testing import LocalCluster, free_port
 from walog.wire.proto import bookie_pb2 as pb
@@ -80,7 +80,7 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
                 writer.append(b"kept")
             ledger_ids.append(writer.ledger_id)
     killed = fresh_cluster.bookie_ids[0]
-    with small_tmpfs(tmp_path, 16) as journal_dir:
+    with small_tmpfs(16) as journal_dir:
         extra = BookieProcess(
             tmp_path / "read-only-bookie",
             fresh_cluster.metadata_uri,

@@ -34,10 +34,11 @@ def spark_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """A ``local[2]`` session with the walog data source registered."""
+    """A ``local[2]`` session (a failed task is tried up to 3 times) with the walog data
+    source registered."""
     os.environ.update(spark_env())
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,3]")
         .appName("walog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

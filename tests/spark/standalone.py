@@ -1,4 +1,4 @@
-"""A standalone Spark master and worker on loopback, launched from the pyspark installation."""
+"""A standalone Spark master and workers on loopback, launched from the pyspark installation."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ def _free_port() -> int:
 class StandaloneSpark:
     """``with StandaloneSpark(tmp) as spark_cluster: spark_cluster.master_url``.
 
-    The worker gets one core and 1 GiB; its executors run the venv's Python with this
-    checkout importable (``spark_env``).
+    Each of ``workers`` workers (separate JVMs) gets one core and 1 GiB; their executors
+    run the venv's Python with this checkout importable (``spark_env``).
     """
 
-    def __init__(self, work_dir: Path, start_timeout: float = 90.0) -> None:
+    def __init__(self, work_dir: Path, start_timeout: float = 90.0, workers: int = 1) -> None:
         self.work_dir = work_dir
+        self.workers = workers
         self.start_timeout = start_timeout
         self.port = _free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
@@ -60,9 +61,9 @@ class StandaloneSpark:
             )
         return log
 
-    def _wait_for(self, log: Path, text: str) -> None:
+    def _wait_for(self, log: Path, text: str, count: int = 1) -> None:
         deadline = time.monotonic() + self.start_timeout
-        while text not in log.read_text(errors="replace"):
+        while log.read_text(errors="replace").count(text) < count:
             if any(p.poll() is not None for p in self._procs):
                 raise RuntimeError(f"a Spark daemon exited; see {log}")
             if time.monotonic() > deadline:
@@ -77,19 +78,34 @@ class StandaloneSpark:
                 "org.apache.spark.deploy.master.Master",
                 "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", "0",
             )  # fmt: skip
-            # The worker retries until the master listens: start both JVMs at once.
-            self._launch(
-                "worker",
-                "org.apache.spark.deploy.worker.Worker",
-                self.master_url,
-                "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0",
-                "--work-dir", str(self.work_dir / "work"),
-            )  # fmt: skip
-            self._wait_for(master, "Registering worker")
+            # Workers retry until the master listens: start every JVM at once.
+            for i in range(self.workers):
+                self._launch(
+                    f"worker-{i}",
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.master_url,
+                    "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                    "--webui-port", "0", "--work-dir", str(self.work_dir / f"work-{i}"),
+                )  # fmt: skip
+            self._wait_for(master, "Registering worker", count=self.workers)
         except BaseException:
             self.close()
             raise
         return self
+
+    def executor_pids(self) -> list[int]:
+        """Process ids of the executor JVMs the workers run now."""
+        workers = {p.pid for p in self._procs[1:]}
+        found: list[int] = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[1]) in workers and b"CoarseGrainedExecutorBackend" in cmdline:
+                found.append(int(stat.parent.name))
+        return found
 
     def __exit__(
         self,

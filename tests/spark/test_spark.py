@@ -245,6 +245,7 @@ def test_archive_rerun_redoes_a_write_that_did_not_finish(
     assert rows == [w for w in written if w[0] < intent.through]
 
 
+@pytest.mark.slow  # test_standalone.py runs the archive job on a standalone cluster by default
 @pytest.mark.timeout(420)  # three JVMs and an executor start on a busy 2-core machine
 def test_archive_command_runs_on_a_standalone_spark_cluster(
     cluster: LocalCluster, log_name: str, tmp_path: Path

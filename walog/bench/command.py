@@ -337,7 +337,7 @@ class _Run:
                 self.profiles.append(profile)
 
     def spark(self) -> None:
-        """Spark batch scan MB/s on local[2], in its own interpreter: the JVM gateway is
+        """Spark batch scan and sink MB/s on local[2], in its own interpreter: the JVM gateway is
         forked, and forking a process with live gRPC threads is unsafe."""
         wanted = self.args.spark == "yes" or (self.args.spark == "auto" and not self.plan.quick)
         if not wanted:
@@ -356,7 +356,7 @@ class _Run:
             "PYTHONPATH": os.pathsep.join(sys.path),
         }
         command = [sys.executable, "-m", "walog.spark.bench", "--metadata", self.uri]
-        command += ["--total-mb", str(total), "--master", "local[2]"]
+        command += ["--total-mb", str(total), "--master", "local[2]", "--sink"]
         # Two tries: on a loaded machine the JVM gateway now and then dies before it starts
         # ("Java gateway process exited before sending its port number").
         with self.bar("spark batch scan", unit="run") as tick:
@@ -372,6 +372,9 @@ class _Run:
             return
         self.results["spark_scan_mb_s"] = float(match[1])
         self.results["spark_scan_total_mb"] = total
+        sink = re.search(r"spark sink: ([0-9.]+) MB/s", done.stdout)
+        if sink is not None:
+            self.results["spark_sink_mb_s"] = float(sink[1])
 
     def bookie_restart(self) -> None:
         """Fill the bookies, SIGKILL one, time its restart (journal replay + registration)."""

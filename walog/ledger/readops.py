@@ -22,6 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 from walog.errors import (
     BookieError,
     BookieUnavailableError,
+    DigestMismatchError,
     NoSuchEntryError,
     UnauthorizedError,
 )
@@ -243,10 +244,13 @@ async def read_entry(
 
     Raises:
         NoSuchEntryError: every bookie explicitly said it does not have the entry.
+        DigestMismatchError: every copy that reached this client failed its digest check
+            (each was damaged on a bookie or in transit; none is served).
         BookieUnavailableError: no bookie returned it and some answers were unknown.
         UnauthorizedError: a bookie refused the master key.
     """
     unknown: list[str] = []
+    damaged: list[str] = []  # answered with a copy whose digest did not verify
     for bookie in bookies:
         outcome = await _outcome(ask(ctx, bookie, _range_read(ledger_id, entry_id, entry_id)))
         if isinstance(outcome, BookieError):
@@ -258,8 +262,17 @@ async def read_entry(
             stored = outcome.entries[0]
             if stored.entry_id == entry_id:
                 return stored
-        if outcome.status not in _EXPLICIT_ABSENT and outcome.status is not Status.OK:
+        if outcome.status is Status.DIGEST_MISMATCH:
+            damaged.append(bookie)
+        elif outcome.status not in _EXPLICIT_ABSENT and outcome.status is not Status.OK:
             unknown.append(bookie)
+    if damaged and not unknown:
+        raise DigestMismatchError(
+            f"entry {entry_id} of ledger {ledger_id}: the copies of {', '.join(damaged)} "
+            "failed their digest check (damaged on the bookie or in transit) and no other "
+            "copy could be read; none is served"
+        )
+    unknown += damaged
     if unknown:
         raise BookieUnavailableError(
             f"entry {entry_id} of ledger {ledger_id}: no bookie returned it and "

@@ -24,6 +24,7 @@ from walog.log.metadata import (
 from walog.log.position import Position, Segment
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
 from walog.log.retention import RetentionPolicy, RollPolicy
+from walog.log.sink import collect_sink_orphans
 from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
 
 
@@ -103,10 +104,12 @@ class AsyncLog:
         )
 
     async def collect_orphans(self) -> int:
-        """Delete ledgers an interrupted truncation left pending deletion, and ledgers a
-        crashed writer created but never got into the list; return how many."""
+        """Delete ledgers an interrupted truncation left pending deletion, ledgers a
+        crashed writer created but never got into the list, and sink ledgers no commit
+        will link (walog.log.sink); return how many."""
         pending = await truncation.collect_orphans(self._client, self.name)
-        return pending + await truncation.scan_orphans(self._client, self.name)
+        pending += await truncation.scan_orphans(self._client, self.name)
+        return pending + await collect_sink_orphans(self._client, self.name)
 
     async def commit_cursor(self, consumer: str, position: Position | None) -> None:
         """Record that ``consumer`` has consumed every record before ``position`` (None

@@ -16,12 +16,15 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "archive_intent": {...} | null,     # an archive run in progress (walog.spark.archive)
  "snapshots": [{"position": "7:3:0", "ledger_id": 12, "path": null,   # optional, oldest
                 "size_bytes": 4096, "checksum": "sha256:...", "created_at": 1.7e9,
-                "node": "a"}, ...]}
+                "node": "a"}, ...],
+ "sinks": {"etl": 41},              # optional: sink id -> last batch linked (walog.log.sink)
+ "archive_location": "/data/arch"}   # optional: the archive's root (walog.log.archived)
 ```
 
 ``snapshots`` is written only when the log has some (state-machine snapshots, see
 ``walog.recipes``), so records without it read as before and older readers ignore it.
-Retention never deletes a ledger past the oldest listed snapshot's position.
+Retention never deletes a ledger past the oldest listed snapshot's position. ``sinks`` and
+``archive_location`` are likewise written only when set.
 
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
 crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
@@ -183,6 +186,12 @@ class LogMetadata:
     """Opaque to the log layer: the archive job's record of a run in progress."""
     snapshots: tuple[SnapshotInfo, ...] = ()
     """State-machine snapshots, oldest first (positions strictly increasing)."""
+    archive_location: str | None = None
+    """The archive's root directory (``ledger=<id>/*.parquet``), set by the archive job:
+    readers find records that truncation removed from the bookies there."""
+    sinks: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Sink id -> the last batch id it linked into the list (walog.log.sink): a batch at or
+    below it is already in the log and is never linked again."""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -226,6 +235,10 @@ class LogMetadata:
         }
         if self.snapshots:
             doc["snapshots"] = [info.to_doc() for info in self.snapshots]
+        if self.sinks:
+            doc["sinks"] = dict(sorted(self.sinks.items()))
+        if self.archive_location is not None:
+            doc["archive_location"] = self.archive_location
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -250,6 +263,8 @@ class LogMetadata:
                 orphans_scanned_below=int(doc.get("orphans_scanned_below", 0)),
                 archive_intent=doc.get("archive_intent"),
                 snapshots=tuple(SnapshotInfo.from_doc(x) for x in doc.get("snapshots", [])),
+                sinks={str(k): int(v) for k, v in doc.get("sinks", {}).items()},
+                archive_location=doc.get("archive_location"),
             )
         except (TypeError, AttributeError, KeyError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc

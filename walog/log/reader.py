@@ -9,7 +9,10 @@ ledger reader watches the ledger's metadata). The reader watches the log's metad
 When the ledger it stands in gets closed it reads on to the closed end, then moves to the
 next ledger of the list.
 
-A position that truncation removed raises :class:`walog.DataLossError`.
+Ledgers that were archived and then truncated are read from the archive's files first
+(walog.log.archived), with the same positions, when the start is before the first listed
+ledger. A position neither the bookies nor the archive hold raises
+:class:`walog.DataLossError`.
 """
 
 from __future__ import annotations
@@ -25,15 +28,17 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_r
 from walog._log import get_logger
 from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
+from walog.log.archived import ArchivedLedger, archive_covers, archived_entries, archived_only
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.metadata import LogMetadata, read_log
-from walog.log.position import Position, Record
+from walog.log.position import Position, Record, ledger_start
 from walog.log.records import iter_records
 from walog.metadata.layout import log_path
 
 log = get_logger(__name__)
 
 StartAt = Literal["earliest", "latest"] | Position
+ORIGIN = Position(0, 0, 0)
 LONG_POLL_SECONDS = 10.0
 """Longest single LAC long poll; a metadata change interrupts it earlier."""
 READ_BATCH_ENTRIES = 64
@@ -73,6 +78,10 @@ class AsyncLogReader:
         self._stale = False
         self._closed = False
         self._tail_wait: asyncio.Task[int] | None = None
+        # Ledgers only the archive holds, read before the listed ones; records before
+        # _archive_skip are dropped.
+        self._archived: collections.deque[ArchivedLedger] = collections.deque()
+        self._archive_skip: Position | None = None
         self._unwatch_log = self._store.watch(log_path(name), self._notify)
 
     # -- public ----------------------------------------------------------------------------
@@ -82,6 +91,8 @@ class AsyncLogReader:
         """The position of the next record this reader returns, when known."""
         if self._buffer:
             return self._buffer[0].position
+        if self._archived:
+            return max(ledger_start(self._archived[0].ledger_id), self._archive_skip or ORIGIN)
         if self._ledger_id is None:
             return None
         return Position(self._ledger_id, self._next_entry, 0)
@@ -97,7 +108,9 @@ class AsyncLogReader:
             raise RuntimeError("log reader is closed")
         deadline = None if timeout is None else self._loop.time() + timeout
         while not self._buffer:
-            if not await self._step(deadline):
+            if self._archived:
+                await self._read_archived()
+            elif not await self._step(deadline):
                 return None
         return self._buffer.popleft()
 
@@ -136,6 +149,8 @@ class AsyncLogReader:
     # -- positioning -----------------------------------------------------------------------
 
     async def _seek(self, start: StartAt) -> None:
+        if start != "latest" and await self._seek_archive(start):
+            return
         if isinstance(start, Position):
             self._check_not_truncated(start)
             await self._enter(start.ledger_id, start.entry_id)
@@ -157,6 +172,41 @@ class AsyncLogReader:
         await self._enter(last.ledger_id, 0)
         await self._open_current()
         self._next_entry = self._bound + 1
+
+    async def _seek_archive(self, start: Position | Literal["earliest"]) -> bool:
+        """Start in the archive when ``start`` was truncated and the archive holds it."""
+        gone = self._meta.truncated_through
+        if gone is None or (isinstance(start, Position) and start >= gone):
+            return False
+        if not archive_covers(self._meta):
+            return False  # records between the archive and the bookies are lost
+        archived = await asyncio.to_thread(archived_only, self._meta)
+        if not archived:
+            return False
+        if isinstance(start, Position):
+            if start < ledger_start(archived[0].ledger_id):
+                return False  # before the archive too: lost
+            archived = [a for a in archived if a.end > start]
+            self._archive_skip = start
+        self._archived.extend(archived)
+        if self._meta.ledgers:
+            await self._enter(self._meta.ledgers[0].ledger_id, 0)
+        return True
+
+    async def _read_archived(self) -> None:
+        """Buffer the records of the next ledger only the archive holds."""
+        ledger = self._archived.popleft()
+        location = self._meta.archive_location
+        assert location is not None
+        entries = await asyncio.to_thread(
+            archived_entries, location, ledger.ledger_id, 0, ledger.last_entry_id
+        )
+        skip = self._archive_skip
+        for entry in entries:
+            for slot, (timestamp, data) in enumerate(iter_records(entry.data)):
+                position = Position(entry.ledger_id, entry.entry_id, slot)
+                if skip is None or position >= skip:
+                    self._buffer.append(Record(position, data, timestamp))
 
     def _check_not_truncated(self, position: Position) -> None:
         gone = self._meta.truncated_through

@@ -19,6 +19,7 @@ from walog.log.ledgers import LOG_TAG, LedgerClientLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end
 from walog.log.retention import RetentionPolicy, retention_count, truncation_count
+from walog.log.sink import collect_sink_orphans
 
 log = get_logger(__name__)
 MEASURE_BATCH_ENTRIES = 256
@@ -186,6 +187,7 @@ async def enforce_retention(
     """
     await collect_orphans(client, name)
     await scan_orphans(client, name)
+    await collect_sink_orphans(client, name)
     meta = await refresh_closed(client, name)
     if policy.max_bytes is not None:
         sizes = {

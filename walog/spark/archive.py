@@ -228,7 +228,11 @@ class _Archiver:
             through = intent.through
             if meta.archived_through is not None:
                 through = max(through, meta.archived_through)
-            return meta.replace(archived_through=through, archive_intent=None)
+            return meta.replace(
+                archived_through=through,
+                archive_intent=None,
+                archive_location=str(self.root.resolve()),
+            )
 
         meta, _ = self._run(update_log(store, self.log, mutate))
         return meta.archived_through  # type: ignore[no-any-return]

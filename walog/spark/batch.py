@@ -12,6 +12,7 @@ reuses workers across tasks).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
 import concurrent.futures
@@ -31,6 +32,7 @@ from walog.client import Client
 from walog.errors import NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
+from walog.log.archived import archive_covers, archived_entries, archived_only
 from walog.log.metadata import read_log
 from walog.spark.arrow import record_batches
 from walog.spark.options import ReadOptions
@@ -61,7 +63,12 @@ def take_snapshot(client: Client, options: ReadOptions) -> LogSnapshot:
     async def snapshot() -> LogSnapshot:
         ctx = client.async_client
         meta, _ = await read_log(ctx.ctx.store, options.log)
-        spans: list[LedgerSpan] = []
+        # Ledgers archived and truncated come first, read from the archive's files.
+        archived = await asyncio.to_thread(archived_only, meta)
+        spans: list[LedgerSpan] = [
+            LedgerSpan(a.ledger_id, a.last_entry_id, closed=True, archive=meta.archive_location)
+            for a in archived
+        ]
         for info in meta.ledgers:
             if info.is_closed:
                 spans.append(LedgerSpan(info.ledger_id, info.last_entry_id, closed=True))
@@ -81,7 +88,8 @@ def take_snapshot(client: Client, options: ReadOptions) -> LogSnapshot:
                 spans.append(LedgerSpan(info.ledger_id, lac, closed=handle.is_closed))
             finally:
                 await handle.close()
-        return LogSnapshot(tuple(spans), meta.truncated_through)
+        gap = bool(archived) and not archive_covers(meta)
+        return LogSnapshot(tuple(spans), meta.truncated_through, archive_gap=gap)
 
     return client.loop_thread.run(snapshot())
 
@@ -173,8 +181,12 @@ def iter_entries(
 
     Reads are sized to about ``READ_BATCH_BYTES`` (at most ``batch_entries`` entries) at
     the entry sizes seen so far, so the entries held in memory stay bounded whatever their
-    size. Reads complete in any order; entries are yielded in entry order.
+    size. Reads complete in any order; entries are yielded in entry order. A range of a
+    ledger only the archive holds is read from the archive's files.
     """
+    if rng.archive is not None:
+        yield from archived_entries(rng.archive, rng.ledger_id, rng.first_entry, rng.last_entry)
+        return
     loop = client.loop_thread
     handle = loop.run(
         client.async_client.open_ledger(rng.ledger_id, recovery=False, password=password)

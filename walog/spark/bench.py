@@ -1,6 +1,7 @@
-"""Batch scan throughput of the ``walog`` data source on a local Spark.
+"""Batch scan and sink throughput of the ``walog`` data source on a local Spark.
 
-``walog bench`` calls :func:`scan_mb_s`; it can also run alone::
+``walog bench`` runs this module (:func:`scan_mb_s`, :func:`sink_mb_s`); it can also run
+alone::
 
     python -m walog.spark.bench --total-mb 64
 """
@@ -132,8 +133,59 @@ def scan_mb_s(
             session.stop()
 
 
+def _sink_seconds(spark: SparkSession, metadata_uri: str, count: int, record_bytes: int) -> float:
+    """Wall time of one batch write of ``count`` records into a fresh log (4 partitions)."""
+    from pyspark.sql import functions as F
+
+    frame = spark.range(count, numPartitions=4).select(
+        F.expr(f"CAST(repeat('x', {record_bytes}) AS BINARY)").alias("data")
+    )
+    log = f"spark-sink-{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    (
+        frame.write.format("walog")
+        .option("metadata", metadata_uri)
+        .option("log", log)
+        .option("ensembleSize", "3")
+        .option("writeQuorum", "2")
+        .option("ackQuorum", "2")
+        .mode("append")
+        .save()
+    )
+    return time.perf_counter() - started
+
+
+def sink_mb_s(
+    metadata_uri: str,
+    *,
+    total_mb: float = 64.0,
+    record_bytes: int = 4096,
+    spark: SparkSession | None = None,
+    master: str = "local[2]",
+    warmup: int = 1,
+    repeats: int = 2,
+) -> float:
+    """Batch sink throughput in MB/s: record payload bytes of a ``df.write.format("walog")``
+    job (4 tasks writing ledgers, then the commit linking them) per second of its wall time.
+    The fastest of ``repeats`` writes after ``warmup`` uncounted ones counts."""
+    count = max(1, int(total_mb * MB) // record_bytes)
+    session = spark or spark_session(master, "walog-sink-bench")
+    try:
+        register(session)
+        for _ in range(warmup):
+            _sink_seconds(session, metadata_uri, count, record_bytes)
+        best = 0.0
+        for _ in range(max(1, repeats)):
+            seconds = _sink_seconds(session, metadata_uri, count, record_bytes)
+            best = max(best, count * record_bytes / MB / seconds)
+        return best
+    finally:
+        if spark is None:
+            session.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the measured scan throughput."""
+    """Print the measured scan throughput, then the sink's (``--sink``)."""
     parser = argparse.ArgumentParser(prog="python -m walog.spark.bench")
     parser.add_argument("--metadata", default=None, help="cluster (default: a local one)")
     parser.add_argument("--log", default=None, help="log to scan (default: write one)")
@@ -142,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--warmup", type=int, default=2, help="uncounted scans first [2]")
     parser.add_argument("--repeats", type=int, default=3, help="counted scans, fastest wins [3]")
+    parser.add_argument("--sink", action="store_true", help="also time the sink (a cluster)")
     args = parser.parse_args(argv)
     rate = scan_mb_s(
         args.metadata,
@@ -156,6 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"spark batch scan: {rate:.1f} MB/s "
         f"(fastest of {args.repeats} scans after {args.warmup} warm-up scans)"
     )
+    if args.sink:
+        if args.metadata is None:
+            parser.error("--sink needs --metadata")
+        sink = sink_mb_s(args.metadata, total_mb=args.total_mb, record_bytes=args.record_bytes,
+                         master=args.master)  # fmt: skip
+        print(f"spark sink: {sink:.1f} MB/s (fastest of 2 writes after 1 warm-up write)")
     return 0
 
 
@@ -163,4 +222,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["fill_log", "scan_mb_s"]
+__all__ = ["fill_log", "scan_mb_s", "sink_mb_s"]

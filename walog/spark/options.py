@@ -1,4 +1,5 @@
-"""Options of the ``walog`` Spark data source, parsed and checked once on the driver.
+"""Options of the ``walog`` Spark data source (reads and the sink), parsed and checked once
+on the driver.
 
 Spark hands options over as a case-insensitive mapping of strings. Every bad value raises
 one ``ValueError`` naming the option and what it accepts.
@@ -9,7 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from walog.log.records import RecordBatch
+from walog.log.sink import DEFAULT_ORPHAN_GRACE
+from walog.log.writer import LedgerOptions, LogWriterConfig
 from walog.spark.plan import DEFAULT_MAX_ENTRIES_PER_PARTITION, Bound, parse_bound
+
+DEFAULT_MAX_ENTRY_BYTES = LogWriterConfig().max_entry_bytes
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -115,4 +123,137 @@ class ReadOptions:
         )
 
 
-__all__ = ["ReadOptions"]
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The sink's parsed options (plain data, pickled to executors).
+
+    Attributes:
+        metadata: metadata store URI (option ``metadata``, required).
+        log: the log written to (option ``log``, required; created when missing).
+        sink_id: ``sinkId``: batches of one sink id are linked at most once each.
+        batch_id: ``batchId``: a batch job's number for its ``sinkId`` (needs it).
+        serialize: ``serialize``: ``json`` writes whole rows as JSON; None needs ``data``.
+        link_order: ``linkOrder``: ``partition`` (default) links the tasks' ledgers in
+            partition order, copying on the driver those created out of that order;
+            ``written`` links them in the order they were created (never copies; each
+            partition's rows stay together and in order).
+        ledger: ``ensembleSize``, ``writeQuorum``, ``ackQuorum``, ``password``.
+        max_entry_bytes: ``maxEntryBytes``: records are packed into entries up to this.
+        orphan_grace: ``orphanGraceSeconds``: age after which an unlinked sink ledger of no
+            linked batch is deleted (a commit refuses ledgers older than half of it).
+        timeout: ``timeout``: seconds to wait for the metadata store.
+    """
+
+    metadata: str
+    log: str
+    sink_id: str | None = None
+    batch_id: int | None = None
+    serialize: str | None = None
+    link_order: str = "partition"
+    ledger: LedgerOptions = dataclasses.field(default_factory=LedgerOptions)
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    orphan_grace: float = DEFAULT_ORPHAN_GRACE
+    timeout: float = 10.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
+        """Parse Spark's option mapping (keys case-insensitive).
+
+        Raises:
+            ValueError: a required option is missing or a value is malformed.
+        """
+        lowered = {str(k).lower(): str(v) for k, v in options.items()}
+        for required in ("metadata", "log"):
+            if not lowered.get(required):
+                raise ValueError(
+                    f"the walog sink needs option {required!r}: "
+                    '.option("metadata", URI).option("log", NAME)'
+                )
+        sink_id = lowered.get("sinkid")
+        if sink_id is not None and not sink_id.strip():
+            raise ValueError("option sinkId is empty")
+        if streaming and sink_id is None:
+            raise ValueError(
+                "writeStream.format('walog') needs option 'sinkId': a name for this query's "
+                "output, kept across restarts, so each micro-batch is linked into the log once"
+            )
+        batch_id = None
+        if streaming and "batchid" in lowered:
+            raise ValueError("option batchId is for batch jobs; a stream numbers its own")
+        if not streaming and (sink_id is None) != ("batchid" not in lowered):
+            raise ValueError(
+                "options sinkId and batchId go together on a batch job: the log links "
+                "batch N of a sink id once, and only after every lower batch id"
+            )
+        if "batchid" in lowered:
+            raw = lowered["batchid"]
+            if not raw.strip().isdigit():
+                raise ValueError(f"option batchId={raw!r}: expected a whole number >= 0")
+            batch_id = int(raw)
+        serialize = lowered.get("serialize")
+        if serialize is not None and serialize.strip().lower() != "json":
+            raise ValueError(f"option serialize={serialize!r}: the one format is 'json'")
+        link_order = lowered.get("linkorder", "partition").strip().lower()
+        if link_order not in ("partition", "written"):
+            raise ValueError(
+                f"option linkOrder={lowered['linkorder']!r}: expected 'partition' or 'written'"
+            )
+        defaults = LedgerOptions()
+        ensemble = _positive_int(lowered, "ensembleSize", defaults.ensemble_size)
+        write_quorum = _positive_int(lowered, "writeQuorum", defaults.write_quorum)
+        ack_quorum = _positive_int(lowered, "ackQuorum", defaults.ack_quorum)
+        assert ensemble is not None and write_quorum is not None and ack_quorum is not None
+        max_entry = _positive_int(lowered, "maxEntryBytes", DEFAULT_MAX_ENTRY_BYTES)
+        assert max_entry is not None
+        RecordBatch(max_entry, 1)  # validates the bound
+        return cls(
+            metadata=lowered["metadata"],
+            log=lowered["log"],
+            sink_id=None if sink_id is None else sink_id.strip(),
+            batch_id=batch_id,
+            serialize=None if serialize is None else "json",
+            link_order=link_order,
+            ledger=LedgerOptions(
+                ensemble_size=ensemble,
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+                password=lowered.get("password", "").encode(),
+            ),
+            max_entry_bytes=max_entry,
+            orphan_grace=_positive_float(lowered, "orphanGraceSeconds", DEFAULT_ORPHAN_GRACE),
+            timeout=_positive_float(lowered, "timeout", 10.0),
+        )
+
+
+def check_columns(schema: StructType, options: WriteOptions) -> None:
+    """Refuse a DataFrame the sink cannot write, naming the offending columns.
+
+    Raises:
+        ValueError: no ``data`` column, ``data`` of another type, or other columns without
+            ``serialize=json``.
+    """
+    if options.serialize == "json":
+        return
+    names = [f.name for f in schema.fields]
+    extra = ", ".join(repr(n) for n in names if n != "data")
+    if "data" not in names:
+        raise ValueError(
+            f"the walog sink needs a column 'data' (binary or string); got {extra}: rename "
+            "the payload column to 'data', or set option serialize=json to write each row "
+            "as a JSON object"
+        )
+    if extra:
+        raise ValueError(
+            f"the walog sink writes one column 'data' (binary or string); "
+            f"{extra} would not be written: select only 'data', or set option "
+            "serialize=json to write each row as a JSON object"
+        )
+    kind = schema["data"].dataType
+    if not isinstance(kind, (BinaryType, StringType)):
+        raise ValueError(
+            f"column 'data' is {kind.simpleString()}; the walog sink writes binary or string "
+            "(cast it, or set option serialize=json)"
+        )
+
+
+__all__ = ["ReadOptions", "WriteOptions", "check_columns"]

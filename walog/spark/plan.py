@@ -55,11 +55,14 @@ class LedgerSpan:
         last_entry_id: its last entry when closed, else the last add confirmed captured at
             planning (-1: nothing readable).
         closed: whether the ledger is closed (its end cannot move any more).
+        archive: the archive location when only the archive holds the ledger (it was
+            archived and truncated), else None (read from the bookies).
     """
 
     ledger_id: int
     last_entry_id: int
     closed: bool
+    archive: str | None = None
 
     @property
     def end(self) -> Position:
@@ -69,10 +72,16 @@ class LedgerSpan:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LogSnapshot:
-    """What planning knows of a log: its ledgers oldest first, and what was truncated."""
+    """What planning knows of a log: its ledgers oldest first (those only the archive
+    holds first), and what was truncated.
+
+    ``archive_gap`` is set when truncation went past what the archive holds: records from
+    ``archived_through`` up to ``truncated_through`` are lost.
+    """
 
     spans: tuple[LedgerSpan, ...]
     truncated_through: Position | None = None
+    archive_gap: bool = False
 
     @property
     def earliest(self) -> Position:
@@ -103,6 +112,7 @@ class ReadRange:
     start: Position
     end: Position
     closed: bool
+    archive: str | None = None
 
     @property
     def entries(self) -> int:
@@ -126,7 +136,8 @@ def resolve(snapshot: LogSnapshot, bound: Bound) -> Position:
 def check_start(snapshot: LogSnapshot, start: Position, *, fail_on_data_loss: bool) -> Position:
     """Where reading from ``start`` really begins, given truncation.
 
-    A start before the first surviving record means records were lost: with
+    A start before the first record the bookies or the archive hold, or a read across
+    records truncated past the archive, means records were lost: with
     ``fail_on_data_loss`` that raises, otherwise reading skips to the first survivor.
 
     Raises:
@@ -137,10 +148,14 @@ def check_start(snapshot: LogSnapshot, start: Position, *, fail_on_data_loss: bo
     # Between truncated_through and the first listed ledger there never were records.
     if gone is None or start >= gone:
         return start
+    if start >= first and not snapshot.archive_gap:
+        return start  # truncated, but the archive holds it
     if fail_on_data_loss:
+        where = "the log now starts at" if start < first else "records are lost up to"
         raise DataLossError(
-            f"position {start} was truncated; the log now starts at {first} "
-            "(read from 'earliest', or set failOnDataLoss=false to skip the lost records)"
+            f"position {start} was truncated and is not in the archive; {where} "
+            f"{first if start < first else gone} (read from 'earliest', or set "
+            "failOnDataLoss=false to skip the lost records)"
         )
     return max(start, first)
 
@@ -173,7 +188,7 @@ def plan_ranges(
             last = min(last, end.entry_id - 1 if end.slot == 0 else end.entry_id)
         for lo in range(first, last + 1, max_entries):
             hi = min(last, lo + max_entries - 1)
-            ranges.append(ReadRange(span.ledger_id, lo, hi, start, end, span.closed))
+            ranges.append(ReadRange(span.ledger_id, lo, hi, start, end, span.closed, span.archive))
     return ranges
 
 

@@ -13,6 +13,7 @@ new query with that name (and no checkpoint) starts at the cursor.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -37,7 +38,6 @@ from walog.spark.batch import (
 )
 from walog.spark.options import ReadOptions
 from walog.spark.plan import (
-    LedgerSpan,
     LogSnapshot,
     advance_by_records,
     check_start,
@@ -74,12 +74,12 @@ def _with_end_confirmed(snapshot: LogSnapshot, end: Position) -> LogSnapshot:
     """
     bound = end.entry_id - 1 if end.slot == 0 else end.entry_id
     spans = tuple(
-        LedgerSpan(s.ledger_id, max(s.last_entry_id, bound), s.closed)
+        dataclasses.replace(s, last_entry_id=max(s.last_entry_id, bound))
         if s.ledger_id == end.ledger_id and not s.closed
         else s
         for s in snapshot.spans
     )
-    return LogSnapshot(spans, snapshot.truncated_through)
+    return dataclasses.replace(snapshot, spans=spans)
 
 
 class WalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -1,0 +1,66 @@
+"""Tiered reads: ledgers archived to Parquet and truncated are read back transparently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import walog
+from tests.spark.test_spark import Written, _append, _load, _open, _rows
+from walog.log.position import Position
+from walog.spark.archive import archive_log
+from walog.testing import LocalCluster
+
+pytestmark = pytest.mark.spark
+
+
+def _tiered_log(
+    spark: SparkSession, client: walog.Client, uri: str, name: str, root: Path
+) -> tuple[Written, Position]:
+    """A log whose first ledgers are only in the archive, followed by ledgers on bookies."""
+    retention = walog.RetentionPolicy(max_age=1e-6, require_archived=True)
+    log = _open(client, name, retention=retention)
+    with log.open_writer() as writer:
+        written = _append(writer, 30)
+    with log.open_writer() as writer:
+        archive_log(spark, uri, name, root, progress=False)
+        assert log.enforce_retention() >= 2
+        written += _append(writer, 12, tag="later")
+    meta = log.metadata()
+    assert meta.truncated_through is not None and meta.archive_location == str(root.resolve())
+    return written, meta.truncated_through
+
+
+def test_every_reader_reads_across_the_archive_bookie_boundary_with_the_same_positions(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    uri = cluster.metadata_uri
+    with walog.connect(uri) as client:
+        written, truncated = _tiered_log(spark, client, uri, log_name, tmp_path / "archive")
+        assert written[0][0] < truncated < written[-1][0]
+        log = client.open_log(log_name)
+        mid = len(written) // 3
+        for start, expected in (("earliest", written), (written[mid][0], written[mid:])):
+            with log.open_reader(start) as reader:
+                got = [reader.read_next(timeout=10) for _ in expected]
+                assert [(r.position, r.data) for r in got if r] == expected
+                assert reader.read_next(timeout=0.2) is None
+        with pytest.raises(walog.DataLossError, match="truncated"):
+            log.open_reader(Position(0, 0, 0))
+    assert _rows(_load(spark, uri, log_name)) == written
+    assert _rows(_load(spark, uri, log_name, startPosition=written[mid][0])) == written[mid:]
+    with pytest.raises(Exception, match="not in the archive"):
+        _load(spark, uri, log_name, startPosition="0:0:0").collect()
+    lossy = _load(spark, uri, log_name, startPosition="0:0:0", failOnDataLoss="false")
+    assert _rows(lossy) == written
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = (
+        spark.readStream.format("walog").option("metadata", uri).option("log", log_name)
+        .option("maxRecordsPerTrigger", "10").load()
+        .writeStream.format("parquet").option("path", str(out))
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )  # fmt: skip
+    assert query.awaitTermination(180) and query.exception() is None
+    assert sorted(_rows(spark.read.parquet(str(out)))) == written

@@ -1,0 +1,143 @@
+"""Reading archived ledgers back: the records truncation removed from the bookies.
+
+The archive job (``walog.spark.archive``) writes each closed ledger whole to
+``ROOT/ledger=<id>/*.parquet`` (columns ``ledger_id, entry_id, slot, timestamp, data``),
+advances the log's ``archived_through`` and records ``ROOT`` as its ``archive_location``.
+Ledgers archived and then truncated are read from there: the files are turned back into
+the ledger's entries (records in slot order), so every reader handles them like entries
+read from bookies, with the same positions.
+
+Archiving moves through the ledger list in order from its first run on, so the archived
+ledgers cover every record from the first of them up to ``archived_through``. Records that
+are neither there nor on the bookies (truncated before archiving began, or truncated past
+``archived_through`` by hand) are lost.
+
+Needs ``pyarrow`` (the ``spark`` extra), imported only when an archive is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from typing import Any
+
+from walog.ledger.entry import Entry
+from walog.log.metadata import LogMetadata
+from walog.log.position import Position, ledger_end, ledger_start
+from walog.log.records import encode_records
+
+LEDGER_DIR_PREFIX = "ledger="
+_TICKS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArchivedLedger:
+    """A ledger held by the archive only: entries ``0..last_entry_id``."""
+
+    ledger_id: int
+    last_entry_id: int
+
+    @property
+    def end(self) -> Position:
+        """The first position after its records."""
+        return ledger_end(self.ledger_id, self.last_entry_id)
+
+
+def _parquet() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise RuntimeError(
+            "reading archived records needs pyarrow: pip install 'walog[spark]'"
+        ) from exc
+    return pq
+
+
+def _ledger_dir(location: str, ledger_id: int) -> str:
+    return os.path.join(location, f"{LEDGER_DIR_PREFIX}{ledger_id}")
+
+
+def _table(location: str, ledger_id: int, columns: list[str] | None = None) -> Any:
+    pq = _parquet()
+    files = sorted(
+        os.path.join(_ledger_dir(location, ledger_id), name)
+        for name in os.listdir(_ledger_dir(location, ledger_id))
+        if name.endswith(".parquet")
+    )
+    import pyarrow as pa
+
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    return pa.concat_tables(tables) if tables else None
+
+
+def archived_only(meta: LogMetadata) -> list[ArchivedLedger]:
+    """The ledgers of log ``meta`` that only the archive holds, oldest first.
+
+    Those below the first listed ledger with a directory in the archive, ending at or
+    before ``archived_through``; [] without an archive.
+    """
+    location = meta.archive_location
+    if location is None or meta.archived_through is None or not os.path.isdir(location):
+        return []
+    first = meta.ledgers[0].ledger_id if meta.ledgers else None
+    ids = sorted(
+        int(name[len(LEDGER_DIR_PREFIX) :])
+        for name in os.listdir(location)
+        if name.startswith(LEDGER_DIR_PREFIX) and name[len(LEDGER_DIR_PREFIX) :].isdigit()
+    )
+    out: list[ArchivedLedger] = []
+    for ledger_id in ids:
+        if first is not None and ledger_id >= first:
+            break
+        if ledger_start(ledger_id) >= meta.archived_through:
+            break
+        table = _table(location, ledger_id, ["entry_id"])
+        if table is None or table.num_rows == 0:
+            continue
+        import pyarrow.compute as pc
+
+        out.append(ArchivedLedger(ledger_id, int(pc.max(table.column("entry_id")).as_py())))
+    return out
+
+
+def archive_covers(meta: LogMetadata) -> bool:
+    """True when nothing was truncated past the archive: every record before the first
+    listed ledger and after the first archived one is in the archive."""
+    gone = meta.truncated_through
+    return gone is None or (meta.archived_through is not None and meta.archived_through >= gone)
+
+
+def archived_entries(location: str, ledger_id: int, first: int, last: int) -> list[Entry]:
+    """Entries ``first..last`` of an archived ledger, rebuilt from its records."""
+    table = _table(location, ledger_id, ["entry_id", "slot", "timestamp", "data"])
+    if table is None:
+        return []
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keep = pc.and_(
+        pc.greater_equal(table.column("entry_id"), first),
+        pc.less_equal(table.column("entry_id"), last),
+    )
+    table = table.filter(keep).sort_by([("entry_id", "ascending"), ("slot", "ascending")])
+    entry_ids = table.column("entry_id").to_pylist()
+    # Spark writes the timestamps in whatever unit its Parquet settings say.
+    per_second = _TICKS_PER_SECOND[table.schema.field("timestamp").type.unit]
+    ticks = table.column("timestamp").cast(pa.int64()).to_pylist()
+    data = table.column("data").to_pylist()
+    entries: list[Entry] = []
+    rows = zip(entry_ids, ticks, data, strict=True)
+    for entry_id, group in itertools.groupby(rows, key=lambda row: row[0]):
+        records = [(ts / per_second, bytes(payload)) for _, ts, payload in group]
+        entries.append(Entry(ledger_id, entry_id, encode_records(records)))
+    return entries
+
+
+__all__ = [
+    "LEDGER_DIR_PREFIX",
+    "ArchivedLedger",
+    "archive_covers",
+    "archived_entries",
+    "archived_only",
+]
