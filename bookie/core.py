@@ -129,6 +129,12 @@ class BookieCore:
         self.checkpoint_listeners: list[Callable[[int], None]] = []
         #: Called on the loop when a checkpoint failed to write the entry logs or index.
         self.failure_listeners: list[Callable[[], None]] = []
+        #: Called on the loop with ``(ledger id, entry id)`` of a stored copy found damaged.
+        self.damage_listeners: list[Callable[[int, int], None]] = []
+        self.damaged_entries: dict[int, set[int]] = {}
+        """Stored copies found damaged by a read since start, by ledger: never served, and
+        replaced by the next add of the same entry (a copy re-replicated here) instead of
+        being kept as a duplicate."""
         self.checkpoint_failure: StorageIOError | None = None
         """The error of the last checkpoint if it failed (entry log or index write: a full
         or failing disk); cleared by the next checkpoint that succeeds. Meanwhile plain adds
@@ -439,6 +445,8 @@ class BookieCore:
         return state, Status.OK
 
     def _has_entry(self, state: LedgerState, entry_id: int) -> bool:
+        if entry_id in self.damaged_entries.get(state.ledger_id, ()):
+            return False  # a damaged copy: the new one replaces it
         if self._cached(state.ledger_id, entry_id) is not None:
             return True
         if entry_id > state.last_entry_id or self._storage is None:
@@ -564,6 +572,8 @@ class BookieCore:
             run, damaged = await loop.run_in_executor(
                 self._readers, self._storage.read_run, ledger_id, entry_id, last, budget
             )
+            if damaged and len(run) < last - entry_id + 1:
+                self._note_damage(ledger_id, entry_id + len(run))
             for record in run:
                 if records and size + len(record.data) > max_bytes:
                     damaged = False
@@ -579,6 +589,14 @@ class BookieCore:
         if not records:
             return (Status.IO_ERROR if damaged else Status.NO_SUCH_ENTRY), []
         return Status.OK, records
+
+    def _note_damage(self, ledger_id: int, entry_id: int) -> None:
+        damaged = self.damaged_entries.setdefault(ledger_id, set())
+        if entry_id in damaged or self._cached(ledger_id, entry_id) is not None:
+            return
+        damaged.add(entry_id)
+        for listener in self.damage_listeners:
+            listener(ledger_id, entry_id)
 
     def _unknown(self, ledger_id: int) -> Status:
         """The answer for a ledger without state: absent, unless its rows are damaged."""
@@ -699,9 +717,22 @@ class BookieCore:
                     for ledger_id in dirty
                     if ledger_id in self._states
                 }
+                # Re-replicated copies of entries whose stored copy is damaged: their rows
+                # are overwritten (a plain checkpoint keeps a row that exists).
+                replace = {
+                    (ledger_id, entry_id)
+                    for ledger_id, entries in frozen.ledgers.items()
+                    for entry_id in self.damaged_entries.get(ledger_id, ()) & entries.keys()
+                }
                 written = await loop.run_in_executor(
-                    self._writer, storage.checkpoint, _sorted_entries(frozen), states, mark
+                    self._writer,
+                    functools.partial(storage.checkpoint, replace=replace),
+                    _sorted_entries(frozen),
+                    states,
+                    mark,
                 )
+                for ledger_id, entry_id in replace:
+                    self.damaged_entries[ledger_id].discard(entry_id)
             except BaseException as exc:
                 # Nothing was committed: the next checkpoint takes these again.
                 for ledger_id, entries in frozen.ledgers.items():
@@ -773,6 +804,7 @@ class BookieCore:
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
                 self._damaged.discard(ledger_id)
+                self.damaged_entries.pop(ledger_id, None)
                 self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
                 self._cache.drop_ledger(ledger_id)
                 self._dirty.discard(ledger_id)

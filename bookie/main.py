@@ -19,7 +19,7 @@ import re
 import signal
 import ssl
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -37,13 +37,13 @@ from bookie.http import MetricsServer
 from bookie.logging import configure_logging
 from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
+from bookie.notices import DamageReports, DrainMark
 from bookie.registration import Registration
 from bookie.server import BookieServer
 from walog._version import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
-from walog.metadata.layout import decommission_path
 from walog.metadata.store import MetadataStore
 
 log = structlog.get_logger("bookie")
@@ -325,7 +325,7 @@ async def _serve(
         core.read_only_reason = reason  # adds are refused first, then clients are told
         await registration.set_read_only(reason is not None)
 
-    retiring = _DrainMark(store, config.bookie_id)
+    retiring = DrainMark(store, config.bookie_id)
     disks = DiskMonitor(
         (config.data_dir, config.journal_path),
         config.disk_thresholds(),
@@ -339,6 +339,8 @@ async def _serve(
     # once, not at the next measurement.
     core.journal.listeners.append(lambda _report, error: disks.wake() if error else None)
     core.failure_listeners.append(disks.wake)
+    damage_reports = DamageReports(store, config.bookie_id)
+    core.damage_listeners.append(damage_reports.report)
     await disks.check()  # a bookie that starts on a full disk registers read-only
     await server.start()
     metrics: MetricsServer | None = None
@@ -407,50 +409,6 @@ def _reload_secrets(server: BookieServer, config: BookieConfig) -> None:
             log.error("TLS files not reloaded; the certificate in force stays", error=str(exc))
         else:
             log.info("TLS certificate reloaded; new connections get it")
-
-
-class _DrainMark:
-    """Follows this bookie's decommission mark (``walog bookie decommission``): while it
-    exists the bookie is read-only, so writers move their ledgers elsewhere."""
-
-    def __init__(self, store: MetadataStore, bookie_id: str) -> None:
-        self._store = store
-        self._path = decommission_path(bookie_id)
-        self.reason: str | None = None
-        self.on_change: Callable[[], None] = lambda: None
-        self._cancel: Callable[[], None] | None = None
-        self._checks: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        await self._check()
-        loop = asyncio.get_running_loop()
-
-        def changed() -> None:  # on the store's thread
-            loop.call_soon_threadsafe(self._spawn)
-
-        self._cancel = self._store.watch(self._path, changed)
-
-    def _spawn(self) -> None:
-        task = asyncio.ensure_future(self._check())
-        self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
-
-    async def _check(self) -> None:
-        try:
-            marked = await self._store.exists(self._path) is not None
-        except WalogError as exc:
-            log.warning("decommission mark not read", error=str(exc))
-            return
-        reason = "decommissioning: drained by 'walog bookie decommission'" if marked else None
-        if reason != self.reason:
-            self.reason = reason
-            self.on_change()
-
-    def stop(self) -> None:
-        if self._cancel is not None:
-            self._cancel()
-        for task in self._checks:
-            task.cancel()
 
 
 async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:

@@ -31,7 +31,7 @@ import fcntl
 import json
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -372,11 +372,15 @@ class EntryStorage:
         entries: Iterable[tuple[int, int, CachedEntry]],
         states: dict[int, bytes],
         mark: JournalMark,
+        *,
+        replace: Collection[tuple[int, int]] = (),
     ) -> int:
         """Append ``entries`` to entry logs, fsync them, then commit index rows, ledger
         rows (state + index summary) and ``mark`` in one transaction. Every ledger with
-        entries must be in ``states`` or already stored. Returns the entries written."""
-        return self._write(entries, states, mark, repoint=False)
+        entries must be in ``states`` or already stored. A row that exists is kept (a
+        duplicate), except for the ``(ledger, entry)`` in ``replace``: new copies of
+        entries whose stored copy is damaged. Returns the entries written."""
+        return self._write(entries, states, mark, repoint=False, replace=replace)
 
     def _write(
         self,
@@ -385,6 +389,7 @@ class EntryStorage:
         mark: JournalMark,
         *,
         repoint: bool,
+        replace: Collection[tuple[int, int]] = (),
     ) -> int:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
@@ -424,7 +429,7 @@ class EntryStorage:
             if not repoint and ledger_id not in states and ledger_id not in self._rows:
                 raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
         try:
-            self._commit(rows, live, states, mark, repoint=repoint)
+            self._commit(rows, live, states, mark, repoint=repoint, replace=replace)
         except lmdb.Error as exc:
             raise StorageIOError(f"index commit failed: {exc}") from exc
         return written
@@ -437,6 +442,7 @@ class EntryStorage:
         mark: JournalMark,
         *,
         repoint: bool,
+        replace: Collection[tuple[int, int]] = (),
     ) -> None:
         new_rows: dict[int, LedgerRow] = {}
         ledgers_census = self._ledgers_census
@@ -447,6 +453,10 @@ class EntryStorage:
                 # A key already present (a duplicate) keeps its row and is not counted;
                 # a compaction repoints existing rows without changing any count.
                 _, added[ledger_id] = cursor.putmulti(ledger_rows, overwrite=repoint)
+                if replace:
+                    for key, value in ledger_rows:
+                        if (ledger_id, _entry_id(key)) in replace:
+                            cursor.put(key, value, overwrite=True)
             live_docs, logs_census = self._put_live(txn, live)
             for ledger_id in states.keys() | (added.keys() if not repoint else set()):
                 old = self._rows.get(ledger_id)

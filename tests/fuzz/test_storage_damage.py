@@ -116,5 +116,6 @@ def test_entry_log_bit_flips_are_caught_never_served(pristine: Pristine) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_entry_log_bit_flips_are_caught_never_served_many(pristine: Pristine) -> None:
     _entry_log_bit_flips(pristine, 2000)

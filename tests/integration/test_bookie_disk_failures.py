@@ -56,10 +56,14 @@ def _restart_and_check(bookie: BookieProcess, metadata: str, acked: list[int], s
 def _assert_read_only(bookie: BookieProcess, metadata: str) -> None:
     assert info(bookie).read_only
     with walog.connect(metadata) as client:
+        # The switch makes the new record before it removes the old one: wait for both.
         wait_until(
-            lambda: client.read_only_bookies() == [bookie.bookie_id], "read-only registration"
+            lambda: (
+                client.read_only_bookies() == [bookie.bookie_id]
+                and bookie.bookie_id not in client.bookies()
+            ),
+            "read-only registration",
         )
-        assert bookie.bookie_id not in client.bookies()
 
 
 def test_eio_on_journal_sync_acks_nothing_after_it_and_restart_keeps_every_acked_entry(
@@ -139,9 +143,10 @@ def test_eio_on_a_journal_during_a_pipelined_write_loses_nothing_and_the_writer_
                     writer.close()
                     writer = client.create_ledger(3, 3, 2)
                 with writer:
-                    futures = [writer.append_async(_payload(i)) for i in range(5000)]
-                    futures[999].result(timeout=60)
-                    switch.on()
+                    futures = [writer.append_async(_payload(i)) for i in range(1000)]
+                    futures[-1].result(timeout=60)
+                    switch.on()  # the next 4000, pipelined, meet a failing journal
+                    futures += [writer.append_async(_payload(i)) for i in range(1000, 5000)]
                     assert [f.result(timeout=60) for f in futures] == list(range(5000))
                     assert failing.bookie_id not in writer.metadata.ensembles[-1][1]
                 _assert_read_only(failing, cluster.metadata_uri)

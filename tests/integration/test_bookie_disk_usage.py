@@ -97,9 +97,15 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         assert moved_at > 0, "the small bookie took no entry before it filled up"
         assert used_share(disk) > 0.5
 
-        # Read-only: announced so, shown by Info and the metrics, no longer offered.
-        assert client.read_only_bookies() == [small.bookie_id]
-        assert small.bookie_id not in client.bookies()
+        # Read-only: announced so, shown by Info and the metrics, no longer offered. (The
+        # switch makes the new record before it removes the old one: wait for both.)
+        wait_until(
+            lambda: (
+                client.read_only_bookies() == [small.bookie_id]
+                and small.bookie_id not in client.bookies()
+            ),
+            "announced read-only",
+        )
         modes = _walog_bookies(cluster.metadata_uri, capsys)
         assert modes.pop(small.bookie_id) == "read-only"
         assert sorted(modes.items()) == [(b, "available") for b in sorted(cluster.bookie_ids)]
@@ -131,8 +137,10 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         # Below the low-water mark again: writable by itself, announced as available.
         ballast.unlink()
         assert used_share(disk) < 0.4
-        wait_until(lambda: small.bookie_id in client.bookies(), "the bookie is available again")
-        assert client.read_only_bookies() == []
+        wait_until(
+            lambda: small.bookie_id in client.bookies() and client.read_only_bookies() == [],
+            "the bookie is available again",
+        )
         assert _walog_bookies(cluster.metadata_uri, capsys)[small.bookie_id] == "available"
         assert not info(small).read_only
         assert _metric(metrics_port, "walog_bookie_read_only") == 0

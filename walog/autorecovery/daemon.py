@@ -23,37 +23,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import time
 from collections.abc import Callable
 
 from walog._log import get_logger
-from walog.autorecovery.replicate import Report, recover
-from walog.autorecovery.rules import damaged_fragments, lost_bookies
+from walog.autorecovery.replicate import Report, copy_entries, master_key_for, recover
+from walog.autorecovery.rules import damaged_fragments, lost_bookies, shares_to_check
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.context import LedgerContext
 from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.metadata.election import elect
-from walog.metadata.layout import LEDGERS
+from walog.metadata.layout import (
+    LEDGERS,
+    UNDER_REPLICATED,
+    repair_lock_path,
+    under_replicated_path,
+)
 from walog.metadata.store import NodeExistsError, NodeNotFoundError
 
 _log = get_logger("walog.autorecovery")
 
 AUDITOR_ELECTION = "autorecovery-auditor"
-UNDER_REPLICATED = "/underreplication/ledgers"
-LOCKS = "/underreplication/locks"
-
-
-def under_replicated_path(ledger_id: int) -> str:
-    """The record of a ledger published for repair."""
-    return f"{UNDER_REPLICATED}/{ledger_id}"
-
-
-def lock_path(ledger_id: int) -> str:
-    """The liveness-bound lock of a ledger's repair."""
-    return f"{LOCKS}/{ledger_id}"
 
 
 async def audit(
@@ -224,11 +218,35 @@ class Daemon:
         finally:
             cancel()
 
+    async def _replace_damaged(self, ledger_id: int, bookies: set[str], report: Report) -> None:
+        """Copy the shares of ``bookies`` (which found a damaged copy of an entry of the
+        ledger) back to them from the other bookies: a bookie takes a copy of an entry it
+        found damaged in place of the damaged one, and keeps the others it holds."""
+        try:
+            metadata, _ = await self._ctx.read_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return
+        key = master_key_for(metadata, self._passwords)
+        for share in shares_to_check(metadata, bookies):
+            if key is None:
+                report.unrepairable.append((share, "no given password matches the ledger's"))
+                continue
+            for index in share.lost:
+                damage = dataclasses.replace(share, lost=(index,))
+                try:
+                    await copy_entries(
+                        self._ctx, metadata, damage, index, share.ensemble[index], key
+                    )
+                except WalogError as exc:
+                    report.unrepairable.append((damage, str(exc)))
+                else:
+                    report.refilled.append(damage)
+
     async def _take(self, ledger_id: int) -> None:
         """Repair one published ledger if no other daemon holds its lock."""
         store = self._ctx.store
         try:
-            await store.register(lock_path(ledger_id), self.daemon_id.encode())
+            await store.register(repair_lock_path(ledger_id), self.daemon_id.encode())
         except NodeExistsError:
             return  # another daemon repairs it
         try:
@@ -236,7 +254,8 @@ class Daemon:
                 raw, _ = await store.get(under_replicated_path(ledger_id))
             except NodeNotFoundError:
                 return  # repaired meanwhile by the lock's previous holder
-            lost = set(json.loads(raw).get("lost", []))
+            doc = json.loads(raw)
+            lost = set(doc.get("lost", []))
             started = time.monotonic()
             report = await recover(
                 self._ctx,
@@ -245,21 +264,16 @@ class Daemon:
                 ledgers={ledger_id},
                 placement=self._placement,
             )
+            damaged_on = set(doc.get("damaged_on", []))
+            if damaged_on:
+                await self._replace_damaged(ledger_id, damaged_on, report)
             self._on_report(report, time.monotonic() - started)
             if not report.unrepairable:
                 self.repaired_ledgers.append(ledger_id)
                 with contextlib.suppress(NodeNotFoundError):
                     await store.delete(under_replicated_path(ledger_id))
         finally:
-            await store.unregister(lock_path(ledger_id))
+            await store.unregister(repair_lock_path(ledger_id))
 
 
-__all__ = [
-    "AUDITOR_ELECTION",
-    "LOCKS",
-    "UNDER_REPLICATED",
-    "Daemon",
-    "audit",
-    "lock_path",
-    "under_replicated_path",
-]
+__all__ = ["AUDITOR_ELECTION", "Daemon", "audit"]

@@ -7,6 +7,8 @@ JSON documents, one per record. Paths:
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
 - ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
 - ``/bookies/decommissioning/<id>`` a bookie being drained (``walog bookie decommission``)
+- ``/underreplication/ledgers/<id>`` a ledger to repair (walog/autorecovery/daemon.py)
+- ``/underreplication/locks/<id>``  liveness-bound lock of a ledger's repair
 - ``/bookies/cookies/<id>``         a bookie's cookie (bookie/cookie.py)
 - counter ``ledger-ids``            source of new ledger ids
 """
@@ -26,6 +28,8 @@ LOGS = "/logs"
 AVAILABLE_BOOKIES = "/bookies/available"
 READ_ONLY_BOOKIES = "/bookies/readonly"
 DECOMMISSIONING = "/bookies/decommissioning"
+UNDER_REPLICATED = "/underreplication/ledgers"
+REPAIR_LOCKS = "/underreplication/locks"
 COOKIES = "/bookies/cookies"
 LEDGER_ID_COUNTER = "ledger-ids"
 
@@ -80,6 +84,18 @@ def read_only_bookie_path(bookie_id: str) -> str:
 def decommission_path(bookie_id: str) -> str:
     """Path of the mark of a bookie being drained: it takes no new adds while it exists."""
     return f"{DECOMMISSIONING}/{bookie_id}"
+
+
+def under_replicated_path(ledger_id: int) -> str:
+    """The record of a ledger published for repair: JSON ``{"lost": [bookie ids]}`` (by
+    the auditor) or ``{"damaged_on": [bookie ids]}`` (by a bookie that found a damaged
+    copy of one of its entries)."""
+    return f"{UNDER_REPLICATED}/{ledger_id}"
+
+
+def repair_lock_path(ledger_id: int) -> str:
+    """The liveness-bound lock of a ledger's repair."""
+    return f"{REPAIR_LOCKS}/{ledger_id}"
 
 
 def cookie_path(bookie_id: str) -> str:
@@ -168,6 +184,8 @@ __all__ = [
     "LEDGER_ID_COUNTER",
     "LOGS",
     "READ_ONLY_BOOKIES",
+    "REPAIR_LOCKS",
+    "UNDER_REPLICATED",
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
@@ -178,4 +196,6 @@ __all__ = [
     "log_path",
     "read_only_bookie_path",
     "registered_rack",
+    "repair_lock_path",
+    "under_replicated_path",
 ]
