@@ -443,20 +443,14 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         CliError: a TLS or token file is missing or unreadable (status 2).
     """
-    from walog.transport.credentials import TlsConfig
+    from walog.transport.credentials import credentials_from_files
 
-    tls = None
-    if args.tls_ca or args.tls_cert or args.tls_key:
-        try:
-            tls = TlsConfig(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
-        except ValueError as exc:
-            raise CliError(str(exc), 2) from None
-    token = None
-    if args.auth_token_file is not None:
-        try:
-            token = args.auth_token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise CliError(f"--auth-token-file {args.auth_token_file}: {exc.strerror}", 2) from None
+    try:
+        tls, token = credentials_from_files(
+            args.tls_ca, args.tls_cert, args.tls_key, args.auth_token_file
+        )
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
     return {"timeout": args.timeout, "tls": tls, "auth_token": token}
 
 

@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,8 +41,9 @@ def bookie(tmp_path: Path) -> Iterator[tuple[BookieProcess, Path]]:
         process.stop_quietly()
 
 
-async def _write(uri: str, token: str) -> None:
-    async with await aio.connect(uri, auth_token=token, config=CONFIG) as client:
+async def _write(uri: str, **credentials: Any) -> None:
+    # A fresh client each time: new connections are the ones that meet the new secrets.
+    async with await aio.connect(uri, config=CONFIG, **credentials) as client:
         writer = await client.create_ledger(1, 1, 1)
         await writer.append(b"entry")
         await writer.close()
@@ -52,24 +54,24 @@ async def test_old_token_works_through_the_grace_period_then_is_refused(
 ) -> None:
     process, token_file = bookie
     uri = process.metadata
-    await _write(uri, "old-s3cret")
+    await _write(uri, auth_token="old-s3cret")
     token_file.write_text("new-s3cret\n")
     process.signal(signal.SIGHUP)
     rotated = time.monotonic()
     deadline = rotated + 10
     while time.monotonic() < deadline:  # the bookie takes the signal in a moment
         try:
-            await _write(uri, "new-s3cret")
+            await _write(uri, auth_token="new-s3cret")
             break
         except UnauthorizedError:
             continue
-    await _write(uri, "old-s3cret")  # within the grace period
+    await _write(uri, auth_token="old-s3cret")  # within the grace period
     assert time.monotonic() - rotated < GRACE_S
     while time.monotonic() - rotated < GRACE_S + 0.5:
-        await _write(uri, "new-s3cret")  # the new token works throughout
+        await _write(uri, auth_token="new-s3cret")  # the new token works throughout
     with pytest.raises(UnauthorizedError):
-        await _write(uri, "old-s3cret")
-    await _write(uri, "new-s3cret")
+        await _write(uri, auth_token="old-s3cret")
+    await _write(uri, auth_token="new-s3cret")
     log = process.log()
     assert "auth token rotated" in log
     assert "s3cret" not in log
@@ -90,14 +92,14 @@ async def test_sighup_reloads_the_tls_certificate_for_new_connections(tmp_path: 
     try:
         process.start().wait_ready()
         uri = process.metadata
-        await _write_tls(uri, TlsConfig(ca=old / "ca.pem"))
+        await _write(uri, tls=TlsConfig(ca=old / "ca.pem"))
         for name in ("server.pem", "server.key"):
             shutil.copy(new / name, live / name)
         process.signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
         while True:  # the bookie takes the signal in a moment
             try:
-                await _write_tls(uri, TlsConfig(ca=new / "ca.pem"))
+                await _write(uri, tls=TlsConfig(ca=new / "ca.pem"))
                 break
             except BookieError:
                 if time.monotonic() > deadline:
@@ -105,11 +107,3 @@ async def test_sighup_reloads_the_tls_certificate_for_new_connections(tmp_path: 
         assert "TLS certificate reloaded" in process.log()
     finally:
         process.stop_quietly()
-
-
-async def _write_tls(uri: str, tls: TlsConfig) -> None:
-    # A fresh client: new connections are the ones that get the new certificate.
-    async with await aio.connect(uri, tls=tls, config=CONFIG) as client:
-        writer = await client.create_ledger(1, 1, 1)
-        await writer.append(b"entry")
-        await writer.close()

@@ -87,18 +87,14 @@ class BookieAccess:
         Raises:
             ValueError: a file is missing or unreadable (named).
         """
-        from walog.transport.credentials import TlsConfig
+        from walog.transport.credentials import credentials_from_files
 
-        tls = None
-        if self.tls_ca or self.tls_cert:
-            tls = TlsConfig(ca=self.tls_ca, cert=self.tls_cert, key=self.tls_key)
-        token = None
-        if self.auth_token_file is not None:
-            try:
-                with open(self.auth_token_file, encoding="utf-8") as f:
-                    token = f.read().strip()
-            except OSError as exc:
-                raise ValueError(f"option authTokenFile={self.auth_token_file}: {exc}") from exc
+        try:
+            tls, token = credentials_from_files(
+                self.tls_ca, self.tls_cert, self.tls_key, self.auth_token_file
+            )
+        except ValueError as exc:  # parse() paired cert and key: the token file failed
+            raise ValueError(f"option authTokenFile={self.auth_token_file}: {exc}") from exc
         return {"tls": tls, "auth_token": token}
 
 

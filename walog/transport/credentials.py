@@ -73,4 +73,31 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-__all__ = ["TlsConfig", "auth_metadata"]
+def credentials_from_files(
+    tls_ca: str | Path | None = None,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+    auth_token_file: str | Path | None = None,
+) -> tuple[TlsConfig | None, str | None]:
+    """The ``tls`` and ``auth_token`` of ``walog.connect`` from file paths, as the CLI and
+    the Spark options name them (None where no file is given).
+
+    Raises:
+        ValueError: cert without key (or the reverse), or the token file cannot be read
+            (naming it).
+    """
+    tls = None
+    if tls_ca or tls_cert or tls_key:
+        tls = TlsConfig(ca=tls_ca, cert=tls_cert, key=tls_key)
+    token = None
+    if auth_token_file is not None:
+        try:
+            token = Path(auth_token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read the token file {auth_token_file}: {exc.strerror}"
+            ) from exc
+    return tls, token
+
+
+__all__ = ["TlsConfig", "auth_metadata", "credentials_from_files"]
