@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from walog._log import get_logger
+from walog.errors import WalogError
 from walog.log.log import AsyncLog
 from walog.log.metadata import SnapshotInfo
 from walog.log.position import Position
@@ -23,6 +24,14 @@ from walog.recipes.snapshots import (
 )
 
 log = get_logger(__name__)
+
+# Restores in a row that may find their snapshot dropped by a newer one (each retry reads
+# a list that has moved on, so more than a few means snapshots are taken absurdly often).
+RESTORE_ATTEMPTS = 8
+
+
+class SnapshotChurnError(WalogError):
+    """Every restore attempt found its snapshot deleted by a newer one meanwhile."""
 
 
 class SnapshotKeeper:
@@ -110,22 +119,45 @@ class SnapshotKeeper:
     async def restore_newest(self, newer_than: Position | None) -> Position | None:
         """Restore the newest valid snapshot past ``newer_than``; return its position, or
         None when there is none. A corrupt one is skipped for the one before it, with one
-        warning line."""
-        meta = await self._log.metadata()
-        for info in restore_order(meta.snapshots):
+        warning line. One that another node dropped while this node read the list (its
+        ledger or file deleted) is not corrupt: the list is read again, and the newer
+        snapshot that replaced it is restored instead."""
+        for _ in range(RESTORE_ATTEMPTS):
+            meta = await self._log.metadata()
+            restored, dropped = await self._restore_from(meta.snapshots, newer_than)
+            if not dropped:
+                return restored
+        raise SnapshotChurnError(
+            f"log {self._log.name!r}: the snapshot list changed under each of "
+            f"{RESTORE_ATTEMPTS} restores in a row"
+        )
+
+    async def _restore_from(
+        self, snapshots: tuple[SnapshotInfo, ...], newer_than: Position | None
+    ) -> tuple[Position | None, bool]:
+        """Restore the newest valid one of ``snapshots``: (its position or None, whether a
+        snapshot was found dropped from the log's list meanwhile)."""
+        for info in restore_order(snapshots):
             if newer_than is not None and info.position <= newer_than:
                 break
             try:
                 data = await self._store_for(info).load(info)
-            except CorruptSnapshotError as exc:
+            except (WalogError, OSError) as exc:  # CorruptSnapshotError is a WalogError
+                if not await self._still_listed(info):
+                    return None, True
+                if not isinstance(exc, CorruptSnapshotError):
+                    raise
                 log.warning("skipping corrupt snapshot", node=self._node_id, error=str(exc))
                 continue
             with data:
                 self._service.restore(data, info.position)
             self._reset()
             log.info("restored snapshot", node=self._node_id, position=str(info.position))
-            return info.position
-        return None
+            return info.position, False
+        return None, False
+
+    async def _still_listed(self, info: SnapshotInfo) -> bool:
+        return info in (await self._log.metadata()).snapshots
 
 
 __all__ = ["SnapshotKeeper"]

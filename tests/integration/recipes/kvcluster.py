@@ -21,6 +21,7 @@ from walog.log.position import Position
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SERVER = REPO_ROOT / "examples" / "kvstore" / "server.py"
 REQUEST_TIMEOUT_S = 3.0
+LOG_TAIL_LINES = 40
 
 
 def free_port() -> int:
@@ -92,6 +93,15 @@ class PartitionProxy:
                     sock.close()
 
 
+class NodeExited(Exception):
+    """A node's process ended on its own: its exit code and the end of its log."""
+
+    def __init__(self, node: KVProcess, code: int) -> None:
+        lines = node.history.with_suffix(".log").read_text(errors="replace").splitlines()
+        tail = "\n".join(lines[-LOG_TAIL_LINES:])
+        super().__init__(f"node {node.node_id} exited with {code}; its log ends:\n{tail}")
+
+
 class KVProcess:
     """One kvstore node process; restartable with the same history file."""
 
@@ -107,10 +117,12 @@ class KVProcess:
         self.flags = flags
         self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
+        self._killed = False  # by the test: an exit then is no failure
         self.start()
 
     def start(self) -> None:
         """Start the process (again) and wait until it serves."""
+        self._killed = False
         args = [sys.executable, str(SERVER), "--metadata", self.uri, "--log", self.log]
         args += ["--listen", f"127.0.0.1:{self.port}", "--node", self.node_id]
         args += ["--history", str(self.history)]
@@ -136,7 +148,10 @@ class KVProcess:
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
 
     def request(self, line: str, timeout: float = REQUEST_TIMEOUT_S) -> str:
-        """One request; raises OSError when the node does not answer in time."""
+        """One request; raises OSError when the node does not answer in time, and
+        :class:`NodeExited` (not retried by callers) when its process has ended."""
+        if self.proc is not None and not self._killed and (code := self.proc.poll()) is not None:
+            raise NodeExited(self, code)
         with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
             sock.sendall(line.encode() + b"\n")
             reply = sock.makefile().readline().strip()
@@ -158,6 +173,7 @@ class KVProcess:
 
     def kill(self) -> None:
         """SIGKILL and reap."""
+        self._killed = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
         if self.proc is not None:

@@ -7,18 +7,21 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import pytest
 
 import walog.aio
 from walog.aio import AsyncClient
 from walog.errors import DataLossError, WriterFencedError
+from walog.log.log import AsyncLog
+from walog.log.metadata import LogMetadata
 from walog.log.position import Position, Record
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolicy
+from walog.recipes.keeper import SnapshotKeeper
 from walog.recipes.snapshots import POSITION_TAG, SNAPSHOT_TAG
 from walog.testing import LocalCluster
 
@@ -149,6 +152,48 @@ async def test_a_corrupt_newest_snapshot_is_skipped_for_the_one_before(
     skipped = [r for r in caplog.records if "skipping corrupt snapshot" in r.getMessage()]
     assert len(skipped) == 1
     assert str(newest.position) in skipped[0].getMessage()
+
+
+class StaleListOnce:
+    """A log whose first ``metadata()`` answer is read before ``meanwhile`` runs: the
+    snapshot list a restoring node holds is already out of date when it reads a snapshot."""
+
+    def __init__(self, log: AsyncLog, meanwhile: Callable[[], Awaitable[object]]) -> None:
+        self._log = log
+        self._meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    async def metadata(self) -> LogMetadata:
+        meta = await self._log.metadata()
+        if self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            await meanwhile()
+        return meta
+
+
+async def test_a_snapshot_dropped_during_a_restore_gives_way_to_the_newer_one(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    uri = cluster.metadata_uri
+    policy = SnapshotPolicy(keep=1)
+    leader_state = Counter()
+    async with node(uri, log_name, "a", leader_state, snapshot_policy=policy) as (client, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        await a.submit(b"c0")
+        first = await a.snapshot_now()
+        await a.submit(b"c1")
+
+        async def newer_snapshot_drops_the_first() -> None:
+            assert await a.snapshot_now() is not None
+
+        log = StaleListOnce(await client.open_log(log_name), newer_snapshot_drops_the_first)
+        fresh = Counter()
+        keeper = SnapshotKeeper(cast(AsyncLog, log), fresh, "c", policy, None)
+        restored = await keeper.restore_newest(None)
+    assert first is not None and restored is not None and restored > first.position
+    assert fresh.seen == ["c0", "c1"]
 
 
 async def test_a_fenced_leader_steps_down_and_applies_the_new_leaders_commands(
