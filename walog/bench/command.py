@@ -256,7 +256,8 @@ class _Run:
             with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
                 rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
             r["ledger_append_eps"] = round(rate.per_second)
-            r["cpu_us_per_entry"] = _per_op(cpu, rate.ops)
+            r["cpu_us_per_entry"] = per_entry = _per_op(cpu, rate.ops)
+            r["cpu_us_per_entry_total"] = round(sum(per_entry.values()), 1)
             r["cpu_us_per_entry_by_thread"] = {
                 name: {t: round(s * 1e6 / rate.ops, 2) for t, s in threads.items() if s > 0}
                 for name, threads in self.thread_cpu.items()
@@ -276,15 +277,34 @@ class _Run:
             r["log_append_rps"] = round(rate.per_second)
             r["cpu_us_per_record"] = _per_op(cpu, rate.ops, digits=2)
         if "sync" in only:
-            with self.bar("sync API ledger append") as tick:
-                rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
-            r["sync_append_eps"] = round(rate.per_second)
-            if "ledger_append_eps" in r:
-                r["aio_append_eps"] = r["ledger_append_eps"]
+            self.sync_api()
         if "metrics" in only:
             self.metrics_cost()
         if "recovery" in only:
             self.recovery()
+
+    def sync_api(self) -> None:
+        """The blocking API next to asyncio: pipelined ledger appends, log appends in
+        batches (``append_many_async``) and one append in flight."""
+        r, seconds = self.results, self.plan.seconds
+        with self.bar("sync API ledger append") as tick:
+            rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
+        r["sync_ledger_append_eps"] = r["sync_append_eps"] = round(rate.per_second)
+        with self.bar("sync API log append 100 B records", unit="rec") as tick:
+            rate = scenarios.sync_log_append(self.uri, seconds, progress=tick)
+        r["sync_log_append_rps"] = round(rate.per_second)
+        with self.bar("sync API append, one in flight") as tick:
+            latency = scenarios.sync_append_latency(self.uri, seconds, progress=tick)
+        summary = latency.summary()
+        r["sync_append_p50_ms"], r["sync_append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
+        for sync_key, aio_key in (
+            ("sync_ledger_append_eps", "ledger_append_eps"),
+            ("sync_log_append_rps", "log_append_rps"),
+        ):
+            if r.get(aio_key):
+                r[f"{sync_key}_vs_aio"] = round(r[sync_key] / r[aio_key], 2)
+        if "ledger_append_eps" in r:
+            r["aio_append_eps"] = r["ledger_append_eps"]
 
     def metrics_cost(self) -> None:
         """Pipelined appends with client metrics off and on, bookies scraped while on."""

@@ -240,6 +240,61 @@ def sync_ledger_append(
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
 
 
+def sync_log_append(
+    metadata_uri: str,
+    seconds: float,
+    *,
+    window: int = LOG_WINDOW,
+    progress: Progress = _noop,
+) -> Rate:
+    """The blocking API: 100-byte records through ``LogWriter.append_many_async``, batches
+    of :data:`LOG_BATCH` with ``window`` records in flight (as :func:`log_append` keeps).
+
+    Must run in a thread without a running event loop (the sync client runs its own).
+    """
+    batch = [payload(RECORD_BYTES)] * LOG_BATCH
+    with walog.connect(metadata_uri) as client:
+        log = client.open_log(
+            f"bench-sync-append-{uuid.uuid4().hex[:8]}",
+            ensemble_size=ENSEMBLE[0],
+            write_quorum=ENSEMBLE[1],
+            ack_quorum=ENSEMBLE[2],
+        )
+        with log.open_writer() as writer:
+            inflight: collections.deque[concurrent.futures.Future[list[Position]]]
+            inflight = collections.deque()
+            done = 0
+            started = time.perf_counter()
+            deadline = started + seconds
+            while time.perf_counter() < deadline:
+                while len(inflight) * LOG_BATCH < window:
+                    inflight.append(writer.append_many_async(batch))
+                inflight.popleft().result()
+                done += LOG_BATCH
+                progress(LOG_BATCH)
+            while inflight:
+                inflight.popleft().result()
+                done += LOG_BATCH
+            elapsed = time.perf_counter() - started
+    return Rate(ops=done, seconds=elapsed, payload_bytes=done * RECORD_BYTES)
+
+
+def sync_append_latency(metadata_uri: str, seconds: float, progress: Progress = _noop) -> Latency:
+    """One 1 KiB ``LedgerWriter.append`` in flight at a time through the blocking API (as
+    :func:`append_latency` through asyncio)."""
+    data = payload(ENTRY_BYTES)
+    latency = Latency()
+    with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
+        for _ in range(20):  # warm the streams to every bookie
+            writer.append(data)
+        deadline = time.perf_counter() + seconds
+        while (now := time.perf_counter()) < deadline:
+            writer.append(data)
+            latency.record(time.perf_counter() - now)
+            progress(1)
+    return latency
+
+
 @dataclasses.dataclass(frozen=True)
 class TailLag:
     """Tail lag, whole and in its two parts."""
