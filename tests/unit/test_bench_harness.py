@@ -31,6 +31,7 @@ CONTRACT_KEYS = {
     "sync_ledger_append_eps",
     "cpu_us_per_entry",
     "cpu_us_per_entry_total",
+    "writer_peak_rss_mib_100k_in_flight",
 }
 
 

@@ -276,6 +276,9 @@ class _Run:
                 rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
             r["log_append_rps"] = round(rate.per_second)
             r["cpu_us_per_record"] = _per_op(cpu, rate.ops, digits=2)
+            with self.bar("log writer memory, 100,000 records in flight", unit="run"):
+                probe = _writer_memory(self.uri, WRITER_MEMORY_RECORDS)
+            r["writer_peak_rss_mib_100k_in_flight"] = probe["peak_rss_mib"]
         if "sync" in only:
             self.sync_api()
         if "metrics" in only:
@@ -479,6 +482,25 @@ class _Run:
             r["vs_nats_x"] = round(r["ledger_append_eps"] / r["nats_r3_sync_ops"], 2)
         if r.get("etcd_put_ops") and "ledger_append_eps" in r:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
+
+
+WRITER_MEMORY_RECORDS = 100_000
+"""Records a log writer holds in flight in the memory measurement."""
+
+
+def _writer_memory(uri: str, records: int) -> dict[str, float]:
+    """Run :mod:`walog.bench.memory_probe` in a fresh interpreter; its JSON answer."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "walog.bench.memory_probe", uri, str(records)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise RuntimeError(f"the writer memory probe failed: {probe.stderr.strip()[-500:]}")
+    answer: dict[str, float] = json.loads(probe.stdout.strip().splitlines()[-1])
+    return answer
 
 
 def _per_op(cpu: dict[str, float], ops: int, digits: int = 1) -> dict[str, float]:

@@ -23,6 +23,12 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "cpu_us_per_entry_total": ("CPU per replicated entry, client + bookies", "us", 12.0, False),
     "log_append_rps": ("log append, 100 B records", "records/s", 700_000, True),
     "sync_log_append_rps": ("log append, sync API (append_many)", "records/s", None, True),
+    "writer_peak_rss_mib_100k_in_flight": (
+        "log writer process, 100,000 records in flight, peak RSS",
+        "MiB",
+        200.0,
+        False,
+    ),
     "sync_log_append_rps_vs_aio": ("log append, sync API / asyncio", "x", 0.8, True),
     "metrics_off_eps": ("ledger append, client metrics off", "entries/s", None, True),
     "metrics_on_eps": ("ledger append, client metrics on + scrapes", "entries/s", None, True),
