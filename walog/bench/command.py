@@ -51,7 +51,7 @@ SLOW_SYNC_S = 0.02
 
 SCENARIOS = (
     "latency", "tail", "ledger", "volatile", "log", "sync", "metrics", "recovery", "restart",
-    "hosts",
+    "hosts", "soak",
 )  # fmt: skip
 """Scenario names for ``--only``, in the order a run measures them."""
 
@@ -108,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the hosts scenario: appends between hosts (network namespaces, needs "
         "root) next to the same on loopback",
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="MINUTES",
+        default=None,
+        help="only the soak: pipelined appends for MINUTES (ledgers closed and deleted as "
+        "they fill), the bookies' memory read every few seconds",
     )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
     parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
@@ -362,7 +370,10 @@ class _Run:
     def spark(self) -> None:
         """Spark batch scan and sink MB/s on local[2], in its own interpreter: the JVM gateway is
         forked, and forking a process with live gRPC threads is unsafe."""
-        wanted = self.args.spark == "yes" or (self.args.spark == "auto" and not self.plan.quick)
+        full = self.args.only == frozenset(SCENARIOS)
+        wanted = self.args.spark == "yes" or (
+            self.args.spark == "auto" and full and not self.plan.quick
+        )
         if not wanted:
             return
         if importlib.util.find_spec("pyspark") is None:
@@ -432,6 +443,30 @@ class _Run:
         self.results.update(measured)
         if skipped is not None:
             self.skipped["hosts_append_eps"] = skipped
+
+    def soak(self) -> None:
+        """The bookies' memory over a long run (walog.bench.soak); only with ``--soak``."""
+        if "soak" not in self.args.only or self.args.soak is None:
+            return
+        from walog.bench import soak
+
+        bookies = {name: pid for name, pid in self.pids().items() if name != "client"}
+        if not bookies:
+            self.skipped["bookie_rss_growth_pct"] = "the bookies run elsewhere (--metadata)"
+            return
+        seconds = self.args.soak * 60
+        warmup = min(60.0, seconds / 4)
+        with self.bar("soak: appends, bookie memory") as tick:
+            measured = self.aio(
+                lambda c: soak.soak(c, seconds, bookies, warmup=warmup, progress=tick)
+            )
+        r = self.results
+        r["soak_minutes"] = round(measured.seconds / 60, 1)
+        r["soak_entries"] = measured.entries
+        r["bookie_rss_mib_after_warmup"] = {k: round(v, 1) for k, v in measured.baseline().items()}
+        r["bookie_rss_mib_end"] = {k: round(v, 1) for k, v in measured.end().items()}
+        r["bookie_rss_growth_pct_by_bookie"] = growth = measured.growth_pct()
+        r["bookie_rss_growth_pct"] = max(growth.values())
 
     def peer_scenarios(self) -> None:
         seconds = self.plan.peer_seconds
@@ -550,6 +585,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(arg_list)
     if args.hosts:
         args.only = frozenset({"hosts"})
+    if args.soak is not None:
+        if args.soak <= 0:
+            build_parser().error(f"--soak must be > 0 minutes, got {args.soak}")
+        args.only = frozenset({"soak"})
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
@@ -584,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.peer_scenarios()
         run.bookie_restart()
         run.hosts()
+        run.soak()
     results: dict[str, Any] = {
         **run.results,
         "skipped": run.skipped,

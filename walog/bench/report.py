@@ -58,6 +58,7 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "hosts_append_p50_ms": ("6 bookies on 6 hosts: one in flight, p50", "ms", None, False),
     "loopback6_append_p99_ms": ("6 bookies on loopback: one in flight, p99", "ms", None, False),
     "hosts_append_p99_ms": ("6 bookies on 6 hosts: one in flight, p99", "ms", None, False),
+    "bookie_rss_growth_pct": ("soak: bookie memory, end vs after warm-up", "%", 10.0, False),
     "fsync_floor_us": ("floor: 4 KiB write+fdatasync, p50", "us", None, False),
     "grpc_rtt_p50_us": ("floor: grpc.aio stream round trip, 1 KiB, p50", "us", None, False),
     "grpc_fanout_p50_us": ("floor: 1 KiB to 3 grpc.aio echoes, 2nd answer, p50", "us", None, False),
