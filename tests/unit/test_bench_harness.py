@@ -18,6 +18,7 @@ from walog.bench import floors, main
 from walog.bench.echo_server import METHOD
 from walog.bench.profile import summarise
 from walog.bench.report import print_table, rows, write_report
+from walog.bench.soak import Soak
 from walog.bench.stats import Latency, payload, thread_cpu_seconds
 
 CONTRACT_KEYS = {
@@ -262,3 +263,17 @@ def test_report_weighs_the_tail_rate_against_the_cpu_per_record(tmp_path: Path) 
     assert "900 us per record keep 45 % of the 2 CPUs busy" in text
     assert "the quorum floor's 700 us per round would keep 35 % busy" in text
     assert "The slowest journal sync during the tail scenario took 181 ms; 3 syncs" in text
+
+
+def test_soak_growth_is_measured_from_the_first_sample_after_the_warm_up() -> None:
+    samples = [(0.0, {"b": 50.0}), (30.0, {"b": 100.0}), (65.0, {"b": 200.0}), (99.0, {"b": 210.0})]
+    soak = Soak(seconds=100.0, entries=10, samples=samples, warmup=60.0)
+    assert soak.baseline() == {"b": 200.0} and soak.end() == {"b": 210.0}
+    assert soak.growth_pct() == {"b": 5.0}
+
+
+def test_soak_needs_a_positive_number_of_minutes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--soak", "0"])
+    assert exited.value.code == 2
+    assert "--soak must be > 0 minutes" in capsys.readouterr().err
