@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import itertools
 import struct
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -71,21 +72,26 @@ async def ledger_append(
     durability: Durability = Durability.PERSISTENT,
     window: int = LEDGER_WINDOW,
     progress: Progress = _noop,
+    max_entries: int | None = None,
+    on_ledger: Callable[[int], None] = _noop,
 ) -> Rate:
-    """Pipelined 1 KiB appends to one E3/Qw3/Qa2 ledger, ``window`` in flight.
+    """Pipelined 1 KiB appends to one E3/Qw3/Qa2 ledger, ``window`` in flight, for
+    ``seconds`` or until ``max_entries`` were appended; ``on_ledger`` gets the ledger's id.
 
     Returns:
         Entries confirmed and the time from the first append to the last confirmation.
     """
     data = payload(ENTRY_BYTES)
     writer = await client.create_ledger(*ENSEMBLE, durability=durability)
+    on_ledger(writer.ledger_id)
+    limit = max_entries if max_entries is not None else sys.maxsize
     inflight: collections.deque[asyncio.Future[int]] = collections.deque()
     done = 0
     started = time.perf_counter()
     deadline = started + seconds
     try:
-        while time.perf_counter() < deadline:
-            while len(inflight) < window:
+        while time.perf_counter() < deadline and done + len(inflight) < limit:
+            while len(inflight) < window and done + len(inflight) < limit:
                 inflight.append(writer.append_nowait(data))
             # Completion is in entry order: the oldest append finishes first.
             await inflight.popleft()

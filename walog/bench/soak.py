@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from walog.aio import AsyncClient
-from walog.bench.scenarios import ENSEMBLE, ENTRY_BYTES, LEDGER_WINDOW, Progress
-from walog.bench.stats import payload
+from walog.bench.scenarios import Progress, ledger_append
 from walog.errors import WalogError
 
 LEDGER_ENTRIES = 200_000
@@ -81,7 +80,6 @@ async def soak(
     progress: Progress = lambda _: None,
 ) -> Soak:
     """Append for ``seconds``, reading the memory of ``bookies`` (label -> pid) as it goes."""
-    data = payload(ENTRY_BYTES)
     samples: list[tuple[float, dict[str, float]]] = []
     started = time.monotonic()
 
@@ -94,9 +92,11 @@ async def soak(
     closed: collections.deque[int] = collections.deque()
     entries = 0
     try:
-        while time.monotonic() - started < seconds:
-            left = seconds - (time.monotonic() - started)
-            entries += await _fill_one(client, data, LEDGER_ENTRIES, left, closed, progress)
+        while (left := seconds - (time.monotonic() - started)) > 0:
+            rate = await ledger_append(
+                client, left, max_entries=LEDGER_ENTRIES, progress=progress, on_ledger=closed.append
+            )
+            entries += rate.ops
             while len(closed) > KEEP_LEDGERS:
                 with contextlib.suppress(WalogError):
                     await client.delete_ledger(closed.popleft())
@@ -112,37 +112,6 @@ async def _every(interval: float, action: Callable[[], None]) -> None:
     while True:
         action()
         await asyncio.sleep(interval)
-
-
-async def _fill_one(
-    client: AsyncClient,
-    data: bytes,
-    count: int,
-    seconds: float,
-    closed: collections.deque[int],
-    progress: Progress,
-) -> int:
-    """Append up to ``count`` entries to a new ledger within ``seconds``; close it."""
-    writer = await client.create_ledger(*ENSEMBLE)
-    inflight: collections.deque[asyncio.Future[int]] = collections.deque()
-    done = 0
-    deadline = time.monotonic() + seconds
-    try:
-        while done + len(inflight) < count and time.monotonic() < deadline:
-            while len(inflight) < LEDGER_WINDOW and done + len(inflight) < count:
-                inflight.append(writer.append_nowait(data))
-            await inflight.popleft()
-            done += 1
-            if done % 1024 == 0:
-                progress(1024)
-        while inflight:
-            await inflight.popleft()
-            done += 1
-    finally:
-        with contextlib.suppress(WalogError):
-            await writer.close()
-        closed.append(writer.ledger_id)
-    return done
 
 
 __all__ = ["Soak", "rss_mib", "soak"]
