@@ -145,10 +145,13 @@ def _new_intent(meta: LogMetadata) -> ArchiveIntent | None:
 class _Archiver:
     """One run of the archive protocol (see the module doc) for one log."""
 
-    def __init__(self, client: walog.Client, log: str, root: Path) -> None:
+    def __init__(
+        self, client: walog.Client, log: str, root: Path, access: BookieAccess | None = None
+    ) -> None:
         self.client = client
         self.log = log
         self.root = root
+        self.access = access or BookieAccess()
 
     def _run(self, coro: Any) -> Any:
         return self.client.loop_thread.run(coro)
@@ -183,9 +186,7 @@ class _Archiver:
             if keep is None or path.name != keep.intent_id:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def write(
-        self, spark: SparkSession, metadata_uri: str, intent: ArchiveIntent, access: BookieAccess
-    ) -> int | None:
+    def write(self, spark: SparkSession, metadata_uri: str, intent: ArchiveIntent) -> int | None:
         """Write the intent's records into its staging dir unless a finished write is there."""
         import pyarrow.parquet as pq
         from pyspark.sql import functions as F
@@ -201,7 +202,7 @@ class _Archiver:
             .option("startPosition", str(intent.start))
             .option("endPosition", str(intent.through))
         )
-        for name, path in access.options().items():
+        for name, path in self.access.options().items():
             reader = reader.option(name, path)
         frame = reader.load().withColumn(PARTITION_COLUMN, F.col("ledger_id"))
         frame.write.partitionBy(PARTITION_COLUMN).parquet(str(staging))
@@ -279,7 +280,7 @@ def archive_log(
     root.mkdir(parents=True, exist_ok=True)
     access = access or BookieAccess()
     with walog.connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
-        archiver = _Archiver(client, log, root)
+        archiver = _Archiver(client, log, root, access)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)
         if intent is None:
@@ -293,7 +294,7 @@ def archive_log(
             disable=None if progress is None else not progress,
         ) as bar:
             bar.set_postfix_str(f"writing {len(intent.ledger_ids)} ledgers")
-            rows = archiver.write(spark, metadata_uri, intent, access)
+            rows = archiver.write(spark, metadata_uri, intent)
             bar.update(1)
             for ledger_id in intent.ledger_ids:
                 bar.set_postfix_str(f"moving ledger {ledger_id}")
