@@ -166,3 +166,43 @@ def test_an_executor_killed_mid_stream_loses_and_duplicates_nothing(
 ) -> None:
     summary = _pipeline(standalone, cluster, tmp_path, events=20000, per_trigger=1000, kill=True)
     _check(summary, 20000)
+
+
+_STARTER = """
+import sys, time
+from pathlib import Path
+from walog.testing import StandaloneSpark
+standalone = StandaloneSpark(Path(sys.argv[1]), workers=1).__enter__()
+print(*standalone.daemon_pids(), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; its new parent has not reaped it yet
+
+
+@pytest.mark.slow  # a master and a worker JVM of its own
+@pytest.mark.timeout(180)
+def test_spark_daemons_die_with_the_process_that_started_them_even_after_sigkill(
+    tmp_path: Path,
+) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", _STARTER, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ) as starter:
+        assert starter.stdout is not None
+        pids = [int(pid) for pid in starter.stdout.readline().split()]
+        assert len(pids) == 2, "the starter did not bring the cluster up"
+        assert all(_alive(pid) for pid in pids)
+        starter.kill()
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)  # processes of another parent: nothing here can wait for them
+    assert [pid for pid in pids if _alive(pid)] == [], "Spark daemons outlived their starter"

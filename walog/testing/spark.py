@@ -160,6 +160,10 @@ class StandaloneSpark:
             raise
         return self
 
+    def daemon_pids(self) -> list[int]:
+        """Process ids of the master's and the workers' JVMs, master first."""
+        return [p.pid for p in self._procs]
+
     def executor_pids(self) -> list[int]:
         """Process ids of the executor JVMs the workers run now."""
         workers = {p.pid for p in self._procs[1:]}
