@@ -7,8 +7,8 @@ test_standalone.py in a process of its own).
 (up to ``--stall`` seconds) before handing on its rows, so Spark launches a speculative
 copy of it on the other worker; the copy finishes, Spark keeps its report and kills the
 original, whose ledger the commit must delete. Prints one JSON line: what the driver's
-REST API says about the write stage's task attempts, and the ledger ids allocated before
-and after the job.
+REST API says about the job's task attempts, and two ledger ids allocated just before and
+just after the job (every ledger its attempts created lies between them).
 """
 
 from __future__ import annotations
