@@ -14,11 +14,27 @@ import os
 import threading
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from walog._loop import new_event_loop
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Sink(Protocol[T_contra]):
+    """Where one operation's result (or failure) goes: an asyncio or a
+    ``concurrent.futures`` future, or a lighter object with the same three methods
+    (:class:`BatchSinks` hands out one per record of a batch)."""
+
+    def done(self) -> bool:
+        """True once a result or an exception was set (or the caller cancelled)."""
+
+    def set_result(self, result: T_contra, /) -> None:
+        """The operation succeeded with ``result``."""
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The operation failed."""
 
 
 def name_os_thread() -> None:
@@ -132,49 +148,113 @@ class SyncContext:
 R = TypeVar("R")
 
 
+class BatchSinks(Generic[R]):
+    """One future for a batch of operations: :meth:`slot` gives each operation a
+    :class:`Sink`; the future gets every result, in order, once all succeeded, or the first
+    failure (the operations before it may have succeeded)."""
+
+    __slots__ = ("future", "remaining", "results")
+
+    def __init__(self, count: int, future: concurrent.futures.Future[list[R]]) -> None:
+        self.future = future
+        self.results: list[Any] = [None] * count
+        self.remaining = count
+        if count == 0:
+            future.set_result([])
+
+    def slot(self, index: int) -> _Slot[R]:
+        """The sink of operation ``index``."""
+        return _Slot(self, index)
+
+
+class _Slot(Generic[R]):
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: BatchSinks[R], index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+    def done(self) -> bool:
+        return self.batch.future.done()
+
+    def set_result(self, result: R, /) -> None:
+        batch = self.batch
+        batch.results[self.index] = result
+        batch.remaining -= 1
+        if batch.remaining == 0 and not batch.future.done():
+            batch.future.set_result(batch.results)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if not self.batch.future.done():
+            self.batch.future.set_exception(exception)
+
+
 class Handoff(Generic[R]):
     """Hands payloads from user threads to the loop in batches: one wake-up per batch.
 
     :meth:`put` (any thread) queues a payload with a fresh ``concurrent.futures.Future`` and
-    wakes the loop only when no drain is scheduled yet; :meth:`drain` (loop thread) calls
-    ``submit(payload, future)`` for every queued payload, in queue order. ``submit`` must
-    resolve the future eventually; an exception it raises fails that future.
+    wakes the loop only when no drain is scheduled yet; :meth:`put_many` queues a list of
+    payloads with one future for all of them. :meth:`drain` (loop thread) calls
+    ``submit(payload, sink)`` for every queued payload, in queue order. ``submit`` must
+    resolve the sink eventually; an exception it raises fails that sink (and, in a list,
+    the payloads after it are not submitted).
     """
 
-    def __init__(
-        self,
-        loop: LoopThread,
-        submit: Callable[[bytes, concurrent.futures.Future[R]], None],
-    ) -> None:
+    def __init__(self, loop: LoopThread, submit: Callable[[bytes, Sink[R]], None]) -> None:
         self._loop = loop
         self._submit = submit
         self._lock = threading.Lock()
-        self._queue: list[tuple[bytes, concurrent.futures.Future[R]]] = []  # guarded by _lock
+        # (payload, its future) or (list of payloads, the list's future); guarded by _lock.
+        self._queue: list[tuple[Any, concurrent.futures.Future[Any]]] = []
         self._drain_scheduled = False
 
     def put(self, payload: bytes) -> concurrent.futures.Future[R]:
         """Queue ``payload``; the returned future resolves as ``submit`` decides."""
         future: concurrent.futures.Future[R] = concurrent.futures.Future()
+        self._queue_item(payload, future)
+        return future
+
+    def put_many(self, payloads: list[bytes]) -> concurrent.futures.Future[list[R]]:
+        """Queue ``payloads`` in order; the future resolves with all their results."""
+        future: concurrent.futures.Future[list[R]] = concurrent.futures.Future()
+        self._queue_item(payloads, future)
+        return future
+
+    def _queue_item(self, item: Any, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
-            self._queue.append((payload, future))
+            self._queue.append((item, future))
             wake = not self._drain_scheduled
             self._drain_scheduled = True
         if wake:
             self._loop.call_soon(self.drain)
-        return future
 
     def drain(self) -> None:
         """Loop thread: submit every queued payload, in queue order."""
         with self._lock:
             batch, self._queue = self._queue, []
             self._drain_scheduled = False
-        for payload, future in batch:
+        submit = self._submit
+        for item, future in batch:
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled before it was handed over: never submitted
+            if type(item) is list:
+                self._submit_many(item, future)
+                continue
             try:
-                self._submit(payload, future)
+                submit(item, future)
             except Exception as exc:
                 future.set_exception(exc)
 
+    def _submit_many(self, payloads: list[bytes], future: concurrent.futures.Future[Any]) -> None:
+        sinks: BatchSinks[R] = BatchSinks(len(payloads), future)
+        submit = self._submit
+        for index, payload in enumerate(payloads):
+            try:
+                submit(payload, sinks.slot(index))
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                return
 
-__all__ = ["Handoff", "LoopThread", "SyncContext", "name_os_thread"]
+
+__all__ = ["BatchSinks", "Handoff", "LoopThread", "Sink", "SyncContext", "name_os_thread"]

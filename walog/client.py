@@ -9,9 +9,8 @@ loop thread (:class:`walog._sync.LoopThread`). Appends do not hop threads one by
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 from walog import aio
 from walog._sync import Handoff, LoopThread, SyncContext
@@ -45,9 +44,9 @@ class LedgerWriter(SyncContext):
         self.async_writer = writer
         self._loop = loop
         self._max_entry_bytes = max_entry_bytes
-        self._handoff: Handoff[int] = Handoff(loop, self._submit)
-        # Completions gathered on the loop and handed back together (loop thread only).
-        self._done: list[tuple[concurrent.futures.Future[int], Any]] = []
+        # The async writer resolves each future itself when its entry completes: no asyncio
+        # future, callback or thread hop per entry.
+        self._handoff: Handoff[int] = Handoff(loop, writer.append_into)
 
     @property
     def ledger_id(self) -> int:
@@ -78,6 +77,25 @@ class LedgerWriter(SyncContext):
         """Append one entry; return its id once it and every lower entry are confirmed."""
         return self.append_async(data).result()
 
+    def append_many_async(
+        self, entries: Iterable[bytes | bytearray | memoryview]
+    ) -> concurrent.futures.Future[list[int]]:
+        """Queue appends of ``entries``, in order, with one future for all of them: it
+        resolves with their entry ids once every one is confirmed, or fails with the first
+        failure (entries before the failed one may be confirmed, as with
+        :meth:`append_async`). One hand-over to the event loop for the whole batch.
+
+        Raises:
+            TypeError: an entry is a ``str`` or not bytes-like (nothing is appended).
+            ValueError: an entry exceeds the configured maximum (nothing is appended).
+        """
+        limit = self._max_entry_bytes
+        return self._handoff.put_many([as_payload(data, limit) for data in entries])
+
+    def append_many(self, entries: Iterable[bytes | bytearray | memoryview]) -> list[int]:
+        """Append ``entries`` in order; return their ids once every one is confirmed."""
+        return self.append_many_async(entries).result()
+
     def force(self) -> int:
         """Make every entry appended so far durable; return the last synced entry id."""
         return self._loop.run(self._after_drain(self.async_writer.force))
@@ -89,25 +107,6 @@ class LedgerWriter(SyncContext):
     async def _after_drain(self, step: Callable[[], Awaitable[T]]) -> T:
         self._handoff.drain()  # appends queued before this call go first
         return await step()
-
-    def _submit(self, payload: bytes, future: concurrent.futures.Future[int]) -> None:
-        """Loop thread: append, and resolve ``future`` with the entry id later."""
-        pending = self.async_writer.append_nowait(payload)
-        pending.add_done_callback(functools.partial(self._completed, future))
-
-    def _completed(self, future: concurrent.futures.Future[int], pending: Any) -> None:
-        if not self._done:
-            self._loop.loop.call_soon(self._hand_back)
-        self._done.append((future, pending))
-
-    def _hand_back(self) -> None:
-        done, self._done = self._done, []
-        for future, pending in done:
-            exc = pending.exception()
-            if exc is None:
-                future.set_result(pending.result())
-            else:
-                future.set_exception(exc)
 
 
 class LedgerReader(SyncContext):

@@ -1,13 +1,17 @@
 """A client that hoards a bookie's resources does not stop a well-behaved writer: the native
 port serves a bounded number of connections (``--max-connections``) and a bounded number of
-add streams per connection, refusing the rest at once, and the bookie's memory stays
-bounded while a hostile client holds everything it can. A fence or recovery without the
-ledger's password is refused before it changes anything."""
+add streams per connection, refusing the rest at once; a client that asks for answers and
+never reads them stops being read; the bookie's memory stays bounded and a well-behaved
+writer's append p99 within 5x of its quiet figure while hostile clients hold everything
+they can. A fence or recovery without the ledger's password is refused before it changes
+anything."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +109,90 @@ def test_connections_beyond_the_cap_are_closed_and_a_writer_still_works(
         for connection in held:
             connection.close()
     _append_and_read(cluster, 10)  # and the native port again once they are gone
+
+
+def _append_latencies_ms(cluster: LocalCluster, count: int) -> list[float]:
+    """One append at a time on a fresh ledger: each one's latency in milliseconds."""
+    with walog.connect(cluster.metadata_uri) as client:
+        writer = client.create_ledger(1, 1, 1)
+        for _ in range(20):  # connections and ledger warm
+            writer.append(b"warm-up")
+        latencies = []
+        for i in range(count):
+            begun = time.perf_counter()
+            writer.append(b"well-behaved %d" % i)
+            latencies.append((time.perf_counter() - begun) * 1000)
+        writer.close()
+    return latencies
+
+
+def _p99(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100)[98]
+
+
+def _big_ledger(cluster: LocalCluster, entries: int, size: int) -> int:
+    with walog.connect(cluster.metadata_uri) as client:
+        writer = client.create_ledger(1, 1, 1)
+        for i in range(entries):
+            writer.append(bytes([i % 256]) * size)
+        writer.close()
+        return writer.ledger_id
+
+
+def _hoard_streams(port: int) -> socket.socket:
+    """A connection that opens 10,000 add streams and never reads a refusal."""
+    connection = _greeted(port)
+    assert connection is not None
+    opening = pb.AddFrame().SerializeToString()
+    connection.sendall(
+        b"".join(encode(call_id, Kind.DATA, Method.ADD, opening) for call_id in range(1, 10_001))
+    )
+    return connection
+
+
+def _ask_and_never_read(
+    port: int, ledger_id: int, answers_bytes: int, entry_bytes: int
+) -> tuple[socket.socket, int]:
+    """A connection that asks for ``answers_bytes`` of entries (whole-ledger reads of 16
+    entries) and reads nothing back; returns it (open) and how many requests went out
+    before its socket stopped taking them."""
+    connection = _greeted(port)
+    assert connection is not None
+    per_request = 16 * entry_bytes
+    connection.settimeout(2.0)
+    sent = 0
+    for call_id in range(1, answers_bytes // per_request + 1):
+        request = pb.ReadRequest(ledger_id=ledger_id, first_entry_id=0, last_entry_id=15)
+        try:
+            connection.sendall(encode(call_id, Kind.DATA, Method.READ, request.SerializeToString()))
+        except TimeoutError:
+            break
+        sent += 1
+    return connection, sent
+
+
+def test_a_writer_keeps_its_latency_while_clients_hoard_streams_and_never_read_answers(
+    bookie: tuple[LocalCluster, int],
+) -> None:
+    cluster, port = bookie
+    pid = cluster.bookie(0).proc.pid  # type: ignore[union-attr]
+    entry_bytes = 64 * 1024
+    ledger_id = _big_ledger(cluster, 16, entry_bytes)  # 1 MiB per whole-ledger read
+    quiet = _p99(_append_latencies_ms(cluster, 300))
+    before = _rss_bytes(pid)
+    hoarder = _hoard_streams(port)
+    reader, asked = _ask_and_never_read(port, ledger_id, 1 << 30, entry_bytes)
+    with hoarder, reader:
+        assert asked * 16 * entry_bytes == 1 << 30, "1 GiB of answers asked for"
+        time.sleep(1.0)  # the bookie answers what fits in the socket, then stops reading
+        attacked = _p99(_append_latencies_ms(cluster, 300))
+        grown = _rss_bytes(pid) - before
+    print(
+        f"append p99: quiet {quiet:.2f} ms, attacked {attacked:.2f} ms;"
+        f" bookie RSS +{grown >> 20} MiB"
+    )
+    assert attacked <= 5 * quiet, f"append p99 {attacked:.2f} ms under attack, {quiet:.2f} quiet"
+    assert grown < 128 * 1024 * 1024, f"the bookie grew {grown >> 20} MiB"
 
 
 def test_add_streams_beyond_the_per_connection_bound_are_refused(

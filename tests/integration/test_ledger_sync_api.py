@@ -84,6 +84,41 @@ def test_sync_append_returns_the_entry_id(client: walog.Client) -> None:
         assert writer.last_add_confirmed == 1
 
 
+def test_append_many_keeps_order_with_single_appends_in_one_hand_over(
+    cluster: LocalCluster,
+) -> None:
+    loop = CountingLoopThread()
+    try:
+        client = Client(loop.run(walog.aio.connect(cluster.metadata_uri)), loop)
+        with client, client.create_ledger(3, 3, 2) as writer:
+            first = writer.append_async(b"single")
+            before = loop.wakeups
+            batch = writer.append_many_async(b"%04d" % i for i in range(1_000))
+            assert loop.wakeups - before <= 1, "one hand-over for the whole batch"
+            assert first.result(timeout=30) == 0
+            assert batch.result(timeout=60) == list(range(1, 1_001))
+            assert writer.append_many([]) == []
+            with pytest.raises(ValueError, match="max_entry_bytes"):
+                writer.append_many(
+                    [b"fits", b"x" * (client.async_client.ctx.config.max_entry_bytes + 1)]
+                )
+            assert writer.append_many([bytearray(b"a"), memoryview(b"b")]) == [1_001, 1_002]
+            ledger_id = writer.ledger_id
+        with walog.connect(cluster.metadata_uri) as other:
+            entries = other.open_ledger(ledger_id).read(998, 1_002)
+        # Nothing of the refused batch was appended.
+        assert [e.data for e in entries] == [b"0997", b"0998", b"0999", b"a", b"b"]
+    finally:
+        loop.stop()
+
+
+def test_append_many_fails_with_the_writers_failure(client: walog.Client) -> None:
+    writer = client.create_ledger()
+    writer.close()
+    with pytest.raises(walog.LedgerClosedError):
+        writer.append_many([b"a", b"b"])
+
+
 def test_sync_str_append_raises_type_error_at_the_call(client: walog.Client) -> None:
     with client.create_ledger() as writer:
         with pytest.raises(TypeError):

@@ -130,11 +130,14 @@ async def test_the_appends_of_one_turn_reach_each_bookie_as_one_batch_in_entry_o
     # still travel as one run per bookie (a bookie stores an in-order run without lookups).
     frames: list[list[int]] = []
     build = codec.build_frame
+    three_sent = asyncio.Event()
 
     def recording(*args: Any) -> Any:
         frame, sent = build(*args)
         batches = pb.AddFrame.FromString(frame).batches
         frames.append([e[0] for b in batches for e in unpack_entries(b.entries)[0]])
+        if sum(1 for ids in frames if ids) >= 3:
+            three_sent.set()
         return frame, sent
 
     monkeypatch.setattr(add_stream, "build_frame", recording)
@@ -144,6 +147,8 @@ async def test_the_appends_of_one_turn_reach_each_bookie_as_one_batch_in_entry_o
         appends = [writer.append_nowait(b"x") for _ in range(30)]
         assert await asyncio.gather(*appends) == list(range(30))
         await writer.close()
+        # Qa=2 acks may come before the third bookie's stream is even open: wait for it.
+        await asyncio.wait_for(three_sent.wait(), 10)
     finally:
         await client.close()
     adds = [ids for ids in frames if ids]

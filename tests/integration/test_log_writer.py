@@ -133,6 +133,31 @@ def test_sync_writer_copies_bytes_like_records_and_refuses_others(
             ]
 
 
+def test_sync_append_many_returns_positions_in_append_order(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as sync_client:
+        log = sync_client.open_log(log_name)
+        config = LogWriterConfig(max_records_per_entry=16)
+        with log.open_writer(config) as writer, log.open_reader() as reader:
+            single = writer.append_async(b"single")
+            positions = writer.append_many(b"r%03d" % i for i in range(150))
+            writer.roll()
+            positions += writer.append_many(b"r%03d" % i for i in range(150, 300))
+            assert single.result(timeout=30) < positions[0]
+            assert positions == sorted(positions) and len(set(positions)) == 300
+            assert positions[149].ledger_id < positions[150].ledger_id
+            with pytest.raises(TypeError, match="not str"):
+                writer.append_many([b"ok", "text"])  # type: ignore[list-item]
+            assert writer.append_many([]) == []
+            records = [reader.read_next(timeout=30) for _ in range(301)]
+            assert [(r.position, r.data) for r in records if r is not None] == [
+                (single.result(), b"single"),
+                *((p, b"r%03d" % i) for i, p in enumerate(positions)),
+            ]
+            assert reader.read_next(timeout=0.2) is None, "nothing of the refused batch"
+
+
 async def test_rolling_closes_the_previous_ledger_after_the_switch(
     client: AsyncClient, log_name: str
 ) -> None:

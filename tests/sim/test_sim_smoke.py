@@ -14,13 +14,12 @@ import pytest
 from tests.sim.scenarios import SCENARIOS, run_schedule
 
 CHUNK = 500
-CHUNKS = 4  # 2,000 schedules in the default suite
+CHUNKS = 2  # 1,000 schedules in the default suite
+SLOW_CHUNKS = 40  # 20,000 with --slow
 
 
-# ~10 s of CPU per chunk; the generous limit is for heavily shared machines.
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("chunk", range(CHUNKS))
-def test_no_invariant_breaks_in_random_schedules(chunk: int) -> None:
+def check_chunk(chunk: int) -> None:
+    """Run the chunk's schedules; fail with the first failures' reports and every bad seed."""
     started = time.monotonic()
     seeds = range(chunk * CHUNK, (chunk + 1) * CHUNK)
     failures = []
@@ -32,6 +31,20 @@ def test_no_invariant_breaks_in_random_schedules(chunk: int) -> None:
     assert not failures, "\n\n".join(o.report(80) for o in failures[:3]) + (
         f"\n\nfailing seeds: {[o.seed for o in failures]}"
     )
+
+
+# ~10 s of CPU per chunk; the generous limit is for heavily shared machines.
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_no_invariant_breaks_in_random_schedules(chunk: int) -> None:
+    check_chunk(chunk)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("chunk", range(CHUNKS, SLOW_CHUNKS))
+def test_no_invariant_breaks_in_many_more_random_schedules(chunk: int) -> None:
+    check_chunk(chunk)
 
 
 def test_every_scenario_runs_clean_on_its_own() -> None:

@@ -1,6 +1,6 @@
 """The walog Spark source reaches bookies that require a bearer token (option
-``authTokenFile``, a path each executor reads): with it a batch scan reads every record,
-without it the scan fails naming the refusal."""
+``authTokenFile``, a path each executor reads): with it a batch scan and the archive job
+read every record, without it they fail naming the refusal."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import DataFrameReader, SparkSession
 
 import walog
+from walog.spark.archive import archive_log
 from walog.spark.options import BookieAccess, ReadOptions
 from walog.testing import LocalCluster
 
@@ -27,7 +28,7 @@ def test_options_name_files_not_secrets_and_pair_cert_with_key() -> None:
         BookieAccess(auth_token_file="/absent").connect_kwargs()
 
 
-def test_a_batch_scan_reads_from_bookies_that_require_a_token(
+def test_a_batch_scan_and_the_archive_job_read_from_bookies_that_require_a_token(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     token = tmp_path / "token"
@@ -51,3 +52,12 @@ def test_a_batch_scan_reads_from_bookies_that_require_a_token(
         assert sorted(r.data for r in rows) == [b"r%02d" % i for i in range(20)]
         with pytest.raises(Exception, match=r"Unauthorized|UNAUTHENTICATED|token"):
             reader().load().collect()
+
+        archive = tmp_path / "archive"
+        with pytest.raises(Exception, match=r"Unauthorized|UNAUTHENTICATED|token"):
+            archive_log(spark, cluster.metadata_uri, "secured", archive)
+        access = BookieAccess(auth_token_file=str(token))
+        result = archive_log(spark, cluster.metadata_uri, "secured", archive, access=access)
+        assert result.resumed and result.rows == 20
+        archived = spark.read.parquet(str(archive)).collect()
+        assert sorted(r.data for r in archived) == [b"r%02d" % i for i in range(20)]

@@ -51,7 +51,7 @@ SLOW_SYNC_S = 0.02
 
 SCENARIOS = (
     "latency", "tail", "ledger", "volatile", "log", "sync", "metrics", "recovery", "restart",
-    "hosts",
+    "hosts", "soak",
 )  # fmt: skip
 """Scenario names for ``--only``, in the order a run measures them."""
 
@@ -108,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the hosts scenario: appends between hosts (network namespaces, needs "
         "root) next to the same on loopback",
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="MINUTES",
+        default=None,
+        help="only the soak: pipelined appends for MINUTES (ledgers closed and deleted as "
+        "they fill), the bookies' memory read every few seconds",
     )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
     parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
@@ -257,7 +265,8 @@ class _Run:
             with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
                 rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
             r["ledger_append_eps"] = round(rate.per_second)
-            r["cpu_us_per_entry"] = _per_op(cpu, rate.ops)
+            r["cpu_us_per_entry"] = per_entry = _per_op(cpu, rate.ops)
+            r["cpu_us_per_entry_total"] = round(sum(per_entry.values()), 1)
             r["cpu_us_per_entry_by_thread"] = {
                 name: {t: round(s * 1e6 / rate.ops, 2) for t, s in threads.items() if s > 0}
                 for name, threads in self.thread_cpu.items()
@@ -276,16 +285,38 @@ class _Run:
                 rate = self.aio(lambda c: scenarios.log_append(c, seconds, progress=tick))
             r["log_append_rps"] = round(rate.per_second)
             r["cpu_us_per_record"] = _per_op(cpu, rate.ops, digits=2)
+            with self.bar("log writer memory, 100,000 records in flight", unit="run"):
+                probe = _writer_memory(self.uri, WRITER_MEMORY_RECORDS)
+            r["writer_peak_rss_mib_100k_in_flight"] = probe["peak_rss_mib"]
         if "sync" in only:
-            with self.bar("sync API ledger append") as tick:
-                rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
-            r["sync_append_eps"] = round(rate.per_second)
-            if "ledger_append_eps" in r:
-                r["aio_append_eps"] = r["ledger_append_eps"]
+            self.sync_api()
         if "metrics" in only:
             self.metrics_cost()
         if "recovery" in only:
             self.recovery()
+
+    def sync_api(self) -> None:
+        """The blocking API next to asyncio: pipelined ledger appends, log appends in
+        batches (``append_many_async``) and one append in flight."""
+        r, seconds = self.results, self.plan.seconds
+        with self.bar("sync API ledger append") as tick:
+            rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
+        r["sync_ledger_append_eps"] = r["sync_append_eps"] = round(rate.per_second)
+        with self.bar("sync API log append 100 B records", unit="rec") as tick:
+            rate = scenarios.sync_log_append(self.uri, seconds, progress=tick)
+        r["sync_log_append_rps"] = round(rate.per_second)
+        with self.bar("sync API append, one in flight") as tick:
+            latency = scenarios.sync_append_latency(self.uri, seconds, progress=tick)
+        summary = latency.summary()
+        r["sync_append_p50_ms"], r["sync_append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
+        for sync_key, aio_key in (
+            ("sync_ledger_append_eps", "ledger_append_eps"),
+            ("sync_log_append_rps", "log_append_rps"),
+        ):
+            if r.get(aio_key):
+                r[f"{sync_key}_vs_aio"] = round(r[sync_key] / r[aio_key], 2)
+        if "ledger_append_eps" in r:
+            r["aio_append_eps"] = r["ledger_append_eps"]
 
     def metrics_cost(self) -> None:
         """Pipelined appends with client metrics off and on, bookies scraped while on."""
@@ -341,7 +372,10 @@ class _Run:
         """Spark batch scan and sink MB/s on local[2], and the sink's on a standalone cluster of
         two one-core workers, in its own interpreter: the JVM gateway is forked, and forking a
         process with live gRPC threads is unsafe."""
-        wanted = self.args.spark == "yes" or (self.args.spark == "auto" and not self.plan.quick)
+        full = self.args.only == frozenset(SCENARIOS)
+        wanted = self.args.spark == "yes" or (
+            self.args.spark == "auto" and full and not self.plan.quick
+        )
         if not wanted:
             return
         if importlib.util.find_spec("pyspark") is None:
@@ -420,6 +454,30 @@ class _Run:
         if skipped is not None:
             self.skipped["hosts_append_eps"] = skipped
 
+    def soak(self) -> None:
+        """The bookies' memory over a long run (walog.bench.soak); only with ``--soak``."""
+        if "soak" not in self.args.only or self.args.soak is None:
+            return
+        from walog.bench import soak
+
+        bookies = {name: pid for name, pid in self.pids().items() if name != "client"}
+        if not bookies:
+            self.skipped["bookie_rss_growth_pct"] = "the bookies run elsewhere (--metadata)"
+            return
+        seconds = self.args.soak * 60
+        warmup = min(60.0, seconds / 4)
+        with self.bar("soak: appends, bookie memory") as tick:
+            measured = self.aio(
+                lambda c: soak.soak(c, seconds, bookies, warmup=warmup, progress=tick)
+            )
+        r = self.results
+        r["soak_minutes"] = round(measured.seconds / 60, 1)
+        r["soak_entries"] = measured.entries
+        r["bookie_rss_mib_after_warmup"] = {k: round(v, 1) for k, v in measured.baseline().items()}
+        r["bookie_rss_mib_end"] = {k: round(v, 1) for k, v in measured.end().items()}
+        r["bookie_rss_growth_pct_by_bookie"] = growth = measured.growth_pct()
+        r["bookie_rss_growth_pct"] = max(growth.values())
+
     def peer_scenarios(self) -> None:
         seconds = self.plan.peer_seconds
         r = self.results
@@ -471,6 +529,25 @@ class _Run:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
+WRITER_MEMORY_RECORDS = 100_000
+"""Records a log writer holds in flight in the memory measurement."""
+
+
+def _writer_memory(uri: str, records: int) -> dict[str, float]:
+    """Run :mod:`walog.bench.memory_probe` in a fresh interpreter; its JSON answer."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "walog.bench.memory_probe", uri, str(records)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise RuntimeError(f"the writer memory probe failed: {probe.stderr.strip()[-500:]}")
+    answer: dict[str, float] = json.loads(probe.stdout.strip().splitlines()[-1])
+    return answer
+
+
 def _per_op(cpu: dict[str, float], ops: int, digits: int = 1) -> dict[str, float]:
     """CPU microseconds per operation by process, from the seconds of :meth:`_Run.cpu`."""
     return {name: round(seconds * 1e6 / max(ops, 1), digits) for name, seconds in cpu.items()}
@@ -518,6 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(arg_list)
     if args.hosts:
         args.only = frozenset({"hosts"})
+    if args.soak is not None:
+        if args.soak <= 0:
+            build_parser().error(f"--soak must be > 0 minutes, got {args.soak}")
+        args.only = frozenset({"soak"})
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
@@ -552,6 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.peer_scenarios()
         run.bookie_restart()
         run.hosts()
+        run.soak()
     results: dict[str, Any] = {
         **run.results,
         "skipped": run.skipped,

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import itertools
 import struct
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -71,21 +72,26 @@ async def ledger_append(
     durability: Durability = Durability.PERSISTENT,
     window: int = LEDGER_WINDOW,
     progress: Progress = _noop,
+    max_entries: int | None = None,
+    on_ledger: Callable[[int], None] = _noop,
 ) -> Rate:
-    """Pipelined 1 KiB appends to one E3/Qw3/Qa2 ledger, ``window`` in flight.
+    """Pipelined 1 KiB appends to one E3/Qw3/Qa2 ledger, ``window`` in flight, for
+    ``seconds`` or until ``max_entries`` were appended; ``on_ledger`` gets the ledger's id.
 
     Returns:
         Entries confirmed and the time from the first append to the last confirmation.
     """
     data = payload(ENTRY_BYTES)
     writer = await client.create_ledger(*ENSEMBLE, durability=durability)
+    on_ledger(writer.ledger_id)
+    limit = max_entries if max_entries is not None else sys.maxsize
     inflight: collections.deque[asyncio.Future[int]] = collections.deque()
     done = 0
     started = time.perf_counter()
     deadline = started + seconds
     try:
-        while time.perf_counter() < deadline:
-            while len(inflight) < window:
+        while time.perf_counter() < deadline and done + len(inflight) < limit:
+            while len(inflight) < window and done + len(inflight) < limit:
                 inflight.append(writer.append_nowait(data))
             # Completion is in entry order: the oldest append finishes first.
             await inflight.popleft()
@@ -238,6 +244,61 @@ def sync_ledger_append(
         elapsed = time.perf_counter() - started
         progress(done % 256)
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
+
+
+def sync_log_append(
+    metadata_uri: str,
+    seconds: float,
+    *,
+    window: int = LOG_WINDOW,
+    progress: Progress = _noop,
+) -> Rate:
+    """The blocking API: 100-byte records through ``LogWriter.append_many_async``, batches
+    of :data:`LOG_BATCH` with ``window`` records in flight (as :func:`log_append` keeps).
+
+    Must run in a thread without a running event loop (the sync client runs its own).
+    """
+    batch = [payload(RECORD_BYTES)] * LOG_BATCH
+    with walog.connect(metadata_uri) as client:
+        log = client.open_log(
+            f"bench-sync-append-{uuid.uuid4().hex[:8]}",
+            ensemble_size=ENSEMBLE[0],
+            write_quorum=ENSEMBLE[1],
+            ack_quorum=ENSEMBLE[2],
+        )
+        with log.open_writer() as writer:
+            inflight: collections.deque[concurrent.futures.Future[list[Position]]]
+            inflight = collections.deque()
+            done = 0
+            started = time.perf_counter()
+            deadline = started + seconds
+            while time.perf_counter() < deadline:
+                while len(inflight) * LOG_BATCH < window:
+                    inflight.append(writer.append_many_async(batch))
+                inflight.popleft().result()
+                done += LOG_BATCH
+                progress(LOG_BATCH)
+            while inflight:
+                inflight.popleft().result()
+                done += LOG_BATCH
+            elapsed = time.perf_counter() - started
+    return Rate(ops=done, seconds=elapsed, payload_bytes=done * RECORD_BYTES)
+
+
+def sync_append_latency(metadata_uri: str, seconds: float, progress: Progress = _noop) -> Latency:
+    """One 1 KiB ``LedgerWriter.append`` in flight at a time through the blocking API (as
+    :func:`append_latency` through asyncio)."""
+    data = payload(ENTRY_BYTES)
+    latency = Latency()
+    with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
+        for _ in range(20):  # warm the streams to every bookie
+            writer.append(data)
+        deadline = time.perf_counter() + seconds
+        while (now := time.perf_counter()) < deadline:
+            writer.append(data)
+            latency.record(time.perf_counter() - now)
+            progress(1)
+    return latency
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
@@ -37,6 +36,7 @@ from typing import Literal
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
+from walog._sync import Sink
 from walog.errors import (
     BookieReadOnlyError,
     BookieUnavailableError,
@@ -121,7 +121,7 @@ class PendingAdd:
     data: bytes
     lac: int  # the LAC piggybacked on this entry (covered by its digest)
     digest: int
-    future: asyncio.Future[int]
+    future: Sink[int]
     acked: int = 0  # bit i set: the bookie at ensemble index i answered OK
     sent: int = 0  # bit i set: the add was sent to the bookie now at ensemble index i
     appended: float = 0.0  # loop time of the append (client metrics)
@@ -195,6 +195,8 @@ class AsyncLedgerWriter:
         self._unsent: list[PendingAdd] = []
         self._drained = asyncio.Event()
         self._drained.set()
+        # force() waiting for an entry to complete: (entry id, waiter), woken on completion.
+        self._completion_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
         self._failed: dict[int, str] = {}  # ensemble index -> failed bookie, to be replaced
         self._unreplaceable: set[int] = set()  # failed indexes no bookie could replace
@@ -252,6 +254,15 @@ class AsyncLedgerWriter:
             LedgerClosedError: the writer is closed or closing.
             LedgerFencedError: the ledger was fenced by a recovering reader.
         """
+        future: asyncio.Future[int] = self._loop.create_future()
+        self.append_into(data, future)
+        return future
+
+    def append_into(self, data: bytes | bytearray | memoryview, sink: Sink[int]) -> None:
+        """Like :meth:`append_nowait`, resolving ``sink`` (an asyncio or a
+        ``concurrent.futures`` future, or any :class:`walog._sync.Sink`) with the entry id instead:
+        the sync facade hands its own futures in and saves a future and a callback per
+        entry. Call it on the loop thread."""
         payload = as_payload(data, self._ctx.config.max_entry_bytes)
         self._check_appendable()
         entry_id = self._next_entry_id
@@ -263,7 +274,7 @@ class AsyncLedgerWriter:
             payload,
             lac,
             entry_digest(self._ledger_id, entry_id, lac, payload),
-            self._loop.create_future(),
+            sink,
             appended=now,
         )
         self._pending.append(add)
@@ -275,7 +286,6 @@ class AsyncLedgerWriter:
         if not self._unsent:
             self._loop.call_soon(self._flush)
         self._unsent.append(add)
-        return add.future
 
     async def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append one entry and wait until it and every lower entry are confirmed."""
@@ -406,6 +416,25 @@ class AsyncLedgerWriter:
         for add in done:
             if not add.future.done():
                 add.future.set_result(add.entry_id)
+        if self._completion_waiters:
+            self._wake_completion_waiters()
+
+    async def _completion_of(self, entry_id: int) -> None:
+        """Wait until ``entry_id`` completed or the writer failed (whatever its sink)."""
+        if self._completed >= entry_id or self._error is not None:
+            return
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._completion_waiters.append((entry_id, waiter))
+        await waiter
+
+    def _wake_completion_waiters(self) -> None:
+        waiting, self._completion_waiters = self._completion_waiters, []
+        for entry_id, waiter in waiting:
+            if self._completed >= entry_id or self._error is not None:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                self._completion_waiters.append((entry_id, waiter))
 
     def _advance_lac(self) -> None:
         if self._durability is Durability.VOLATILE:
@@ -515,6 +544,7 @@ class AsyncLedgerWriter:
         for add in pending:
             if not add.future.done():
                 add.future.set_exception(type(error)(str(error)))
+        self._wake_completion_waiters()
 
     def _bookie_failed(self, index: int, bookie: str, reason: str) -> None:
         if self._error is not None or self._state == "closed":
@@ -697,8 +727,7 @@ class AsyncLedgerWriter:
         """
         if self._pending:
             # A failure is reported below as the writer's error.
-            with contextlib.suppress(WalogError):
-                await asyncio.shield(self._pending[-1].future)
+            await self._completion_of(self._pending[-1].entry_id)
         if self._error is not None:
             raise type(self._error)(str(self._error))
         if self._durability is Durability.PERSISTENT:

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import time
 
 from walog._log import get_logger
+from walog._sync import Sink
 from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -54,7 +54,7 @@ _Future = asyncio.Future
 ROLL_RETRY_SECONDS = 1.0
 """After a failed automatic roll, the next one is tried no sooner than this."""
 
-PositionSink = asyncio.Future[Position] | concurrent.futures.Future[Position]
+PositionSink = Sink[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
 
 

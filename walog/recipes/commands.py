@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
+from walog._sync import Sink
 from walog.log.position import Position, Record
 
-ResultSink = asyncio.Future[Any] | concurrent.futures.Future[Any]
+ResultSink = Sink[Any]
 """Where a command's result goes: an asyncio future, or the sync facade's own future."""
 Applier = Callable[[Record], tuple[Any, BaseException | None]]
 """Applies one record; returns ``apply``'s result or the exception it raised."""

@@ -43,6 +43,7 @@ from walog.errors import MetadataConflictError, WalogError
 from walog.log.metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.truncation import refresh_closed
+from walog.spark.options import BookieAccess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -182,7 +183,9 @@ class _Archiver:
             if keep is None or path.name != keep.intent_id:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def write(self, spark: SparkSession, metadata_uri: str, intent: ArchiveIntent) -> int | None:
+    def write(
+        self, spark: SparkSession, metadata_uri: str, intent: ArchiveIntent, access: BookieAccess
+    ) -> int | None:
         """Write the intent's records into its staging dir unless a finished write is there."""
         import pyarrow.parquet as pq
         from pyspark.sql import functions as F
@@ -191,15 +194,16 @@ class _Archiver:
         if (staging / "_SUCCESS").exists():
             return None
         shutil.rmtree(staging, ignore_errors=True)
-        frame = (
+        reader = (
             spark.read.format("walog")
             .option("metadata", metadata_uri)
             .option("log", self.log)
             .option("startPosition", str(intent.start))
             .option("endPosition", str(intent.through))
-            .load()
-            .withColumn(PARTITION_COLUMN, F.col("ledger_id"))
         )
+        for name, path in access.options().items():
+            reader = reader.option(name, path)
+        frame = reader.load().withColumn(PARTITION_COLUMN, F.col("ledger_id"))
         frame.write.partitionBy(PARTITION_COLUMN).parquet(str(staging))
         return sum(int(pq.ParquetFile(p).metadata.num_rows) for p in staging.rglob("*.parquet"))
 
@@ -246,6 +250,7 @@ def archive_log(
     *,
     progress: bool | None = None,
     timeout: float = 10.0,
+    access: BookieAccess | None = None,
 ) -> ArchiveResult:
     """Archive every closed, not yet archived ledger of ``log`` to Parquet under ``to``.
 
@@ -259,8 +264,11 @@ def archive_log(
         to: the archive root (created if missing).
         progress: show a tqdm progress bar (None: only on a terminal).
         timeout: seconds to connect to the metadata store and per call.
+        access: TLS files and token file for bookies that require them (read by the
+            driver and by every executor).
 
     Raises:
+        ValueError: a TLS or token file of ``access`` is missing or unreadable.
         walog.NoSuchLogError: the log does not exist.
         walog.MetadataConflictError: another archive run replaced this run's intent.
     """
@@ -269,7 +277,8 @@ def archive_log(
     register(spark)
     root = Path(to).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    with walog.connect(metadata_uri, timeout=timeout) as client:
+    access = access or BookieAccess()
+    with walog.connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
         archiver = _Archiver(client, log, root)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)
@@ -284,7 +293,7 @@ def archive_log(
             disable=None if progress is None else not progress,
         ) as bar:
             bar.set_postfix_str(f"writing {len(intent.ledger_ids)} ledgers")
-            rows = archiver.write(spark, metadata_uri, intent)
+            rows = archiver.write(spark, metadata_uri, intent, access)
             bar.update(1)
             for ledger_id in intent.ledger_ids:
                 bar.set_postfix_str(f"moving ledger {ledger_id}")
@@ -352,11 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
-    if args.tls_ca or args.tls_cert or args.tls_key or args.auth_token_file:
-        parser.error(
-            "the archive job cannot reach bookies over TLS or with a token yet: the Spark "
-            "source takes no such options"
-        )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
+    paths = (args.tls_ca, args.tls_cert, args.tls_key, args.auth_token_file)
+    access = BookieAccess(*(None if p is None else str(p) for p in paths))
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
@@ -370,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.to,
                 progress=False if args.no_progress else None,
                 timeout=args.timeout,
+                access=access,
             )
         finally:
             spark.stop()

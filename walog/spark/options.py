@@ -81,6 +81,16 @@ class BookieAccess:
             raise ValueError("options tlsCert and tlsKey go together")
         return access
 
+    def options(self) -> dict[str, str]:
+        """The Spark options that carry this access (the inverse of :meth:`parse`)."""
+        named = {
+            "tlsCa": self.tls_ca,
+            "tlsCert": self.tls_cert,
+            "tlsKey": self.tls_key,
+            "authTokenFile": self.auth_token_file,
+        }
+        return {name: path for name, path in named.items() if path is not None}
+
     def connect_kwargs(self) -> dict[str, Any]:
         """``tls`` and ``auth_token`` for ``walog.connect`` (files read now).
 
