@@ -7,7 +7,6 @@ checkout, so both are put in the environment before the JVM starts.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,18 +17,9 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
 
 import walog.spark  # noqa: E402
+from walog.testing.spark import spark_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def spark_env() -> dict[str, str]:
-    """Environment for Spark processes: the venv's Python, this checkout importable."""
-    path = os.environ.get("PYTHONPATH", "")
-    return {
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
-    }
 
 
 @pytest.fixture(scope="session")

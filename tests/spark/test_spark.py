@@ -250,7 +250,7 @@ def test_archive_rerun_redoes_a_write_that_did_not_finish(
 def test_archive_command_runs_on_a_standalone_spark_cluster(
     cluster: LocalCluster, log_name: str, tmp_path: Path
 ) -> None:
-    from tests.spark.standalone import StandaloneSpark
+    from walog.testing import StandaloneSpark
 
     with walog.connect(cluster.metadata_uri) as client:
         log = _open(client, log_name)

@@ -52,6 +52,12 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
     "spark_sink_mb_s": ("Spark batch sink (write + commit), local[2]", "MB/s", None, True),
+    "spark_sink_standalone_mb_s": (
+        "Spark batch sink (write + commit), standalone, 2 workers",
+        "MB/s",
+        None,
+        True,
+    ),
     "loopback6_append_eps": ("6 bookies on loopback: append, pipelined", "entries/s", None, True),
     "hosts_append_eps": ("6 bookies on 6 hosts: append, pipelined", "entries/s", None, True),
     "loopback6_append_p50_ms": ("6 bookies on loopback: one in flight, p50", "ms", None, False),

@@ -326,8 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def spark_session(master: str, app_name: str) -> SparkSession:
-    """A Spark session whose Python workers can run walog.
+def prepare_environment() -> None:
+    """Let the Python workers of sessions made from now on run walog.
 
     Unless the environment says otherwise, workers run this interpreter, and the directory
     walog is imported from is put on their ``PYTHONPATH`` (a no-op when walog is installed
@@ -338,6 +338,11 @@ def spark_session(master: str, app_name: str) -> SparkSession:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if home not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([home, *paths])
+
+
+def spark_session(master: str, app_name: str) -> SparkSession:
+    """A Spark session whose Python workers can run walog (:func:`prepare_environment`)."""
+    prepare_environment()
     from pyspark.sql import SparkSession
 
     spark = (
@@ -405,5 +410,6 @@ __all__ = [
     "archivable",
     "archive_log",
     "main",
+    "prepare_environment",
     "spark_session",
 ]

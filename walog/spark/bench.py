@@ -1,24 +1,28 @@
-"""Batch scan and sink throughput of the ``walog`` data source on a local Spark.
+"""Batch scan and sink throughput of the ``walog`` data source, on a local Spark and on a
+standalone cluster.
 
-``walog bench`` runs this module (:func:`scan_mb_s`, :func:`sink_mb_s`); it can also run
-alone::
+``walog bench`` runs this module (:func:`scan_mb_s`, :func:`sink_mb_s`,
+:func:`standalone_sink_mb_s`); it can also run alone::
 
     python -m walog.spark.bench --total-mb 64
+    python -m walog.spark.bench --metadata URI --sink --standalone-workers 2
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import walog
 from walog.log.writer import LogWriterConfig
 from walog.spark import register
-from walog.spark.archive import spark_session
+from walog.spark.archive import prepare_environment, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -184,8 +188,79 @@ def sink_mb_s(
             session.stop()
 
 
+def standalone_sink_mb_s(
+    metadata_uri: str,
+    *,
+    workers: int = 2,
+    total_mb: float = 64.0,
+    record_bytes: int = 4096,
+    warmup: int = 1,
+    repeats: int = 2,
+) -> float:
+    """:func:`sink_mb_s` on a standalone cluster started for the run: a master and
+    ``workers`` workers of one core each (:class:`~walog.testing.StandaloneSpark`, in a
+    temporary directory), the driver in this process. Every write's 4 tasks run in
+    executors of their own JVMs and Python workers, as on a real cluster."""
+    from pyspark.sql import SparkSession
+
+    from walog.testing import StandaloneSpark
+
+    with (
+        tempfile.TemporaryDirectory(prefix="walog-spark-bench-") as work,
+        StandaloneSpark(Path(work), workers=workers) as standalone,
+    ):
+        prepare_environment()
+        session = (
+            SparkSession.builder.master(standalone.master_url)
+            .appName("walog-sink-bench-standalone")
+            # Executors reach the driver where the cluster listens.
+            .config("spark.driver.host", standalone.MASTER_HOST)
+            .config("spark.driver.bindAddress", standalone.MASTER_HOST)
+            .config("spark.executor.memory", "768m")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("ERROR")
+        try:
+            return sink_mb_s(
+                metadata_uri,
+                total_mb=total_mb,
+                record_bytes=record_bytes,
+                spark=session,
+                warmup=warmup,
+                repeats=repeats,
+            )
+        finally:
+            session.stop()
+
+
+def _standalone_line(args: argparse.Namespace) -> str:
+    """The standalone sink's result line, or why it could not be measured (the other
+    figures of the run stand either way)."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    from walog.errors import WalogError
+    from walog.testing.spark import StandaloneSparkError
+
+    label = f"spark sink, standalone cluster ({args.standalone_workers} workers)"
+    try:
+        rate = standalone_sink_mb_s(
+            args.metadata,
+            workers=args.standalone_workers,
+            total_mb=args.total_mb,
+            record_bytes=args.record_bytes,
+        )
+    except (StandaloneSparkError, PySparkException, Py4JError, WalogError, OSError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        return f"{label}: failed: {type(exc).__name__}: {reason}"
+    return f"{label}: {rate:.1f} MB/s (fastest of 2 writes after 1 warm-up write)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the measured scan throughput, then the sink's (``--sink``)."""
+    """Print the measured scan throughput, then the sink's (``--sink``) on the same master
+    and on a standalone cluster (``--standalone-workers``)."""
     parser = argparse.ArgumentParser(prog="python -m walog.spark.bench")
     parser.add_argument("--metadata", default=None, help="cluster (default: a local one)")
     parser.add_argument("--log", default=None, help="log to scan (default: write one)")
@@ -195,7 +270,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="uncounted scans first [2]")
     parser.add_argument("--repeats", type=int, default=3, help="counted scans, fastest wins [3]")
     parser.add_argument("--sink", action="store_true", help="also time the sink (a cluster)")
+    parser.add_argument(
+        "--standalone-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --sink: also time it on a standalone cluster of N one-core workers [0: no]",
+    )
     args = parser.parse_args(argv)
+    if args.sink and args.metadata is None:
+        parser.error("--sink needs --metadata")
+    if args.standalone_workers and not args.sink:
+        parser.error("--standalone-workers times the sink: add --sink")
+    if args.standalone_workers < 0:
+        parser.error(f"--standalone-workers must be >= 0, got {args.standalone_workers}")
     rate = scan_mb_s(
         args.metadata,
         log=args.log,
@@ -207,14 +295,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"spark batch scan: {rate:.1f} MB/s "
-        f"(fastest of {args.repeats} scans after {args.warmup} warm-up scans)"
+        f"(fastest of {args.repeats} scans after {args.warmup} warm-up scans)",
+        flush=True,
     )
     if args.sink:
-        if args.metadata is None:
-            parser.error("--sink needs --metadata")
         sink = sink_mb_s(args.metadata, total_mb=args.total_mb, record_bytes=args.record_bytes,
                          master=args.master)  # fmt: skip
-        print(f"spark sink: {sink:.1f} MB/s (fastest of 2 writes after 1 warm-up write)")
+        print(
+            f"spark sink: {sink:.1f} MB/s (fastest of 2 writes after 1 warm-up write)", flush=True
+        )
+    if args.standalone_workers:
+        print(_standalone_line(args), flush=True)
     return 0
 
 
@@ -222,4 +313,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["fill_log", "scan_mb_s", "sink_mb_s"]
+__all__ = ["fill_log", "scan_mb_s", "sink_mb_s", "standalone_sink_mb_s"]

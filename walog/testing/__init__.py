@@ -29,11 +29,15 @@ host, not for production.
 :class:`HostCluster` is the same idea across hosts: each bookie, each node of a three-node
 ZooKeeper ensemble and each client in a network namespace of its own (needs root), with
 racks and faults between hosts (:mod:`walog.testing.hosts`).
+
+:class:`StandaloneSpark` starts a Spark standalone master and workers from the installed
+pyspark, for Spark jobs on a real cluster (:mod:`walog.testing.spark`).
 """
 
 from walog.testing.cluster import BookieRef, LocalCluster
 from walog.testing.hosts import HostCluster
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
+from walog.testing.spark import StandaloneSpark
 
 __all__ = [
     "BookieProcess",
@@ -41,5 +45,6 @@ __all__ = [
     "HostCluster",
     "LocalCluster",
     "LocalClusterError",
+    "StandaloneSpark",
     "free_port",
 ]
