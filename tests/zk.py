@@ -45,12 +45,20 @@ def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
 class ZooKeeperServer:
     """A standalone ZooKeeper on 127.0.0.1; use as a context manager or start()/stop()."""
 
-    def __init__(self, *, start_timeout: float = 30.0, extra_config: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        start_timeout: float = 30.0,
+        extra_config: str = "",
+        jvm_flags: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.start_timeout = start_timeout
         self.extra_config = extra_config
         """Lines appended to zoo.cfg (keys it does not know become ``zookeeper.*``
         system properties, e.g. ``ssl.keyStore.location``)."""
+        self.jvm_flags = jvm_flags
+        """Extra JVM options, e.g. ``-Djava.security.auth.login.config=JAAS``."""
         self._dir = Path(tempfile.mkdtemp(prefix="walog-zk-"))
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = self._dir / "server.log"
@@ -81,7 +89,7 @@ class ZooKeeperServer:
             "maxClientCnxns=0\n" + self.extra_config
         )
         cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
-        cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
+        cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *self.jvm_flags]
         cmd += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
         with self._log.open("wb") as out:
             self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

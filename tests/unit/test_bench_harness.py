@@ -265,11 +265,13 @@ def test_report_weighs_the_tail_rate_against_the_cpu_per_record(tmp_path: Path) 
     assert "The slowest journal sync during the tail scenario took 181 ms; 3 syncs" in text
 
 
-def test_soak_growth_is_measured_from_the_first_sample_after_the_warm_up() -> None:
-    samples = [(0.0, {"b": 50.0}), (30.0, {"b": 100.0}), (65.0, {"b": 200.0}), (99.0, {"b": 210.0})]
-    soak = Soak(seconds=100.0, entries=10, samples=samples, warmup=60.0)
-    assert soak.baseline() == {"b": 200.0} and soak.end() == {"b": 210.0}
-    assert soak.growth_pct() == {"b": 5.0}
+def test_soak_growth_compares_the_mean_after_the_warm_up_with_the_mean_at_the_end() -> None:
+    memory = [50.0, 100.0, 150.0, 250.0, 170.0, 190.0, 180.0, 200.0]  # private MiB
+    samples = [(10.0 * i, {"b": (m, 10.0)}) for i, m in enumerate(memory)]
+    soak = Soak(seconds=70.0, entries=10, samples=samples, warmup=20.0, window=20.0)
+    assert soak.baseline() == {"b": (((150 + 250 + 170) / 3), 10.0)}  # 20 s to 40 s
+    assert soak.end() == {"b": (((190 + 180 + 200) / 3), 10.0)}  # the last 20 s
+    assert soak.growth_pct() == {"b": 0.0}
 
 
 def test_soak_needs_a_positive_number_of_minutes(capsys: pytest.CaptureFixture[str]) -> None:

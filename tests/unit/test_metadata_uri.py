@@ -33,6 +33,14 @@ def test_zk_uri_session_timeout_option() -> None:
     assert isinstance(parsed, ZooKeeperURI) and parsed.session_timeout == 2.5
 
 
+def test_zk_credentials_authenticate_by_digest_unless_sasl_is_asked_for() -> None:
+    digest = parse_uri("zk://walog:s@h:1/w")
+    sasl = parse_uri("zk://walog:s@h:1/w?auth_scheme=sasl")
+    assert isinstance(digest, ZooKeeperURI) and digest.auth_scheme == "digest"
+    assert isinstance(sasl, ZooKeeperURI) and sasl.auth_scheme == "sasl"
+    assert sasl.auth is not None and sasl.auth.user == "walog"
+
+
 def test_sqlite_uri_absolute_path_and_defaults() -> None:
     parsed = parse_uri("sqlite:///var/lib/walog/meta.db")
     assert parsed == SqliteURI("/var/lib/walog/meta.db")
@@ -60,6 +68,8 @@ def test_sqlite_short_session_timeout_shortens_heartbeat() -> None:
         ("sqlite:///tmp/m.db?session_timeout=-1", "must be > 0"),
         ("sqlite:///tmp/m.db?session_timeout=abc", "not a number"),
         ("sqlite:///tmp/m.db?heartbeat=5", "must be shorter than"),
+        ("zk://u:p@h:1/a?auth_scheme=kerberos", "expected 'digest' or 'sasl'"),
+        ("zk://h:1/a?auth_scheme=sasl", "auth_scheme needs credentials"),
     ],
 )
 def test_bad_uri_raises_one_value_error_naming_problem_and_forms(uri: str, problem: str) -> None:

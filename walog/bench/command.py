@@ -473,8 +473,11 @@ class _Run:
         r = self.results
         r["soak_minutes"] = round(measured.seconds / 60, 1)
         r["soak_entries"] = measured.entries
-        r["bookie_rss_mib_after_warmup"] = {k: round(v, 1) for k, v in measured.baseline().items()}
-        r["bookie_rss_mib_end"] = {k: round(v, 1) for k, v in measured.end().items()}
+        for key, memory in (("after_warmup", measured.baseline()), ("end", measured.end())):
+            r[f"bookie_rss_mib_{key}"] = {
+                name: {"private": round(anon, 1), "mapped_files": round(files, 1)}
+                for name, (anon, files) in memory.items()
+            }
         r["bookie_rss_growth_pct_by_bookie"] = growth = measured.growth_pct()
         r["bookie_rss_growth_pct"] = max(growth.values())
 

@@ -3,9 +3,11 @@
 Pipelined 1 KiB appends for the whole run, ledger after ledger (each closed after
 :data:`LEDGER_ENTRIES` entries, and deleted once two newer ones exist, so the disk stays
 bounded and the bookies' garbage collection and compaction run as in service). Every
-:data:`SAMPLE_SECONDS` the resident memory of each bookie is read from ``/proc``. Memory
-after the warm-up (caches filled, first checkpoints done) is the baseline; the result is
-how far each bookie's memory moved from it by the end of the run.
+:data:`SAMPLE_SECONDS` the resident memory of each bookie is read from ``/proc``, private
+memory (``RssAnon``: the heap, the write cache) apart from mapped files (``RssFile``: the
+LMDB index, whose pages the kernel can drop). The mean over the minute after the warm-up
+(caches filled, first checkpoints done) is the baseline; the result is how far each
+bookie's memory moved from it by the run's last minute.
 """
 
 from __future__ import annotations
@@ -30,12 +32,17 @@ KEEP_LEDGERS = 2
 """Closed ledgers kept; older ones are deleted."""
 
 
-def rss_mib(pid: int) -> float:
-    """Resident memory of process ``pid`` in MiB (``VmRSS``)."""
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of process ``pid`` in MiB: ``VmRSS`` (all of it), ``RssAnon`` (the
+    heap and other private memory) or ``RssFile`` (mapped files: the LMDB index)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
+Memory = tuple[float, float]
+"""A bookie's resident memory in MiB: (private: heap and the like, mapped files: the index)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,30 +52,45 @@ class Soak:
     Attributes:
         seconds: length of the run.
         entries: entries confirmed.
-        samples: ``(seconds since start, {bookie: RSS MiB})``, every :data:`SAMPLE_SECONDS`.
-        warmup: seconds before the baseline sample.
+        samples: ``(seconds since start, {bookie: Memory})``, every :data:`SAMPLE_SECONDS`.
+        warmup: seconds before the baseline window.
+        window: seconds averaged at each end (memory breathes with the write cache, which
+            each checkpoint empties: one sample would catch it full or empty at random).
     """
 
     seconds: float
     entries: int
-    samples: list[tuple[float, dict[str, float]]]
+    samples: list[tuple[float, dict[str, Memory]]]
     warmup: float
+    window: float = 60.0
 
-    def baseline(self) -> dict[str, float]:
-        """Each bookie's memory at the first sample after the warm-up."""
-        for at, rss in self.samples:
-            if at >= self.warmup:
-                return rss
-        return self.samples[-1][1]
+    def _mean(self, first: float, last: float) -> dict[str, Memory]:
+        chosen = [rss for at, rss in self.samples if first <= at <= last] or [self.samples[-1][1]]
+        return {
+            name: (
+                sum(rss[name][0] for rss in chosen) / len(chosen),
+                sum(rss[name][1] for rss in chosen) / len(chosen),
+            )
+            for name in chosen[0]
+        }
 
-    def end(self) -> dict[str, float]:
-        """Each bookie's memory at the last sample."""
-        return self.samples[-1][1]
+    def baseline(self) -> dict[str, Memory]:
+        """Each bookie's mean memory over the window right after the warm-up."""
+        return self._mean(self.warmup, self.warmup + self.window)
+
+    def end(self) -> dict[str, Memory]:
+        """Each bookie's mean memory over the run's last window."""
+        last = self.samples[-1][0]
+        return self._mean(max(self.warmup, last - self.window), last)
 
     def growth_pct(self) -> dict[str, float]:
-        """How far each bookie's memory moved from the baseline by the end, in percent."""
+        """How far each bookie's whole resident memory moved from the baseline to the end,
+        in percent."""
         base, end = self.baseline(), self.end()
-        return {name: round((end[name] - base[name]) * 100 / base[name], 1) for name in base}
+        return {
+            name: round((sum(end[name]) - sum(base[name])) * 100 / sum(base[name]), 1)
+            for name in base
+        }
 
 
 async def soak(
@@ -80,13 +102,15 @@ async def soak(
     progress: Progress = lambda _: None,
 ) -> Soak:
     """Append for ``seconds``, reading the memory of ``bookies`` (label -> pid) as it goes."""
-    samples: list[tuple[float, dict[str, float]]] = []
+    samples: list[tuple[float, dict[str, Memory]]] = []
     started = time.monotonic()
 
     def sample() -> None:
-        samples.append(
-            (time.monotonic() - started, {name: rss_mib(pid) for name, pid in bookies.items()})
-        )
+        memory = {
+            name: (rss_mib(pid, "RssAnon"), rss_mib(pid, "RssFile"))
+            for name, pid in bookies.items()
+        }
+        samples.append((time.monotonic() - started, memory))
 
     sampler = asyncio.create_task(_every(SAMPLE_SECONDS, sample))
     closed: collections.deque[int] = collections.deque()
@@ -105,7 +129,7 @@ async def soak(
         with contextlib.suppress(asyncio.CancelledError):
             await sampler
     sample()
-    return Soak(time.monotonic() - started, entries, samples, warmup)
+    return Soak(time.monotonic() - started, entries, samples, warmup, min(60.0, seconds / 4))
 
 
 async def _every(interval: float, action: Callable[[], None]) -> None:

@@ -14,9 +14,12 @@ ZooKeeper options: ``session_timeout=SECONDS``; ``auth_file=PATH`` (a file holdi
 lists); ``reader_auth_file=PATH`` (``USER:SECRET`` of a read-only principal, for
 dashboards); ``tls_ca=PATH``, ``tls_cert=PATH``, ``tls_key=PATH`` (PEM files: TLS to
 ZooKeeper's secure client port; ``tls_ca`` alone verifies the servers, with ``tls_cert`` and
-``tls_key`` the client presents a certificate too). With credentials, every record walog
-creates carries an ACL granting them all rights (and the reader read rights) and nobody
-else anything. Secrets never appear in errors: :func:`redact_uri` shows a URI safely.
+``tls_key`` the client presents a certificate too); ``auth_scheme=digest`` (the default) or
+``auth_scheme=sasl``: how the credentials authenticate the session, ZooKeeper's digest
+scheme or SASL DIGEST-MD5 against the server's JAAS ``Server`` section (the ACLs then name
+the SASL principals). With credentials, every record walog creates carries an ACL granting
+them all rights (and the reader read rights) and nobody else anything. Secrets never appear
+in errors: :func:`redact_uri` shows a URI safely.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class ZooKeeperURI:
     """PEM client certificate (with ``tls_key``)."""
     tls_key: str | None = None
     """PEM private key of ``tls_cert``."""
+    auth_scheme: str = "digest"
+    """How ``auth`` authenticates the session: ``digest`` or ``sasl`` (DIGEST-MD5)."""
 
     @property
     def connect_string(self) -> str:
@@ -180,7 +185,9 @@ _ZK_OPTIONS = (
     "tls_ca",
     "tls_cert",
     "tls_key",
+    "auth_scheme",
 )
+AUTH_SCHEMES = ("digest", "sasl")
 
 
 def _parse_zk(uri: str, rest: str, raw_query: str) -> ZooKeeperURI:
@@ -217,6 +224,11 @@ def _parse_zk(uri: str, rest: str, raw_query: str) -> ZooKeeperURI:
         raise _bad(uri, "tls_cert and tls_key go together")
     if "tls_cert" in raw and "tls_ca" not in raw:
         raise _bad(uri, "tls_cert needs tls_ca (the servers are verified first)")
+    scheme = raw.get("auth_scheme", "digest")
+    if scheme not in AUTH_SCHEMES:
+        raise _bad(uri, f"auth_scheme={scheme!r}: expected 'digest' or 'sasl'")
+    if "auth_scheme" in raw and auth is None:
+        raise _bad(uri, "auth_scheme needs credentials (USER:SECRET@ or auth_file)")
     timeout = raw.get("session_timeout")
     return ZooKeeperURI(
         tuple(hosts),
@@ -229,6 +241,7 @@ def _parse_zk(uri: str, rest: str, raw_query: str) -> ZooKeeperURI:
         tls_ca=raw.get("tls_ca"),
         tls_cert=raw.get("tls_cert"),
         tls_key=raw.get("tls_key"),
+        auth_scheme=scheme,
     )
 
 

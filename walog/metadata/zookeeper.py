@@ -39,7 +39,7 @@ from kazoo.exceptions import NodeExistsError as KazooNodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
-from kazoo.security import make_digest_acl
+from kazoo.security import make_acl, make_digest_acl
 from tenacity import (
     AsyncRetrying,
     Retrying,
@@ -66,12 +66,24 @@ def _security_options(config: ZooKeeperURI) -> dict[str, Any]:
     walog's principal, and every record it creates grants that principal all rights, the
     read-only principal read rights, and nobody else anything."""
     options: dict[str, Any] = {}
-    if config.auth is not None:
-        auth = config.auth
+    auth, reader = config.auth, config.reader
+    if auth is not None and config.auth_scheme == "sasl":
+        # SASL DIGEST-MD5 (kazoo through pure-sasl): the server checks the secret against
+        # its JAAS Server section and knows the session as sasl:USER.
+        options["sasl_options"] = {
+            "mechanism": "DIGEST-MD5",
+            "username": auth.user,
+            "password": auth.secret,
+        }
+        acl = [make_acl("sasl", auth.user, all=True)]
+        if reader is not None:
+            acl.append(make_acl("sasl", reader.user, read=True))
+        options["default_acl"] = acl
+    elif auth is not None:
         options["auth_data"] = [("digest", f"{auth.user}:{auth.secret}")]
         acl = [make_digest_acl(auth.user, auth.secret, all=True)]
-        if config.reader is not None:
-            acl.append(make_digest_acl(config.reader.user, config.reader.secret, read=True))
+        if reader is not None:
+            acl.append(make_digest_acl(reader.user, reader.secret, read=True))
         options["default_acl"] = acl
     if config.tls_ca is not None:
         options.update(use_ssl=True, ca=config.tls_ca, verify_certs=True)
