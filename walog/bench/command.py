@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="MINUTES",
         default=None,
-        help="only the soak: pipelined appends for MINUTES (ledgers closed and deleted as "
+        help="only the soak: 5,000 appends/s for MINUTES (ledgers closed and deleted as "
         "they fill), the bookies' memory read every few seconds",
     )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")

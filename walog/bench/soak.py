@@ -1,8 +1,9 @@
 """A long run that watches the bookies' memory: ``walog bench --soak MINUTES``.
 
-Pipelined 1 KiB appends for the whole run, ledger after ledger (each closed after
-:data:`LEDGER_ENTRIES` entries, and deleted once two newer ones exist, so the disk stays
-bounded and the bookies' garbage collection and compaction run as in service). Every
+Pipelined 1 KiB appends at :data:`RATE` entries/s for the whole run, ledger after ledger
+(each closed after :data:`LEDGER_SECONDS` of entries, deleted once two newer ones exist, so
+the disk stays bounded and the bookies' garbage collection and compaction run as in
+service). Every
 :data:`SAMPLE_SECONDS` the resident memory of each bookie is read from ``/proc``, private
 memory (``RssAnon``: the heap, the write cache) apart from mapped files (``RssFile``: the
 LMDB index, whose pages the kernel can drop). The mean over the minute after the warm-up
@@ -24,8 +25,13 @@ from walog.aio import AsyncClient
 from walog.bench.scenarios import Progress, ledger_append
 from walog.errors import WalogError
 
-LEDGER_ENTRIES = 200_000
-"""Entries per ledger before the soak closes it and starts the next."""
+RATE = 5_000
+"""Entries per second the soak appends (pipelined, in bursts of one ledger): a steady
+service load, not the bookies' limit. At full speed a 2-core machine writes about 40 GB of
+journal and entry logs per bookie in ten minutes, faster than deleted ledgers' space is
+collected, and fills a small disk before memory tells anything."""
+LEDGER_SECONDS = 10.0
+"""Each ledger takes this long at :data:`RATE` (``RATE * LEDGER_SECONDS`` entries)."""
 SAMPLE_SECONDS = 5.0
 """Time between two readings of the bookies' memory."""
 KEEP_LEDGERS = 2
@@ -117,13 +123,21 @@ async def soak(
     entries = 0
     try:
         while (left := seconds - (time.monotonic() - started)) > 0:
+            begun = time.monotonic()
             rate = await ledger_append(
-                client, left, max_entries=LEDGER_ENTRIES, progress=progress, on_ledger=closed.append
+                client,
+                left,
+                max_entries=int(RATE * LEDGER_SECONDS),
+                progress=progress,
+                on_ledger=closed.append,
             )
             entries += rate.ops
             while len(closed) > KEEP_LEDGERS:
                 with contextlib.suppress(WalogError):
                     await client.delete_ledger(closed.popleft())
+            pause = min(LEDGER_SECONDS - (time.monotonic() - begun), left)
+            if pause > 0:
+                await asyncio.sleep(pause)
     finally:
         sampler.cancel()
         with contextlib.suppress(asyncio.CancelledError):
