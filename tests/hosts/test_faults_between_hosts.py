@@ -6,7 +6,9 @@ bookies of one rack while another rack had room (fragments made while a rack was
 are the only exception).
 
 The tests of this module share one cluster and one writer and run in order; each heals
-what it broke before the next starts.
+what it broke before the next starts. The isolation of one host and the loss of the
+ZooKeeper leader are milder cases of a rack's isolation and of the quorum's loss: they run
+with ``--slow``.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def run(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         state.writer.proc.wait()
 
 
+@pytest.mark.slow
 def test_acked_entries_read_back_after_a_bookie_host_is_isolated(run: Run) -> None:
     bookie = run.current_ensemble()[0]
     made = run.through(lambda: run.cluster.isolate(run.cluster.host_of(bookie)))
@@ -114,6 +117,7 @@ def test_acked_entries_read_back_after_a_whole_rack_is_isolated(run: Run) -> Non
     assert _replaced(made, bookie)
 
 
+@pytest.mark.slow
 def test_acked_entries_read_back_after_the_zookeeper_leader_is_killed(run: Run) -> None:
     killed: list[int] = []
     run.through(lambda: killed.append(run.cluster.kill_zk_leader()))
