@@ -27,9 +27,9 @@ from walog.errors import WalogError
 
 RATE = 5_000
 """Entries per second the soak appends (pipelined, in bursts of one ledger): a steady
-service load, not the bookies' limit. At full speed a 2-core machine writes about 40 GB of
-journal and entry logs per bookie in ten minutes, faster than deleted ledgers' space is
-collected, and fills a small disk before memory tells anything."""
+service load, not the bookies' limit. At full speed this machine writes about 20 GB of
+entries, journaled and then stored, per bookie in ten minutes: a run at full speed measures
+the disk and the collection of deleted ledgers more than memory."""
 LEDGER_SECONDS = 10.0
 """Each ledger takes this long at :data:`RATE` (``RATE * LEDGER_SECONDS`` entries)."""
 SAMPLE_SECONDS = 5.0
