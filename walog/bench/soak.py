@@ -3,7 +3,8 @@
 Pipelined 1 KiB appends at :data:`RATE` entries/s for the whole run, ledger after ledger
 (each closed after :data:`LEDGER_SECONDS` of entries, deleted once two newer ones exist, so
 the disk stays bounded and the bookies' garbage collection and compaction run as in
-service). Every
+service; the soak's bookies collect a deleted ledger 30 s after its last write, so the
+index and the entry logs reach their steady size within the warm-up). Every
 :data:`SAMPLE_SECONDS` the resident memory of each bookie is read from ``/proc``, private
 memory (``RssAnon``: the heap, the write cache) apart from mapped files (``RssFile``: the
 LMDB index, whose pages the kernel can drop). The mean over the minute after the warm-up
