@@ -227,23 +227,42 @@ def sync_ledger_append(
     """
     data = payload(ENTRY_BYTES)
     with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
-        inflight: collections.deque[concurrent.futures.Future[int]] = collections.deque()
-        done = 0
-        started = time.perf_counter()
-        deadline = started + seconds
-        while time.perf_counter() < deadline:
-            while len(inflight) < window:
-                inflight.append(writer.append_async(data))
-            inflight.popleft().result()
-            done += 1
-            if done % 256 == 0:
-                progress(256)
-        while inflight:
-            inflight.popleft().result()
-            done += 1
-        elapsed = time.perf_counter() - started
-        progress(done % 256)
+        done, elapsed = _keep_in_flight(
+            lambda: writer.append_async(data), window, 1, seconds, progress
+        )
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
+
+
+def _keep_in_flight(
+    submit: Callable[[], concurrent.futures.Future[Any]],
+    calls: int,
+    ops_per_call: int,
+    seconds: float,
+    progress: Progress,
+) -> tuple[int, float]:
+    """Keep ``calls`` results of ``submit()`` pending for ``seconds`` (each worth
+    ``ops_per_call`` operations), then wait for the rest; return the operations completed
+    and the seconds from the first call to the last completion. Progress is reported in
+    steps of at least 256 operations (a call of the bar per entry would be measured too)."""
+    inflight: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
+    done = unreported = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while time.perf_counter() < deadline:
+        while len(inflight) < calls:
+            inflight.append(submit())
+        inflight.popleft().result()
+        done += ops_per_call
+        unreported += ops_per_call
+        if unreported >= 256:
+            progress(unreported)
+            unreported = 0
+    while inflight:
+        inflight.popleft().result()
+        done += ops_per_call
+        unreported += ops_per_call
+    progress(unreported)
+    return done, time.perf_counter() - started
 
 
 def sync_log_append(
@@ -267,21 +286,13 @@ def sync_log_append(
             ack_quorum=ENSEMBLE[2],
         )
         with log.open_writer() as writer:
-            inflight: collections.deque[concurrent.futures.Future[list[Position]]]
-            inflight = collections.deque()
-            done = 0
-            started = time.perf_counter()
-            deadline = started + seconds
-            while time.perf_counter() < deadline:
-                while len(inflight) * LOG_BATCH < window:
-                    inflight.append(writer.append_many_async(batch))
-                inflight.popleft().result()
-                done += LOG_BATCH
-                progress(LOG_BATCH)
-            while inflight:
-                inflight.popleft().result()
-                done += LOG_BATCH
-            elapsed = time.perf_counter() - started
+            done, elapsed = _keep_in_flight(
+                lambda: writer.append_many_async(batch),
+                -(-window // LOG_BATCH),  # batches in flight: window records, rounded up
+                LOG_BATCH,
+                seconds,
+                progress,
+            )
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * RECORD_BYTES)
 
 

@@ -57,6 +57,15 @@ def _positive_float(options: Mapping[str, str], name: str, default: float) -> fl
     return value
 
 
+def _require_target(lowered: Mapping[str, Any], who: str) -> None:
+    """Raise one ``ValueError`` naming ``metadata`` or ``log`` when either is missing."""
+    for required in ("metadata", "log"):
+        if not lowered.get(required):
+            raise ValueError(
+                f'{who} needs option {required!r}: .option("metadata", URI).option("log", NAME)'
+            )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class BookieAccess:
     """How executors reach TLS or token-protected bookies: the client's ``tls`` and
@@ -150,12 +159,7 @@ class ReadOptions:
             ValueError: a required option is missing or a value is malformed.
         """
         lowered = {str(k).lower(): v for k, v in options.items()}
-        for required in ("metadata", "log"):
-            if not lowered.get(required):
-                raise ValueError(
-                    f"the walog data source needs option {required!r}: "
-                    '.option("metadata", URI).option("log", NAME)'
-                )
+        _require_target(lowered, "the walog data source")
         consumer = lowered.get("consumername")
         if consumer is not None and not str(consumer).strip():
             raise ValueError("option consumerName is empty")
@@ -220,12 +224,7 @@ class WriteOptions:
             ValueError: a required option is missing or a value is malformed.
         """
         lowered = {str(k).lower(): str(v) for k, v in options.items()}
-        for required in ("metadata", "log"):
-            if not lowered.get(required):
-                raise ValueError(
-                    f"the walog sink needs option {required!r}: "
-                    '.option("metadata", URI).option("log", NAME)'
-                )
+        _require_target(lowered, "the walog sink")
         sink_id = lowered.get("sinkid")
         if sink_id is not None and not sink_id.strip():
             raise ValueError("option sinkId is empty")
