@@ -37,13 +37,15 @@ LEDGERS_CENSUS_KEY = b"census:ledgers"
 LOGS_CENSUS_KEY = b"census:logs"
 META_KEYS = (FORMAT_KEY, MARK_KEY, NEXT_LOG_KEY, LEDGERS_CENSUS_KEY, LOGS_CENSUS_KEY)
 
-_CRC = struct.Struct(">I")
+ROW_CRC = struct.Struct(">I")
 ENTRY_KEY = struct.Struct(">qq")
 LEDGER_KEY = struct.Struct(">q")
 LOG_KEY = struct.Struct(">I")
 # An entry row's value: crc, log id, offset, record length (the crc covers key + the rest).
 _ENTRY_ROW = struct.Struct(">IIQI")
-_KEY_AND_LOCATION = struct.Struct(">qqIQI")
+#: An entry row's key and location in one pack, and the row checksum: the parts of
+#: :func:`entry_row`, for a loop that builds rows inline (the checkpoint's).
+KEY_AND_LOCATION = struct.Struct(">qqIQI")
 _SUMMARY = struct.Struct(">qq")  # entry rows held, highest entry id held (-1: none)
 _MARK = struct.Struct(">QQ")
 _CENSUS = struct.Struct(">QQ")
@@ -58,15 +60,15 @@ def format_payload() -> bytes:
 
 def seal(key: bytes, payload: bytes) -> bytes:
     """The stored value for ``payload`` under ``key``: checksum first."""
-    return _CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(key))) + payload
+    return ROW_CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(key))) + payload
 
 
 def unseal(key: bytes, value: bytes) -> bytes | None:
     """The payload of a sealed value, or None when the row fails its checksum."""
-    if len(value) < _CRC.size:
+    if len(value) < ROW_CRC.size:
         return None
-    payload = value[_CRC.size :]
-    (crc,) = _CRC.unpack_from(value)
+    payload = value[ROW_CRC.size :]
+    (crc,) = ROW_CRC.unpack_from(value)
     return payload if crc32c.crc32c(payload, crc32c.crc32c(key)) == crc else None
 
 
@@ -75,8 +77,8 @@ def entry_row(
 ) -> tuple[bytes, bytes]:
     """An entry row ``(key, sealed value)``: the hot path of checkpoints, so one pack and
     one checksum over key + location (the same bytes :func:`seal` covers)."""
-    both = _KEY_AND_LOCATION.pack(ledger_id, entry_id, log_id, offset, length)
-    return both[: ENTRY_KEY.size], _CRC.pack(crc32c.crc32c(both)) + both[ENTRY_KEY.size :]
+    both = KEY_AND_LOCATION.pack(ledger_id, entry_id, log_id, offset, length)
+    return both[: ENTRY_KEY.size], ROW_CRC.pack(crc32c.crc32c(both)) + both[ENTRY_KEY.size :]
 
 
 def unseal_entry_row(key: bytes, value: bytes) -> tuple[int, int, int] | None:
@@ -84,7 +86,7 @@ def unseal_entry_row(key: bytes, value: bytes) -> tuple[int, int, int] | None:
     if len(value) != _ENTRY_ROW.size:
         return None
     crc, log_id, offset, length = _ENTRY_ROW.unpack(value)
-    if crc32c.crc32c(value[_CRC.size :], crc32c.crc32c(key)) != crc:
+    if crc32c.crc32c(value[ROW_CRC.size :], crc32c.crc32c(key)) != crc:
         return None
     return log_id, offset, length
 
@@ -188,6 +190,7 @@ __all__ = [
     "ENTRY_KEY",
     "FORMAT_KEY",
     "FORMAT_VERSION",
+    "KEY_AND_LOCATION",
     "LEDGERS_CENSUS_KEY",
     "LEDGER_KEY",
     "LOGS_CENSUS_KEY",
@@ -195,6 +198,7 @@ __all__ = [
     "MARK_KEY",
     "META_KEYS",
     "NEXT_LOG_KEY",
+    "ROW_CRC",
     "Census",
     "IndexSummary",
     "LedgerRow",

@@ -35,21 +35,23 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+import crc32c
 import lmdb
 import structlog
 
 from bookie.index import (
     ENTRY_KEY,
+    KEY_AND_LOCATION,
     LEDGER_KEY,
     LEDGERS_CENSUS_KEY,
     LOG_KEY,
     LOGS_CENSUS_KEY,
     MARK_KEY,
     NEXT_LOG_KEY,
+    ROW_CRC,
     Census,
     IndexSummary,
     LedgerRow,
-    entry_row,
     pack_census,
     pack_ledger_row,
     pack_mark,
@@ -398,9 +400,28 @@ class EntryStorage:
         bucket: list[tuple[bytes, bytes]] = []
         per_ledger: dict[int, int] = {}
         start_log, start_offset = self._write_log, self._write_offset
+        # The checkpoint's hot loop, one pass per entry: its record is buffered for the
+        # entry log and its index row built (entry_row's bytes, inlined with the append).
+        pending = self._pending
+        record, location = _RECORD.pack, KEY_AND_LOCATION.pack
+        crc_of, crc = ROW_CRC.pack, crc32c.crc32c
+        limit, chunk, key_size = self._log_bytes_limit, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
         try:
-            for ledger_id, entry_id, entry in entries:
-                log_id, offset, length = self._append(ledger_id, entry_id, entry)
+            for ledger_id, entry_id, (lac, digest, data) in entries:
+                if self._write_fd < 0 or self._write_offset >= limit:
+                    self._roll()
+                log_id, offset = self._write_log, self._write_offset
+                length = _RECORD.size + len(data)
+                pending.append(record(len(data), ledger_id, entry_id, lac, digest))
+                pending.append(data)
+                self._write_offset = offset + length
+                self._pending_bytes += length
+                if self._pending_bytes >= chunk:
+                    self._flush_pending()
+                    # Synced chunk by chunk: one sync of a whole checkpoint at its end would
+                    # hold the disk, and the journal syncs queued behind it, for as long as
+                    # all of it takes to write (tens of ms per 10 MB here).
+                    os.fdatasync(self._write_fd)
                 if ledger_id != current or log_id != current_log:
                     # Entries come grouped by ledger and logs roll rarely: look up the
                     # ledger's row list and live-bytes slot once per run, not per entry.
@@ -408,7 +429,8 @@ class EntryStorage:
                     bucket = rows.setdefault(ledger_id, [])
                     per_ledger = live.setdefault(log_id, {})
                     per_ledger.setdefault(ledger_id, 0)
-                bucket.append(entry_row(ledger_id, entry_id, log_id, offset, length))
+                both = location(ledger_id, entry_id, log_id, offset, length)
+                bucket.append((both[:key_size], crc_of(crc(both)) + both[key_size:]))
                 per_ledger[ledger_id] += length
                 written += 1
             self._flush_pending()
@@ -506,25 +528,6 @@ class EntryStorage:
                 census = census.plus(key)
             docs[log_id] = doc
         return docs, census
-
-    def _append(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> tuple[int, int, int]:
-        """Buffer the entry's record; returns its ``(log id, offset, length)``."""
-        if self._write_fd < 0 or self._write_offset >= self._log_bytes_limit:
-            self._roll()
-        lac, digest, data = entry
-        self._pending.append(_RECORD.pack(len(data), ledger_id, entry_id, lac, digest))
-        self._pending.append(data)
-        offset = self._write_offset
-        length = _RECORD.size + len(data)
-        self._write_offset += length
-        self._pending_bytes += length
-        if self._pending_bytes >= _WRITE_CHUNK_BYTES:
-            self._flush_pending()
-            # Synced chunk by chunk: one sync of a whole checkpoint at its end would hold
-            # the disk, and the journal syncs queued behind it, for as long as all of it
-            # takes to write (tens of ms per 10 MB here).
-            os.fdatasync(self._write_fd)
-        return self._write_log, offset, length
 
     def _close_write_log(self) -> None:
         """Stop appending to the current entry log; the next append starts a new one."""

@@ -13,13 +13,14 @@ import struct
 
 import crc32c
 
-_HEADER = struct.Struct(">qqq")
+#: The header a digest covers before the payload: ledger id, entry id, LAC.
+DIGEST_HEADER = struct.Struct(">qqq")
 MASTER_KEY_BYTES = 32
 
 
 def entry_digest(ledger_id: int, entry_id: int, lac: int, data: bytes | memoryview) -> int:
     """CRC32C of an entry's header and payload, as an unsigned 32-bit integer."""
-    crc = crc32c.crc32c(_HEADER.pack(ledger_id, entry_id, lac))
+    crc = crc32c.crc32c(DIGEST_HEADER.pack(ledger_id, entry_id, lac))
     return int(crc32c.crc32c(data, crc))
 
 
@@ -28,4 +29,4 @@ def master_key(password: bytes) -> bytes:
     return hashlib.sha256(b"walog-ledger:" + password).digest()
 
 
-__all__ = ["MASTER_KEY_BYTES", "entry_digest", "master_key"]
+__all__ = ["DIGEST_HEADER", "MASTER_KEY_BYTES", "entry_digest", "master_key"]
