@@ -36,7 +36,7 @@ from tqdm import tqdm
 import walog._loop
 import walog.aio
 from bookie.journal_files import journal_files
-from walog.bench import floors, metrics_cost, peers, scenarios
+from walog.bench import checkpoint_tail, floors, metrics_cost, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.bench.stats import cpu_seconds, thread_cpu_seconds
@@ -50,8 +50,8 @@ SLOW_SYNC_S = 0.02
 """A journal sync at least this long counts as held up by the disk (tail scenario)."""
 
 SCENARIOS = (
-    "latency", "tail", "ledger", "volatile", "log", "sync", "metrics", "recovery", "restart",
-    "hosts", "soak",
+    "latency", "tail", "checkpoint", "ledger", "volatile", "log", "sync", "metrics", "recovery",
+    "restart", "hosts", "soak",
 )  # fmt: skip
 """Scenario names for ``--only``, in the order a run measures them."""
 
@@ -261,6 +261,8 @@ class _Run:
                 r["tail_journal_sync_max_ms"] = round(slowest / 1000.0, 1)
                 slow = bucket_of(SLOW_SYNC_S)
                 r["tail_journal_syncs_over_20ms"] = sum(tail.journal_syncs[slow:])
+        if "checkpoint" in only and (not self.plan.quick or only != frozenset(SCENARIOS)):
+            self.tail_while_checkpointing()
         if "ledger" in only:
             with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
                 rate = self.aio(lambda c: scenarios.ledger_append(c, seconds, progress=tick))
@@ -295,13 +297,37 @@ class _Run:
         if "recovery" in only:
             self.recovery()
 
+    def tail_while_checkpointing(self) -> None:
+        """The tail lag through a checkpoint of every bookie (walog.bench.checkpoint_tail);
+        in full runs, or in quick ones when ``--only`` names it."""
+        if self.cluster is None:
+            self.skipped["tail_lag_checkpoint_p99_ms"] = "the bookies run elsewhere (--metadata)"
+            return
+        with self.bar("tail lag during checkpoints", unit="rec") as tick:
+            measured = checkpoint_tail.tail_while_checkpointing(
+                self.cluster, self.aio, self.plan.seconds, tick
+            )
+        r = self.results
+        lag = measured.tail.lag
+        r["tail_lag_checkpoint_p50_ms"] = round(lag.percentile_ms(50.0), 3)
+        r["tail_lag_checkpoint_p99_ms"] = round(lag.percentile_ms(99.0), 3)
+        r["tail_lag_checkpoint_max_ms"] = round(lag.percentile_ms(100.0), 3)
+        r["tail_checkpoint_seconds"] = measured.seconds
+        r["tail_checkpoint_entries_per_bookie"] = min(measured.checkpointed)
+
     def sync_api(self) -> None:
-        """The blocking API next to asyncio: pipelined ledger appends, log appends in
-        batches (``append_many_async``) and one append in flight."""
+        """The blocking API next to asyncio: pipelined ledger appends (in batches with
+        ``append_many_async``, and one a call with ``append_async``), log appends in batches
+        and one append in flight."""
         r, seconds = self.results, self.plan.seconds
+        with self.bar("sync API ledger append_many") as tick:
+            rate = scenarios.sync_ledger_append(
+                self.uri, seconds, batch=scenarios.LEDGER_BATCH, progress=tick
+            )
+        r["sync_ledger_append_eps"] = r["sync_append_eps"] = round(rate.per_second)
         with self.bar("sync API ledger append") as tick:
             rate = scenarios.sync_ledger_append(self.uri, seconds, progress=tick)
-        r["sync_ledger_append_eps"] = r["sync_append_eps"] = round(rate.per_second)
+        r["sync_ledger_append_single_eps"] = round(rate.per_second)
         with self.bar("sync API log append 100 B records", unit="rec") as tick:
             rate = scenarios.sync_log_append(self.uri, seconds, progress=tick)
         r["sync_log_append_rps"] = round(rate.per_second)
@@ -311,6 +337,7 @@ class _Run:
         r["sync_append_p50_ms"], r["sync_append_p99_ms"] = summary["p50_ms"], summary["p99_ms"]
         for sync_key, aio_key in (
             ("sync_ledger_append_eps", "ledger_append_eps"),
+            ("sync_ledger_append_single_eps", "ledger_append_eps"),
             ("sync_log_append_rps", "log_append_rps"),
         ):
             if r.get(aio_key):

@@ -18,8 +18,25 @@ from walog.bench.sections import (
 TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "ledger_append_eps": ("ledger append, PERSISTENT, pipelined", "entries/s", 120_000, True),
     "ledger_append_volatile_eps": ("ledger append, VOLATILE, pipelined", "entries/s", None, True),
-    "sync_ledger_append_eps": ("ledger append, sync API, pipelined", "entries/s", None, True),
+    "sync_ledger_append_eps": (
+        "ledger append, sync API (append_many), pipelined",
+        "entries/s",
+        None,
+        True,
+    ),
     "sync_ledger_append_eps_vs_aio": ("ledger append, sync API / asyncio", "x", 0.8, True),
+    "sync_ledger_append_single_eps": (
+        "ledger append, sync API (append_async per entry), pipelined",
+        "entries/s",
+        None,
+        True,
+    ),
+    "sync_ledger_append_single_eps_vs_aio": (
+        "ledger append, sync API per entry / asyncio",
+        "x",
+        None,
+        True,
+    ),
     "cpu_us_per_entry_total": ("CPU per replicated entry, client + bookies", "us", 12.0, False),
     "log_append_rps": ("log append, 100 B records", "records/s", 700_000, True),
     "sync_log_append_rps": ("log append, sync API (append_many)", "records/s", None, True),
@@ -47,6 +64,9 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "tail_after_ack_p50_ms": ("tail lag, part ack -> reader, p50", "ms", None, False),
     "tail_after_ack_p99_ms": ("tail lag, part ack -> reader, p99", "ms", None, False),
     "tail_journal_sync_max_ms": ("tail: slowest journal sync meanwhile", "ms", None, False),
+    "tail_lag_checkpoint_p50_ms": ("tail lag while bookies checkpoint, p50", "ms", None, False),
+    "tail_lag_checkpoint_p99_ms": ("tail lag while bookies checkpoint, p99", "ms", 3.0, False),
+    "tail_lag_checkpoint_max_ms": ("tail lag while bookies checkpoint, max", "ms", None, False),
     "recovery_s": ("recovery of an open ledger (worst)", "s", 0.5, False),
     "bookie_restart_s": ("bookie restart after SIGKILL", "s", None, False),
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
@@ -231,8 +251,10 @@ journal on a disk of its own, `--journal-dir`).
 * **ledger append, pipelined** - 1 KiB entries, {ledger_window} appends in flight,
   `append_nowait` of the asyncio API; PERSISTENT (bookies acknowledge after the journal
   fdatasync) and VOLATILE (after the write, seed 004).
-* **sync API** - the same through `walog.connect(...)` and `append_async` (the event loop
-  runs in a background thread; appends are handed over in batches).
+* **sync API** - the same through `walog.connect(...)` (the event loop runs in a
+  background thread): `append_many_async` with 64 entries a call, and `append_async` with
+  one (the calls of a loop turn are handed over together, but each entry still has a
+  `concurrent.futures.Future` of its own).
 * **one in flight** - `await append()` one at a time: the latency of a durable append.
 * **log append** - 100-byte records through a `LogWriter`, which packs the records appended
   in one event-loop turn into one entry.
@@ -245,6 +267,11 @@ journal on a disk of its own, `--journal-dir`).
   then pushes the new LAC with the entry (its backup watch answers at most every 20 ms).
   So the lag is about one append round trip, up to one gap between appends, and two
   one-way messages.
+* **tail lag while bookies checkpoint** - the same, after 40 MB of 1 KiB entries were
+  written to every bookie's write cache, for 12 s: longer than the bookies' 10 s checkpoint
+  interval, so each bookie writes those entries to its entry logs and index (on the disk
+  its journal syncs on) while records are tailed. The bookies' checkpoint counters must
+  show it, or the run is repeated (`walog.bench.checkpoint_tail`).
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
 * **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time

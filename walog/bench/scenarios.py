@@ -44,6 +44,7 @@ ENSEMBLE = (3, 3, 2)  # E, Qw, Qa for every scenario
 LEDGER_WINDOW = 1024
 LOG_WINDOW = 32768  # log records in flight
 LOG_BATCH = 1024  # records handed to the log writer per event-loop turn
+LEDGER_BATCH = 64  # entries per append_many_async call of the sync ledger scenario
 _STAMP = struct.Struct("<q")
 
 
@@ -219,17 +220,23 @@ def sync_ledger_append(
     seconds: float,
     *,
     window: int = LEDGER_WINDOW,
+    batch: int = 1,
     progress: Progress = _noop,
 ) -> Rate:
-    """The blocking API (``walog.connect``): pipelined 1 KiB ``append_async`` calls.
+    """The blocking API (``walog.connect``): pipelined 1 KiB appends, ``window`` in flight,
+    ``batch`` a call: ``append_async`` when 1, else ``append_many_async``.
 
     Must run in a thread without a running event loop (the sync client runs its own).
     """
     data = payload(ENTRY_BYTES)
+    entries = [data] * batch
     with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
-        done, elapsed = _keep_in_flight(
-            lambda: writer.append_async(data), window, 1, seconds, progress
+        submit: Callable[[], concurrent.futures.Future[Any]] = (
+            (lambda: writer.append_async(data))
+            if batch == 1
+            else (lambda: writer.append_many_async(entries))
         )
+        done, elapsed = _keep_in_flight(submit, -(-window // batch), batch, seconds, progress)
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * ENTRY_BYTES)
 
 
