@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hmac
 import itertools
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -695,6 +696,7 @@ class BookieCore:
 
     async def _checkpoint(self) -> None:
         loop = asyncio.get_running_loop()
+        started = time.monotonic()
         async with self._checkpoint_lock:
             storage = self._require_storage()
             frozen, self._cache = self._cache, WriteCache()
@@ -752,13 +754,22 @@ class BookieCore:
         self.stats.entries_checkpointed += written
         for listener in self.checkpoint_listeners:
             listener(written)
-        _log.debug("checkpoint", entries=written, mark=tuple(mark))
+        _log.debug(
+            "checkpoint",
+            entries=written,
+            mark=tuple(mark),
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     async def _checkpoint_loop(self) -> None:
+        first = True
         while not self._closed:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.checkpoint_interval_s):
+                async with asyncio.timeout(
+                    checkpoint_wait(self.config.checkpoint_interval_s, first)
+                ):
                     await self._checkpoint_wanted.wait()
+            first = False
             self._checkpoint_wanted.clear()
             if self._closed:
                 return  # close() takes the final checkpoint
@@ -809,6 +820,18 @@ class BookieCore:
             self.stats.entry_logs_compacted = storage.logs_compacted
 
 
+def checkpoint_wait(interval: float, first: bool) -> float:
+    """Seconds until a bookie's next periodic checkpoint: ``interval`` give or take a tenth,
+    and the first one at a random point of the first interval (at least half of it in).
+
+    Bookies started together (a cluster coming up, a test harness, one host's bookies)
+    would otherwise checkpoint in step, every one writing its cache to disk at the same
+    moment. Spread apart, a checkpoint slows one bookie of a write quorum at a time, and the
+    ack quorum is made of the others.
+    """
+    return interval * (random.uniform(0.5, 1.0) if first else random.uniform(0.9, 1.1))
+
+
 def _refused_entries(
     ledger_id: int,
     entries: Sequence[tuple[int, int, int, bytes]],
@@ -837,4 +860,4 @@ def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]
             yield ledger_id, entry_id, entries[entry_id]
 
 
-__all__ = ["BookieCore", "BookieStats", "JournalMark", "StoredRecord"]
+__all__ = ["BookieCore", "BookieStats", "JournalMark", "StoredRecord", "checkpoint_wait"]

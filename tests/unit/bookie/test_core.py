@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bookie.core import checkpoint_wait
 from bookie.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.ledgers import LedgerState
 from bookie.storage import EntryStorage
@@ -467,3 +468,14 @@ async def test_checkpointed_entry_log_pages_are_dropped_once_synced_unless_kept(
     assert sorted(await read_all(core, 1, 20)) == list(range(10))
     await core.close()
     assert (os.POSIX_FADV_DONTNEED in advice) is not cache_entry_logs
+
+
+def test_bookies_started_together_take_their_periodic_checkpoints_at_spread_times() -> None:
+    firsts = [checkpoint_wait(10.0, first=True) for _ in range(500)]
+    laters = [checkpoint_wait(10.0, first=False) for _ in range(500)]
+    # The first checkpoint falls anywhere in the second half of the first interval, so
+    # bookies started at once are spread over seconds; later ones keep to the interval.
+    assert all(5.0 <= wait <= 10.0 for wait in firsts)
+    assert max(firsts) - min(firsts) > 4.0
+    assert all(9.0 <= wait <= 11.0 for wait in laters)
+    assert max(laters) - min(laters) > 1.5
