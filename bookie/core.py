@@ -364,19 +364,24 @@ class BookieCore:
         # the lookup (a repeat within this batch is at or below it by then).
         highest = state.last_entry_id
         lac = -1
-        size = 0
-        put = cache.put
+        size = inserted = inserted_bytes = 0
+        cached = cache.ledger_entries(ledger_id)
         for entry in entries:
             entry_id, entry_lac, digest, data = entry
             if entry_id <= highest and self._has_entry(state, entry_id):
                 continue
-            put(ledger_id, entry_id, (entry_lac, digest, data))
+            # Only the new copy of a damaged entry can be cached already (and is kept).
+            if entry_id > highest or entry_id not in cached:
+                cached[entry_id] = (entry_lac, digest, data)
+                inserted += 1
+                inserted_bytes += len(data)
             stored.append(entry)
             if entry_id > highest:
                 highest = entry_id
             if entry_lac > lac:
                 lac = entry_lac
             size += len(data)
+        cache.added(inserted, inserted_bytes)
         duplicates = len(entries) - len(stored)
         self.stats.duplicate_adds += duplicates
         self.stats.entries_added += len(stored)
@@ -655,12 +660,14 @@ class BookieCore:
         """
         if error is not None:
             return
+        latencies = self.latencies
+        if report.synced:
+            # Every group sync is timed, a barrier's (no records: a checkpoint's) too, so
+            # that the sync histogram counts what the sync counter counts.
+            latencies.record("journal_sync", report.done - report.written)
         if report.record_count:
-            latencies = self.latencies
             latencies.record("journal_queue", report.started - report.enqueued)
             latencies.record("journal_write", report.written - report.started)
-            if report.synced:
-                latencies.record("journal_sync", report.done - report.written)
             latencies.record("journal_callback", time.monotonic() - report.done)
             self.group_entries.observe(report.record_count)
             self.group_bytes.observe(report.byte_count)

@@ -114,6 +114,17 @@ class WriteCache:
         self.count += 1
         return True
 
+    def ledger_entries(self, ledger_id: int) -> dict[int, CachedEntry]:
+        """The ledger's entries by id, for a caller that inserts entries known to be
+        absent in its own loop (the add path); it then calls :meth:`added`."""
+        return self.ledgers.setdefault(ledger_id, {})
+
+    def added(self, count: int, data_bytes: int) -> None:
+        """Account ``count`` entries of ``data_bytes`` payload inserted through
+        :meth:`ledger_entries`."""
+        self.bytes += data_bytes + count * _RECORD.size
+        self.count += count
+
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         """The cached entry or None."""
         entries = self.ledgers.get(ledger_id)

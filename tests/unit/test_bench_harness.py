@@ -175,7 +175,10 @@ def test_only_rejects_an_unknown_scenario_naming_the_choices(
 ) -> None:
     with pytest.raises(SystemExit):
         main(["--only", "latency,bogus"])
-    assert "unknown scenario bogus; choose from latency, tail, checkpoint, ledger" in capsys.readouterr().err
+    assert (
+        "unknown scenario bogus; choose from latency, tail, checkpoint, ledger"
+        in capsys.readouterr().err
+    )
 
 
 def test_thread_cpu_is_split_by_os_thread_name() -> None:

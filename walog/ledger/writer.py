@@ -277,10 +277,12 @@ class AsyncLedgerWriter:
             sink,
             appended=now,
         )
+        if not self._pending:
+            self._drained.clear()  # set only while nothing is pending
         self._pending.append(add)
         self._by_id[entry_id] = add
-        self._drained.clear()
-        self._lac_told = max(self._lac_told, lac)
+        if lac > self._lac_told:
+            self._lac_told = lac
         self._append_gap = now - self._last_append_time
         self._last_append_time = now
         if not self._unsent:
