@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import re
 import signal
 import ssl
@@ -427,6 +428,16 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
     return False
 
 
+GC_THRESHOLDS = (20_000, 20, 20)
+"""The bookie's garbage-collector thresholds (the interpreter's: 700, 10, 10).
+
+Every add allocates a few objects per entry (its tuple in the write cache among them), so
+with the default a young-generation collection ran every few hundred entries; measured
+with ``walog bench --quick --only ledger``, collecting less often saves about 0.3 us of a
+bookie's CPU per entry. The cycles a bookie makes (tasks, exceptions) are freed a little
+later, nothing more."""
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     """Entry point of ``python -m bookie`` and ``walog bookie`` (``prog`` names the one
     used, in help and errors); returns the exit status."""
@@ -438,6 +449,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     config, level = parse_config(args, prog)
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         walog._loop.run(run(config))
     except (WalogError, OSError, ValueError) as exc:
@@ -447,4 +459,4 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     return 0
 
 
-__all__ = ["build_parser", "main", "parse_config", "run"]
+__all__ = ["GC_THRESHOLDS", "build_parser", "main", "parse_config", "run"]
