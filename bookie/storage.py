@@ -69,6 +69,7 @@ from walog.wire.digest import entry_digest
 _log = structlog.get_logger(__name__)
 
 _RECORD = struct.Struct(">IqqqI")
+_RECORD_BYTES = _RECORD.size
 _MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
 
@@ -209,7 +210,6 @@ class EntryStorage:
         self._write_log = -1
         self._write_offset = 0
         self._pending: list[bytes] = []
-        self._pending_bytes = 0
         self.logs_deleted = 0
         self.logs_compacted = 0
 
@@ -413,26 +413,24 @@ class EntryStorage:
         start_log, start_offset = self._write_log, self._write_offset
         # The checkpoint's hot loop, one pass per entry: its record is buffered for the
         # entry log and its index row built (entry_row's bytes, inlined with the append).
+        # The log's position lives in locals here; ``self._write_offset`` is brought up
+        # to date before anything else reads it (a roll, a flush, the end).
         pending = self._pending
         record, location = _RECORD.pack, KEY_AND_LOCATION.pack
         crc_of, crc = ROW_CRC.pack, crc32c.crc32c
         limit, chunk, key_size = self._log_bytes_limit, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
+        log_id, offset = self._write_log, self._write_offset
+        flushed = offset  # the log's offset at the last write of the buffered records
         try:
             for ledger_id, entry_id, (lac, digest, data) in entries:
-                if self._write_fd < 0 or self._write_offset >= limit:
+                if log_id < 0 or offset >= limit:  # no log open (-1 with its fd), or full
+                    self._write_offset = offset
                     self._roll()
-                log_id, offset = self._write_log, self._write_offset
-                length = _RECORD.size + len(data)
+                    log_id, offset = self._write_log, self._write_offset
+                    flushed = offset
+                length = _RECORD_BYTES + len(data)
                 pending.append(record(len(data), ledger_id, entry_id, lac, digest))
                 pending.append(data)
-                self._write_offset = offset + length
-                self._pending_bytes += length
-                if self._pending_bytes >= chunk:
-                    self._flush_pending()
-                    # Synced chunk by chunk: one sync of a whole checkpoint at its end would
-                    # hold the disk, and the journal syncs queued behind it, for as long as
-                    # all of it takes to write (tens of ms per 10 MB here).
-                    os.fdatasync(self._write_fd)
                 if ledger_id != current or log_id != current_log:
                     # Entries come grouped by ledger and logs roll rarely: look up the
                     # ledger's row list and live-bytes slot once per run, not per entry.
@@ -444,6 +442,15 @@ class EntryStorage:
                 bucket.append((both[:key_size], crc_of(crc(both)) + both[key_size:]))
                 per_ledger[ledger_id] += length
                 written += 1
+                offset += length
+                if offset - flushed >= chunk:
+                    self._write_offset = flushed = offset
+                    self._flush_pending()
+                    # Synced chunk by chunk: one sync of a whole checkpoint at its end would
+                    # hold the disk, and the journal syncs queued behind it, for as long as
+                    # all of it takes to write (tens of ms per 10 MB here).
+                    os.fdatasync(self._write_fd)
+            self._write_offset = offset
             self._flush_pending()
             if self._write_fd >= 0:
                 self._sync_write_log()
@@ -452,7 +459,6 @@ class EntryStorage:
             # is in no index row: cut it off, so a full disk gets that space back.
             failed_log = self._write_log
             self._pending.clear()
-            self._pending_bytes = 0
             if self._write_fd >= 0:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._write_fd, start_offset if failed_log == start_log else 0)
@@ -552,7 +558,6 @@ class EntryStorage:
         """Write the buffered records to the current entry log (one syscall per chunk)."""
         view = memoryview(b"".join(self._pending))
         self._pending.clear()
-        self._pending_bytes = 0
         while view:
             written = os.write(self._write_fd, view)
             view = view[written:]
