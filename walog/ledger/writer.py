@@ -33,6 +33,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+import crc32c
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
@@ -61,7 +62,7 @@ from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.base import AddReply, BatchCallback, ForceReply
-from walog.wire.digest import entry_digest
+from walog.wire.digest import DIGEST_HEADER
 from walog.wire.durability import Durability
 from walog.wire.packing import PackedEntries
 from walog.wire.status import Status
@@ -263,20 +264,22 @@ class AsyncLedgerWriter:
         ``concurrent.futures`` future, or any :class:`walog._sync.Sink`) with the entry id instead:
         the sync facade hands its own futures in and saves a future and a callback per
         entry. Call it on the loop thread."""
-        payload = as_payload(data, self._ctx.config.max_entry_bytes)
-        self._check_appendable()
+        # The per-entry path of every append: the usual case (bytes, an open writer) costs
+        # a comparison each; the checks that raise run only when it is not that case.
+        max_bytes = self._ctx.config.max_entry_bytes
+        if type(data) is bytes and len(data) <= max_bytes:
+            payload = data
+        else:
+            payload = as_payload(data, max_bytes)
+        if self._error is not None or self._state != "open":
+            self._check_appendable()
         entry_id = self._next_entry_id
         self._next_entry_id += 1
         lac = self._lac
         now = self._loop.time()
-        add = PendingAdd(
-            entry_id,
-            payload,
-            lac,
-            entry_digest(self._ledger_id, entry_id, lac, payload),
-            sink,
-            appended=now,
-        )
+        header = DIGEST_HEADER.pack(self._ledger_id, entry_id, lac)
+        digest = crc32c.crc32c(payload, crc32c.crc32c(header))  # entry_digest, inlined
+        add = PendingAdd(entry_id, payload, lac, digest, sink, 0, 0, now)
         if not self._pending:
             self._drained.clear()  # set only while nothing is pending
         self._pending.append(add)
