@@ -151,20 +151,32 @@ R = TypeVar("R")
 class BatchSinks(Generic[R]):
     """One future for a batch of operations: :meth:`slot` gives each operation a
     :class:`Sink`; the future gets every result, in order, once all succeeded, or the first
-    failure (the operations before it may have succeeded)."""
+    failure (the operations before it may have succeeded).
 
-    __slots__ = ("future", "remaining", "results")
+    The future must be running already (``set_running_or_notify_cancel``), so that nobody
+    but these sinks settles it: whether it is settled is then a flag here, and a sink asks
+    the flag, not the future (whose ``done()`` takes a lock), once per operation.
+    """
+
+    __slots__ = ("future", "remaining", "results", "settled")
 
     def __init__(self, count: int, future: concurrent.futures.Future[list[R]]) -> None:
         self.future = future
         self.results: list[Any] = [None] * count
         self.remaining = count
+        self.settled = count == 0
         if count == 0:
             future.set_result([])
 
     def slot(self, index: int) -> _Slot[R]:
         """The sink of operation ``index``."""
         return _Slot(self, index)
+
+    def fail(self, exception: BaseException) -> None:
+        """Fail the future with ``exception`` unless it is settled already."""
+        if not self.settled:
+            self.settled = True
+            self.future.set_exception(exception)
 
 
 class _Slot(Generic[R]):
@@ -175,18 +187,18 @@ class _Slot(Generic[R]):
         self.index = index
 
     def done(self) -> bool:
-        return self.batch.future.done()
+        return self.batch.settled
 
     def set_result(self, result: R, /) -> None:
         batch = self.batch
         batch.results[self.index] = result
         batch.remaining -= 1
-        if batch.remaining == 0 and not batch.future.done():
+        if batch.remaining == 0 and not batch.settled:
+            batch.settled = True
             batch.future.set_result(batch.results)
 
     def set_exception(self, exception: BaseException, /) -> None:
-        if not self.batch.future.done():
-            self.batch.future.set_exception(exception)
+        self.batch.fail(exception)
 
 
 class Handoff(Generic[R]):
@@ -250,10 +262,9 @@ class Handoff(Generic[R]):
         submit = self._submit
         for index, payload in enumerate(payloads):
             try:
-                submit(payload, sinks.slot(index))
+                submit(payload, _Slot(sinks, index))
             except Exception as exc:
-                if not future.done():
-                    future.set_exception(exc)
+                sinks.fail(exc)
                 return
 
 
