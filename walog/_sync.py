@@ -31,7 +31,8 @@ class Sink(Protocol[T_contra]):
         """True once a result or an exception was set (or the caller cancelled)."""
 
     def set_result(self, result: T_contra, /) -> None:
-        """The operation succeeded with ``result``."""
+        """The operation succeeded with ``result``. On a sink settled already it may raise
+        one of :data:`ALREADY_SETTLED` (futures do) or do nothing."""
 
     def set_exception(self, exception: BaseException, /) -> None:
         """The operation failed."""
@@ -146,6 +147,11 @@ class SyncContext:
 
 
 R = TypeVar("R")
+
+ALREADY_SETTLED = (asyncio.InvalidStateError, concurrent.futures.InvalidStateError)
+"""What ``set_result`` raises on a future that is settled already (a caller cancelled it):
+trying and catching costs one lock of a ``concurrent.futures`` future where asking
+``done()`` first costs two."""
 
 
 class BatchSinks(Generic[R]):
@@ -268,4 +274,12 @@ class Handoff(Generic[R]):
                 return
 
 
-__all__ = ["BatchSinks", "Handoff", "LoopThread", "Sink", "SyncContext", "name_os_thread"]
+__all__ = [
+    "ALREADY_SETTLED",
+    "BatchSinks",
+    "Handoff",
+    "LoopThread",
+    "Sink",
+    "SyncContext",
+    "name_os_thread",
+]

@@ -37,7 +37,7 @@ import crc32c
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog._log import get_logger
-from walog._sync import Sink
+from walog._sync import ALREADY_SETTLED, Sink
 from walog.errors import (
     BookieReadOnlyError,
     BookieUnavailableError,
@@ -419,8 +419,10 @@ class AsyncLedgerWriter:
         if not self._pending:
             self._drained.set()
         for add in done:
-            if not add.future.done():
+            try:  # noqa: SIM105 (suppress() would cost a context manager per entry)
                 add.future.set_result(add.entry_id)
+            except ALREADY_SETTLED:
+                pass  # its caller cancelled it
         if self._completion_waiters:
             self._wake_completion_waiters()
 
