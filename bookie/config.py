@@ -125,8 +125,8 @@ class BookieConfig:
     """``--compaction-rate-bytes``: most bytes per second compaction copies."""
     checkpoint_interval: float = 10.0
     """``--checkpoint-interval``: seconds between checkpoints (write cache to entry logs and
-    index; journal files before the mark are then deleted). A failed checkpoint is retried
-    after this long."""
+    index; journal files before the mark are then deleted), give or take a tenth
+    (:func:`bookie.core.checkpoint_wait`). A failed checkpoint is retried after this long."""
     gc_interval: float = 60.0
     """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""
     gc_grace: float = 300.0
@@ -293,7 +293,8 @@ class StorageConfig:
         write_cache_bytes: Entries received since the last checkpoint stay in memory; a
             checkpoint starts early once they take this many bytes.
         checkpoint_interval_s: Time between checkpoints (write cache to entry logs + index,
-            then the journal mark moves forward and older journal files are deleted).
+            then the journal mark moves forward and older journal files are deleted), give
+            or take a tenth; the first falls in the second half of the first interval.
         volatile_flush_interval_s: Entries of VOLATILE ledgers written but not synced are
             synced by the journal after at most this long (>= 1 s).
         max_entry_bytes: Adds with a larger payload are refused with BAD_REQUEST.
