@@ -163,13 +163,25 @@ def fragments(cluster: HostCluster, log: str) -> set[Fragment]:
     return cluster.call(collect)
 
 
-def rack_crowded(cluster: HostCluster, found: set[Fragment]) -> list[Fragment]:
-    """Fragments holding two bookies of one rack although another rack holds none of it
-    (with every rack's bookies up, the placement rule never does that)."""
+def rack_crowded(
+    cluster: HostCluster, checked: set[Fragment], every: set[Fragment]
+) -> list[Fragment]:
+    """Fragments of ``checked`` placed against the rack rule (with every rack's bookies up,
+    the placement never does that): two bookies of one rack although another rack holds
+    none of the ensemble, where one of them was placed by this fragment. A new ledger
+    places its whole first ensemble; a replacement places only the bookies that were not
+    in the ledger's fragment before (looked up in ``every``), and keeps the others where
+    they are, so a fragment that inherits two bookies of one rack from a fragment made
+    while a rack was cut off is not counted against its replacement."""
     racks = cluster.racks
     crowded = []
-    for fragment in sorted(found):
-        counts = collections.Counter(racks[b] for b in fragment[2])
-        if max(counts.values()) > 1 and len(counts) < len(set(racks.values())):
+    for fragment in sorted(checked):
+        ledger_id, first, ensemble = fragment
+        counts = collections.Counter(racks[b] for b in ensemble)
+        if max(counts.values()) == 1 or len(counts) == len(set(racks.values())):
+            continue
+        earlier = [f for f in every if f[0] == ledger_id and f[1] < first]
+        kept = set(max(earlier)[2]) if earlier else set()
+        if any(counts[racks[b]] > 1 for b in ensemble if b not in kept):
             crowded.append(fragment)
     return crowded
