@@ -37,7 +37,7 @@ from walog.log.reader import AsyncLogReader
 from walog.log.writer import AsyncLogWriter
 from walog.metadata.election import Leadership, elect
 from walog.recipes.commands import CommandPipeline, ResultSink
-from walog.recipes.keeper import SnapshotKeeper
+from walog.recipes.keeper import RESTORE_ATTEMPTS, SnapshotChurnError, SnapshotKeeper
 from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
 from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
 
@@ -260,12 +260,7 @@ class AsyncStateMachine:
 
     async def _open_reader(self) -> AsyncLogReader:
         await self._check_replayable()
-        try:
-            return await self._log.open_reader(self._resume or "earliest")
-        except DataLossError:
-            if not await self._restore_newest(self._resume):
-                raise
-            return await self._log.open_reader(self._resume or "earliest")
+        return await self._reader_at_resume()
 
     async def _reopen_past_truncation(self, reader: AsyncLogReader) -> AsyncLogReader:
         """The log was truncated past our resume point (other nodes snapshot and truncate):
@@ -275,12 +270,39 @@ class AsyncStateMachine:
             DataLossError: no valid snapshot covers what was truncated.
         """
         await reader.close()
+        await self._restore_past_truncation(
+            DataLossError(f"log {self._log.name!r} was truncated past {self._resume}")
+        )
+        return await self._reader_at_resume()
+
+    async def _reader_at_resume(self) -> AsyncLogReader:
+        """A reader at the resume point. When the log was truncated past it, a newer
+        snapshot is restored and the reader opened at its position, again as long as
+        truncation keeps overtaking the restores (another node may snapshot and truncate
+        while this one restores); each restore moves the resume point forward.
+
+        Raises:
+            DataLossError: no valid snapshot covers what was truncated.
+            SnapshotChurnError: truncation overtook :data:`RESTORE_ATTEMPTS` restores in a
+                row (a :class:`WalogError`: the node starts over).
+        """
+        for _ in range(RESTORE_ATTEMPTS):
+            try:
+                return await self._log.open_reader(self._resume or "earliest")
+            except DataLossError as exc:
+                await self._restore_past_truncation(exc)
+        raise SnapshotChurnError(
+            f"log {self._log.name!r}: truncated past the restored snapshot "
+            f"{RESTORE_ATTEMPTS} times in a row"
+        )
+
+    async def _restore_past_truncation(self, lost: DataLossError) -> None:
+        """Restore a snapshot newer than the resume point, or raise ``lost`` (what the
+        truncation took) when there is none."""
         if not await self._restore_newest(self._resume):
             raise DataLossError(
-                f"log {self._log.name!r} was truncated past {self._resume} and no valid "
-                "snapshot covers it: this node cannot rebuild the state"
-            )
-        return await self._log.open_reader(self._resume or "earliest")
+                f"{lost}; no valid snapshot covers it: this node cannot rebuild the state"
+            ) from lost
 
     async def _follow_until_elected(self) -> Leadership:
         self._set_role(Role.STANDBY)

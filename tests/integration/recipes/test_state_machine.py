@@ -196,6 +196,61 @@ async def test_a_snapshot_dropped_during_a_restore_gives_way_to_the_newer_one(
     assert fresh.seen == ["c0", "c1"]
 
 
+class TruncatedBeforeOpens:
+    """A log whose first ``times`` ``open_reader`` calls run ``meanwhile`` first: the
+    position a restoring node opens at has been truncated away each time."""
+
+    def __init__(self, log: AsyncLog, meanwhile: Callable[[], Awaitable[object]], times: int):
+        self._log = log
+        self._meanwhile = meanwhile
+        self.times = times
+        self.ran = 0  # meanwhile runs finished
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    async def open_reader(self, *args: Any, **kwargs: Any) -> Any:
+        if self.times > 0:
+            self.times -= 1
+            await self._meanwhile()
+            self.ran += 1
+        return await self._log.open_reader(*args, **kwargs)
+
+
+async def test_a_standby_whose_snapshots_are_truncated_away_twice_restores_the_newest(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    uri = cluster.metadata_uri
+    policy = SnapshotPolicy(keep=1)
+    a_state, b_state = Counter(), Counter()
+    async with node(uri, log_name, "a", a_state, snapshot_policy=policy) as (client, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        sent = 0
+
+        async def snapshot_and_truncate_past_it() -> None:
+            # Commands enough to fill a ledger (5 entries each), then a snapshot: the log
+            # is truncated up to it, past the ledgers of every older snapshot.
+            nonlocal sent
+            for _ in range(6):
+                await a.submit(f"c{sent}".encode())
+                sent += 1
+            assert await a.snapshot_now() is not None
+
+        await snapshot_and_truncate_past_it()
+        log = TruncatedBeforeOpens(
+            await client.open_log(log_name, roll_policy=RollPolicy(max_entries=5)),
+            snapshot_and_truncate_past_it,
+            times=2,
+        )
+        b = AsyncStateMachine(cast(AsyncLog, log), b_state, node_id="b", snapshot_policy=policy)
+        await b.start()
+        try:
+            await b.wait_for(lambda: log.ran == 2 and b_state.seen == a_state.seen, 30)
+        finally:
+            await b.close()
+    assert a_state.seen == [f"c{i}" for i in range(18)]
+
+
 async def test_a_fenced_leader_steps_down_and_applies_the_new_leaders_commands(
     cluster: LocalCluster, log_name: str
 ) -> None:
