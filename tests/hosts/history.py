@@ -166,22 +166,27 @@ def fragments(cluster: HostCluster, log: str) -> set[Fragment]:
 def rack_crowded(
     cluster: HostCluster, checked: set[Fragment], every: set[Fragment]
 ) -> list[Fragment]:
-    """Fragments of ``checked`` placed against the rack rule (with every rack's bookies up,
-    the placement never does that): two bookies of one rack although another rack holds
-    none of the ensemble, where one of them was placed by this fragment. A new ledger
-    places its whole first ensemble; a replacement places only the bookies that were not
-    in the ledger's fragment before (looked up in ``every``), and keeps the others where
-    they are, so a fragment that inherits two bookies of one rack from a fragment made
-    while a rack was cut off is not counted against its replacement."""
+    """Fragments of ``checked`` placed against the rack rule: a bookie the fragment placed
+    shares its rack with another member although some rack holds none of the ensemble and
+    has a bookie the writer could have chosen (with every bookie up, the placement never
+    does that).
+
+    A new ledger places its whole first ensemble. A replacement places only the bookies
+    that were not in the ledger's fragment before (looked up in ``every``); it keeps the
+    others where they are, even two of one rack from a fragment made while a rack was cut
+    off, and never chooses a bookie the ledger's writer replaced before."""
     racks = cluster.racks
     crowded = []
     for fragment in sorted(checked):
         ledger_id, first, ensemble = fragment
         counts = collections.Counter(racks[b] for b in ensemble)
-        if max(counts.values()) == 1 or len(counts) == len(set(racks.values())):
-            continue
-        earlier = [f for f in every if f[0] == ledger_id and f[1] < first]
-        kept = set(max(earlier)[2]) if earlier else set()
-        if any(counts[racks[b]] > 1 for b in ensemble if b not in kept):
+        earlier = sorted(f for f in every if f[0] == ledger_id and f[1] < first)
+        kept = set(earlier[-1][2]) if earlier else set()
+        following = [*earlier[1:], fragment][: len(earlier)]  # each one's successor
+        pairs = zip(earlier, following, strict=True)
+        replaced = {b for old, new in pairs for b in old[2] if b not in new[2]}
+        open_racks = {r for b, r in racks.items() if r not in counts and b not in replaced}
+        placed_crowded = any(counts[racks[b]] > 1 for b in ensemble if b not in kept)
+        if placed_crowded and open_racks:
             crowded.append(fragment)
     return crowded
