@@ -268,7 +268,7 @@ class Handoff(Generic[R]):
         submit = self._submit
         for index, payload in enumerate(payloads):
             try:
-                submit(payload, _Slot(sinks, index))
+                submit(payload, sinks.slot(index))
             except Exception as exc:
                 sinks.fail(exc)
                 return

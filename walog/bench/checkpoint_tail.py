@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import urllib.request
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,8 +24,6 @@ import walog.aio
 from walog.bench import scenarios
 from walog.errors import WalogError
 from walog.testing import LocalCluster
-
-T = TypeVar("T")
 
 FILL_MB = 40.0
 """Megabytes written to every bookie before the tail run (their write cache is 64 MiB)."""
