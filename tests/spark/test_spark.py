@@ -26,15 +26,36 @@ pytestmark = pytest.mark.spark
 Written = list[tuple[Position, bytes]]
 
 
-def _append(writer: walog.LogWriter, count: int, *, burst: int = 4, tag: str = "r") -> Written:
-    """Append ``count`` records in bursts (records of a burst share entries)."""
+def _append(
+    writer: walog.LogWriter, count: int, *, burst: int = 4, tag: str = "r", first: int = 0
+) -> Written:
+    """Append ``count`` records in bursts (records of a burst share entries), numbered from
+    ``first``."""
     out: Written = []
-    for start in range(0, count, burst):
-        payloads = [f"{tag}-{i:05d}".encode() for i in range(start, min(count, start + burst))]
+    for start in range(first, first + count, burst):
+        stop = min(first + count, start + burst)
+        payloads = [f"{tag}-{i:05d}".encode() for i in range(start, stop)]
         futures: list[concurrent.futures.Future[Position]] = [
             writer.append_async(p) for p in payloads
         ]
         out.extend((f.result(timeout=30), p) for f, p in zip(futures, payloads, strict=True))
+    return out
+
+
+def _append_over_ledgers(writer: walog.LogWriter, count: int, *, tag: str = "r") -> Written:
+    """Append ``count`` records, the second half after a roll: they span at least two
+    ledgers.
+
+    A roll policy only starts a roll; records go on into the old ledger until the new one
+    is in the log's list (docs/logs.md, "Rolling"), so with a slow metadata store any
+    number of records may land in one ledger. ``writer.roll()`` returns once the writer has
+    switched (to the ledger of a roll already under way, or of a new one).
+    """
+    half = count // 2
+    out = _append(writer, half, tag=tag)
+    writer.roll()
+    out += _append(writer, count - half, tag=tag, first=half)
+    assert out[half - 1][0].ledger_id < out[half][0].ledger_id
     return out
 
 
@@ -59,7 +80,7 @@ def test_batch_read_returns_every_record_in_log_order_one_partition_per_ledger(
     with walog.connect(cluster.metadata_uri) as client:
         log = _open(client, log_name)
         with log.open_writer() as writer:
-            written = _append(writer, 60)
+            written = _append_over_ledgers(writer, 60)
         ledgers = [s.ledger_id for s in log.segments()]
     assert any(p.slot > 0 for p, _ in written), "bursts should share entries"
     frame = _load(spark, cluster.metadata_uri, log_name)
@@ -118,7 +139,7 @@ def test_truncated_start_fails_unless_fail_on_data_loss_is_false(
     with walog.connect(cluster.metadata_uri) as client:
         log = _open(client, log_name)
         with log.open_writer() as writer:
-            written = _append(writer, 30)
+            written = _append_over_ledgers(writer, 30)
         second = log.segments()[1].first_position
         assert log.truncate(second) == 1
     lost = written[0][0]
