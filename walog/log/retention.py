@@ -28,8 +28,11 @@ def _check_positive(owner: str, name: str, value: float | int | None) -> None:
 class RollPolicy:
     """When a log writer closes its ledger and continues in a new one.
 
-    Any limit reached triggers a roll; None disables that limit. An empty ledger is never
-    rolled. Rolling lets retention delete old data without a change of writer.
+    Any limit reached starts a roll; None disables that limit. The limits are not caps: while
+    the roll creates the next ledger and adds it to the log (metadata store round trips),
+    appends go on into the current ledger, so a ledger can end past them. ``roll()`` on the
+    writer returns only once it has switched. An empty ledger is never rolled. Rolling lets
+    retention delete old data without a change of writer.
 
     Attributes:
         max_entries: entries written to the current ledger.
