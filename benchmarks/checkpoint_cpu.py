@@ -33,8 +33,8 @@ def measure(entries: int, ledgers: int, size: int, checkpoints: int) -> float:
         try:
             for round_no in range(checkpoints):
                 first = round_no * per_ledger
-                batch = [
-                    (ledger_id, entry_id, CachedEntry(entry_id - 1, digest, data))
+                batch: list[tuple[int, int, CachedEntry]] = [
+                    (ledger_id, entry_id, (entry_id - 1, digest, data))
                     for ledger_id in range(1, ledgers + 1)
                     for entry_id in range(first, first + per_ledger)
                     for digest in (entry_digest(ledger_id, entry_id, entry_id - 1, data),)

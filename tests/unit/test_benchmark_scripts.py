@@ -1,0 +1,45 @@
+"""The scripts in benchmarks/ keep working as the code they measure changes: each one
+starts and shows its help, and the one that needs no cluster measures a short run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
+
+
+def run(script: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_benchmarks_holds_scripts() -> None:
+    assert {s.name for s in SCRIPTS} >= {"checkpoint_cpu.py", "sync_handover.py"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_every_benchmark_script_starts_and_shows_its_help(script: Path) -> None:
+    assert "usage:" in run(script, "--help")
+
+
+def test_checkpoint_cpu_reports_the_cpu_per_entry_of_a_short_run() -> None:
+    out = run(
+        REPO / "benchmarks" / "checkpoint_cpu.py",
+        *("--entries", "400", "--ledgers", "2", "--size", "1024"),
+        *("--checkpoints", "2", "--repeat", "1"),
+    )
+    assert re.fullmatch(r"800 entries x 1 runs: best \d+\.\d\d us CPU per entry .*\n", out), out
