@@ -10,24 +10,23 @@ three-bookie cluster, each split in three parts:
 - *wake-up back*: from then until the caller's thread runs again.
 
 The first and the last are what the sync API adds over asyncio. Next to them: the same two
-wake-ups on an idle machine (a call handed to the loop thread and answered at once, no
-bookie busy meanwhile).
+wake-ups with nothing else running (``walog.bench.floors.thread_handover_floor``, the
+floor ``walog bench`` reports next to the sync API).
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import walog
-from walog._sync import LoopThread, Sink
+from walog._sync import Sink
+from walog.bench.floors import thread_handover_floor
 from walog.testing import LocalCluster
 
 
@@ -89,30 +88,6 @@ def measure_appends(seconds: float) -> dict[str, list[float]]:
     return parts
 
 
-def measure_idle_round_trips(count: int) -> dict[str, list[float]]:
-    """The same two wake-ups with nothing else running: a call handed to a loop thread that
-    settles a ``concurrent.futures`` future at once."""
-    loop = LoopThread(name="bench-idle-loop")
-    there: list[float] = []
-    back: list[float] = []
-    try:
-        for _ in range(count):
-            future: concurrent.futures.Future[float] = concurrent.futures.Future()
-
-            def answer(future: concurrent.futures.Future[Any] = future) -> None:
-                future.set_result(time.perf_counter())
-
-            called = time.perf_counter()
-            loop.call_soon(answer)
-            answered = future.result()
-            returned = time.perf_counter()
-            there.append(answered - called)
-            back.append(returned - answered)
-    finally:
-        loop.stop()
-    return {"hand-over": there, "wake-up back": back}
-
-
 def main() -> None:
     """Parse arguments, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -125,9 +100,11 @@ def main() -> None:
         print(f"  {name:13s} {_percentiles(samples)}")
     total = [sum(values) for values in zip(*parts.values(), strict=True)]
     print(f"  {'whole':13s} {_percentiles(total)}")
-    print(f"the same wake-ups, idle machine ({args.idle} round trips):")
-    for name, samples in measure_idle_round_trips(args.idle).items():
-        print(f"  {name:13s} {_percentiles(samples)}")
+    there, back = thread_handover_floor(args.idle)
+    print(f"the same wake-ups, nothing else running ({args.idle} round trips):")
+    for name, floor in (("hand-over", there), ("wake-up back", back)):
+        p50, p99 = floor.percentile_ms(50.0) * 1e3, floor.percentile_ms(99.0) * 1e3
+        print(f"  {name:13s} p50 {p50:7.1f} us   p99 {p99:7.1f} us")
 
 
 if __name__ == "__main__":

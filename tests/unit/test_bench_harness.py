@@ -57,6 +57,8 @@ def test_quick_json_run_prints_contract_keys_as_last_line(
     assert results["ledger_append_eps"] > 0 and results["log_append_rps"] > 0
     assert results["metrics_off_eps"] > 0 and results["metrics_on_eps"] > 0
     assert results["metrics_client_cpu_us_on"] > 0 and "metrics_overhead_pct" in results
+    assert "sync_append_extra_p50_ms" in results
+    assert results["handover_floor_there_us"] > 0 and results["handover_floor_back_us"] > 0
     assert [p["entries"] for p in results["recovery"]] == [10, 100]
     assert json.loads((tmp_path / "r.json").read_text())["recovery_s"] == results["recovery_s"]
 
@@ -229,6 +231,12 @@ def test_quorum_floor_times_the_second_answer_and_leaves_no_sync_files(
     floor = floors.quorum_floor(0.3, tmp_path, transport=transport)
     assert floor.bare.count > 0 and floor.synced.count > 0 and floor.cpu_s_per_round > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_thread_handover_floor_times_both_wake_ups_of_every_call() -> None:
+    there, back = floors.thread_handover_floor(200)
+    assert there.count == back.count == 200
+    assert 0 < there.percentile_ms(50.0) < 50 and 0 < back.percentile_ms(50.0) < 50
 
 
 def test_syncing_echo_server_writes_every_message_before_answering(tmp_path: Path) -> None:

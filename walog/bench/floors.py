@@ -20,6 +20,7 @@ The echo server runs in its own interpreter (:mod:`walog.bench.echo_server`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -33,6 +34,7 @@ from pathlib import Path
 import grpc
 
 import walog._loop
+from walog._sync import LoopThread
 from walog.bench.echo_server import METHOD, reserve
 from walog.bench.stats import Latency, Rate, cpu_seconds, payload
 from walog.transport.native import EOF, NativeCall, NativeConnection
@@ -63,6 +65,31 @@ def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int
         os.close(fd)
         os.unlink(name)
     return latency
+
+
+def thread_handover_floor(count: int) -> tuple[Latency, Latency]:
+    """What the sync API's two thread wake-ups cost with nothing else to do: ``count`` calls
+    handed to an idle event-loop thread (:meth:`walog._sync.LoopThread.call_soon`, as the
+    sync writers hand appends over), each settling at once a ``concurrent.futures`` future
+    the caller waits on. Returns the times from the call to the loop thread running it, and
+    from the future's result to the caller running again."""
+    there, back = Latency(), Latency()
+    loop = LoopThread(name="bench-handover")
+    try:
+        for _ in range(count):
+            future: concurrent.futures.Future[float] = concurrent.futures.Future()
+
+            def answer(future: concurrent.futures.Future[float] = future) -> None:
+                future.set_result(time.perf_counter())
+
+            called = time.perf_counter()
+            loop.call_soon(answer)
+            answered = future.result()
+            there.record(answered - called)
+            back.record(time.perf_counter() - answered)
+    finally:
+        loop.stop()
+    return there, back
 
 
 async def _pump(target: str, batch: int, seconds: float, entry_bytes: int) -> Rate:
