@@ -124,6 +124,7 @@ def _results() -> dict[str, Any]:
             "load_average_at_start": [1.0, 1.0, 1.0],
             "python": "3.11",
             "platform": "Linux",
+            "cpu_idle": "cpuidle haltpoll, guest_halt_poll_ns 0",
         },
         "profile": [
             {
@@ -153,6 +154,7 @@ def test_report_writes_markdown_plots_and_json(tmp_path: Path) -> None:
     text = report.read_text()
     assert "walog bench --quick" in text and "| 100 | 0.200 |" in text
     assert "| journal fdatasync | 0.210 | 0.400 |" in text
+    assert "Linux, idle CPUs: cpuidle haltpoll, guest_halt_poll_ns 0." in text
     assert "The remaining 0.200 ms of the p50 is outside the bookies' add handling" in text
     for name in ("bench-throughput.png", "bench-latency.png", "bench-recovery.png"):
         assert (tmp_path / "docs" / "img" / name).stat().st_size > 0

@@ -609,7 +609,25 @@ def _machine() -> dict[str, Any]:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
+        "cpu_idle": _cpu_idle(),
     }
+
+
+def _cpu_idle() -> str | None:
+    """How idle CPUs wait, where Linux says (``cpuidle`` driver and, in a virtual machine
+    with ``haltpoll``, how long an idle CPU polls before it halts). A halted virtual CPU
+    takes tens of microseconds to wake: every hand-over between threads or processes that
+    finds its core idle pays that, which weighs on the one-at-a-time scenarios."""
+    base = Path("/sys/devices/system/cpu/cpuidle")
+    try:
+        driver = (base / "current_driver").read_text().strip()
+    except OSError:
+        return None
+    try:
+        poll_ns = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text()
+    except OSError:
+        return f"cpuidle {driver}"
+    return f"cpuidle {driver}, guest_halt_poll_ns {poll_ns.strip()}"
 
 
 def _quiet_logging() -> None:

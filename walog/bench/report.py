@@ -322,6 +322,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     json_path.write_text(json.dumps(results, indent=2) + "\n")
     machine = results["machine"]
     load = ", ".join(str(x) for x in machine["load_average_at_start"])
+    idle = f", idle CPUs: {machine['cpu_idle']}" if machine.get("cpu_idle") else ""
     lines = [
         "# Benchmarks",
         "",
@@ -335,7 +336,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         f"Run {results['started_utc']} UTC, {results['wall_s']} s wall time, "
         f"{results['seconds_per_scenario']} s per scenario. Machine: {machine['cpus']} CPUs, "
         f"load average at start {load} (1, 5, 15 min), Python {machine['python']}, "
-        f"{machine['platform']}. Raw results: [`{json_path.name}`]({json_path.name}).",
+        f"{machine['platform']}{idle}. Raw results: [`{json_path.name}`]({json_path.name}).",
         "",
     ]
     busy = machine["load_average_at_start"][0]
