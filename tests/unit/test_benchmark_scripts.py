@@ -4,27 +4,17 @@ starts and shows its help, and the one that needs no cluster measures a short ru
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.processes import REPO, run_python
+
 SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
 
 
 def run(script: Path, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return run_python(str(script), *args)
 
 
 def test_benchmarks_holds_scripts() -> None:

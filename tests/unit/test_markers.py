@@ -3,24 +3,12 @@ without Java; the marker is applied in tests/conftest.py, never by hand only."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.processes import run_python
 
 
 def collected(marker: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marker, "tests/integration"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    out = run_python("-m", "pytest", "--collect-only", "-q", "-m", marker, "tests/integration")
+    return [line for line in out.splitlines() if "::" in line]
 
 
 def test_every_test_that_starts_zookeeper_is_marked_zk() -> None:
