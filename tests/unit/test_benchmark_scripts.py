@@ -13,22 +13,18 @@ from tests.processes import REPO, run_python
 SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
 
 
-def run(script: Path, *args: str) -> str:
-    return run_python(str(script), *args)
-
-
 def test_benchmarks_holds_scripts() -> None:
     assert {s.name for s in SCRIPTS} >= {"checkpoint_cpu.py", "sync_handover.py"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
 def test_every_benchmark_script_starts_and_shows_its_help(script: Path) -> None:
-    assert "usage:" in run(script, "--help")
+    assert "usage:" in run_python(str(script), "--help")
 
 
 def test_checkpoint_cpu_reports_the_cpu_per_entry_of_a_short_run() -> None:
-    out = run(
-        REPO / "benchmarks" / "checkpoint_cpu.py",
+    out = run_python(
+        "benchmarks/checkpoint_cpu.py",
         *("--entries", "400", "--ledgers", "2", "--size", "1024"),
         *("--checkpoints", "2", "--repeat", "1"),
     )
