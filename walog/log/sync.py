@@ -93,8 +93,8 @@ class LogWriter(SyncContext):
         self._loop.run(self._after_drain_flush())
 
     def roll(self) -> None:
-        """Close the current ledger and continue in a new one; returns once the writer has
-        switched (joining a roll already under way)."""
+        """Close the current ledger and continue in a new one; returns once records go to a
+        ledger other than the one current at the call."""
         self._loop.run(self._after_drain_roll())
 
     def close(self) -> None:

@@ -374,7 +374,9 @@ class AsyncLogWriter:
             self._roll_task = asyncio.create_task(self._roll())
 
     async def roll(self) -> None:
-        """Close the current ledger and continue in a new one now (waits until switched).
+        """Close the current ledger and continue in a new one now: returns once records go
+        to a ledger other than the one current at the call. A roll under way is joined; one
+        that had switched already (and is closing the old ledger) is followed by another.
 
         Raises:
             WriterFencedError: another writer took over.
@@ -382,12 +384,14 @@ class AsyncLogWriter:
                 in its current ledger.
         """
         self._check_usable()
-        if self._roll_task is None:
-            self._roll_task = asyncio.create_task(self._roll())
-        error = await asyncio.shield(self._roll_task)
-        self._check_usable()
-        if error is not None:
-            raise error
+        current = self._current
+        while self._current is current:
+            if self._roll_task is None:
+                self._roll_task = asyncio.create_task(self._roll())
+            error = await asyncio.shield(self._roll_task)
+            self._check_usable()
+            if error is not None:
+                raise error
 
     async def _roll(self) -> BaseException | None:
         """Roll once; return the error of a failed roll (the writer keeps its ledger)."""
