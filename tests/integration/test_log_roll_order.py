@@ -4,7 +4,8 @@ After a roll switches records to the next ledger, an entry of the new ledger can
 while an entry of the previous one is still in flight. The log writer must hold the new
 ledger's acknowledgements until the older entries completed, and fail every later record
 when an older one fails, or a takeover that finds the older record absent would leave the
-log holding a later record without its predecessor.
+log holding a later record without its predecessor. And ``roll()`` called while an earlier
+roll is still closing the ledger it left switches once more: its own roll, not that one.
 
 Over real bookies; the first ledger's completions pass through a gate the test opens (or
 fails), which holds the writer's view of an entry written to the bookies for real.
@@ -154,4 +155,29 @@ async def test_a_failed_entry_fails_every_later_record_across_a_roll(
         await second
     with pytest.raises(WriterFencedError):
         writer.append_nowait(b"third")
+    await writer.close()
+
+
+async def test_a_roll_called_while_another_closes_its_old_ledger_switches_again(
+    gating: GatingClient,
+) -> None:
+    # The held first record keeps the first roll in its closing phase: it has switched to
+    # the second ledger already. A roll called now must not count that one as its own.
+    writer, first, second, first_ledger = await rolled_with_one_record_held(gating)
+    second_ledger_id = writer.ledger_id
+    again = asyncio.ensure_future(writer.roll())
+    await asyncio.sleep(0.05)
+    assert not again.done(), "roll() returned while the ledger current at its call still is"
+    first_ledger.gate.set_result(None)
+    await asyncio.wait_for(asyncio.gather(first, second), 10)
+
+    async def third_ledger_created() -> None:
+        assert gating.ledgers[-1].ledger_id not in (first_ledger.ledger_id, second_ledger_id)
+
+    await eventually(third_ledger_created)
+    gating.ledgers[-1].gate.set_result(None)
+    await asyncio.wait_for(again, 10)
+    assert writer.ledger_id == gating.ledgers[-1].ledger_id
+    third = await asyncio.wait_for(writer.append_nowait(b"third"), 10)
+    assert third.ledger_id == gating.ledgers[-1].ledger_id
     await writer.close()
