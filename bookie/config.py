@@ -151,6 +151,10 @@ class BookieConfig:
     """``--drain-timeout``: on SIGTERM, seconds granted to in-flight requests."""
     metadata_timeout: float = 10.0
     """``--metadata-timeout``: connecting to and calling the metadata store."""
+    exit_with: int | None = None
+    """``--exit-with PID``: stop as on SIGTERM (a clean shutdown) once process ``PID`` exits,
+    e.g. the harness that started the bookie, so that it never outlives a killed harness
+    (bookie/owner.py); default off."""
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
@@ -204,6 +208,8 @@ class BookieConfig:
             raise ValueError("--max-inflight-bytes must be at least --max-entry-bytes")
         if self.max_connections < 1:
             raise ValueError(f"--max-connections must be >= 1, got {self.max_connections}")
+        if self.exit_with is not None and self.exit_with <= 0:
+            raise ValueError(f"--exit-with must be a process id > 0, got {self.exit_with}")
         self.disk_thresholds()  # validates the three shares
         self.compaction_policy()
 

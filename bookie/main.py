@@ -4,8 +4,9 @@ Start-up: connect to the metadata store, check the cookie (a wiped or foreign di
 refused before anything reads or writes it), open the storage (journal replay), start gRPC,
 report SERVING on the health service, register as available, start the ledger GC.
 
-SIGTERM (or SIGINT): report NOT_SERVING, unregister, stop accepting calls, let in-flight
-requests finish (``--drain-timeout``), close the storage (sync + checkpoint), exit 0.
+SIGTERM (or SIGINT, or the exit of the process ``--exit-with`` names): report NOT_SERVING,
+unregister, stop accepting calls, let in-flight requests finish (``--drain-timeout``), close
+the storage (sync + checkpoint), exit 0.
 A start-up error prints one line on stderr and exits 1 (2 for bad flags).
 """
 
@@ -39,6 +40,7 @@ from bookie.logging import configure_logging
 from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
 from bookie.notices import DamageReports, DrainMark
+from bookie.owner import exit_with
 from bookie.registration import Registration
 from bookie.server import BookieServer
 from walog._version import __version__
@@ -249,6 +251,13 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
     maintenance.add_argument(
         "--log-level", default="INFO", choices=LOG_LEVELS, help="lowest level logged [INFO]"
     )
+    maintenance.add_argument(
+        "--exit-with",
+        type=int,
+        metavar="PID",
+        help="stop cleanly, as on SIGTERM, once process PID exits (e.g. the harness that "
+        "started the bookie)",
+    )
     return p
 
 
@@ -270,9 +279,11 @@ def parse_config(
 
 
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
-    """Run the bookie until ``stop`` is set (SIGTERM/SIGINT set it when not given).
+    """Run the bookie until ``stop`` is set (SIGTERM/SIGINT set it when not given; so does
+    the exit of the process ``--exit-with`` names).
 
     Raises:
+        ProcessLookupError: ``--exit-with`` names no process.
         CookieMismatchError: the disk does not match the cookie in the metadata store.
         OSError: the address cannot be bound or a directory is unusable.
         WalogError: the metadata store is unreachable.
@@ -282,17 +293,18 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    store = await open_store(config.metadata, timeout=config.metadata_timeout)
-    try:
-        cookie = await check_cookie(store, config)
-        log.info("cookie verified", instance_id=cookie.instance_id)
-        core = await BookieCore.open(config.storage_config())
+    with exit_with(config.exit_with, stop):  # before anything else: refuses a missing PID
+        store = await open_store(config.metadata, timeout=config.metadata_timeout)
         try:
-            await _serve(config, store, core, cookie.instance_id, stop)
+            cookie = await check_cookie(store, config)
+            log.info("cookie verified", instance_id=cookie.instance_id)
+            core = await BookieCore.open(config.storage_config())
+            try:
+                await _serve(config, store, core, cookie.instance_id, stop)
+            finally:
+                await core.close()
         finally:
-            await core.close()
-    finally:
-        await store.close()
+            await store.close()
     log.info("bookie stopped")
 
 

@@ -232,6 +232,7 @@ class HostCluster:
         self.ensemble.leader(self._start_timeout)
         self._control = ControlHost(self.host("ctl"), self.metadata_uri)
         for host in self._bookie_hosts:
+            # --exit-with (BookieProcess's) works here too: the hosts share one PID namespace.
             bookie = BookieProcess(
                 self.data_dir / "bookies" / host.name,
                 self.metadata_uri,

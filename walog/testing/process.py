@@ -57,6 +57,8 @@ class BookieProcess:
         log_path: where output goes (default: ``<data_dir>.log`` beside the data directory).
         command_prefix: what runs the command, e.g. ``["ip", "netns", "exec", NS]`` for a
             bookie on another host (:class:`walog.testing.HostCluster`).
+        exit_with_owner: start the bookie with ``--exit-with`` the PID of the process that
+            starts it, so it shuts down once that process is gone, even killed with SIGKILL.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class BookieProcess:
         extra_args: Sequence[str] = (),
         log_path: str | os.PathLike[str] | None = None,
         command_prefix: Sequence[str] = (),
+        exit_with_owner: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.metadata = metadata
@@ -76,6 +79,7 @@ class BookieProcess:
         self.port = port if port is not None else free_port(host)
         self.extra_args = list(extra_args)
         self.command_prefix = list(command_prefix)
+        self.exit_with_owner = exit_with_owner
         self.log_path = (
             Path(log_path)
             if log_path is not None
@@ -115,6 +119,7 @@ class BookieProcess:
         start only (e.g. ``["--allow-format"]``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        owner = ["--exit-with", str(os.getpid())] if self.exit_with_owner else []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_package_root()), env.get("PYTHONPATH", "")) if p
@@ -123,10 +128,12 @@ class BookieProcess:
             self._log_offset = log.tell()
             self.started_at = time.time()
             # Same process group as its owner: a Ctrl-C or a group-wide SIGTERM (`timeout`,
-            # CI cancellation) reaches the bookie too, which shuts down cleanly on either,
-            # instead of being left running when the owner dies without cleaning up.
+            # CI cancellation) reaches the bookie too, which shuts down cleanly on either.
+            # A signal to the owner alone (SIGKILL of its PID) reaches no one: for that the
+            # bookie watches the owner (--exit-with, a pidfd: the process, not the thread
+            # that started it) and shuts down just as cleanly once it is gone.
             self.proc = subprocess.Popen(
-                self.command(extra_args),
+                self.command([*owner, *extra_args]),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -48,6 +48,11 @@ def test_group_commit_waits_for_nothing_by_default_and_accepts_zero() -> None:
     assert config.group_wait_ms == 0.0
 
 
+def test_exit_with_is_off_by_default_and_takes_a_process_id() -> None:
+    assert parse_config(BASE)[0].exit_with is None
+    assert parse_config([*BASE, "--exit-with", "4242"])[0].exit_with == 4242
+
+
 def test_journal_defaults_to_a_directory_inside_the_data_dir() -> None:
     config, _ = parse_config(BASE)
     assert config.journal_path == Path("/d/journal")
@@ -77,6 +82,8 @@ def test_ipv6_listen_address_is_accepted() -> None:
         ({"max_inflight_bytes": 10}, "--max-inflight-bytes must be at least"),
         ({"gc_stray_interval": -1}, "--gc-stray-interval must be >= 0"),
         ({"gc_stray_grace": -5}, "--gc-stray-grace must be >= 0"),
+        ({"exit_with": 0}, "--exit-with must be a process id > 0"),
+        ({"exit_with": -7}, "--exit-with must be a process id > 0"),
     ],
 )
 def test_bad_settings_name_the_flag(changes: dict[str, object], problem: str) -> None:
