@@ -134,7 +134,7 @@ async def test_the_appends_of_one_turn_reach_each_bookie_as_one_batch_in_entry_o
 
     def recording(*args: Any) -> Any:
         frame, sent = build(*args)
-        batches = pb.AddFrame.FromString(frame).batches
+        batches = pb.AddFrame.FromString(b"".join(frame)).batches
         frames.append([e[0] for b in batches for e in unpack_entries(b.entries)[0]])
         if sum(1 for ids in frames if ids) >= 3:
             three_sent.set()

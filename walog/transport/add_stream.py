@@ -190,7 +190,7 @@ class AddStream:
             return
         try:
             while self._queued() and call.writable:
-                call.send(self._next_frame())
+                call.send_parts(self._next_frame())
         except grpc.RpcError as exc:
             self._failed_call(exc)
             return
@@ -200,8 +200,9 @@ class AddStream:
     def _queued(self) -> bool:
         return bool(self._batches or self._lacs or self._forces)
 
-    def _next_frame(self) -> bytes:
-        """Take the next frame off the queues; its batches now await answers."""
+    def _next_frame(self) -> list[bytes]:
+        """Take the next frame off the queues, in pieces (:func:`build_frame`); its batches
+        now await answers."""
         config = self._client.config
         frame, sent = build_frame(
             self._batches,
@@ -230,9 +231,9 @@ class AddStream:
                         # scheduled flush may send newer frames meanwhile, never before it.
                         await self._direct.wait_writable()
                         if self._queued():
-                            self._direct.send(self._next_frame())
+                            self._direct.send_parts(self._next_frame())
                     else:
-                        await call.write(self._next_frame())
+                        await call.write(b"".join(self._next_frame()))
                 await self._wake.wait()
                 self._wake.clear()
         except WalogError as exc:  # the call could not be opened

@@ -253,8 +253,9 @@ def build_frame(
     max_entries: int,
     max_bytes: int,
     encoder: BatchEncoder,
-) -> tuple[bytes, list[PendingBatch]]:
-    """Take the next frame off the queues, encoded, and the batches it carries: whole
+) -> tuple[list[bytes], list[PendingBatch]]:
+    """Take the next frame off the queues, encoded in pieces (the ``AddFrame`` is their
+    concatenation; they are sent as they are, not joined), and the batches it carries: whole
     batches while they fit in ``max_entries`` entries and ``max_bytes`` of payload (at least
     one batch; :func:`queue_packed` fills batches up to the same limits), numbered by
     ``encoder`` unless they already are. LAC updates and forces join the frame only when no
@@ -303,7 +304,7 @@ def build_frame(
         lacs.clear()
         forces.clear()
         pieces.append(frame.SerializeToString())
-    return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), sent
+    return pieces, sent
 
 
 __all__ = [

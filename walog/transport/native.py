@@ -14,7 +14,7 @@ import asyncio
 import collections
 import itertools
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -30,6 +30,7 @@ from walog.wire.frames import (
     Method,
     decode_status,
     encode,
+    frame_header,
 )
 from walog.wire.keepalive import keepalive
 
@@ -101,12 +102,18 @@ class NativeCall:
     def send(self, message: bytes, *, last: bool = False) -> None:
         """Send ``message`` now, whatever the socket's buffer holds (requests of unary and
         server-streaming calls); ``last``: and half-close."""
+        self.send_parts((message,), last=last)
+
+    def send_parts(self, parts: Sequence[bytes], *, last: bool = False) -> None:
+        """Like :meth:`send`, for the message that is the concatenation of ``parts``: they
+        go to the socket as they are, never joined (an add frame's batches)."""
         if self._finished:
             raise self._error or _error(Code.CANCELLED, "the call is over")
-        frame = encode(self.call_id, Kind.DATA, self._method, message)
+        size = sum(len(part) for part in parts)
+        frame = [frame_header(self.call_id, Kind.DATA, self._method, size), *parts]
         if last:
-            frame += encode(self.call_id, Kind.END, self._method)
-        self._connection.send(frame)
+            frame.append(encode(self.call_id, Kind.END, self._method))
+        self._connection.send_parts(frame)
 
     async def write(self, message: bytes) -> None:
         """Send one message, waiting while the socket's send buffer is full."""
@@ -301,6 +308,13 @@ class NativeConnection(asyncio.Protocol):
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+
+    def send_parts(self, parts: Sequence[bytes]) -> None:
+        """Queue ``parts`` on the socket, in order, without joining them (uvloop hands them
+        to one vectored write; dropped once the connection is closed)."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines(parts)
 
     def forget(self, call_id: int) -> None:
         """Stop routing frames to a finished call."""

@@ -96,6 +96,12 @@ def encode(call_id: int, kind: Kind, method: int, body: bytes = b"") -> bytes:
     return HEADER.pack(len(body), call_id, kind, method) + body
 
 
+def frame_header(call_id: int, kind: Kind, method: int, body_bytes: int) -> bytes:
+    """The header of a frame whose body of ``body_bytes`` is sent after it as it is (a large
+    body then is never copied to join its header)."""
+    return HEADER.pack(body_bytes, call_id, kind, method)
+
+
 def encode_end(call_id: int, code: Code, reason: str = "") -> bytes:
     """The bookie's ``END`` of a call."""
     return encode(call_id, Kind.END, 0, encode_status(code, reason))
@@ -182,4 +188,5 @@ __all__ = [
     "encode",
     "encode_end",
     "encode_status",
+    "frame_header",
 ]
