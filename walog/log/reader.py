@@ -245,7 +245,13 @@ class AsyncLogReader:
         """Make one move towards a buffered record; False once ``deadline`` passed."""
         if self._changed.is_set():
             self._changed.clear()
-            self._meta, _ = await read_log(self._store, self.name)
+            try:
+                self._meta, _ = await read_log(self._store, self.name)
+            except BaseException:
+                # The change was not looked at (the caller cancelled, the read failed):
+                # no notification comes again for it, so the next step re-reads.
+                self._changed.set()
+                raise
             if self._handle is not None and not self._handle.is_closed:
                 # The list changes when the ledger's writer rolls (it closes the ledger
                 # next and records that) or a new writer took over (after recovery closed
