@@ -4,6 +4,7 @@ A change of the log's metadata (a takeover, a roll) reaches the reader once, as 
 notification; the reader then re-reads the list on its next step. A step that does not get
 to the end of that re-read (its caller cancelled it) must leave the change to be looked at
 again, or the reader keeps the old list and never finds the ledger the new writer writes.
+A metadata hiccup during the re-read is retried like any retriable failure of a reader.
 
 Over real bookies and the cluster's real metadata store; the reader's re-read of the list
 passes through a gate that holds the read once it returned the list the change made.
@@ -20,6 +21,7 @@ import pytest
 
 import walog.aio
 from walog.aio import AsyncClient
+from walog.errors import MetadataError
 from walog.log.reader import AsyncLogReader, open_log_reader
 from walog.log.retention import RollPolicy
 from walog.log.writer import LedgerOptions, LogWriterConfig, open_log_writer
@@ -32,11 +34,15 @@ class GatedStore:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.hold: Callable[[bytes], bool] | None = None  # which read to hold (once)
+        self.fail: Callable[[bytes], bool] | None = None  # which read fails (once)
         self.held = asyncio.Event()
         self.release = asyncio.Event()
 
     async def get(self, path: str) -> tuple[bytes, int]:
         raw, version = await self._inner.get(path)
+        if self.fail is not None and self.fail(raw):
+            self.fail = None
+            raise MetadataError("connection to the metadata store lost")
         if self.hold is not None and self.hold(raw):
             self.hold = None
             self.held.set()
@@ -114,6 +120,25 @@ async def test_a_read_cancelled_while_it_rereads_the_list_still_follows_a_takeov
     record = await reader.read_next(timeout=10)
     assert record is not None, "the reader lost the takeover and tails the fenced ledger"
     assert record.data == b"b0"
+    await reader.close()
+    await second.close()
+    await first.close()
+
+
+async def test_a_metadata_hiccup_while_rereading_the_list_is_retried(
+    client: AsyncClient, log_name: str
+) -> None:
+    await client.open_log(log_name)
+    first = await writer_of(client, log_name)
+    await first.append(b"a0")
+    reader, store = await tailing_reader(client, log_name)
+    store.fail = lambda raw: epoch_of(raw) == 2  # the first read of the takeover's list
+    waiting = asyncio.create_task(reader.read_next(timeout=30))
+    second = await writer_of(client, log_name)
+    await second.append(b"b0")
+    record = await waiting  # retried, as the reader's other retriable failures are
+    assert record is not None and record.data == b"b0"
+    assert store.fail is None, "the hiccup was never met"
     await reader.close()
     await second.close()
     await first.close()

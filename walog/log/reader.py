@@ -246,7 +246,7 @@ class AsyncLogReader:
         if self._changed.is_set():
             self._changed.clear()
             try:
-                self._meta, _ = await read_log(self._store, self.name)
+                await self._reread_list()
             except BaseException:
                 # The change was not looked at (the caller cancelled, the read failed):
                 # no notification comes again for it, so the next step re-reads.
@@ -282,6 +282,12 @@ class AsyncLogReader:
                 return True
             return await self._wait(deadline, tail=False)
         return await self._wait(deadline, tail=True)
+
+    async def _reread_list(self) -> None:
+        """Read the log's metadata again, retrying retriable failures like any read."""
+        async for attempt in _retrying():
+            with attempt:
+                self._meta, _ = await read_log(self._store, self.name)
 
     def _successor(self, ledger_id: int) -> int | None:
         for info in self._meta.ledgers:
@@ -352,7 +358,7 @@ class AsyncLogReader:
     async def _lost_ledger(self) -> None:
         """The current ledger cannot be read any more: see whether truncation took it."""
         assert self._ledger_id is not None
-        self._meta, _ = await read_log(self._store, self.name)
+        await self._reread_list()
         if self._meta.index_of(self._ledger_id) is not None:
             raise DataLossError(
                 f"log {self.name!r}: ledger {self._ledger_id} of the list cannot be read "
