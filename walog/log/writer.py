@@ -234,7 +234,8 @@ class AsyncLogWriter:
         self._send_batch()
         pending = [f for led in (self._current, *self._retiring) for f in led.inflight]
         if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+            # wait(), not gather(): a cancelled caller must not cancel the entries.
+            await asyncio.wait(pending)
         if self._failure is not None:
             raise self._failure
 
@@ -437,7 +438,7 @@ class AsyncLogWriter:
     async def _retire(self, old: _ActiveLedger) -> None:
         """Close a ledger nothing new goes to, then record its end in the log's list."""
         if old.inflight:
-            await asyncio.gather(*old.inflight, return_exceptions=True)
+            await asyncio.wait(old.inflight)  # a cancelled close() leaves them in flight
         if self._failure is not None:
             return
         try:
