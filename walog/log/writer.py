@@ -156,6 +156,7 @@ class AsyncLogWriter:
         self._flush_handle: asyncio.Handle | None = None
         self._failure: BaseException | None = None
         self._closed = False
+        self._close_task: asyncio.Task[None] | None = None
         self._roll_task: asyncio.Task[BaseException | None] | None = None
         self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
         self._age_timer: asyncio.TimerHandle | None = None
@@ -457,15 +458,20 @@ class AsyncLogWriter:
         await self.close()
 
     async def close(self) -> None:
-        """Flush, close the current ledger and record its end. Safe to call twice.
+        """Flush, close the current ledger and record its end. Safe to call twice: every
+        call returns once that is done, and a caller cancelled while it waits leaves the
+        close going on.
 
         Appends made after close() began are refused. A fenced writer closes quietly: its
         ledgers belong to the new writer's recovery.
         """
-        if self._closed:
-            return
-        self._closed = True  # no new records, no new automatic rolls
-        self._stop_watching_session()
+        if self._close_task is None:
+            self._closed = True  # no new records, no new automatic rolls
+            self._stop_watching_session()
+            self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
         try:
             if self._failure is None:
                 await self.flush()
