@@ -425,6 +425,9 @@ class AsyncLogWriter:
             return exc
         finally:
             self._roll_task = None
+            # A limit reached while this roll was under way started no roll (the age timer
+            # fires once): the next one starts now, even if no record comes.
+            self._maybe_roll()
         return None
 
     def _append_ledger(
