@@ -159,6 +159,7 @@ class AsyncLogWriter:
         self._close_task: asyncio.Task[None] | None = None
         self._roll_task: asyncio.Task[BaseException | None] | None = None
         self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
+        self._roll_retry: asyncio.TimerHandle | None = None  # tries it at _roll_retry_at
         self._age_timer: asyncio.TimerHandle | None = None
         self._retiring: set[_ActiveLedger] = set()
         # Entries not yet delivered to their records' sinks, in the order they were sent.
@@ -369,11 +370,19 @@ class AsyncLogWriter:
         if self._roll_task is not None or self._failure is not None or self._closed:
             return
         if self._loop.time() < self._roll_retry_at:
-            return  # the last roll failed (e.g. too few bookies): do not retry per entry
+            # The last roll failed (e.g. too few bookies): do not retry per entry, but do
+            # once the pause is over, even if no record comes by then.
+            if self._roll_retry is None:
+                self._roll_retry = self._loop.call_at(self._roll_retry_at, self._retry_roll)
+            return
         led = self._current
         age = time.monotonic() - led.started
         if self._roll_policy.should_roll(entries=led.entries, size_bytes=led.size_bytes, age=age):
             self._roll_task = asyncio.create_task(self._roll())
+
+    def _retry_roll(self) -> None:
+        self._roll_retry = None
+        self._maybe_roll()
 
     async def roll(self) -> None:
         """Close the current ledger and continue in a new one now: returns once records go
@@ -482,8 +491,9 @@ class AsyncLogWriter:
                     await asyncio.shield(self._roll_task)
         except WalogError:
             pass
-        if self._age_timer is not None:
-            self._age_timer.cancel()
+        for timer in (self._age_timer, self._roll_retry):
+            if timer is not None:
+                timer.cancel()
         if self._failure is not None:
             return
         await self._retire(self._current)
