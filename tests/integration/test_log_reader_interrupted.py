@@ -5,6 +5,8 @@ notification; the reader then re-reads the list on its next step. A step that do
 to the end of that re-read (its caller cancelled it) must leave the change to be looked at
 again, or the reader keeps the old list and never finds the ledger the new writer writes.
 A metadata hiccup during the re-read is retried like any retriable failure of a reader.
+And a reader closed while a read waits for records ends that read (a thread iterating a
+sync reader is not left blocked for good by another thread's close()).
 
 Over real bookies and the cluster's real metadata store; the reader's re-read of the list
 passes through a gate that holds the read once it returned the list the change made.
@@ -142,3 +144,20 @@ async def test_a_metadata_hiccup_while_rereading_the_list_is_retried(
     await reader.close()
     await second.close()
     await first.close()
+
+
+@pytest.mark.parametrize("tailing", [True, False], ids=["open-ledger", "empty-log"])
+async def test_closing_a_reader_ends_the_read_waiting_on_it(
+    client: AsyncClient, log_name: str, tailing: bool
+) -> None:
+    await client.open_log(log_name)
+    writer = await writer_of(client, log_name) if tailing else None
+    reader = await open_log_reader(client, log_name, "earliest")
+    assert await reader.read_next(timeout=0.3) is None  # waits: for records, for a ledger
+    waiting = asyncio.create_task(reader.read_next())
+    await asyncio.sleep(0)  # the read is waiting
+    await reader.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await asyncio.wait_for(waiting, 5)
+    if writer is not None:
+        await writer.close()

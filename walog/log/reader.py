@@ -108,6 +108,8 @@ class AsyncLogReader:
             raise RuntimeError("log reader is closed")
         deadline = None if timeout is None else self._loop.time() + timeout
         while not self._buffer:
+            if self._closed:  # close() ended this read's wait
+                raise RuntimeError("log reader is closed")
             if self._archived:
                 await self._read_archived()
             elif not await self._step(deadline):
@@ -139,11 +141,13 @@ class AsyncLogReader:
         await self.close()
 
     async def close(self) -> None:
-        """Stop watching metadata. Idempotent."""
+        """Stop watching metadata. Idempotent. A read waiting for records raises
+        RuntimeError, as reads after close() do."""
         if self._closed:
             return
         self._closed = True
         self._unwatch_log()
+        self._on_change()  # wakes a waiting read, which then finds the reader closed
         await self._release()
 
     # -- positioning -----------------------------------------------------------------------

@@ -145,7 +145,7 @@ class LogReader(SyncContext):
                 yield record
 
     def close(self) -> None:
-        """Stop reading."""
+        """Stop reading; a read_next() waiting in another thread raises RuntimeError."""
         self._loop.run(self.async_reader.close())
 
 
