@@ -82,8 +82,8 @@ def _frame(
     max_entries: int,
     max_bytes: int,
 ) -> pb.AddFrame:
-    encoded, sent = build_frame(batches, lacs, forces, max_entries, max_bytes, ENCODER)
-    frame = pb.AddFrame.FromString(encoded)
+    pieces, sent = build_frame(batches, lacs, forces, max_entries, max_bytes, ENCODER)
+    frame = pb.AddFrame.FromString(b"".join(pieces))
     assert [b.batch_id for b in frame.batches] == [b.batch_id for b in sent]
     return frame
 
@@ -218,9 +218,10 @@ def test_a_large_batch_is_encoded_once_and_sent_as_the_same_bytes_to_every_booki
             batches, 1, KEY, False, pb.PERSISTENT, _ignore, packed, 0.0, 512, 1 << 22, encoder
         )
     frames = [build_frame(b, [], [], 512, 1 << 22, encoder) for b in streams]
-    assert frames[0][0] is frames[1][0] is frames[2][0]  # no copy per bookie
+    ((piece,), _), ((second,), _), ((third,), _) = frames
+    assert piece is second is third  # no copy per bookie
     assert len({sent[0].batch_id for _, sent in frames}) == 1
-    (batch,) = pb.AddFrame.FromString(frames[0][0]).batches
+    (batch,) = pb.AddFrame.FromString(piece).batches
     assert (batch.ledger_id, batch.master_key, batch.batch_id) == (1, KEY, frames[0][1][0].batch_id)
     assert batch.entries == packed.blob
     # Smaller adds still merge on each stream, under ids of their own.
@@ -239,7 +240,8 @@ def test_small_packed_adds_that_travel_alone_are_encoded_once_for_every_bookie()
             batches, 1, KEY, False, pb.PERSISTENT, _ignore, packed, 0.0, 512, 1 << 22, encoder
         )
     frames = [build_frame(b, [], [], 512, 1 << 22, encoder) for b in streams]
-    assert frames[0][0] is frames[1][0] is frames[2][0]
+    ((piece,), _), ((second,), _), ((third,), _) = frames
+    assert piece is second is third
     assert len({sent[0].batch_id for _, sent in frames}) == 1
     # Merged with more adds on a stream, they get an id and an encoding of their own.
     merged_queue = collections.deque[PendingBatch]()
