@@ -1,11 +1,13 @@
-"""No holes across a roll: one writer's acknowledged records are a prefix of its appends.
+"""No holes across a roll: one writer's records in the log, and its acknowledged ones, are
+prefixes of its appends.
 
-After a roll switches records to the next ledger, an entry of the new ledger can complete
-while an entry of the previous one is still in flight. The log writer must hold the new
-ledger's acknowledgements until the older entries completed, and fail every later record
-when an older one fails, or a takeover that finds the older record absent would leave the
-log holding a later record without its predecessor. And ``roll()`` called while an earlier
-roll is still closing the ledger it left switches once more: its own roll, not that one.
+After a roll switches records to the next ledger, an entry of the previous one may still be
+in flight. Were the new ledger's entries sent at once, one could become durable while the
+older entry fails and a takeover's recovery leaves it out: the log would hold a later record
+without its predecessor. So the writer holds the new ledger's entries until the older ones
+completed, and fails them unsent when an older one fails. And ``roll()`` called while an
+earlier roll is still closing the ledger it left switches once more: its own roll, not that
+one.
 
 Over real bookies; the first ledger's completions pass through a gate the test opens (or
 fails), which holds the writer's view of an entry written to the bookies for real.
@@ -22,7 +24,7 @@ import pytest
 import walog.aio
 from tests.integration.waiting import eventually
 from walog.aio import AsyncClient
-from walog.errors import LedgerFencedError, WriterFencedError
+from walog.errors import LedgerFencedError, NotEnoughBookiesError, WalogError, WriterFencedError
 from walog.ledger.writer import AsyncLedgerWriter
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
@@ -95,9 +97,9 @@ async def gating(cluster: LocalCluster) -> AsyncIterator[GatingClient]:
 
 async def rolled_with_one_record_held(
     gating: GatingClient,
-) -> tuple[AsyncLogWriter, asyncio.Future[Position], asyncio.Future[Position], GatedLedger]:
-    """A writer whose first record (in ledger 1) is held at its gate, rolled to ledger 2,
-    where a second record's entry is written and acknowledged by the bookies."""
+) -> tuple[AsyncLogWriter, asyncio.Future[Position], GatedLedger, GatedLedger]:
+    """A writer whose first record (in ledger 1) is held at its gate, switched to ledger 2
+    by a roll that waits for that record before it closes ledger 1."""
     writer = await open_log_writer(
         gating,  # type: ignore[arg-type]
         "roll-order",
@@ -115,45 +117,60 @@ async def rolled_with_one_record_held(
         assert writer.ledger_id != first_ledger.ledger_id
 
     await eventually(switched)
-    second_ledger = gating.ledgers[-1]
-    second_ledger.gate.set_result(None)
-    second = writer.append_nowait(b"second")
-    await second_ledger.appended.wait()
-    # The writer's own callback on the completion was registered first, so it has run
-    # once this wait returns.
-    await asyncio.wait_for(asyncio.gather(*second_ledger.completions), 10)
     assert not roll.done()  # the roll closes the first ledger only after its entry
-    roll.cancel()
-    return writer, first, second, first_ledger
+    roll.cancel()  # the caller's wait only: the roll itself goes on
+    return writer, first, first_ledger, gating.ledgers[-1]
 
 
-async def test_a_new_ledgers_ack_waits_for_the_previous_ledgers_entries(
+async def appended_and_sent_at_turn_end(writer: AsyncLogWriter, data: bytes) -> Any:
+    """Append a record and let the loop turn in which its entry would be sent end."""
+    record = writer.append_nowait(data)
+    await asyncio.sleep(0)
+    return record
+
+
+async def test_records_for_a_new_ledger_wait_unsent_until_the_previous_ledgers_entries_completed(
     gating: GatingClient,
 ) -> None:
-    writer, first, second, first_ledger = await rolled_with_one_record_held(gating)
-    assert not second.done(), "a record of the new ledger was acknowledged before an older one"
+    writer, first, first_ledger, second_ledger = await rolled_with_one_record_held(gating)
+    second_ledger.gate.set_result(None)
+    second = await appended_and_sent_at_turn_end(writer, b"second")
+    assert not second_ledger.appended.is_set(), (
+        "a record went to the new ledger while an entry of the previous one was in flight"
+    )
     order: list[str] = []
     first.add_done_callback(lambda _: order.append("first"))
     second.add_done_callback(lambda _: order.append("second"))
     first_ledger.gate.set_result(None)
-    positions = await asyncio.gather(first, second)
+    positions = await asyncio.wait_for(asyncio.gather(first, second), 10)
     await asyncio.sleep(0)  # the done-callbacks run in the loop turn after
     assert [p.ledger_id for p in positions] == [first_ledger.ledger_id, writer.ledger_id]
     assert order == ["first", "second"]
     await writer.close()
 
 
-async def test_a_failed_entry_fails_every_later_record_across_a_roll(
-    gating: GatingClient,
+@pytest.mark.parametrize(
+    ("failure", "raised"),
+    [
+        (LedgerFencedError("fenced while the record was in flight"), WriterFencedError),
+        (NotEnoughBookiesError("ack quorum lost while the record was in flight"), WalogError),
+    ],
+    ids=["fenced", "quorum-lost"],
+)
+async def test_a_failed_entry_fails_every_later_record_across_a_roll_before_it_is_sent(
+    gating: GatingClient, failure: WalogError, raised: type[WalogError]
 ) -> None:
-    writer, first, second, first_ledger = await rolled_with_one_record_held(gating)
-    first_ledger.gate.set_exception(LedgerFencedError("fenced while the record was in flight"))
-    with pytest.raises(WriterFencedError):
+    writer, first, first_ledger, second_ledger = await rolled_with_one_record_held(gating)
+    second_ledger.gate.set_result(None)
+    second = await appended_and_sent_at_turn_end(writer, b"second")
+    first_ledger.gate.set_exception(failure)
+    with pytest.raises(raised):
         await first
-    # The second record's entry is on the bookies, but its predecessor failed: it fails too.
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(raised):
         await second
-    with pytest.raises(WriterFencedError):
+    # Whatever recovery decides about the first record, the second never reached a bookie.
+    assert second_ledger.written == [], "a record after a failed one was sent"
+    with pytest.raises(raised):
         writer.append_nowait(b"third")
     await writer.close()
 
@@ -163,8 +180,9 @@ async def test_a_roll_called_while_another_closes_its_old_ledger_switches_again(
 ) -> None:
     # The held first record keeps the first roll in its closing phase: it has switched to
     # the second ledger already. A roll called now must not count that one as its own.
-    writer, first, second, first_ledger = await rolled_with_one_record_held(gating)
-    second_ledger_id = writer.ledger_id
+    writer, first, first_ledger, second_ledger = await rolled_with_one_record_held(gating)
+    second_ledger.gate.set_result(None)
+    second = writer.append_nowait(b"second")
     again = asyncio.ensure_future(writer.roll())
     await asyncio.sleep(0.05)
     assert not again.done(), "roll() returned while the ledger current at its call still is"
@@ -172,7 +190,10 @@ async def test_a_roll_called_while_another_closes_its_old_ledger_switches_again(
     await asyncio.wait_for(asyncio.gather(first, second), 10)
 
     async def third_ledger_created() -> None:
-        assert gating.ledgers[-1].ledger_id not in (first_ledger.ledger_id, second_ledger_id)
+        assert gating.ledgers[-1].ledger_id not in (
+            first_ledger.ledger_id,
+            second_ledger.ledger_id,
+        )
 
     await eventually(third_ledger_created)
     gating.ledgers[-1].gate.set_result(None)

@@ -15,6 +15,10 @@ Rule names:
 - ``log_readers_disagree``: two fresh readers read the same sequence, in position order.
 - ``log_reader_skipped``: a tailing reader's records are a prefix of the final sequence
   (nothing skipped, nothing read that the log does not hold).
+- ``log_hole``: one writer's records in the log form a prefix of its appends (past what was
+  truncated away): a record is never in the log while an earlier one of the same writer is
+  not, acknowledged or not (an append that failed may or may not be in the log, but never
+  with a later one and without itself).
 - ``log_ack_not_prefix``: one writer's acknowledged records form a prefix of its appends,
   acknowledged in append order, across rolls: no record is acknowledged while an earlier
   one is unacknowledged (in flight or failed).
@@ -118,6 +122,7 @@ class LogHistory:
         positions = [p for p, _ in final]
         if positions != sorted(set(positions)):
             violate("log_readers_disagree", "a fresh reader's positions are not increasing")
+        self._check_holes(final, violate)
         by_position = dict(final)
         listed = set(ledger_list)
         for ack in self.acks:
@@ -139,6 +144,25 @@ class LogHistory:
                 violate(
                     "log_reader_skipped",
                     f"{who} read {kept[at : at + 2]} where the log has {expected[at : at + 2]}",
+                )
+
+    def _check_holes(self, final: Sequence[tuple[Position, bytes]], violate: Violate) -> None:
+        """``log_hole``: per writer, the append indices read are consecutive, and start at 0
+        unless a truncation may have removed the first ones."""
+        indices: dict[str, list[int]] = {}
+        for _, data in final:
+            writer, _, index = data.decode().rpartition(":")
+            indices.setdefault(writer, []).append(int(index))
+        for writer, found in sorted(indices.items()):
+            first = 0 if self.truncated_before is None else found[0]
+            expected = list(range(first, first + len(found)))
+            if found != expected:
+                pairs = enumerate(zip(found, expected, strict=True))
+                at = next(i for i, (a, b) in pairs if a != b)
+                violate(
+                    "log_hole",
+                    f"{writer}: the log holds record {found[at]} where record {expected[at]} "
+                    "(appended before it) is missing",
                 )
 
     def _check_writers(self, violate: Violate) -> None:

@@ -42,7 +42,7 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
             "stalled",
         },
     ),
-    "log_acks_across_roll_unordered": ("log_duel", 300, {"log_ack_not_prefix"}),
+    "log_sends_across_roll_at_once": ("log_duel", 600, {"log_hole"}),
     "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
     "lost_answer_taken_for_rival": (
         "log_duel",

@@ -20,8 +20,8 @@ Known mutations:
 - ``close_short_of_acks``: the writer's close records its LAC even where it lags the
   entries acknowledged to the caller (a VOLATILE ledger's unsynced entries).
 - ``log_fences_only_last_ledger``: a new log writer fences only the last ledger.
-- ``log_acks_across_roll_unordered``: the log writer acknowledges an entry of a new ledger
-  while an entry of the previous one is still in flight.
+- ``log_sends_across_roll_at_once``: after a roll, the log writer sends entries to the new
+  ledger while entries of the previous one are still in flight.
 - ``lost_answer_taken_for_rival``: a log takeover or roll that finds its own change in the
   list (its CAS applied, the answer lost) takes it for a rival's.
 """
@@ -41,7 +41,7 @@ KNOWN: frozenset[str] = frozenset(
         "close_short_of_acks",
         "log_fences_only_last_ledger",
         "lost_answer_taken_for_rival",
-        "log_acks_across_roll_unordered",
+        "log_sends_across_roll_at_once",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -11,11 +11,13 @@ record's future resolves with its position once its entry is acknowledged. Rolli
 the seed too: create the next ledger, CAS-append it, switch new entries to it, then close the
 previous one, so appends never wait for the metadata store.
 
-Records are acknowledged in append order, across rolls too: an entry of the new ledger
-that completes while an entry of the previous one is still in flight waits for it. Any
-failed entry ends the writer and fails every later record with it, even one whose entry
-completed, so the acknowledged records are always a prefix of the appended ones (a WAL's
-users rely on every acknowledged record's predecessors being in the log). A fenced or
+Records are acknowledged in append order, across rolls too. Any failed entry ends the
+writer and fails every later record with it, so the acknowledged records are always a prefix
+of the appended ones (a WAL's users rely on every acknowledged record's predecessors being in
+the log). The records in the log are a prefix too: after a switch, entries for the new ledger
+are held back until every entry sent to the previous ones completed. Sent at once, one could
+become durable in the new ledger while an older entry fails and is left out of its ledger by
+recovery, a hole no reader could tell from a record never appended. A fenced or
 recovered ledger means another writer took over: the error is
 :class:`walog.WriterFencedError`.
 """
@@ -164,6 +166,9 @@ class AsyncLogWriter:
         self._retiring: set[_ActiveLedger] = set()
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
+        # Entries for the current ledger not sent yet, (payload, size, sinks) each: held
+        # while an entry of an earlier ledger is undelivered (so, in flight).
+        self._held: collections.deque[tuple[bytes, int, list[PositionSink]]] = collections.deque()
         self._current = self._activate(ledger)
 
         # Leadership lasts as long as the metadata session that took the log over.
@@ -234,10 +239,11 @@ class AsyncLogWriter:
             WriterFencedError: another writer took over (or the first other failure).
         """
         self._send_batch()
-        pending = [f for led in (self._current, *self._retiring) for f in led.inflight]
-        if pending:
+        # Held entries go out once every earlier one completed (held implies undelivered):
+        # the loop waits for them too.
+        while self._undelivered:
             # wait(), not gather(): a cancelled caller must not cancel the entries.
-            await asyncio.wait(pending)
+            await asyncio.wait([sent.entry for sent in self._undelivered])
         if self._failure is not None:
             raise self._failure
 
@@ -261,9 +267,19 @@ class AsyncLogWriter:
         if self._failure is not None:
             self._fail_futures(futures, self._failure)
             return
+        undelivered = self._undelivered
+        if (
+            self._held or (undelivered and undelivered[0].ledger is not self._current)
+        ) and not mutations.enabled("log_sends_across_roll_at_once"):
+            self._held.append((batch.encode(), batch.size, futures))
+            return
+        self._send_entry(batch.encode(), batch.size, futures)
+
+    def _send_entry(self, payload: bytes, size: int, futures: list[PositionSink]) -> None:
+        """Append one entry of records to the current ledger."""
         ledger = self._current
         try:
-            entry = ledger.writer.append_nowait(batch.encode())
+            entry = ledger.writer.append_nowait(payload)
         except (LedgerFencedError, LedgerClosedError) as exc:
             self._fail(_fenced(self.name, ledger.ledger_id, exc))
             self._fail_futures(futures, self._failure or exc)
@@ -273,7 +289,7 @@ class AsyncLogWriter:
             self._fail_futures(futures, exc)
             return
         ledger.entries += 1
-        ledger.size_bytes += batch.size
+        ledger.size_bytes += size
         ledger.inflight.add(entry)
         self._undelivered.append(_SentEntry(ledger, futures, entry))
         entry.add_done_callback(lambda f: self._entry_done(ledger, f))
@@ -281,13 +297,8 @@ class AsyncLogWriter:
 
     def _entry_done(self, ledger: _ActiveLedger, entry: asyncio.Future[int]) -> None:
         ledger.inflight.discard(entry)
-        if mutations.enabled("log_acks_across_roll_unordered"):
-            for sent in [s for s in self._undelivered if s.entry is entry]:
-                self._undelivered.remove(sent)
-                self._deliver(sent)
-            return
-        # Within a ledger entries complete in order; across a roll an entry of the new
-        # ledger may complete first, and waits here for the older ones.
+        # Within a ledger entries complete in order; an entry of the new ledger is sent
+        # only once the older ones completed (but delivery does not count on it).
         undelivered = self._undelivered
         while undelivered and undelivered[0].entry.done():
             error = self._deliver(undelivered.popleft())
@@ -295,6 +306,11 @@ class AsyncLogWriter:
                 # Every later record fails with this one, whatever its entry's outcome.
                 while undelivered:
                     self._fail_futures(undelivered.popleft().sinks, error)
+                return
+        held = self._held
+        while held and not (undelivered and undelivered[0].ledger is not self._current):
+            # Every entry of the earlier ledgers completed: the held ones go out now.
+            self._send_entry(*held.popleft())
 
     def _deliver(self, sent: _SentEntry) -> BaseException | None:
         """Resolve the records of a completed entry; when the entry failed, fail them and
@@ -348,6 +364,8 @@ class AsyncLogWriter:
             futures, self._batch_futures = self._batch_futures, []
             self._batch = self._new_batch()
             self._fail_futures(futures, self._failure)
+        while self._held:
+            self._fail_futures(self._held.popleft()[2], self._failure)
 
     @staticmethod
     def _fail_futures(futures: list[PositionSink], exc: BaseException) -> None:
