@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 from bookie.config import StorageConfig
 from bookie.core import BookieCore
@@ -66,3 +69,19 @@ async def read_all(core: BookieCore, ledger_id: int, last: int) -> dict[int, byt
             assert record.digest == entry_digest(ledger_id, entry_id, record.lac, record.data)
             found[entry_id] = record.data
     return found
+
+
+def compiled_checkpoint_module() -> ModuleType:
+    """The compiled checkpoint loop (bookie/_fastcheckpoint.c); the calling test fails with
+    one line when it is not built (tests never fall back to the pure-Python loop silently)."""
+    try:
+        from bookie import _fastcheckpoint
+    except ImportError as exc:
+        problem = str(exc)
+    else:
+        return _fastcheckpoint
+    pytest.fail(
+        f"bookie._fastcheckpoint is not built ({problem}): run `pip install -e .` "
+        "(needs a C compiler and the Python headers)",
+        pytrace=False,
+    )
