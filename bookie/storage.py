@@ -29,11 +29,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import operator
 import os
 import struct
 from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, SupportsIndex
 
 import crc32c
 import lmdb
@@ -41,7 +42,6 @@ import structlog
 
 from bookie.index import (
     ENTRY_KEY,
-    KEY_AND_LOCATION,
     LEDGER_KEY,
     LEDGERS_CENSUS_KEY,
     LOG_KEY,
@@ -71,7 +71,13 @@ _log = structlog.get_logger(__name__)
 _RECORD = struct.Struct(">IqqqI")
 _RECORD_BYTES = _RECORD.size
 _MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
+_INT64_MAX = (1 << 63) - 1
+_UINT32_MAX = (1 << 32) - 1
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
+# An entry row's key and location (KEY_AND_LOCATION) as the checkpoint loop packs them:
+# the same bytes for valid ids, but unsigned, so that a negative ledger or entry id fails
+# the pack (the record header's ">q" fails those of 2**63 and up).
+_CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 
 
 class StoredRecord(NamedTuple):
@@ -406,17 +412,54 @@ class EntryStorage:
     ) -> int:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
+        start_log, start_offset = self._write_log, self._write_offset
+        try:
+            written = self._append_python(entries, rows, live)
+            if self._write_fd >= 0:
+                self._sync_write_log()
+        except BaseException as exc:
+            # The log's tail is unknown now: never append to it again. What this call wrote
+            # is in no index row: cut it off, so a full disk gets that space back. Bad input
+            # (TypeError, ValueError) fails the same way, and records still buffered are
+            # dropped with it (they would land before the next checkpoint's).
+            failed_log = self._write_log
+            self._pending.clear()
+            if self._write_fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._write_fd, start_offset if failed_log == start_log else 0)
+            self._close_write_log()
+            if isinstance(exc, OSError | lmdb.Error):
+                raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
+            raise
+        for ledger_id in rows:
+            if not repoint and ledger_id not in states and ledger_id not in self._rows:
+                raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
+        try:
+            self._commit(rows, live, states, mark, repoint=repoint, replace=replace)
+        except lmdb.Error as exc:
+            raise StorageIOError(f"index commit failed: {exc}") from exc
+        return written
+
+    def _append_python(
+        self,
+        entries: Iterable[tuple[int, int, CachedEntry]],
+        rows: dict[int, list[tuple[bytes, bytes]]],
+        live: dict[int, dict[int, int]],
+    ) -> int:
+        """Append the entries' records to entry logs (rolling them as they fill, writing
+        and syncing chunk by chunk, the last chunk written but not synced), their index rows
+        to ``rows`` by ledger and their record bytes to ``live`` by log and ledger. Returns
+        the entries appended. TypeError or ValueError for a malformed entry."""
         written = 0
         current = current_log = -1
         bucket: list[tuple[bytes, bytes]] = []
         per_ledger: dict[int, int] = {}
-        start_log, start_offset = self._write_log, self._write_offset
         # The checkpoint's hot loop, one pass per entry: its record is buffered for the
         # entry log and its index row built (entry_row's bytes, inlined with the append).
         # The log's position lives in locals here; ``self._write_offset`` is brought up
         # to date before anything else reads it (a roll, a flush, the end).
         pending = self._pending
-        record, location = _RECORD.pack, KEY_AND_LOCATION.pack
+        record, location = _RECORD.pack, _CHECKED_KEY_AND_LOCATION.pack
         crc_of, crc = ROW_CRC.pack, crc32c.crc32c
         limit, chunk, key_size = self._log_bytes_limit, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
         log_id, offset = self._write_log, self._write_offset
@@ -450,27 +493,10 @@ class EntryStorage:
                     # hold the disk, and the journal syncs queued behind it, for as long as
                     # all of it takes to write (tens of ms per 10 MB here).
                     os.fdatasync(self._write_fd)
-            self._write_offset = offset
-            self._flush_pending()
-            if self._write_fd >= 0:
-                self._sync_write_log()
-        except (OSError, lmdb.Error) as exc:
-            # The log's tail is unknown now: never append to it again. What this call wrote
-            # is in no index row: cut it off, so a full disk gets that space back.
-            failed_log = self._write_log
-            self._pending.clear()
-            if self._write_fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._write_fd, start_offset if failed_log == start_log else 0)
-            self._close_write_log()
-            raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
-        for ledger_id in rows:
-            if not repoint and ledger_id not in states and ledger_id not in self._rows:
-                raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
-        try:
-            self._commit(rows, live, states, mark, repoint=repoint, replace=replace)
-        except lmdb.Error as exc:
-            raise StorageIOError(f"index commit failed: {exc}") from exc
+        except struct.error as exc:
+            raise _bad_entry(ledger_id, entry_id, lac, digest, data) or exc from exc
+        self._write_offset = offset
+        self._flush_pending()
         return written
 
     def _commit(
@@ -768,6 +794,32 @@ def _lock_directory(data_dir: Path) -> int:
 def _entry_id(key: bytes) -> int | None:
     """The entry id of an entries-table key; None for a key of the wrong size (damage)."""
     return int(ENTRY_KEY.unpack(key)[1]) if len(key) == ENTRY_KEY.size else None
+
+
+def _bad_entry(
+    ledger_id: object, entry_id: object, lac: object, digest: object, data: object
+) -> Exception | None:
+    """The TypeError or ValueError for an entry the checkpoint loop cannot store; None when
+    its fields are fine."""
+    for name, value, low, high in (
+        ("ledger id", ledger_id, 0, _INT64_MAX),
+        ("entry id", entry_id, 0, _INT64_MAX),
+        ("lac", lac, -_INT64_MAX - 1, _INT64_MAX),
+        ("digest", digest, 0, _UINT32_MAX),
+    ):
+        if not isinstance(value, SupportsIndex):
+            return TypeError(f"{name} must be an int, not {type(value).__name__!r}")
+        if not low <= operator.index(value) <= high:
+            return ValueError(f"{name} out of range [{low}, {high}]: {value!r}")
+    try:
+        size = memoryview(data).nbytes  # type: ignore[arg-type]
+    except TypeError:
+        return TypeError(f"entry data must be bytes, not {type(data).__name__!r}")
+    if size > _UINT32_MAX - _RECORD_BYTES:
+        return ValueError(
+            f"entry data of {size} bytes: a record holds at most {_UINT32_MAX - _RECORD_BYTES}"
+        )
+    return None
 
 
 def _check_record(raw: bytes, ledger_id: int, entry_id: int, length: int) -> str | None:
