@@ -16,6 +16,10 @@ mark in one LMDB transaction (LMDB syncs on commit). So the mark never passes a 
 whose entry is not durable in an entry log, an index row never points at bytes that are
 not on disk, and a ledger's summary always counts exactly its entry rows.
 
+A checkpoint's per-entry work (records, index rows) runs in C (bookie/_fastcheckpoint.c)
+when the extension is built, and in Python otherwise or with ``WALOG_PURE_PYTHON=1``: the
+same bytes either way.
+
 Reads check the index row's checksum, the stored digest (CRC32C over header and payload,
 walog/wire/digest.py) and the record header against the index key: a damaged record is never
 served. A lookup miss is reported as absence only when it is proven (bookie/index.py);
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import operator
 import os
@@ -78,6 +83,27 @@ _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in 
 # the same bytes for valid ids, but unsigned, so that a negative ledger or entry id fails
 # the pack (the record header's ">q" fails those of 2**63 and up).
 _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
+
+
+def _pure_python_asked() -> bool:
+    """True when ``WALOG_PURE_PYTHON`` is set (to anything but ``0``)."""
+    return os.environ.get("WALOG_PURE_PYTHON", "0") not in ("", "0")
+
+
+def _compiled_loop_selected() -> bool:
+    """Whether checkpoints run the compiled loop (bookie/_fastcheckpoint.c): when it is
+    built, unless ``WALOG_PURE_PYTHON`` asks for the pure-Python one."""
+    if _pure_python_asked():
+        return False
+    try:
+        importlib.import_module("bookie._fastcheckpoint")
+    except ImportError:
+        return False
+    return True
+
+
+#: The checkpoint loop, chosen once at import: True for the compiled one.
+_COMPILED = _compiled_loop_selected()
 
 
 class StoredRecord(NamedTuple):
@@ -216,6 +242,11 @@ class EntryStorage:
         self._write_log = -1
         self._write_offset = 0
         self._pending: list[bytes] = []
+        if not _COMPILED and not _pure_python_asked():
+            _log.warning(
+                "compiled checkpoint loop (bookie._fastcheckpoint) not built: checkpoints "
+                "run the pure-Python loop, about three times the CPU (pip install -e .)"
+            )
         self.logs_deleted = 0
         self.logs_compacted = 0
 
@@ -413,8 +444,9 @@ class EntryStorage:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
         start_log, start_offset = self._write_log, self._write_offset
+        append = self._append_compiled if _COMPILED else self._append_python
         try:
-            written = self._append_python(entries, rows, live)
+            written = append(entries, rows, live)
             if self._write_fd >= 0:
                 self._sync_write_log()
         except BaseException as exc:
@@ -449,7 +481,9 @@ class EntryStorage:
         """Append the entries' records to entry logs (rolling them as they fill, writing
         and syncing chunk by chunk, the last chunk written but not synced), their index rows
         to ``rows`` by ledger and their record bytes to ``live`` by log and ledger. Returns
-        the entries appended. TypeError or ValueError for a malformed entry."""
+        the entries appended. TypeError or ValueError for a malformed entry.
+
+        The pure-Python loop; :meth:`_append_compiled` does the same work."""
         written = 0
         current = current_log = -1
         bucket: list[tuple[bytes, bytes]] = []
@@ -498,6 +532,55 @@ class EntryStorage:
         self._write_offset = offset
         self._flush_pending()
         return written
+
+    def _append_compiled(
+        self,
+        entries: Iterable[tuple[int, int, CachedEntry]],
+        rows: dict[int, list[tuple[bytes, bytes]]],
+        live: dict[int, dict[int, int]],
+    ) -> int:
+        """:meth:`_append_python` with the per-entry work compiled (bookie/_fastcheckpoint.c):
+        it builds the records of a chunk in one buffer and the index rows, and returns here
+        to roll the log, to write and sync a full chunk, and at the end. The same bytes,
+        rows, live counts and errors."""
+        from bookie._fastcheckpoint import DONE, ROLL, append_entries
+
+        items = iter(entries)
+        buffer = bytearray()
+        held: tuple[int, int, CachedEntry] | None = None
+        used = written = 0
+        limit, chunk = self._log_bytes_limit, _WRITE_CHUNK_BYTES
+        log_id, offset = self._write_log, self._write_offset
+        flushed = offset  # the log's offset at buffer[0]
+        while True:
+            status, held, used, offset, count = append_entries(
+                items, held, buffer, used, rows, live, log_id, offset, flushed, limit, chunk
+            )
+            written += count
+            if status == DONE:
+                break
+            self._write_offset = offset
+            self._write_buffer(buffer, used)
+            used = 0
+            if status == ROLL:  # ``held`` starts the next log
+                self._roll()
+                log_id, offset = self._write_log, self._write_offset
+            else:  # a full chunk: synced chunk by chunk, as in _append_python
+                os.fdatasync(self._write_fd)
+            flushed = offset
+        self._write_offset = offset
+        self._write_buffer(buffer, used)
+        return written
+
+    def _write_buffer(self, buffer: bytearray, size: int) -> None:
+        """Write ``buffer[:size]`` to the current entry log (nothing when ``size`` is 0).
+        The views are gone on return, so the compiled loop may resize the buffer again."""
+        if not size:
+            return
+        with memoryview(buffer) as whole, whole[:size] as chunk:
+            view = chunk
+            while view:
+                view = view[os.write(self._write_fd, view) :]
 
     def _commit(
         self,
@@ -799,8 +882,8 @@ def _entry_id(key: bytes) -> int | None:
 def _bad_entry(
     ledger_id: object, entry_id: object, lac: object, digest: object, data: object
 ) -> Exception | None:
-    """The TypeError or ValueError for an entry the checkpoint loop cannot store; None when
-    its fields are fine."""
+    """The TypeError or ValueError for an entry the checkpoint loop cannot store (what the
+    compiled loop raises for it too); None when its fields are fine."""
     for name, value, low, high in (
         ("ledger id", ledger_id, 0, _INT64_MAX),
         ("entry id", entry_id, 0, _INT64_MAX),

@@ -1,20 +1,63 @@
-"""The checkpoint loop: what it refuses, and a store that is still usable after."""
+"""The checkpoint loop, compiled (bookie/_fastcheckpoint.c) and pure Python: the same entry
+logs, index rows, live-byte counts, flush points and errors for the same entries.
+
+The compiled loop must be built here (``pip install -e .``): these tests fail, not skip,
+when it is not. The other storage tests run with whichever loop is selected
+(``WALOG_PURE_PYTHON=1`` picks the pure-Python one); ./test runs them both ways.
+"""
 
 from __future__ import annotations
 
 import mmap
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import bookie.storage as storage_module
+from bookie.index import entry_row
 from bookie.journal_files import JournalMark
 from bookie.ledgers import LedgerState
 from bookie.storage import CachedEntry, EntryStorage
+from tests.unit.bookie.helpers import compiled_checkpoint_module
 from walog.wire.digest import entry_digest
 
 Entry = tuple[int, int, CachedEntry]
+LOOPS = ("python", "compiled")
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def select(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``select(loop)``: run checkpoints with the named loop from now on."""
+    compiled_checkpoint_module()
+
+    def choose(loop: str) -> None:
+        monkeypatch.setattr(storage_module, "_COMPILED", loop == "compiled")
+
+    yield choose
+
+
+def random_entries(rng: random.Random, *, ledgers: int, entries: int) -> list[Entry]:
+    """Entries by ledger then entry id (as the write cache hands them over), with payloads
+    of 0 to a few KiB, empty ones among them."""
+    ledger_ids = sorted(rng.sample([*range(1, 50), (1 << 63) - 1, 1 << 40], ledgers))
+    out: list[Entry] = []
+    for ledger_id in ledger_ids:
+        first = rng.choice([0, 0, 7, (1 << 63) - entries - 1])
+        for entry_id in range(first, first + rng.randint(1, entries)):
+            size = rng.choice([0, 0, 1, 31, 32, 33, rng.randint(0, 300), rng.randint(0, 5000)])
+            data = rng.randbytes(size)
+            out.append(entry(ledger_id, entry_id, data))
+            if rng.random() < 0.2:  # any lac and digest are stored as they are
+                lac, digest = rng.choice([-(1 << 63), (1 << 63) - 1]), rng.choice([0, 1 << 31])
+                out[-1] = (ledger_id, entry_id, (lac, digest, data))
+    return out
 
 
 def entry(ledger_id: int, entry_id: int, data: bytes) -> Entry:
@@ -25,6 +68,130 @@ def entry(ledger_id: int, entry_id: int, data: bytes) -> Entry:
 
 def state_of(ledger_id: int) -> bytes:
     return LedgerState(ledger_id, b"k" * 20).to_bytes()
+
+
+def dump(storage: EntryStorage) -> dict[str, Any]:
+    """Everything a store holds: entry-log files and every row of every index table."""
+    tables: dict[str, list[tuple[bytes, bytes]]] = {}
+    with storage._env.begin() as txn:
+        for name, db in (
+            ("entries", storage._entries),
+            ("ledgers", storage._ledgers),
+            ("logs", storage._logs),
+            ("meta", storage._meta),
+        ):
+            tables[name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
+    logs = {p.name: p.read_bytes() for p in sorted(storage.log_dir.glob("*.log"))}
+    return {"tables": tables, "logs": logs}
+
+
+def run_checkpoints(
+    path: Path,
+    batches: list[list[Entry]],
+    *,
+    log_bytes: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[dict[str, Any], list[str]]:
+    """Checkpoint ``batches`` into a new store; its contents and the syscalls that wrote
+    and synced its entry logs (in order)."""
+    calls: list[str] = []
+    write, fdatasync, fsync = os.write, os.fdatasync, os.fsync
+
+    def counted_write(fd: int, data: Any) -> int:
+        calls.append(f"write {len(data)}")
+        return write(fd, data)
+
+    def counted_fdatasync(fd: int) -> None:
+        calls.append("fdatasync")
+        fdatasync(fd)
+
+    def counted_fsync(fd: int) -> None:
+        calls.append("fsync")
+        fsync(fd)
+
+    storage = EntryStorage(path, entry_log_file_bytes=log_bytes)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "write", counted_write)
+            patch.setattr(os, "fdatasync", counted_fdatasync)
+            patch.setattr(os, "fsync", counted_fsync)
+            for number, batch in enumerate(batches):
+                states = {ledger_id: state_of(ledger_id) for ledger_id, _, _ in batch}
+                written = storage.checkpoint(batch, states, JournalMark(1, number))
+                assert written == len(batch)
+        return dump(storage), calls
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_both_loops_write_the_same_logs_and_index(
+    seed: int, tmp_path: Path, select: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    # Small logs and chunks: rolls and chunk flushes every few entries, and entries that
+    # fill a chunk or a log exactly or overshoot it.
+    log_bytes = rng.choice([1, 200, 4096, 64 << 10, 1 << 30])
+    monkeypatch.setattr(storage_module, "_WRITE_CHUNK_BYTES", rng.choice([1, 100, 3000, 1 << 20]))
+    batches = [
+        random_entries(rng, ledgers=rng.randint(1, 6), entries=rng.randint(1, 40))
+        for _ in range(rng.randint(1, 4))
+    ]
+    batches.append([])  # a checkpoint with no entries
+    results = {}
+    for loop in LOOPS:
+        select(loop)
+        results[loop] = run_checkpoints(
+            tmp_path / loop, batches, log_bytes=log_bytes, monkeypatch=monkeypatch
+        )
+    (python_dump, python_calls), (compiled_dump, compiled_calls) = (
+        results["python"],
+        results["compiled"],
+    )
+    assert python_dump["logs"].keys() == compiled_dump["logs"].keys()
+    for name, raw in python_dump["logs"].items():
+        assert raw == compiled_dump["logs"][name], f"entry log {name} differs"
+    for table, rows in python_dump["tables"].items():
+        assert rows == compiled_dump["tables"][table], f"index table {table} differs"
+    # The same chunks written and synced at the same points.
+    assert python_calls == compiled_calls
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_both_loops_build_the_same_rows_and_live_counts(
+    seed: int, tmp_path: Path, select: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(100 + seed)
+    monkeypatch.setattr(storage_module, "_WRITE_CHUNK_BYTES", rng.choice([1, 500, 1 << 20]))
+    entries = random_entries(rng, ledgers=rng.randint(1, 8), entries=60)
+    log_bytes = rng.choice([300, 10_000])
+    built = {}
+    for loop in LOOPS:
+        storage = EntryStorage(tmp_path / loop, entry_log_file_bytes=log_bytes)
+        try:
+            rows: dict[int, list[tuple[bytes, bytes]]] = {}
+            live: dict[int, dict[int, int]] = {}
+            append = storage._append_compiled if loop == "compiled" else storage._append_python
+            assert append(iter(entries), rows, live) == len(entries)
+            # Order too: it decides the order of the live-bytes documents' keys.
+            built[loop] = (
+                [(ledger, list(bucket)) for ledger, bucket in rows.items()],
+                [(log, list(counts.items())) for log, counts in live.items()],
+            )
+        finally:
+            storage.close()
+    assert built["python"] == built["compiled"]
+    # And the rows are entry_row's, pointing at the records.
+    rows_by_ledger = dict(built["compiled"][0])
+    for ledger_id, entry_id, _ in entries:
+        key = entry_row(ledger_id, entry_id, 0, 0, 0)[0]
+        assert any(row_key == key for row_key, _ in rows_by_ledger[ledger_id])
+    for bucket in rows_by_ledger.values():
+        for key, value in bucket:
+            location = storage_module.unseal_entry_row(key, value)
+            assert location is not None
+            ledger_id, entry_id = storage_module.ENTRY_KEY.unpack(key)
+            assert (key, value) == entry_row(ledger_id, entry_id, *location)
 
 
 BAD_ENTRIES = [
@@ -48,13 +215,17 @@ BAD_ENTRIES = [
 ]
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize(("bad", "error"), BAD_ENTRIES)
-def test_a_bad_entry_fails_the_checkpoint_and_leaves_the_store_usable(
+def test_a_bad_entry_fails_the_checkpoint_with_the_same_error_and_leaves_the_store_usable(
+    loop: str,
     bad: Any,
     error: type[Exception],
     tmp_path: Path,
+    select: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    select(loop)
     # Chunks written before the bad entry, and one buffered when it comes.
     monkeypatch.setattr(storage_module, "_WRITE_CHUNK_BYTES", 250)
     storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
@@ -74,7 +245,9 @@ def test_a_bad_entry_fails_the_checkpoint_and_leaves_the_store_usable(
         storage.close()
 
 
-def test_a_payload_too_big_for_a_record_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_payload_too_big_for_a_record_is_refused(loop: str, tmp_path: Path, select: Any) -> None:
+    select(loop)
     # A record's length is a u32. Both loops refuse before copying a byte, so a sparse
     # file mapped read-only stands in for the payload (no 4 GiB of memory or disk).
     size = (1 << 32) - 32  # one byte more than a record holds
@@ -93,7 +266,11 @@ def test_a_payload_too_big_for_a_record_is_refused(tmp_path: Path) -> None:
         mapping.close()
 
 
-def test_bytes_like_payloads_are_taken(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", LOOPS)
+def test_bytes_like_payloads_are_taken_by_both_loops(
+    loop: str, tmp_path: Path, select: Any
+) -> None:
+    select(loop)
 
     entries = [
         (3, n, (lac, entry_digest(3, n, lac, data), kind(data)))
@@ -106,3 +283,19 @@ def test_bytes_like_payloads_are_taken(tmp_path: Path) -> None:
         assert [r.data for r in records] == [b"ab", b"cd"]
     finally:
         storage.close()
+
+
+def test_the_compiled_loop_is_selected_unless_pure_python_is_asked_for() -> None:
+    compiled_checkpoint_module()
+    probe = "import bookie.storage as s; print(s._COMPILED)"
+    seen = {}
+    for value in (None, "0", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "WALOG_PURE_PYTHON"}
+        if value is not None:
+            env["WALOG_PURE_PYTHON"] = value
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
+        seen[value] = out.stdout.strip()
+    assert seen == {None: "True", "0": "True", "1": "False"}
