@@ -528,7 +528,10 @@ class EntryStorage:
                     # all of it takes to write (tens of ms per 10 MB here).
                     os.fdatasync(self._write_fd)
         except struct.error as exc:
-            raise _bad_entry(ledger_id, entry_id, lac, digest, data) or exc from exc
+            problem = _bad_entry(ledger_id, entry_id, lac, digest, data)
+            if problem is None:
+                raise
+            raise problem from exc
         self._write_offset = offset
         self._flush_pending()
         return written
