@@ -1,10 +1,8 @@
-"""Child processes of tests: ones that die with the test run (``preexec_fn=die_with_parent``),
-and this interpreter run on a command in the repository (:func:`run_python`)."""
+"""Child processes of tests: ones that die with the test run (:data:`DIE_WITH_PARENT`), and
+this interpreter run on a command in the repository (:func:`run_python`)."""
 
 from __future__ import annotations
 
-import ctypes
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +10,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 """The repository's root (the working directory of :func:`run_python`)."""
 
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the process that started it dies
-    (``PR_SET_PDEATHSIG``), so a test run killed with SIGKILL leaves no process behind."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)
+DIE_WITH_PARENT: tuple[str, ...] = ("setpriv", "--pdeathsig", "KILL")
+"""A command prefix: the command is SIGKILLed when the thread that started it dies (Linux's
+parent-death signal, ``PR_SET_PDEATHSIG``, which follows the starting thread, not its
+process), so a test run killed with SIGKILL, or ended by a SIGTERM that runs no fixture
+teardown, leaves no process behind. ``setpriv`` (util-linux) sets the signal and then execs
+the command, so the PID is the command's own and no Python runs between fork and exec (a
+``preexec_fn``, which the Python docs call unsafe in a process with threads: tests run
+kazoo and event-loop threads). Only for a child started from the test's own (main) thread:
+one started from a thread that ends earlier would die with that thread.
+:meth:`walog.testing.netns.Host.exec_prefix` starts programs on simulated hosts the same way."""
 
 
 def run_python(*args: str, timeout: float = 120.0) -> str:

@@ -2,9 +2,10 @@
 
 :class:`PrometheusServer` writes a config with a 1 s scrape and rule-evaluation interval,
 starts ``prometheus`` on a free loopback port with its data in a temporary directory, waits
-until ``/-/ready`` answers, and queries its HTTP API. The server dies with the test process
-(``PR_SET_PDEATHSIG``), and directories of runs whose process is gone are removed at the
-next start, so a test run killed with SIGKILL leaves nothing behind.
+until ``/-/ready`` answers, and queries its HTTP API. The server dies with the thread that
+started it (:data:`tests.processes.DIE_WITH_PARENT`), and directories of runs whose process
+is gone are removed at the next start, so a test run killed with SIGKILL leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.processes import DIE_WITH_PARENT
 from tests.zk import free_port
 
 PREFIX = "walog-prometheus-"
@@ -68,6 +70,12 @@ class PrometheusServer:
         """``http://127.0.0.1:PORT``."""
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The server process's PID (once started)."""
+        assert self._proc is not None, "server not started"
+        return self._proc.pid
+
     def _config(self) -> str:
         # JSON is YAML: no YAML library needed to write the config.
         config: dict[str, Any] = {
@@ -97,11 +105,8 @@ class PrometheusServer:
         config = self._dir / "prometheus.yml"
         config.write_text(self._config())
         log = self._dir / "prometheus.log"
-        # setpriv (util-linux) sets PR_SET_PDEATHSIG before it execs the server: no
-        # preexec_fn, which is unsafe in a process with threads.
-        setpriv = shutil.which("setpriv")
-        cmd = [setpriv, "--pdeathsig", "KILL"] if setpriv else []
-        cmd += [
+        cmd = [
+            *DIE_WITH_PARENT,
             binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={self._dir / 'data'}",

@@ -2,7 +2,9 @@
 
 ``ZooKeeperServer`` starts ``org.apache.zookeeper.server.ZooKeeperServerMain`` on a free
 loopback port with a temporary data dir and a 500 ms tick (so sessions may be as short as
-1 s), and waits until it answers ``ruok``.
+1 s), and waits until it answers ``ruok``. The server dies with the thread that started it
+(:data:`tests.processes.DIE_WITH_PARENT`), so a test run killed with SIGKILL leaves no
+ZooKeeper running.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from tests.processes import DIE_WITH_PARENT
 from walog.testing.zookeeper import ZooKeeperError, classpath
 
 TICK_MS = 500
@@ -68,6 +71,12 @@ class ZooKeeperServer:
         """``127.0.0.1:PORT`` for kazoo."""
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The server process's PID (once started)."""
+        assert self._proc is not None, "server not started"
+        return self._proc.pid
+
     def uri(self, chroot: str = "/walog", **options: float) -> str:
         """A ``zk://`` metadata URI for ``chroot``, with optional query options."""
         query = "&".join(f"{k}={v}" for k, v in options.items())
@@ -88,7 +97,7 @@ class ZooKeeperServer:
             "4lw.commands.whitelist=ruok,srvr,stat\n"
             "maxClientCnxns=0\n" + self.extra_config
         )
-        cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
+        cmd = [*DIE_WITH_PARENT, "java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
         cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *self.jvm_flags]
         cmd += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
         with self._log.open("wb") as out:

@@ -29,6 +29,7 @@ from tests.chaos import nemesis
 from tests.chaos.checker import Ack, History, ReadRecord, Violation, check
 from tests.chaos.records import RecordKey, read_json_lines
 from tests.chaos.worker import CHAOS_CLIENT, MUTATIONS_ENV
+from tests.processes import DIE_WITH_PARENT
 from tests.zk import ZooKeeperServer
 from walog.errors import is_retriable
 from walog.log.position import Position
@@ -147,8 +148,8 @@ class WriterPool:
         events = (self._out / f"events-{writer}.log").open("ab")
         self._logs.append(events)
         cmd = [
-            sys.executable, "-m", "tests.chaos.worker", self._uri, self._log, str(writer),
-            str(self.incarnations[writer]), str(self._out), str(self._config.seed),
+            *DIE_WITH_PARENT, sys.executable, "-m", "tests.chaos.worker", self._uri, self._log,
+            str(writer), str(self.incarnations[writer]), str(self._out), str(self._config.seed),
             "--quorum", f"{self._config.ensemble_size},{self._config.write_quorum},"
             f"{self._config.ack_quorum}",
         ]  # fmt: skip
@@ -277,8 +278,8 @@ def final_takeover(uri: str, log_name: str) -> Position | None:
 def start_tail_reader(uri: str, log_name: str, out: Path) -> subprocess.Popen[bytes]:
     """A reader process that follows the log during the faults (killed afterwards)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    cmd = [sys.executable, "-m", "tests.chaos.reader", "--tail", uri, log_name, "-",
-           str(out / "tail.jsonl")]  # fmt: skip
+    cmd = [*DIE_WITH_PARENT, sys.executable, "-m", "tests.chaos.reader", "--tail", uri,
+           log_name, "-", str(out / "tail.jsonl")]  # fmt: skip
     with (out / "tail.log").open("ab") as log:
         return subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
 
@@ -290,7 +291,8 @@ def run_readers(uri: str, log_name: str, end: Position | None, out: Path) -> dic
     procs = {}
     for name in ("reader-a", "reader-b"):
         path = out / f"{name}.jsonl"
-        cmd = [sys.executable, "-m", "tests.chaos.reader", uri, log_name, end_arg, str(path)]
+        cmd = [*DIE_WITH_PARENT, sys.executable, "-m", "tests.chaos.reader", uri, log_name]
+        cmd += [end_arg, str(path)]
         procs[name] = (path, subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stderr=subprocess.PIPE))
     results = {}
     for name, (path, proc) in procs.items():

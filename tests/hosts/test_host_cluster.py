@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts.conftest import healthy
+from tests.processes import DIE_WITH_PARENT
 from walog.testing.hosts import HostCluster
 from walog.testing.netns import (
     HostNetwork,
@@ -176,7 +177,8 @@ def test_namespaces_of_a_killed_owner_are_swept_with_their_processes(tmp_path: P
         "print(proc.pid, flush=True); time.sleep(300)\n"
     )
     owner = subprocess.Popen(
-        [sys.executable, "-c", script],
+        # DIE_WITH_PARENT: the owner itself never outlives a killed test run.
+        [*DIE_WITH_PARENT, sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         cwd=REPO_ROOT,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
@@ -208,7 +210,7 @@ def test_without_root_hosts_fail_with_one_line_saying_so(monkeypatch: pytest.Mon
 def test_walog_local_hosts_runs_racked_bookies_on_hosts_until_sigterm() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     local = subprocess.Popen(
-        [sys.executable, "-m", "walog", "local", "--hosts", "3", "--racks", "3"],
+        [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "local", "--hosts", "3", "--racks", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=REPO_ROOT,

@@ -17,6 +17,7 @@ import pytest
 
 import walog.aio as aio
 from tests.integration.waiting import eventually
+from tests.processes import DIE_WITH_PARENT
 from walog.autorecovery import recover
 from walog.config import ClientConfig, Timeouts
 from walog.ledger.readops import write_set_bookies
@@ -170,8 +171,8 @@ async def test_daemon_repairs_a_bookie_missing_past_lost_after_and_stops_on_sigt
     ledger_id = await _closed_ledger(client, (3, 3, 2), 5)
     lost = (await client.ledger_metadata(ledger_id)).last_ensemble[0]
     fresh_cluster.stop(lost)
-    command = [sys.executable, "-m", "walog", "autorecovery", "--json", "--interval", "0.5"]
-    command += ["--lost-after", "1", "--metadata", fresh_cluster.metadata_uri]
+    command = [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "autorecovery", "--json"]
+    command += ["--interval", "0.5", "--lost-after", "1", "--metadata", fresh_cluster.metadata_uri]
     daemon = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
     try:
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.bookies import REPO_ROOT
 from tests.integration.waiting import eventually
+from tests.processes import DIE_WITH_PARENT
 from walog import aio
 from walog.autorecovery.daemon import AUDITOR_ELECTION
 from walog.metadata.election import current_leader
@@ -30,8 +31,8 @@ def five_bookies(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 def _start_daemon(cluster: LocalCluster, out: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "walog", "autorecovery", "--json", "--interval", "0.3"]
-    command += ["--lost-after", "0.5", "--metadata", cluster.metadata_uri]
+    command = [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "autorecovery", "--json"]
+    command += ["--interval", "0.3", "--lost-after", "0.5", "--metadata", cluster.metadata_uri]
     with out.open("wb") as sink:
         return subprocess.Popen(command, stdout=sink, cwd=REPO_ROOT)
 

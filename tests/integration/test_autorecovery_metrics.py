@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import walog.aio as aio
 from tests.integration.waiting import eventually
+from tests.processes import DIE_WITH_PARENT
 from tests.zk import free_port
 from walog.testing import LocalCluster
 
@@ -45,7 +46,8 @@ async def test_ledgers_naming_a_lost_bookie_count_as_under_replicated_until_repa
         fresh_cluster.stop(lost)
         port = free_port()
         url = f"http://127.0.0.1:{port}/metrics"
-        command = [sys.executable, "-m", "walog", "autorecovery", "--interval", "0.5"]
+        command = [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "autorecovery"]
+        command += ["--interval", "0.5"]
         command += ["--lost-after", "2", "--metrics-listen", f"127.0.0.1:{port}"]
         command += ["--metadata", fresh_cluster.metadata_uri]
         daemon = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.DEVNULL)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.integration.bookies import REPO_ROOT, BookieProcess
-from tests.processes import die_with_parent
+from tests.processes import DIE_WITH_PARENT
 
 GONE_WITHIN = 30.0
 """Seconds a bookie may take to stop once the process it watches is gone (generous: the
@@ -38,7 +38,7 @@ def _exited_within(pidfd: int, seconds: float) -> bool:
 def test_a_bookie_stops_cleanly_once_the_process_exit_with_names_is_killed(
     tmp_path: Path,
 ) -> None:
-    sleeper = subprocess.Popen(["sleep", "600"], preexec_fn=die_with_parent)
+    sleeper = subprocess.Popen([*DIE_WITH_PARENT, "sleep", "600"])
     bookie = BookieProcess(
         tmp_path / "bookie",
         f"sqlite:///{tmp_path}/meta.db",
@@ -61,12 +61,13 @@ def test_a_bookie_stops_cleanly_once_the_process_exit_with_names_is_killed(
 
 def test_bookies_of_an_owner_killed_with_sigkill_shut_down(tmp_path: Path) -> None:
     data_dir = tmp_path / "bookie"
+    # DIE_WITH_PARENT: the owner itself never outlives a killed test run.
+    command = [*DIE_WITH_PARENT, sys.executable, "-c", _OWNER]
     owner = subprocess.Popen(
-        [sys.executable, "-c", _OWNER, str(data_dir), f"sqlite:///{tmp_path}/meta.db"],
+        [*command, str(data_dir), f"sqlite:///{tmp_path}/meta.db"],
         stdout=subprocess.PIPE,
         cwd=REPO_ROOT,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-        preexec_fn=die_with_parent,  # the owner itself never outlives a killed test run
     )
     pidfd: int | None = None
     try:

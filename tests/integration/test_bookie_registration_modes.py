@@ -13,6 +13,7 @@ import pytest
 
 from bookie.registration import Registration
 from tests.integration.bookies import REPO_ROOT
+from tests.processes import DIE_WITH_PARENT
 from walog.metadata import open_store
 from walog.metadata.layout import AVAILABLE_BOOKIES, READ_ONLY_BOOKIES, read_only_bookie_path
 
@@ -58,6 +59,7 @@ async def test_registration_switches_between_available_and_read_only(uri: str) -
 async def test_a_restart_waits_for_a_crashed_read_only_predecessor(uri: str) -> None:
     # The predecessor: a process holding the read-only record, then killed.
     helper = await asyncio.create_subprocess_exec(
+        *DIE_WITH_PARENT,
         *[sys.executable, "-m", "tests.integration.metadata_helper", "register", uri],
         read_only_bookie_path(BOOKIE),
         stdout=asyncio.subprocess.PIPE,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import walog
+from tests.processes import DIE_WITH_PARENT
 from walog import cli
 from walog.testing import LocalCluster
 
@@ -309,7 +310,17 @@ class _Stdin:
 
 def test_local_runs_a_cluster_until_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "walog", "local", "--bookies", "2", "--data-dir", str(tmp_path)],
+        [
+            *DIE_WITH_PARENT,
+            sys.executable,
+            "-m",
+            "walog",
+            "local",
+            "--bookies",
+            "2",
+            "--data-dir",
+            str(tmp_path),
+        ],
         env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -363,7 +374,7 @@ def test_a_closed_pipe_ends_tail_with_status_0(cluster: LocalCluster, log_name: 
         for i in range(2000):
             writer.append_async(b"record %d" % i)
     tail = subprocess.Popen(
-        [sys.executable, "-m", "walog", "tail", log_name, "--idle-timeout", "5"],
+        [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "tail", log_name, "--idle-timeout", "5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(WALOG_METADATA=cluster.metadata_uri),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.integration.bookies import REPO_ROOT
 from tests.integration.disks import wait_until
+from tests.processes import DIE_WITH_PARENT
 from walog.testing import BookieProcess, LocalCluster
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
@@ -61,8 +62,8 @@ def test_a_damaged_copy_is_never_served_and_is_replaced_by_re_replication(
                 assert [e.data for e in reader.read(0, 19)] == [_data(i) for i in range(20)]
 
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "walog", "autorecovery", "--interval", "0.3",
-                 "--metadata", cluster.metadata_uri],
+                [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "autorecovery",
+                 "--interval", "0.3", "--metadata", cluster.metadata_uri],
                 cwd=REPO_ROOT,
                 stdout=subprocess.DEVNULL,
             )  # fmt: skip

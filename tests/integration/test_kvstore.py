@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import die_with_parent
+from tests.processes import DIE_WITH_PARENT
 from walog.testing import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +37,7 @@ class Node:
         self.address = ("127.0.0.1", free_port())
         self.proc = subprocess.Popen(
             [
+                *DIE_WITH_PARENT,  # a killed test run leaves no node behind
                 sys.executable,
                 str(SERVER),
                 "--metadata",
@@ -51,7 +52,6 @@ class Node:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            preexec_fn=die_with_parent,  # a killed test run leaves no node behind
             text=True,
         )
         self._lines: Iterator[str] = iter(self.proc.stdout)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import walog.aio
+from tests.processes import DIE_WITH_PARENT
 from walog.testing import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,16 @@ def test_duelling_writer_processes_lose_and_duplicate_nothing_acknowledged(
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, cluster.metadata_uri, log_name, str(w), "6"],
+            [
+                *DIE_WITH_PARENT,
+                sys.executable,
+                "-c",
+                WORKER,
+                cluster.metadata_uri,
+                log_name,
+                str(w),
+                "6",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=env,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from tests.processes import DIE_WITH_PARENT
 from walog.errors import MetadataConflictError, MetadataError, WalogError, is_retriable
 from walog.metadata import MetadataStore, NodeExistsError, NodeNotFoundError, open_store
 
@@ -95,7 +96,7 @@ async def wait_until(
 def helper_process(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.metadata_helper", *args],
+        [*DIE_WITH_PARENT, sys.executable, "-m", "tests.integration.metadata_helper", *args],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from tests.processes import die_with_parent
+from tests.processes import DIE_WITH_PARENT
 from walog.testing import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +35,7 @@ class MirrorNode:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [
+                *DIE_WITH_PARENT,  # a killed test run leaves no node behind
                 *(sys.executable, str(NODE), "--metadata", uri, "--log", log),
                 *("--listen", f"127.0.0.1:{self.port}", "--node", node_id),
                 *("--snapshot-every", "5"),
@@ -42,7 +43,6 @@ class MirrorNode:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            preexec_fn=die_with_parent,  # a killed test run leaves no node behind
             text=True,
         )
         assert self.proc.stdout is not None

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import walog
+from tests.processes import DIE_WITH_PARENT
 from tests.spark.conftest import ROOT
 from walog.log.sink import SINK_TAG
 from walog.testing import LocalCluster, StandaloneSpark, free_port
@@ -45,7 +46,7 @@ def _pipeline(
 ) -> dict[str, Any]:
     work = tmp_path / "work"
     command = [
-        sys.executable, str(PIPELINE), "--metadata", cluster.metadata_uri,
+        *DIE_WITH_PARENT, sys.executable, str(PIPELINE), "--metadata", cluster.metadata_uri,
         "--work", str(work), "--master", standalone.master_url,
         "--events", str(events), "--per-trigger", str(per_trigger),
     ]  # fmt: skip
@@ -192,7 +193,8 @@ def test_spark_daemons_die_with_the_process_that_started_them_even_after_sigkill
     tmp_path: Path,
 ) -> None:
     with subprocess.Popen(
-        [sys.executable, "-c", _STARTER, str(tmp_path)],
+        # DIE_WITH_PARENT: the starter itself never outlives a killed test run.
+        [*DIE_WITH_PARENT, sys.executable, "-c", _STARTER, str(tmp_path)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

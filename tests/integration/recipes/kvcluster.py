@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from tests.processes import die_with_parent
+from tests.processes import DIE_WITH_PARENT
 from walog.log.position import Position
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -123,7 +123,8 @@ class KVProcess:
     def start(self) -> None:
         """Start the process (again) and wait until it serves."""
         self._killed = False
-        args = [sys.executable, str(SERVER), "--metadata", self.uri, "--log", self.log]
+        args = [*DIE_WITH_PARENT, sys.executable, str(SERVER)]  # none left by a killed run
+        args += ["--metadata", self.uri, "--log", self.log]
         args += ["--listen", f"127.0.0.1:{self.port}", "--node", self.node_id]
         args += ["--history", str(self.history)]
         for name, value in self.flags.items():
@@ -135,7 +136,6 @@ class KVProcess:
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                preexec_fn=die_with_parent,  # a killed test run leaves no node behind
                 text=True,
             )
         assert self.proc.stdout is not None
