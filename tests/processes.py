@@ -3,8 +3,13 @@ this interpreter run on a command in the repository (:func:`run_python`)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,3 +40,23 @@ def run_python(*args: str, timeout: float = 120.0) -> str:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def exited_within(pidfd: int, seconds: float) -> bool:
+    """True once the process of ``pidfd`` exits (its pidfd turns readable), False when
+    ``seconds`` pass first."""
+    readable, _, _ = select.select([pidfd], [], [], seconds)
+    return bool(readable)
+
+
+@contextlib.contextmanager
+def watched(pid: int) -> Iterator[int]:
+    """A pidfd of process ``pid`` (it names that process only, even once the PID is reused);
+    on the way out the process is SIGKILLed if it still runs, and the pidfd closed."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        yield pidfd
+    finally:
+        if not exited_within(pidfd, 0):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)

@@ -5,14 +5,13 @@ do not run on; a PID that names no process is refused at start."""
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.integration.bookies import REPO_ROOT, BookieProcess
-from tests.processes import DIE_WITH_PARENT
+from tests.processes import DIE_WITH_PARENT, exited_within, watched
 
 GONE_WITHIN = 30.0
 """Seconds a bookie may take to stop once the process it watches is gone (generous: the
@@ -26,13 +25,6 @@ assert bookie.proc is not None
 print(bookie.proc.pid, flush=True)
 time.sleep(600)
 """
-
-
-def _exited_within(pidfd: int, seconds: float) -> bool:
-    """True once the process of ``pidfd`` exits (its pidfd turns readable), False when
-    ``seconds`` pass first."""
-    readable, _, _ = select.select([pidfd], [], [], seconds)
-    return bool(readable)
 
 
 def test_a_bookie_stops_cleanly_once_the_process_exit_with_names_is_killed(
@@ -69,25 +61,20 @@ def test_bookies_of_an_owner_killed_with_sigkill_shut_down(tmp_path: Path) -> No
         cwd=REPO_ROOT,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )
-    pidfd: int | None = None
     try:
         assert owner.stdout is not None
         line = owner.stdout.readline()
         assert line.strip().isdigit(), f"the owner printed no bookie PID: {line!r}"
-        # A pidfd, opened while the owner still holds its child: it names that bookie even
+        # Watched while the owner still holds its child: the pidfd names that bookie even
         # once the owner is gone (a PID alone could be reused).
-        pidfd = os.pidfd_open(int(line))
-        owner.send_signal(signal.SIGKILL)
-        owner.wait()
-        assert _exited_within(pidfd, GONE_WITHIN), "the bookie outlived its killed owner"
+        with watched(int(line)) as pidfd:
+            owner.send_signal(signal.SIGKILL)
+            owner.wait()
+            assert exited_within(pidfd, GONE_WITHIN), "the bookie outlived its killed owner"
         assert "bookie stopped" in data_dir.with_name("bookie.log").read_text()
     finally:
         owner.kill()
         owner.wait()
-        if pidfd is not None:
-            if not _exited_within(pidfd, 0):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            os.close(pidfd)
 
 
 def test_exit_with_a_pid_that_names_no_process_is_refused_with_one_line(tmp_path: Path) -> None:

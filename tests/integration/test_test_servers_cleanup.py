@@ -5,7 +5,6 @@ them running."""
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import DIE_WITH_PARENT, REPO
+from tests.processes import DIE_WITH_PARENT, REPO, exited_within, watched
 
 GONE_WITHIN = 30.0
 """Seconds a server may take to go once its owner is killed (generous: SIGKILL is at once,
@@ -32,13 +31,6 @@ _THEN = "print(server.pid, server._dir, flush=True)\nimport time\ntime.sleep(600
 """Then it prints the server's PID and data directory, and waits to be killed."""
 
 
-def _exited_within(pidfd: int, seconds: float) -> bool:
-    """True once the process of ``pidfd`` exits (its pidfd turns readable), False when
-    ``seconds`` pass first."""
-    readable, _, _ = select.select([pidfd], [], [], seconds)
-    return bool(readable)
-
-
 @pytest.mark.parametrize("server", [pytest.param("zookeeper", marks=pytest.mark.zk), "prometheus"])
 def test_a_test_server_dies_with_the_process_that_started_it_killed_with_sigkill(
     server: str,
@@ -52,7 +44,6 @@ def test_a_test_server_dies_with_the_process_that_started_it_killed_with_sigkill
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
-    pidfd: int | None = None
     data_dir: Path | None = None
     try:
         assert owner.stdout is not None and owner.stderr is not None
@@ -61,19 +52,16 @@ def test_a_test_server_dies_with_the_process_that_started_it_killed_with_sigkill
             owner.kill()
             lines = owner.stderr.read().strip().splitlines() or [f"exit status {owner.wait()}"]
             pytest.fail(f"the owner started no {server}: {lines[-1]}", pytrace=False)
-        # A pidfd, opened while the owner still holds its child: it names that server even
+        data_dir = Path(line[1].strip())
+        # Watched while the owner still holds its child: the pidfd names that server even
         # once the owner is gone (a PID alone could be reused).
-        pidfd, data_dir = os.pidfd_open(int(line[0])), Path(line[1].strip())
-        assert not _exited_within(pidfd, 0), f"{server} exited on its own"
-        owner.send_signal(signal.SIGKILL)
-        owner.wait()
-        assert _exited_within(pidfd, GONE_WITHIN), f"{server} outlived its killed owner"
+        with watched(int(line[0])) as pidfd:
+            assert not exited_within(pidfd, 0), f"{server} exited on its own"
+            owner.send_signal(signal.SIGKILL)
+            owner.wait()
+            assert exited_within(pidfd, GONE_WITHIN), f"{server} outlived its killed owner"
     finally:
         owner.kill()
         owner.wait()
-        if pidfd is not None:
-            if not _exited_within(pidfd, 0):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            os.close(pidfd)
         if data_dir is not None:  # the server's, which its killed owner left behind
             shutil.rmtree(data_dir, ignore_errors=True)
