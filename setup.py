@@ -1,17 +1,20 @@
-"""Build of the compiled checkpoint loop (bookie/_fastcheckpoint.c); everything else about
-the package is in pyproject.toml. ``pip install -e .`` builds it in place."""
+"""Build of the bookie's compiled hot paths: the checkpoint loop (bookie/_fastcheckpoint.c)
+and the add path's per-entry checks (bookie/_fastadd.c); everything else about the package
+is in pyproject.toml. ``pip install -e .`` builds them in place."""
 
 from setuptools import Extension, setup
 
-setup(
-    ext_modules=[
-        Extension(
-            "bookie._fastcheckpoint",
-            sources=["bookie/_fastcheckpoint.c"],
-            extra_compile_args=["-O2", "-Wall", "-Wextra"],
-            # Without a C compiler the install still succeeds (the walog client needs no
-            # extension) and the bookie runs the pure-Python loop.
-            optional=True,
-        )
-    ]
-)
+
+def _extension(name: str) -> Extension:
+    return Extension(
+        f"bookie.{name}",
+        sources=[f"bookie/{name}.c"],
+        depends=["bookie/_crc32c.h"],  # the CRC32C both share
+        extra_compile_args=["-O2", "-Wall", "-Wextra"],
+        # Without a C compiler the install still succeeds (the walog client needs no
+        # extension) and the bookie runs the pure-Python code.
+        optional=True,
+    )
+
+
+setup(ext_modules=[_extension("_fastcheckpoint")])

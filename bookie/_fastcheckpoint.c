@@ -41,10 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-#define FASTCP_X86_CRC 1
-#include <nmmintrin.h>
-#endif
+#include "_crc32c.h"
 
 enum { STATUS_DONE = 0, STATUS_ROLL = 1, STATUS_FLUSH = 2 };
 
@@ -52,72 +49,6 @@ enum { STATUS_DONE = 0, STATUS_ROLL = 1, STATUS_FLUSH = 2 };
 #define KEY_BYTES 16    /* ">qq" */
 #define ROW_BYTES 32    /* ">qqIQI": key then location, what the row crc covers */
 #define VALUE_BYTES 20  /* crc:u32 then ">IQI" */
-
-/* -- CRC32C (Castagnoli), as crc32c.crc32c(data) computes it ------------------------- */
-
-static uint32_t crc_table[8][256];
-
-static void
-crc_init_table(void)
-{
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t crc = n;
-        for (int k = 0; k < 8; k++) {
-            crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-        }
-        crc_table[0][n] = crc;
-    }
-    for (uint32_t n = 0; n < 256; n++) {
-        for (int t = 1; t < 8; t++) {
-            crc_table[t][n] =
-                (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xFF];
-        }
-    }
-}
-
-static uint32_t
-crc_software(const unsigned char *p, size_t n)
-{
-    uint32_t crc = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                             (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
-                      (uint32_t)p[7] << 24;
-        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
-              crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
-              crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
-              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) {
-        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
-    }
-    return crc ^ 0xFFFFFFFFu;
-}
-
-#ifdef FASTCP_X86_CRC
-__attribute__((target("sse4.2"))) static uint32_t
-crc_sse42(const unsigned char *p, size_t n)
-{
-    uint64_t crc = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8); /* x86 is little-endian, as the CRC's bit order wants */
-        crc = _mm_crc32_u64(crc, word);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t crc32 = (uint32_t)crc;
-    while (n--) {
-        crc32 = _mm_crc32_u8(crc32, *p++);
-    }
-    return crc32 ^ 0xFFFFFFFFu;
-}
-#endif
-
-static uint32_t (*crc_of)(const unsigned char *, size_t) = crc_software;
 
 /* -- big-endian packing ---------------------------------------------------------------- */
 
@@ -572,15 +503,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__fastcheckpoint(void)
 {
-    crc_init_table();
-    const char *impl = "table";
-#ifdef FASTCP_X86_CRC
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2")) {
-        crc_of = crc_sse42;
-        impl = "sse4.2";
-    }
-#endif
+    const char *impl = crc_select();
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) {
         return NULL;
