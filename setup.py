@@ -17,4 +17,4 @@ def _extension(name: str) -> Extension:
     )
 
 
-setup(ext_modules=[_extension("_fastcheckpoint")])
+setup(ext_modules=[_extension("_fastcheckpoint"), _extension("_fastadd")])

@@ -36,9 +36,10 @@ import structlog
 
 from bookie.accounting import Admission, ServiceStats
 from bookie.core import BookieCore
+from bookie.fastpath import unpack_entries
 from walog.wire.digest import MASTER_KEY_BYTES
 from walog.wire.durability import Durability
-from walog.wire.packing import PackedEntry, unpack_entries
+from walog.wire.packing import PackedEntry
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.status import Status
 

@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
-import crc32c
 import structlog
 
 from bookie.compaction import Compactor
 from bookie.config import StorageConfig
+from bookie.fastpath import COMPILED as _ADD_CHECKS_COMPILED
+from bookie.fastpath import pure_python_asked, refused_entries
 from bookie.journal import GroupReport, Journal
 from bookie.journal_files import JournalMark, StorageIOError
 from bookie.ledgers import LedgerState
@@ -51,7 +52,6 @@ from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
 from walog._sync import name_os_thread
 from walog.latency import StageLatencies
 from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
-from walog.wire.digest import DIGEST_HEADER
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER
 from walog.wire.status import Status
@@ -88,6 +88,11 @@ class BookieCore:
     def __init__(self, config: StorageConfig) -> None:
         """Use :meth:`open`."""
         self.config = config
+        if not _ADD_CHECKS_COMPILED and not pure_python_asked():
+            _log.warning(
+                "compiled add-path checks (bookie._fastadd) not built: adds are unpacked and "
+                "checked in pure Python, about three times the CPU (pip install -e .)"
+            )
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
@@ -316,7 +321,7 @@ class BookieCore:
         ):
             # A recovery write is still taken: it must reach every bookie of a write quorum.
             return [(Status.READ_ONLY, [e[0] for e in entries], -1)]
-        refused_ids = _refused_entries(ledger_id, entries, self.config.max_entry_bytes)
+        refused_ids = refused_entries(ledger_id, entries, self.config.max_entry_bytes)
         valid: Sequence[tuple[int, int, int, bytes]] = entries
         if refused_ids:
             for entry_id, status in refused_ids.items():
@@ -837,26 +842,6 @@ def checkpoint_wait(interval: float, first: bool) -> float:
     ack quorum is made of the others.
     """
     return interval * (random.uniform(0.5, 1.0) if first else random.uniform(0.9, 1.1))
-
-
-def _refused_entries(
-    ledger_id: int,
-    entries: Sequence[tuple[int, int, int, bytes]],
-    max_entry_bytes: int,
-) -> dict[int, Status]:
-    """The entries of an add batch a bookie refuses, by entry id: BAD_REQUEST (negative ids,
-    ``lac`` not below the entry id, a payload over ``max_entry_bytes``) or DIGEST_MISMATCH.
-    One pass, the digest inlined (:func:`~walog.wire.digest.entry_digest`): the add path's
-    hottest loop."""
-    refused: dict[int, Status] = {}
-    header, crc = DIGEST_HEADER.pack, crc32c.crc32c
-    bad_ledger = ledger_id < 0
-    for entry_id, lac, digest, data in entries:
-        if bad_ledger or entry_id < 0 or not -1 <= lac < entry_id or len(data) > max_entry_bytes:
-            refused[entry_id] = Status.BAD_REQUEST
-        elif crc(data, crc(header(ledger_id, entry_id, lac))) != digest:
-            refused[entry_id] = Status.DIGEST_MISMATCH
-    return refused
 
 
 def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import json
 import operator
 import os
@@ -45,6 +44,7 @@ import crc32c
 import lmdb
 import structlog
 
+from bookie.fastpath import compiled_module, pure_python_asked
 from bookie.index import (
     ENTRY_KEY,
     LEDGER_KEY,
@@ -85,21 +85,10 @@ _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in 
 _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 
 
-def _pure_python_asked() -> bool:
-    """True when ``WALOG_PURE_PYTHON`` is set (to anything but ``0``)."""
-    return os.environ.get("WALOG_PURE_PYTHON", "0") not in ("", "0")
-
-
 def _compiled_loop_selected() -> bool:
     """Whether checkpoints run the compiled loop (bookie/_fastcheckpoint.c): when it is
     built, unless ``WALOG_PURE_PYTHON`` asks for the pure-Python one."""
-    if _pure_python_asked():
-        return False
-    try:
-        importlib.import_module("bookie._fastcheckpoint")
-    except ImportError:
-        return False
-    return True
+    return compiled_module("bookie._fastcheckpoint") is not None
 
 
 #: The checkpoint loop, chosen once at import: True for the compiled one.
@@ -242,7 +231,7 @@ class EntryStorage:
         self._write_log = -1
         self._write_offset = 0
         self._pending: list[bytes] = []
-        if not _COMPILED and not _pure_python_asked():
+        if not _COMPILED and not pure_python_asked():
             _log.warning(
                 "compiled checkpoint loop (bookie._fastcheckpoint) not built: checkpoints "
                 "run the pure-Python loop, about three times the CPU (pip install -e .)"

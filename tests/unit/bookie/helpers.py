@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -74,14 +75,24 @@ async def read_all(core: BookieCore, ledger_id: int, last: int) -> dict[int, byt
 def compiled_checkpoint_module() -> ModuleType:
     """The compiled checkpoint loop (bookie/_fastcheckpoint.c); the calling test fails with
     one line when it is not built (tests never fall back to the pure-Python loop silently)."""
+    return _compiled("_fastcheckpoint")
+
+
+def compiled_add_module() -> ModuleType:
+    """The compiled add-path checks (bookie/_fastadd.c); the calling test fails with one
+    line when they are not built (tests never fall back to pure Python silently)."""
+    return _compiled("_fastadd")
+
+
+def _compiled(name: str) -> ModuleType:
     try:
-        from bookie import _fastcheckpoint
+        module = importlib.import_module(f"bookie.{name}")
     except ImportError as exc:
         problem = str(exc)
     else:
-        return _fastcheckpoint
+        return module
     pytest.fail(
-        f"bookie._fastcheckpoint is not built ({problem}): run `pip install -e .` "
+        f"bookie.{name} is not built ({problem}): run `pip install -e .` "
         "(needs a C compiler and the Python headers)",
         pytrace=False,
     )

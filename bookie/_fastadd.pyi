@@ -1,0 +1,27 @@
+"""The per-entry checks of a bookie's add path, compiled (bookie/_fastadd.c); selected by
+bookie/fastpath.py."""
+
+from collections.abc import Iterable
+from typing import Final, TypeVar
+
+_S = TypeVar("_S")
+
+#: "sse4.2" or "table": how the digests' CRC32C is computed.
+CRC32C_IMPL: Final[str]
+
+def unpack_entries(
+    blob: bytes | bytearray | memoryview, /
+) -> tuple[list[tuple[int, int, int, bytes]], str | None]:
+    """The entries packed in ``blob`` and what is wrong with its tail (None when nothing),
+    as :func:`walog.wire.packing.unpack_entries`."""
+
+def refused_entries(
+    ledger_id: int,
+    entries: Iterable[tuple[int, int, int, bytes | bytearray | memoryview]],
+    max_entry_bytes: int,
+    bad_request: _S,
+    digest_mismatch: _S,
+    /,
+) -> dict[int, _S]:
+    """The entries a bookie refuses, by entry id: ``bad_request`` or ``digest_mismatch``,
+    as :func:`bookie.fastpath.refused_entries_python`."""

@@ -1,0 +1,105 @@
+"""The bookie's per-entry hot paths, compiled or pure Python, chosen once at import.
+
+The compiled code lives in C extensions built by ``pip install -e .`` (setup.py):
+``bookie._fastcheckpoint`` (the checkpoint loop, selected by bookie/storage.py) and
+``bookie._fastadd`` (the add path's checks, selected here). Each returns exactly what its
+pure-Python version returns. ``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does
+a checkout where an extension is not built (the bookie warns at start).
+
+The add path's checks, called by the event-loop thread for every add batch:
+
+- :func:`unpack_entries`: :func:`walog.wire.packing.unpack_entries` (client code too, so
+  the pure function stays there);
+- :func:`refused_entries`: :func:`refused_entries_python`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+import crc32c
+
+from walog.wire.digest import DIGEST_HEADER
+from walog.wire.packing import PackedEntry
+from walog.wire.packing import unpack_entries as unpack_entries_python
+from walog.wire.status import Status
+
+
+def pure_python_asked() -> bool:
+    """True when ``WALOG_PURE_PYTHON`` is set (to anything but ``0``)."""
+    return os.environ.get("WALOG_PURE_PYTHON", "0") not in ("", "0")
+
+
+def compiled_module(name: str) -> ModuleType | None:
+    """The compiled module ``name`` (``bookie._fastadd``, ...) when it is built, unless
+    ``WALOG_PURE_PYTHON`` asks for pure Python; else None."""
+    if pure_python_asked():
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def refused_entries_python(
+    ledger_id: int,
+    entries: Sequence[tuple[int, int, int, bytes]],
+    max_entry_bytes: int,
+) -> dict[int, Status]:
+    """The entries of an add batch a bookie refuses, by entry id: BAD_REQUEST (negative ids,
+    ``lac`` not below the entry id, a payload over ``max_entry_bytes``) or DIGEST_MISMATCH.
+    One pass, the digest inlined (:func:`~walog.wire.digest.entry_digest`): the add path's
+    hottest loop."""
+    refused: dict[int, Status] = {}
+    header, crc = DIGEST_HEADER.pack, crc32c.crc32c
+    bad_ledger = ledger_id < 0
+    for entry_id, lac, digest, data in entries:
+        if bad_ledger or entry_id < 0 or not -1 <= lac < entry_id or len(data) > max_entry_bytes:
+            refused[entry_id] = Status.BAD_REQUEST
+        elif crc(data, crc(header(ledger_id, entry_id, lac))) != digest:
+            refused[entry_id] = Status.DIGEST_MISMATCH
+    return refused
+
+
+_fastadd = compiled_module("bookie._fastadd")
+
+#: The add path's checks, chosen once at import: True for the compiled ones.
+COMPILED = _fastadd is not None
+
+unpack_entries: Callable[[bytes], tuple[list[PackedEntry], str | None]]
+refused_entries: Callable[[int, Sequence[tuple[int, int, int, bytes]], int], dict[int, Status]]
+
+if _fastadd is not None:
+    _refused_compiled = _fastadd.refused_entries
+    _BAD_REQUEST, _DIGEST_MISMATCH = Status.BAD_REQUEST, Status.DIGEST_MISMATCH
+
+    def _refused_entries_compiled(
+        ledger_id: int,
+        entries: Sequence[tuple[int, int, int, bytes]],
+        max_entry_bytes: int,
+    ) -> dict[int, Status]:
+        """:func:`refused_entries_python`, compiled (bookie/_fastadd.c)."""
+        refused: dict[int, Status] = _refused_compiled(
+            ledger_id, entries, max_entry_bytes, _BAD_REQUEST, _DIGEST_MISMATCH
+        )
+        return refused
+
+    unpack_entries = _fastadd.unpack_entries
+    refused_entries = _refused_entries_compiled
+else:
+    unpack_entries = unpack_entries_python
+    refused_entries = refused_entries_python
+
+
+__all__ = [
+    "COMPILED",
+    "compiled_module",
+    "pure_python_asked",
+    "refused_entries",
+    "refused_entries_python",
+    "unpack_entries",
+    "unpack_entries_python",
+]
