@@ -29,3 +29,17 @@ def test_checkpoint_cpu_reports_the_cpu_per_entry_of_a_short_run() -> None:
         *("--checkpoints", "2", "--repeat", "1"),
     )
     assert re.fullmatch(r"800 entries x 1 runs: best \d+\.\d\d us CPU per entry .*\n", out), out
+
+
+def test_add_path_cpu_reports_the_cpu_per_entry_of_both_codes() -> None:
+    out = run_python(
+        "benchmarks/add_path_cpu.py",
+        *("--entries", "64", "--batches", "2", "--rounds", "1", "--repeat", "1", "--both"),
+    )
+    number = r"\d+\.\d\d\d"
+    for code in ("compiled", "pure Python"):
+        line = (
+            rf"{code}: 128 entries of 1024 bytes in batches of 64 x 1 runs: best {number} us "
+            rf"CPU per entry \(unpack {number} \+ refused {number}; runs: .*\)\n"
+        )
+        assert re.search(line, out), out
