@@ -84,7 +84,7 @@ unpack_entries(PyObject *Py_UNUSED(module), PyObject *blob)
     int have_view = 0, kind;
     const unsigned char *base;
     Py_ssize_t end;
-    if (PyBytes_Check(blob)) {
+    if (PyBytes_CheckExact(blob)) { /* a subclass may slice or count otherwise */
         kind = BLOB_BYTES;
         base = (const unsigned char *)PyBytes_AS_STRING(blob);
         end = PyBytes_GET_SIZE(blob);
@@ -94,7 +94,7 @@ unpack_entries(PyObject *Py_UNUSED(module), PyObject *blob)
             return NULL;
         }
         have_view = 1;
-        kind = PyByteArray_Check(blob) ? BLOB_BYTEARRAY : BLOB_OTHER;
+        kind = PyByteArray_CheckExact(blob) ? BLOB_BYTEARRAY : BLOB_OTHER;
         base = view.buf;
         end = view.len;
         if (kind == BLOB_OTHER) {
@@ -244,7 +244,8 @@ bad_request_of(int bad_ledger, PyObject *entry_obj, const Int *entry, PyObject *
     if (below <= 0) {
         return below < 0 ? -1 : 1;
     }
-    Py_ssize_t size = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : PyObject_Length(data);
+    Py_ssize_t size =
+        PyBytes_CheckExact(data) ? PyBytes_GET_SIZE(data) : PyObject_Length(data);
     if (size < 0) {
         return -1;
     }
@@ -300,33 +301,39 @@ digest_mismatch_of(const Int *ledger, const Int *entry, const Int *lac, PyObject
     return differs;
 }
 
-/* The four parts of an entry (borrowed from ``item`` or from ``*holder``, a new reference
- * the caller releases); 0 or -1 with an exception. */
+/* The four parts of an entry, new references (Python code run later, an entry's __len__
+ * or __ne__, may change a list they came from); 0 or -1 with an exception. */
 static int
-entry_parts(PyObject *item, PyObject **holder, PyObject **parts)
+entry_parts(PyObject *item, PyObject **parts)
 {
     PyObject *seq = item;
-    if (!(PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 4)) {
+    if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 4) {
+        Py_INCREF(seq);
+    }
+    else {
         seq = PySequence_Fast(item, "cannot unpack a non-iterable entry");
         if (seq == NULL) {
             return -1;
         }
-        *holder = seq;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-        if (n > 4) {
-            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 4)");
-            return -1;
-        }
-        if (n < 4) {
-            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 4, got %zd)",
-                         n);
+        if (n != 4) {
+            if (n > 4) {
+                PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 4)");
+            }
+            else {
+                PyErr_Format(PyExc_ValueError,
+                             "not enough values to unpack (expected 4, got %zd)", n);
+            }
+            Py_DECREF(seq);
             return -1;
         }
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (int i = 0; i < 4; i++) {
         parts[i] = items[i];
+        Py_INCREF(parts[i]);
     }
+    Py_DECREF(seq);
     return 0;
 }
 
@@ -355,21 +362,25 @@ refused_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         Py_DECREF(seq);
         return NULL;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        /* Python code may run (an entry's __iter__, __len__, __ne__): hold the item. */
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        Py_INCREF(item);
-        PyObject *holder = NULL, *parts[4];
+    /* Python code may run in the loop (an entry's __iter__, __len__, __ne__) and change a
+     * list of entries: its size is read again for each entry, as Python's for loop does. */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *parts[4];
         PyObject *status = NULL;
         Int entry, lac;
-        int rc = entry_parts(item, &holder, parts);
-        if (rc == 0) {
-            rc = (int_arg(parts[0], "entry_id", &entry) < 0 || int_arg(parts[1], "lac", &lac) < 0)
-                     ? -1
-                     : 0;
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(item);
+        int rc = entry_parts(item, parts);
+        Py_DECREF(item);
+        if (rc < 0) {
+            Py_DECREF(refused);
+            Py_DECREF(seq);
+            return NULL;
         }
-        if (rc == 0) {
+        if (int_arg(parts[0], "entry_id", &entry) < 0 || int_arg(parts[1], "lac", &lac) < 0) {
+            rc = -1;
+        }
+        else {
             rc = bad_request_of(bad_ledger, parts[0], &entry, parts[1], &lac, parts[3], &max);
             if (rc > 0) {
                 status = bad_request;
@@ -384,8 +395,9 @@ refused_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         if (rc >= 0 && status != NULL) {
             rc = PyDict_SetItem(refused, parts[0], status);
         }
-        Py_XDECREF(holder);
-        Py_DECREF(item);
+        for (int k = 0; k < 4; k++) {
+            Py_DECREF(parts[k]);
+        }
         if (rc < 0) {
             Py_DECREF(refused);
             Py_DECREF(seq);

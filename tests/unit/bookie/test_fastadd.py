@@ -344,3 +344,64 @@ def test_the_compiled_checks_are_selected_unless_pure_python_is_asked_for() -> N
         seen[value] = out.stdout.strip()
     compiled, pure = "True True False", "False False True"
     assert seen == {None: compiled, "0": compiled, "": compiled, "1": pure, "yes": pure}
+
+
+def test_entries_changed_while_they_are_checked_are_refused_alike() -> None:
+    """An entry's ``__len__`` (or ``__ne__``) is Python code: it may empty the list being
+    checked, or the entry's own list; neither may make the compiled loop read freed items."""
+    digest = entry_digest(1, 0, -1, b"ab")
+
+    def outer() -> list[Any]:
+        entries: list[Any] = []
+
+        class Emptying(bytes):
+            def __len__(self) -> int:
+                entries.clear()
+                return 2
+
+        entries += [(0, -1, digest, Emptying(b"ab")), (1, 0, 0, b"cd"), (2, 1, 0, b"")]
+        return entries
+
+    def inner() -> list[Any]:
+        entry: list[Any] = []
+
+        class Emptying(bytes):
+            def __len__(self) -> int:
+                entry.clear()
+                return 2
+
+        entry += [0, -1, digest ^ 1, Emptying(b"ab")]
+        return [entry, (1, 0, 0, b"cd")]
+
+    class Shrinking:
+        def __init__(self, entries: list[Any]) -> None:
+            self.entries = entries
+
+        def __ne__(self, other: object) -> bool:
+            self.entries.clear()
+            return True
+
+    def by_digest() -> list[Any]:
+        entries: list[Any] = []
+        entries += [(0, -1, Shrinking(entries), b"ab"), (1, 0, 0, b"cd")]
+        return entries
+
+    assert refused_alike(1, outer, 10) == {}
+    assert refused_alike(1, inner, 10) == {0: Status.DIGEST_MISMATCH, 1: Status.DIGEST_MISMATCH}
+    assert refused_alike(1, by_digest, 10) == {0: Status.DIGEST_MISMATCH}
+
+
+def test_subclasses_of_bytes_are_counted_and_sliced_alike() -> None:
+    class Long(bytes):
+        def __len__(self) -> int:
+            return 1000
+
+    class Sliced(bytes):
+        def __getitem__(self, key: Any) -> Any:
+            return b"sliced"
+
+    data = b"ab"
+    refused_alike(1, [(0, -1, entry_digest(1, 0, -1, data), Long(data))], 10)
+    assert_unpacked_alike(Sliced(pack([(0, -1, 5, b"abc")])))
+    with pytest.raises(TypeError):  # a length that is not its buffer's: no byte offsets
+        compiled_add_module().unpack_entries(Long(pack([(0, -1, 5, b"abc")])))
