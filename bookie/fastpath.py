@@ -9,7 +9,7 @@ a checkout where an extension is not built (the bookie warns at start).
 The add path's checks, called by the event-loop thread for every add batch:
 
 - :func:`unpack_entries`: :func:`walog.wire.packing.unpack_entries` (client code too, so
-  the pure function stays there);
+  the pure function stays there); journal replay at start unpacks with it too;
 - :func:`refused_entries`: :func:`refused_entries_python`.
 """
 

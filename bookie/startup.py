@@ -23,6 +23,7 @@ import lmdb
 import structlog
 
 from bookie.config import StorageConfig
+from bookie.fastpath import unpack_entries
 from bookie.journal_files import (
     JournalMark,
     StorageIOError,
@@ -34,7 +35,6 @@ from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import EntryStorage, WriteCache
 from walog.wire.digest import entry_digest
-from walog.wire.packing import unpack_entries
 
 _log = structlog.get_logger(__name__)
 

@@ -24,6 +24,7 @@ import pytest
 
 import bookie.add_stream
 import bookie.core
+import bookie.startup
 from bookie import fastpath
 from bookie.fastpath import refused_entries_python
 from tests.unit.bookie.helpers import compiled_add_module
@@ -318,6 +319,7 @@ def test_the_compiled_refusal_wants_int_ids_and_its_five_arguments() -> None:
 
 def test_the_bookie_uses_the_selected_checks() -> None:
     assert bookie.add_stream.unpack_entries is fastpath.unpack_entries
+    assert bookie.startup.unpack_entries is fastpath.unpack_entries
     assert bookie.core.refused_entries is fastpath.refused_entries
     if fastpath.COMPILED:
         assert fastpath.unpack_entries is compiled_add_module().unpack_entries
