@@ -29,6 +29,24 @@ def test_the_compiled_crc32c_is_crc32c() -> None:
     assert fast.CRC32C_IMPL in {"sse4.2", "table"}
 
 
+def test_the_compiled_crc32c_joins_its_lanes_right() -> None:
+    """The hardware loop takes three lanes of 64 bytes at a time (bookie/_crc32c.h): sizes
+    around multiples of 192 bytes, from unaligned addresses too."""
+    fast = compiled_checkpoint_module()
+    rng = random.Random(8)
+    data = rng.randbytes(5000)
+    for blocks in range(8):
+        for extra in (-9, -8, -1, 0, 1, 7, 8, 63, 64, 65, 128):
+            size = 192 * blocks + extra
+            if size < 0:
+                continue
+            for start in (0, 1, 5):
+                view = memoryview(data)[start : start + size]
+                assert fast.crc32c(view) == crc32c.crc32c(view) == fast.crc32c_software(view)
+    assert fast.crc32c(bytes(192)) == crc32c.crc32c(bytes(192))
+    assert fast.crc32c(b"\xff" * 4096) == crc32c.crc32c(b"\xff" * 4096)
+
+
 def test_the_compiled_loop_refuses_a_bad_state() -> None:
     fast = compiled_checkpoint_module()
     entries = [(1, 0, (-1, 0, b"x"))]
