@@ -45,12 +45,16 @@ async def stub(bookie: BookieProcess) -> AsyncIterator[pb_grpc.BookieStub]:
 
 
 async def read_all(stub: pb_grpc.BookieStub, ledger_id: int, last: int) -> list[pb.Entry]:
-    """Every consecutive entry from 0 (up to ``last``), page by page."""
+    """Every consecutive entry from 0 (up to ``last``), page by page (pages of 1 MiB: the
+    bookie's default page, 4 MiB of payload, would not fit under this plain channel's 4 MiB
+    message limit)."""
     entries: list[pb.Entry] = []
     while not entries or entries[-1].entry_id < last:
         first = len(entries)
         reply = await stub.Read(
-            pb.ReadRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last)
+            pb.ReadRequest(
+                ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=1 << 20
+            )
         )
         if reply.status == pb.NO_SUCH_ENTRY and entries:
             break
