@@ -122,7 +122,6 @@ class KVProcess:
 
     def start(self) -> None:
         """Start the process (again) and wait until it serves."""
-        self._killed = False
         args = [*DIE_WITH_PARENT, sys.executable, str(SERVER)]  # none left by a killed run
         args += ["--metadata", self.uri, "--log", self.log]
         args += ["--listen", f"127.0.0.1:{self.port}", "--node", self.node_id]
@@ -138,6 +137,9 @@ class KVProcess:
                 env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                 text=True,
             )
+        # Only now: until the new process replaces it, the killed one's exit is no failure
+        # (the writer thread polling the nodes' roles must not take it for one).
+        self._killed = False
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if '"standby"' in line:
