@@ -11,8 +11,6 @@ from __future__ import annotations
 import mmap
 import os
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -283,19 +281,3 @@ def test_bytes_like_payloads_are_taken_by_both_loops(
         assert [r.data for r in records] == [b"ab", b"cd"]
     finally:
         storage.close()
-
-
-def test_the_compiled_loop_is_selected_unless_pure_python_is_asked_for() -> None:
-    compiled_checkpoint_module()
-    probe = "import bookie.storage as s; print(s._COMPILED)"
-    seen = {}
-    for value in (None, "0", "1"):
-        env = {k: v for k, v in os.environ.items() if k != "WALOG_PURE_PYTHON"}
-        if value is not None:
-            env["WALOG_PURE_PYTHON"] = value
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-        out = subprocess.run(
-            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-        )
-        seen[value] = out.stdout.strip()
-    assert seen == {None: "True", "0": "True", "1": "False"}
