@@ -35,8 +35,7 @@ import structlog
 
 from bookie.compaction import Compactor
 from bookie.config import StorageConfig
-from bookie.fastpath import COMPILED as _ADD_CHECKS_COMPILED
-from bookie.fastpath import pure_python_asked, refused_entries
+from bookie.fastpath import refused_entries
 from bookie.journal import GroupReport, Journal
 from bookie.journal_files import JournalMark, StorageIOError
 from bookie.ledgers import LedgerState
@@ -88,11 +87,6 @@ class BookieCore:
     def __init__(self, config: StorageConfig) -> None:
         """Use :meth:`open`."""
         self.config = config
-        if not _ADD_CHECKS_COMPILED and not pure_python_asked():
-            _log.warning(
-                "compiled add-path checks (bookie._fastadd) not built: adds are unpacked and "
-                "checked in pure Python, about three times the CPU (pip install -e .)"
-            )
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""

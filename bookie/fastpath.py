@@ -1,8 +1,8 @@
 """The bookie's per-entry hot paths, compiled or pure Python, chosen once at import.
 
 The compiled code lives in C extensions built by ``pip install -e .`` (setup.py):
-``bookie._fastcheckpoint`` (the checkpoint loop, selected by bookie/storage.py) and
-``bookie._fastadd`` (the add path's checks, selected here). Each returns exactly what its
+``bookie._fastcheckpoint`` (the checkpoint loop, which bookie/storage.py runs) and
+``bookie._fastadd`` (the add path's checks); both are selected here. Each returns exactly what its
 pure-Python version returns. ``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does
 a checkout where an extension is not built (the bookie warns at start).
 
@@ -68,6 +68,18 @@ _fastadd = compiled_module("bookie._fastadd")
 
 #: The add path's checks, chosen once at import: True for the compiled ones.
 COMPILED = _fastadd is not None
+#: The checkpoint loop (bookie/storage.py), chosen once at import: True for the compiled one.
+CHECKPOINT_COMPILED = compiled_module("bookie._fastcheckpoint") is not None
+
+
+def unbuilt() -> list[str]:
+    """The compiled modules not built, when pure Python was not asked for: their hot paths
+    run in pure Python anyway, at about three times the CPU (the bookie warns at start)."""
+    if pure_python_asked():
+        return []
+    selected = {"bookie._fastadd": COMPILED, "bookie._fastcheckpoint": CHECKPOINT_COMPILED}
+    return [name for name, compiled in selected.items() if not compiled]
+
 
 unpack_entries: Callable[[bytes], tuple[list[PackedEntry], str | None]]
 refused_entries: Callable[[int, Sequence[tuple[int, int, int, bytes]], int], dict[int, Status]]
@@ -95,11 +107,13 @@ else:
 
 
 __all__ = [
+    "CHECKPOINT_COMPILED",
     "COMPILED",
     "compiled_module",
     "pure_python_asked",
     "refused_entries",
     "refused_entries_python",
+    "unbuilt",
     "unpack_entries",
     "unpack_entries_python",
 ]

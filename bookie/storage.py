@@ -44,7 +44,7 @@ import crc32c
 import lmdb
 import structlog
 
-from bookie.fastpath import compiled_module, pure_python_asked
+from bookie.fastpath import CHECKPOINT_COMPILED, unbuilt
 from bookie.index import (
     ENTRY_KEY,
     LEDGER_KEY,
@@ -85,14 +85,8 @@ _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in 
 _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 
 
-def _compiled_loop_selected() -> bool:
-    """Whether checkpoints run the compiled loop (bookie/_fastcheckpoint.c): when it is
-    built, unless ``WALOG_PURE_PYTHON`` asks for the pure-Python one."""
-    return compiled_module("bookie._fastcheckpoint") is not None
-
-
-#: The checkpoint loop, chosen once at import: True for the compiled one.
-_COMPILED = _compiled_loop_selected()
+#: The checkpoint loop, chosen once at import (bookie/fastpath.py): True for the compiled one.
+_COMPILED = CHECKPOINT_COMPILED
 
 
 class StoredRecord(NamedTuple):
@@ -231,10 +225,11 @@ class EntryStorage:
         self._write_log = -1
         self._write_offset = 0
         self._pending: list[bytes] = []
-        if not _COMPILED and not pure_python_asked():
+        if missing := unbuilt():
             _log.warning(
-                "compiled checkpoint loop (bookie._fastcheckpoint) not built: checkpoints "
-                "run the pure-Python loop, about three times the CPU (pip install -e .)"
+                "compiled hot paths not built: they run in pure Python, about three times "
+                "the CPU (pip install -e .)",
+                modules=missing,
             )
         self.logs_deleted = 0
         self.logs_compacted = 0
