@@ -117,7 +117,6 @@ class _ActiveLedger:
     started: float = dataclasses.field(default_factory=time.monotonic)
     entries: int = 0
     size_bytes: int = 0
-    inflight: set[asyncio.Future[int]] = dataclasses.field(default_factory=set)
 
     @property
     def ledger_id(self) -> int:
@@ -167,7 +166,7 @@ class AsyncLogWriter:
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
         # Entries for the current ledger not sent yet, (payload, size, sinks) each: held
-        # while an entry of an earlier ledger is undelivered (so, in flight).
+        # while an entry of an earlier ledger is undelivered (:meth:`_behind_a_roll`).
         self._held: collections.deque[tuple[bytes, int, list[PositionSink]]] = collections.deque()
         self._current = self._activate(ledger)
 
@@ -267,13 +266,19 @@ class AsyncLogWriter:
         if self._failure is not None:
             self._fail_futures(futures, self._failure)
             return
-        undelivered = self._undelivered
-        if (
-            self._held or (undelivered and undelivered[0].ledger is not self._current)
-        ) and not mutations.enabled("log_sends_across_roll_at_once"):
-            self._held.append((batch.encode(), batch.size, futures))
+        payload = batch.encode()
+        if (self._held or self._behind_a_roll()) and not mutations.enabled(
+            "log_sends_across_roll_at_once"
+        ):
+            self._held.append((payload, batch.size, futures))
             return
-        self._send_entry(batch.encode(), batch.size, futures)
+        self._send_entry(payload, batch.size, futures)
+
+    def _behind_a_roll(self) -> bool:
+        """Whether an entry of an earlier ledger is still undelivered (so, in flight): new
+        entries wait for it then."""
+        undelivered = self._undelivered
+        return bool(undelivered) and undelivered[0].ledger is not self._current
 
     def _send_entry(self, payload: bytes, size: int, futures: list[PositionSink]) -> None:
         """Append one entry of records to the current ledger."""
@@ -290,13 +295,11 @@ class AsyncLogWriter:
             return
         ledger.entries += 1
         ledger.size_bytes += size
-        ledger.inflight.add(entry)
         self._undelivered.append(_SentEntry(ledger, futures, entry))
-        entry.add_done_callback(lambda f: self._entry_done(ledger, f))
+        entry.add_done_callback(self._entry_done)
         self._maybe_roll()
 
-    def _entry_done(self, ledger: _ActiveLedger, entry: asyncio.Future[int]) -> None:
-        ledger.inflight.discard(entry)
+    def _entry_done(self, entry: asyncio.Future[int]) -> None:
         # Within a ledger entries complete in order; an entry of the new ledger is sent
         # only once the older ones completed (but delivery does not count on it).
         undelivered = self._undelivered
@@ -308,7 +311,7 @@ class AsyncLogWriter:
                     self._fail_futures(undelivered.popleft().sinks, error)
                 return
         held = self._held
-        while held and not (undelivered and undelivered[0].ledger is not self._current):
+        while held and not self._behind_a_roll():
             # Every entry of the earlier ledgers completed: the held ones go out now.
             self._send_entry(*held.popleft())
 
@@ -468,8 +471,9 @@ class AsyncLogWriter:
 
     async def _retire(self, old: _ActiveLedger) -> None:
         """Close a ledger nothing new goes to, then record its end in the log's list."""
-        if old.inflight:
-            await asyncio.wait(old.inflight)  # a cancelled close() leaves them in flight
+        inflight = [sent.entry for sent in self._undelivered if sent.ledger is old]
+        if inflight:
+            await asyncio.wait(inflight)  # a cancelled close() leaves them in flight
         if self._failure is not None:
             return
         try:
