@@ -26,6 +26,7 @@ from walog.errors import NotEnoughBookiesError
 from walog.log.retention import RollPolicy
 from walog.log.writer import (
     ROLL_RETRY_SECONDS,
+    AsyncLogWriter,
     LedgerOptions,
     LogWriterConfig,
     open_log_writer,
@@ -57,17 +58,18 @@ async def gating(cluster: LocalCluster, log_name: str) -> AsyncIterator[FailingC
         yield FailingClient(client)
 
 
+async def aging_writer(gating: FailingClient, log_name: str) -> AsyncLogWriter:
+    """A writer of ``log_name`` whose ledgers roll at ``MAX_AGE``."""
+    return await open_log_writer(
+        gating, log_name, LedgerOptions(), RollPolicy(max_age=MAX_AGE), LogWriterConfig()
+    )
+
+
 async def test_a_ledger_that_aged_while_a_roll_closed_its_predecessor_rolls_when_idle(
     gating: FailingClient, log_name: str
 ) -> None:
     loop = asyncio.get_running_loop()
-    writer = await open_log_writer(
-        gating,
-        log_name,
-        LedgerOptions(),
-        RollPolicy(max_age=MAX_AGE),
-        LogWriterConfig(),
-    )
+    writer = await aging_writer(gating, log_name)
     first_ledger = gating.ledgers[-1]
     first = writer.append_nowait(b"first")  # held at the first ledger's gate
     await first_ledger.appended.wait()
@@ -99,13 +101,7 @@ async def test_a_ledger_that_aged_while_a_roll_closed_its_predecessor_rolls_when
 async def test_an_automatic_roll_that_failed_is_tried_again_when_idle(
     gating: FailingClient, log_name: str
 ) -> None:
-    writer = await open_log_writer(
-        gating,
-        log_name,
-        LedgerOptions(),
-        RollPolicy(max_age=MAX_AGE),
-        LogWriterConfig(),
-    )
+    writer = await aging_writer(gating, log_name)
     first_ledger = gating.ledgers[-1]
     first_ledger.gate.set_result(None)
     gating.failing_creates = 1  # the age roll's new ledger
