@@ -1,15 +1,19 @@
 """The log writer: takeover, record batching and rolling (seed 000, "Ledgers to logs").
 
 Takeover (:func:`open_log_writer`) follows the seed's order: read the ledger list, fence and
-recover the last two ledgers, create a new ledger, append it to the list, CAS-write the list.
-A lost CAS starts again from the read; the ledger created for it is deleted. No record is
-accepted before the CAS succeeded. Each takeover bumps the log's ``epoch``. Recovered
-ledgers that turn out empty leave the list in the same CAS (as pending deletions).
+recover the last two ledgers (and any earlier one still OPEN), create a new ledger, append
+it to the list, CAS-write the list. A lost CAS starts again from the read; the ledger created
+for it is deleted. No record is accepted before the CAS succeeded. Each takeover bumps the
+log's ``epoch``. Recovered ledgers that turn out empty leave the list in the same CAS (as
+pending deletions).
 
 Records are packed into entries (walog.log.records) by size, count and linger time; a
 record's future resolves with its position once its entry is acknowledged. Rolling follows
 the seed too: create the next ledger, CAS-append it, switch new entries to it, then close the
-previous one, so appends never wait for the metadata store.
+previous one, so appends never wait for the metadata store. A ledger left behind whose close
+fails (not fenced: its bookies or the metadata store are unreachable) is closed by recovery
+in the background, retried until it succeeds: readers never fence, so they cannot pass an
+OPEN ledger, and a takeover fences only the last two.
 
 Records are acknowledged in append order, across rolls too. Any failed entry ends the
 writer and fails every later record with it, so the acknowledged records are always a prefix
@@ -27,7 +31,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import math
 import time
+
+from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
 from walog._log import get_logger
 from walog._sync import ALREADY_SETTLED, Sink
@@ -55,6 +62,10 @@ _Future = asyncio.Future
 
 ROLL_RETRY_SECONDS = 1.0
 """After a failed automatic roll, the next one is tried no sooner than this."""
+
+CLOSE_RECOVERY_SECONDS = 30.0
+"""Once ``close()`` began, how long the writer still tries to recover a ledger whose close
+failed before it gives up (the next writer's takeover recovers it then)."""
 
 PositionSink = Sink[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
@@ -163,6 +174,9 @@ class AsyncLogWriter:
         self._roll_retry: asyncio.TimerHandle | None = None  # tries it at _roll_retry_at
         self._age_timer: asyncio.TimerHandle | None = None
         self._retiring: set[_ActiveLedger] = set()
+        # Ledgers whose close failed, being closed by recovery (:meth:`_close_by_recovery`).
+        self._recoveries: set[asyncio.Task[None]] = set()
+        self._give_up_at: float | None = None  # loop time when those stop, once closing
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
         # Entries for the current ledger not sent yet, (payload, size, sinks) each: held
@@ -410,19 +424,23 @@ class AsyncLogWriter:
         to a ledger other than the one current at the call. A roll under way is joined; one
         that had switched already (and is closing the old ledger) is followed by another.
 
+        Once records go to the new ledger the roll has succeeded, even if closing the old
+        one fails (it is then closed by recovery in the background) or the writer closes
+        meanwhile.
+
         Raises:
             WriterFencedError: another writer took over.
+            LedgerClosedError: the writer was closed before the roll switched.
             WalogError: the roll failed (e.g. NotEnoughBookiesError); the writer goes on
                 in its current ledger.
         """
-        self._check_usable()
         current = self._current
         while self._current is current:
             if self._roll_task is None:
+                self._check_usable()
                 self._roll_task = asyncio.create_task(self._roll())
             error = await asyncio.shield(self._roll_task)
-            self._check_usable()
-            if error is not None:
+            if error is not None and self._current is current:
                 raise error
 
     async def _roll(self) -> BaseException | None:
@@ -470,7 +488,8 @@ class AsyncLogWriter:
         return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)))
 
     async def _retire(self, old: _ActiveLedger) -> None:
-        """Close a ledger nothing new goes to, then record its end in the log's list."""
+        """Close a ledger nothing new goes to, then record its end in the log's list. If
+        the close fails without a sign of another writer, recover it in the background."""
         inflight = [sent.entry for sent in self._undelivered if sent.ledger is old]
         if inflight:
             await asyncio.wait(inflight)  # a cancelled close() leaves them in flight
@@ -481,7 +500,64 @@ class AsyncLogWriter:
         except (LedgerFencedError, LedgerClosedError) as exc:
             self._fail(_fenced(self.name, old.ledger_id, exc))
             return
-        await _record_closed(self._client, self.name, old)
+        except WalogError as exc:
+            log.warning(
+                "could not close ledger, recovering it",
+                log=self.name,
+                ledger=old.ledger_id,
+                error=str(exc),
+            )
+            task = self._loop.create_task(self._close_by_recovery(old, exc))
+            self._recoveries.add(task)
+            task.add_done_callback(self._recoveries.discard)
+            return
+        last = old.writer.last_add_confirmed
+        await _record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
+
+    async def _close_by_recovery(self, old: _ActiveLedger, cause: WalogError) -> None:
+        """Close ``old`` the way a takeover would: fence and recover it, which closes it
+        with every acknowledged entry (they are on Qa bookies), then record its end.
+
+        Every entry of ``old`` completed before its close was tried, and nothing more goes
+        to it, so fencing it costs this writer nothing. Retried while the writer lives, and
+        for :data:`CLOSE_RECOVERY_SECONDS` once it closes.
+
+        Raises:
+            WalogError: ``close()`` began and the ledger could still not be recovered in
+                time; it stays OPEN until the next writer's takeover recovers it.
+        """
+
+        backoff = wait_random_exponential(multiplier=0.1, max=5.0)
+
+        def left() -> float:
+            return math.inf if self._give_up_at is None else self._give_up_at - self._loop.time()
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda exc: isinstance(exc, WalogError)),
+            wait=lambda state: max(0.0, min(backoff(state), left())),
+            stop=lambda _: left() <= 0,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if self._failure is not None:
+                        return  # another writer took over: its takeover recovers the ledger
+                    info = await _recover(
+                        self._client, LedgerInfo(old.ledger_id), self._options.password
+                    )
+        except _ListChanged:
+            return  # truncated meanwhile: nobody reads it any more
+        except WalogError as exc:
+            raise WalogError(
+                f"log {self.name!r}: ledger {old.ledger_id} stays OPEN: its close failed "
+                f"({cause}) and so did recovering it ({exc}); the next writer's takeover "
+                "recovers it, and until then readers wait at its end"
+            ) from exc
+        log.info("ledger closed by recovery", log=self.name, ledger=old.ledger_id)
+        await _record_closed(
+            self._client, self.name, old.ledger_id, info.last_entry_id, old.size_bytes
+        )
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -506,6 +582,7 @@ class AsyncLogWriter:
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
+        self._give_up_at = self._loop.time() + CLOSE_RECOVERY_SECONDS
         try:
             if self._failure is None:
                 await self.flush()
@@ -516,27 +593,32 @@ class AsyncLogWriter:
         for timer in (self._age_timer, self._roll_retry):
             if timer is not None:
                 timer.cancel()
+        if self._failure is None:
+            await self._retire(self._current)
+        recoveries = list(self._recoveries)
         if self._failure is not None:
-            return
-        await self._retire(self._current)
+            for task in recoveries:
+                task.cancel()  # the new writer's takeover recovers those ledgers
+        for outcome in await asyncio.gather(*recoveries, return_exceptions=True):
+            if isinstance(outcome, WalogError):
+                raise outcome
 
 
-async def _record_closed(client: LedgerClientLike, name: str, led: _ActiveLedger) -> None:
-    last = led.writer.last_add_confirmed
+async def _record_closed(
+    client: LedgerClientLike, name: str, ledger_id: int, last: int, size_bytes: int
+) -> None:
     now = time.time()
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
-        i = meta.index_of(led.ledger_id)
+        i = meta.index_of(ledger_id)
         if i is None or meta.ledgers[i].is_closed:
             return None
-        return meta.with_ledger(meta.ledgers[i].closed(last, led.size_bytes, now))
+        return meta.with_ledger(meta.ledgers[i].closed(last, size_bytes, now))
 
     try:
         await update_log(client.ctx.store, name, mutate)
     except WalogError as exc:  # the end is recovered again by the next takeover
-        log.warning(
-            "could not record closed ledger", log=name, ledger=led.ledger_id, error=str(exc)
-        )
+        log.warning("could not record closed ledger", log=name, ledger=ledger_id, error=str(exc))
 
 
 async def _create_log_ledger(
@@ -595,8 +677,13 @@ async def _take_over_once(
     meta, _ = await read_log(store, name)
     recovered: dict[int, LedgerInfo] = {}
     # The last two: the old writer may still add to the previous ledger while rolling.
-    fenced = 1 if mutations.enabled("log_fences_only_last_ledger") else 2
-    for info in meta.ledgers[-fenced:]:
+    # And any earlier one the list still shows OPEN: a writer that could not close it on a
+    # roll, nor recover it since, left it to this takeover (readers cannot pass it).
+    tail = len(meta.ledgers) - 2
+    fenced = [info for i, info in enumerate(meta.ledgers) if i >= tail or not info.is_closed]
+    if mutations.enabled("log_fences_only_last_ledger"):
+        fenced = list(meta.ledgers[-1:])
+    for info in fenced:
         recovered[info.ledger_id] = await _recover(client, info, options.password)
     new_writer = await _create_log_ledger(client, name, options)
 

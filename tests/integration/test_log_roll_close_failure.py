@@ -1,0 +1,151 @@
+"""A roll whose old ledger cannot be closed still leaves a log readers can pass.
+
+Readers never fence, so they cannot move past a ledger that is OPEN: its last entries may lie
+beyond the last add confirmed they know of. When the writer's close of the ledger it rolled
+away from fails (here: a VOLATILE ledger whose close cannot force every acknowledged entry
+to Qa bookies, because one is down), the writer closes it by recovery instead, in the
+background, retried until it succeeds; and a takeover recovers every ledger the list still
+shows OPEN, not only the last two.
+
+Real bookie processes; a bookie is stopped cleanly so that it leaves the registry and the
+next ledger is placed on the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import walog.aio
+import walog.log.writer
+from tests.integration.waiting import eventually
+from walog.aio import AsyncClient
+from walog.errors import WalogError
+from walog.log.log import AsyncLog
+from walog.log.writer import AsyncLogWriter
+from walog.testing import LocalCluster
+from walog.wire.durability import Durability
+
+SLOW_FLUSH = ["--volatile-flush-interval", "3600"]  # only a force syncs VOLATILE entries
+
+
+async def append_all(writer: AsyncLogWriter, prefix: bytes) -> None:
+    for i in range(5):
+        await writer.append(prefix + b"%d" % i)
+
+
+def records(*prefixes: bytes) -> list[bytes]:
+    return [prefix + b"%d" % i for prefix in prefixes for i in range(5)]
+
+
+async def read_everything(log: AsyncLog, count: int) -> list[bytes]:
+    """Read ``count`` records from the start, failing if one does not come within 30 s."""
+    async with await log.open_reader("earliest") as reader:
+        got: list[bytes] = []
+        for _ in range(count):
+            record = await reader.read_next(timeout=30.0)
+            assert record is not None, f"the reader stopped after {got!r}"
+            got.append(record.data)
+        return got
+
+
+async def ledger_state(client: AsyncClient, ledger_id: int) -> tuple[str, int]:
+    metadata = await client.ledger_metadata(ledger_id)
+    return metadata.state, metadata.last_entry_id
+
+
+async def stop_bookies_of(
+    cluster: LocalCluster, client: AsyncClient, ledger_id: int, n: int
+) -> list[str]:
+    """Stop ``n`` bookies of the ledger cleanly (they leave the registry); return them."""
+    down = list((await client.ledger_metadata(ledger_id)).last_ensemble)[:n]
+    for bookie in down:
+        cluster.stop(bookie)
+    return down
+
+
+def restart(cluster: LocalCluster, bookies: list[str]) -> None:
+    for bookie in bookies:
+        cluster.restart(bookie, wait=False)
+    for bookie in bookies:
+        cluster.wait_ready(bookie)
+
+
+@pytest.fixture
+async def six(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, AsyncClient, AsyncLog]]:
+    """Six bookies (room for a ledger on three others while three are down) and a VOLATILE
+    log with E = Qw = Qa = 3: with one bookie of a ledger down its close cannot force the
+    acknowledged entries to Qa bookies and fails, while recovery (one bookie answering
+    fences it) closes it and writes the entries back to replacements."""
+    with LocalCluster(6, "sqlite", data_dir=tmp_path / "c", bookie_args=SLOW_FLUSH) as cluster:
+        async with await walog.aio.connect(cluster.metadata_uri) as client:
+            log = await client.open_log("roll-close", ack_quorum=3, durability=Durability.VOLATILE)
+            yield cluster, client, log
+
+
+async def test_a_roll_whose_old_ledger_cannot_be_closed_closes_it_by_recovery(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog],
+) -> None:
+    cluster, client, log = six
+    writer = await log.open_writer()
+    first = writer.ledger_id
+    await append_all(writer, b"a")
+    await stop_bookies_of(cluster, client, first, 1)
+
+    await writer.roll()  # switched: the failed close does not make the roll fail
+    assert writer.ledger_id != first
+    await append_all(writer, b"b")
+
+    async def closed_with_every_record() -> None:
+        assert await ledger_state(client, first) == ("CLOSED", 4)
+        assert [s.state for s in await log.segments()] == ["CLOSED", "OPEN"]
+
+    await eventually(closed_with_every_record)
+    await writer.close()  # (a VOLATILE ledger's readers see what its close forced)
+    assert await read_everything(log, 10) == records(b"a", b"b")
+
+
+async def test_a_ledger_that_cannot_be_recovered_yet_is_recovered_once_its_bookies_return(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog],
+) -> None:
+    cluster, client, log = six
+    writer = await log.open_writer()
+    first = writer.ledger_id
+    await append_all(writer, b"a")
+    down = await stop_bookies_of(cluster, client, first, 3)
+    await writer.roll()
+    await append_all(writer, b"b")
+    assert (await ledger_state(client, first))[0] != "CLOSED"  # nothing answers to fence it
+
+    restart(cluster, down)
+
+    async def closed_with_every_record() -> None:
+        assert await ledger_state(client, first) == ("CLOSED", 4)
+
+    await eventually(closed_with_every_record, within=30.0)
+    await writer.close()
+    assert await read_everything(log, 10) == records(b"a", b"b")
+
+
+async def test_a_takeover_recovers_every_ledger_the_list_shows_open_not_only_the_last_two(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, client, log = six
+    monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
+    writer = await log.open_writer()
+    first = writer.ledger_id
+    await append_all(writer, b"a")
+    down = await stop_bookies_of(cluster, client, first, 3)
+    for prefix in (b"b", b"c"):  # two more ledgers: the first is not one of the last two
+        await writer.roll()
+        await append_all(writer, prefix)
+    with pytest.raises(WalogError, match=f"ledger {first} stays OPEN"):
+        await writer.close()  # gave up on the first ledger after CLOSE_RECOVERY_SECONDS
+    assert [s.state for s in await log.segments()] == ["OPEN", "CLOSED", "CLOSED"]
+
+    restart(cluster, down)
+    await (await log.open_writer()).close()
+    assert await ledger_state(client, first) == ("CLOSED", 4)
+    assert await read_everything(log, 15) == records(b"a", b"b", b"c")
