@@ -9,7 +9,7 @@ import pytest
 
 import walog.aio
 from walog.aio import AsyncClient
-from walog.errors import NoSuchLedgerError, WriterFencedError
+from walog.errors import LedgerClosedError, NoSuchLedgerError, WriterFencedError
 from walog.log.ledgers import LOG_TAG
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
@@ -196,6 +196,22 @@ async def test_explicit_roll_keeps_appends_flowing(client: AsyncClient, log_name
     await writer.close()
     records = await read_all(client, log_name, 22)
     assert [d for _, d in records] == [b"before", *(b"during%d" % i for i in range(20)), b"after"]
+
+
+async def test_a_roll_that_switched_succeeds_though_close_began_meanwhile(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    before = await writer.append(b"before")
+    roll = asyncio.create_task(writer.roll())
+    await asyncio.sleep(0)  # the roll is under way (creating the next ledger)
+    await writer.close()  # waits for the roll, then closes the ledger it switched to
+    await roll  # switched before the writer closed: no LedgerClosedError
+    assert [s.state for s in await log.segments()] == ["CLOSED", "CLOSED"]
+    assert (await log.segments())[0].ledger_id == before.ledger_id
+    with pytest.raises(LedgerClosedError):
+        await writer.roll()  # a roll that did not start before close cannot switch
 
 
 async def test_duelling_takeovers_leave_one_writer_and_no_orphan_ledger(
