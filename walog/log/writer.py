@@ -449,6 +449,8 @@ class AsyncLogWriter:
             old = self._current
             new_writer = await _create_log_ledger(self._client, self.name, self._options)
             try:
+                if self._failure is not None:  # e.g. the session expired meanwhile
+                    raise self._failure
                 await update_log(
                     self._client.ctx.store,
                     self.name,
