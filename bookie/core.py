@@ -47,7 +47,13 @@ from bookie.records import (
     lac_record,
 )
 from bookie.startup import load_store
-from bookie.storage import CachedEntry, EntryStorage, StoredRecord, WriteCache
+from bookie.storage import (
+    READ_ENTRY_OVERHEAD,
+    CachedEntry,
+    EntryStorage,
+    StoredRecord,
+    WriteCache,
+)
 from walog._sync import name_os_thread
 from walog.latency import StageLatencies
 from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
@@ -537,7 +543,8 @@ class BookieCore:
         self, ledger_id: int, first: int, last: int, max_bytes: int = 4 * _MIB
     ) -> tuple[Status, list[StoredRecord]]:
         """Consecutive entries from ``first`` up to ``last`` (inclusive) that exist, at
-        most ``max_bytes`` of payload (always at least one entry).
+        most ``max_bytes`` of payload and :data:`READ_ENTRY_OVERHEAD` per entry (always at
+        least one entry).
 
         NO_SUCH_LEDGER for an unknown ledger, NO_SUCH_ENTRY when ``first`` is provably
         missing, IO_ERROR when ``first`` is stored but damaged (never served), when its
@@ -558,10 +565,11 @@ class BookieCore:
             cached = self._cached(ledger_id, entry_id)
             if cached is not None:
                 lac, digest, data = cached
-                if records and size + len(data) > max_bytes:
+                cost = len(data) + READ_ENTRY_OVERHEAD
+                if records and size + cost > max_bytes:
                     break
                 records.append(StoredRecord(entry_id, lac, data, digest))
-                size += len(data)
+                size += cost
                 entry_id += 1
                 continue
             if entry_id > state.last_entry_id or self._storage is None:
@@ -573,12 +581,13 @@ class BookieCore:
             if damaged and len(run) < last - entry_id + 1:
                 self._note_damage(ledger_id, entry_id + len(run))
             for record in run:
-                if records and size + len(record.data) > max_bytes:
+                cost = len(record.data) + READ_ENTRY_OVERHEAD
+                if records and size + cost > max_bytes:
                     damaged = False
                     run = []
                     break
                 records.append(record)
-                size += len(record.data)
+                size += cost
             if damaged:
                 self.stats.damaged_reads += 1
             if not run:

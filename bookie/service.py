@@ -33,11 +33,13 @@ from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 from walog.wire.status import Status
 
-DEFAULT_READ_BYTES = 4 * 1024 * 1024
-"""A range read answers at most this many payload bytes unless the request asks less."""
+DEFAULT_READ_BYTES = 4 * 1024 * 1024 - 1024
+"""A range read's answer holds at most this many bytes (payload and
+:data:`~bookie.storage.READ_ENTRY_OVERHEAD` per entry) unless the request asks less: it fits
+a gRPC client's default 4 MiB message limit (unless a single entry is larger)."""
 MAX_READ_BYTES = 32 * 1024 * 1024
-"""A range read answers at most this many payload bytes, whatever the request asks, so the
-answer stays under the message limit (a single entry is always served)."""
+"""A range read's answer holds at most this many bytes, whatever the request asks, so it
+stays under the message limit (a single entry is always served)."""
 MAX_LONG_POLL_S = 600.0
 """Longest long poll a bookie holds, whatever the client asks."""
 MIN_HEARTBEAT_S = 0.05

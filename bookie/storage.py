@@ -88,6 +88,12 @@ _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 #: The checkpoint loop, chosen once at import (bookie/fastpath.py): True for the compiled one.
 _COMPILED = CHECKPOINT_COMPILED
 
+READ_ENTRY_OVERHEAD = 64
+"""What a read answer's byte limit counts per entry besides its payload: at least what its
+ids, LAC, digest and framing add to an answer (at most 50 bytes in a gRPC ``Entry``, 24 in a
+native frame), so an answer of ``max_bytes`` fits a message of that size whatever the entry
+sizes, empty entries included."""
+
 
 class StoredRecord(NamedTuple):
     """An entry as stored: the client verifies ``digest`` end to end."""
@@ -305,7 +311,8 @@ class EntryStorage:
         self, ledger_id: int, first: int, last: int, max_bytes: int
     ) -> tuple[list[StoredRecord], bool]:
         """Consecutive stored entries from ``first`` (at most up to ``last``, at least one
-        if present, at most ``max_bytes`` of data after the first).
+        if present, at most ``max_bytes`` of payload and :data:`READ_ENTRY_OVERHEAD` per
+        entry after the first).
 
         Returns ``(records, damaged)``: ``damaged`` is True when the run stopped at a
         record or index row that failed its checks (logged, never returned), or when
@@ -333,6 +340,8 @@ class EntryStorage:
                             break
                         locations.append(Location(*location))
                         expected += 1
+                        if (expected - first) * READ_ENTRY_OVERHEAD > max_bytes:
+                            break  # more could not fit, whatever their sizes
                 elif not self._absence.proven(txn, ledger_id, first):
                     _log.warning(
                         "entry missing from the index but not provably absent",
@@ -352,10 +361,11 @@ class EntryStorage:
                 record = self._read_one(files, ledger_id, entry_id, location)
                 if record is None:
                     return records, True
-                if records and size + len(record.data) > max_bytes:
+                cost = len(record.data) + READ_ENTRY_OVERHEAD
+                if records and size + cost > max_bytes:
                     return records, False
                 records.append(record)
-                size += len(record.data)
+                size += cost
         finally:
             for fd in files.values():
                 os.close(fd)

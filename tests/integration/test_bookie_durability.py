@@ -45,16 +45,13 @@ async def stub(bookie: BookieProcess) -> AsyncIterator[pb_grpc.BookieStub]:
 
 
 async def read_all(stub: pb_grpc.BookieStub, ledger_id: int, last: int) -> list[pb.Entry]:
-    """Every consecutive entry from 0 (up to ``last``), page by page (pages of 1 MiB: the
-    bookie's default page, 4 MiB of payload, would not fit under this plain channel's 4 MiB
-    message limit)."""
+    """Every consecutive entry from 0 (up to ``last``), page by page (the bookie's default
+    pages: each fits this plain channel's default 4 MiB message limit)."""
     entries: list[pb.Entry] = []
     while not entries or entries[-1].entry_id < last:
         first = len(entries)
         reply = await stub.Read(
-            pb.ReadRequest(
-                ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=1 << 20
-            )
+            pb.ReadRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last)
         )
         if reply.status == pb.NO_SUCH_ENTRY and entries:
             break
@@ -92,6 +89,33 @@ async def test_acknowledged_entries_survive_sigkill_and_restart(
         entries = await read_all(pb_grpc.BookieStub(channel), ledger, 199)
     assert len(entries) == 200
     check_entries(entries, ledger)
+
+
+async def test_a_default_read_page_fits_a_plain_grpc_clients_default_message_limit(
+    stub: pb_grpc.BookieStub,
+) -> None:
+    # 5 MiB of 1 KiB entries: a page of 4 MiB of payload alone would pass 4 MiB with the
+    # entries' ids, LACs and digests; the bookie counts those too.
+    ledger, size, count = 4, 1024, 5 * 1024
+    frames = [
+        pb.AddFrame(
+            batches=[
+                make_add(ledger, e, payload(ledger, e, size), lac=e - 1)
+                for e in range(first, min(first + 256, count))
+            ]
+        )
+        for first in range(0, count, 256)
+    ]
+    results, _ = await send_frames(stub, frames)
+    assert {r.status for r in results} == {pb.OK}
+    first_page = await stub.Read(
+        pb.ReadRequest(ledger_id=ledger, first_entry_id=0, last_entry_id=count - 1)
+    )
+    assert first_page.status == pb.OK
+    assert first_page.ByteSize() <= 4 * 1024 * 1024 < count * size
+    entries = await read_all(stub, ledger, count - 1)
+    assert len(entries) == count
+    check_entries(entries, ledger, size)
 
 
 async def test_sigkill_mid_write_leaves_a_journal_that_replays_cleanly(

@@ -17,7 +17,7 @@ import pytest
 from bookie.core import checkpoint_wait
 from bookie.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.ledgers import LedgerState
-from bookie.storage import EntryStorage
+from bookie.storage import READ_ENTRY_OVERHEAD, EntryStorage
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
 from walog.wire.digest import entry_digest
 from walog.wire.durability import Durability
@@ -113,8 +113,11 @@ async def test_range_reads_stop_at_gaps_and_byte_limit(tmp_path: Path) -> None:
     status, records = await core.read(1, 0, 10)
     assert status is Status.OK
     assert [r.entry_id for r in records] == [0, 1, 2, 3, 4, 5]
-    status, records = await core.read(1, 1, 10, max_bytes=130)
+    # Each entry counts its 64 payload bytes and READ_ENTRY_OVERHEAD.
+    status, records = await core.read(1, 1, 10, max_bytes=2 * (64 + READ_ENTRY_OVERHEAD) + 1)
     assert [r.entry_id for r in records] == [1, 2]
+    status, records = await core.read(1, 3, 10, max_bytes=2 * (64 + READ_ENTRY_OVERHEAD))
+    assert [r.entry_id for r in records] == [3, 4]  # from an entry log, then the cache
     status, records = await core.read(1, 2, 2, max_bytes=1)
     assert [r.entry_id for r in records] == [2]
     assert (await core.read(1, 6, 9))[0] is Status.NO_SUCH_ENTRY

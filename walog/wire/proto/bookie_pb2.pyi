@@ -365,7 +365,7 @@ class ReadRequest(_message.Message):
     master_key: _builtins.bytes
     """required when fence is set"""
     max_bytes: _builtins.int
-    """0 = bookie default"""
+    """answer size: payload + 64 per entry; 0 = bookie default (4 MiB - 1 KiB)"""
     previous_lac: _builtins.int
     """Long poll: when long_poll_timeout_ms > 0, hold the request until the bookie's LAC for
     the ledger exceeds previous_lac or the timeout passes, then answer with the LAC (and
