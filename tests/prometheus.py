@@ -11,10 +11,8 @@ behind.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -26,6 +24,7 @@ from typing import Any
 
 from tests.processes import DIE_WITH_PARENT
 from tests.zk import free_port
+from walog.testing.tempdirs import owned_temp_dir
 
 PREFIX = "walog-prometheus-"
 INTERVAL_S = 1
@@ -33,13 +32,6 @@ INTERVAL_S = 1
 
 class PrometheusUnavailable(RuntimeError):
     """The ``prometheus`` binary is missing or the server did not come up."""
-
-
-def _sweep_stale_dirs() -> None:
-    for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
-        pid = path.name[len(PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(path, ignore_errors=True)
 
 
 class PrometheusServer:
@@ -100,8 +92,7 @@ class PrometheusServer:
                 "prometheus is not installed: `apt-get install -y prometheus` "
                 "(the ./test script does this)"
             )
-        _sweep_stale_dirs()
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+        self._dir = owned_temp_dir(PREFIX)
         config = self._dir / "prometheus.yml"
         config.write_text(self._config())
         log = self._dir / "prometheus.log"

@@ -14,12 +14,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 from types import TracebackType
 
 from tests.processes import DIE_WITH_PARENT
+from walog.testing.tempdirs import owned_temp_dir
 from walog.testing.zookeeper import ZooKeeperError, classpath
 
 TICK_MS = 500
@@ -62,7 +61,7 @@ class ZooKeeperServer:
         system properties, e.g. ``ssl.keyStore.location``)."""
         self.jvm_flags = jvm_flags
         """Extra JVM options, e.g. ``-Djava.security.auth.login.config=JAAS``."""
-        self._dir = Path(tempfile.mkdtemp(prefix="walog-zk-"))
+        self._dir = owned_temp_dir("walog-zk-")  # a killed run's are removed by the next
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = self._dir / "server.log"
 

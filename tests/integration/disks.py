@@ -24,7 +24,7 @@ import pytest
 
 from tests.integration.bookies import answers
 from walog.testing import BookieProcess
-from walog.testing.netns import owner_alive
+from walog.testing.tempdirs import owner_alive, owner_of
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
@@ -39,11 +39,8 @@ def _mount_points() -> list[str]:
 def sweep_stale_mounts() -> None:
     """Unmount (lazily) and remove the mounts left by killed test runs."""
     for point in _mount_points():
-        name = Path(point).name
-        if not name.startswith(PREFIX):
-            continue
-        pid_text = name[len(PREFIX) :].split("-", 1)[0]
-        if pid_text.isdigit() and not owner_alive(int(pid_text)):
+        pid = owner_of(Path(point).name, PREFIX)
+        if pid is not None and not owner_alive(pid):
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
             with contextlib.suppress(OSError):
                 os.rmdir(point)

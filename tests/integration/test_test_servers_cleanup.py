@@ -1,6 +1,6 @@
 """The servers tests start (ZooKeeper, Prometheus) die with the process that started them,
 even when it is killed with SIGKILL and runs no teardown: a killed test run leaves none of
-them running."""
+them running, and the next run removes the data directories it left."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import DIE_WITH_PARENT, REPO, exited_within, watched
+from walog.testing.tempdirs import owned_temp_dir
 
 GONE_WITHIN = 30.0
 """Seconds a server may take to go once its owner is killed (generous: SIGKILL is at once,
@@ -28,6 +29,9 @@ _OWNERS = {
 """What the owner process runs to start each server (as ``server``)."""
 
 _THEN = "print(server.pid, server._dir, flush=True)\nimport time\ntime.sleep(600)\n"
+
+_PREFIXES = {"zookeeper": "walog-zk-", "prometheus": "walog-prometheus-"}
+"""Their data directories' prefix (``owned_temp_dir``)."""
 """Then it prints the server's PID and data directory, and waits to be killed."""
 
 
@@ -60,6 +64,10 @@ def test_a_test_server_dies_with_the_process_that_started_it_killed_with_sigkill
             owner.send_signal(signal.SIGKILL)
             owner.wait()
             assert exited_within(pidfd, GONE_WITHIN), f"{server} outlived its killed owner"
+        assert data_dir.is_dir()  # no teardown ran
+        mine = owned_temp_dir(_PREFIXES[server])  # what the next server's start calls
+        mine.rmdir()
+        assert not data_dir.exists(), "the next run left a killed run's data directory"
     finally:
         owner.kill()
         owner.wait()

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from walog.metadata.layout import bookie_path, read_only_bookie_path
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
+from walog.testing.tempdirs import owned_temp_dir
 
 if TYPE_CHECKING:
     from walog._sync import LoopThread
@@ -77,8 +77,8 @@ class LocalCluster:
         self._racks = list(racks)
         self._start_timeout = start_timeout
         self._owns_dir = data_dir is None
-        self.data_dir = Path(
-            tempfile.mkdtemp(prefix="walog-cluster-") if data_dir is None else data_dir
+        self.data_dir = (
+            owned_temp_dir("walog-cluster-") if data_dir is None else Path(data_dir)
         ).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if metadata == "sqlite":

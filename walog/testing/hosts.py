@@ -27,7 +27,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,9 +34,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, TypeVar
 
+from walog.testing import tempdirs
 from walog.testing.control import ControlHost
 from walog.testing.delay_proxy import PROXY_MARK, PROXY_PORT, start_proxy
-from walog.testing.netns import Host, HostNetwork, owner_alive
+from walog.testing.netns import Host, HostNetwork
 from walog.testing.process import BookieProcess, LocalClusterError
 from walog.testing.zookeeper import ZooKeeperEnsemble, ZooKeeperNode
 
@@ -57,10 +57,7 @@ _DIR_PREFIX = "walog-hosts-"
 
 def sweep_stale_dirs() -> None:
     """Remove the temporary data directories of HostClusters whose process is gone."""
-    for path in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*-*"):
-        pid = path.name.removeprefix(_DIR_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not owner_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+    tempdirs.sweep_stale_dirs(_DIR_PREFIX)
 
 
 def _teardown(network: HostNetwork, data_dir: Path | None) -> None:
@@ -108,10 +105,8 @@ class HostCluster:
         self._session_timeout = session_timeout
         self._start_timeout = start_timeout
         self._owns_dir = data_dir is None
-        self.data_dir = Path(
-            tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
-            if data_dir is None
-            else data_dir
+        self.data_dir = (
+            tempdirs.owned_temp_dir(_DIR_PREFIX) if data_dir is None else Path(data_dir)
         ).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.network = HostNetwork(secrets.token_hex(3), subnet)

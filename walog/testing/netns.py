@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from walog.errors import WalogError
+from walog.testing.tempdirs import owner_alive
 
 PREFIX = "wlh"
 """First part of the name of every namespace made here (the sweep looks for it)."""
@@ -85,16 +86,6 @@ def check_can_make_hosts() -> None:
     finally:
         with contextlib.suppress(HostNetworkError):
             _run("ip", "netns", "del", probe)
-
-
-def owner_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def kill_namespace(ns: str) -> None:
@@ -358,6 +349,5 @@ __all__ = [
     "kill_namespace",
     "list_namespaces",
     "namespaces_of",
-    "owner_alive",
     "sweep_stale",
 ]
