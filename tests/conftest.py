@@ -137,8 +137,20 @@ def starts_zookeeper(item: pytest.Item) -> bool:
     return callspec is not None and callspec.params.get("any_cluster") == "zookeeper"
 
 
+LONG_FIRST = ("tests/spark/", "tests/chaos/", "tests/sim/")
+"""Test directories run first (in this order), so that with several workers (``./test``
+runs pytest-xdist) the longest modules do not start last and leave one worker running
+alone at the end."""
+
+
+def _long_first(item: pytest.Item) -> int:
+    return next((i for i, d in enumerate(LONG_FIRST) if item.nodeid.startswith(d)), len(LONG_FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that starts ZooKeeper ``zk``; skip ``slow`` tests unless ``--slow``."""
+    """Mark every test that starts ZooKeeper ``zk``; skip ``slow`` tests unless ``--slow``;
+    order the longest directories first (:data:`LONG_FIRST`)."""
+    items.sort(key=_long_first)  # stable: the order within each group stays
     for item in items:
         if starts_zookeeper(item):
             item.add_marker(pytest.mark.zk)
