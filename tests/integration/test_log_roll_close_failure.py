@@ -56,14 +56,18 @@ async def ledger_state(client: AsyncClient, ledger_id: int) -> tuple[str, int]:
     return metadata.state, metadata.last_entry_id
 
 
-async def stop_bookies_of(
-    cluster: LocalCluster, client: AsyncClient, ledger_id: int, n: int
-) -> list[str]:
-    """Stop ``n`` bookies of the ledger cleanly (they leave the registry); return them."""
-    down = list((await client.ledger_metadata(ledger_id)).last_ensemble)[:n]
+async def written_then_bookies_stopped(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog], n: int
+) -> tuple[AsyncLogWriter, int, list[str]]:
+    """A writer that appended a0..a4 to its first ledger, after which ``n`` bookies of that
+    ledger were stopped cleanly (they leave the registry): the writer, the ledger, those."""
+    cluster, client, log = six
+    writer = await log.open_writer()
+    await append_all(writer, b"a")
+    down = list((await client.ledger_metadata(writer.ledger_id)).last_ensemble)[:n]
     for bookie in down:
         cluster.stop(bookie)
-    return down
+    return writer, writer.ledger_id, down
 
 
 def restart(cluster: LocalCluster, bookies: list[str]) -> None:
@@ -88,11 +92,8 @@ async def six(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, AsyncClient, 
 async def test_a_roll_whose_old_ledger_cannot_be_closed_closes_it_by_recovery(
     six: tuple[LocalCluster, AsyncClient, AsyncLog],
 ) -> None:
-    cluster, client, log = six
-    writer = await log.open_writer()
-    first = writer.ledger_id
-    await append_all(writer, b"a")
-    await stop_bookies_of(cluster, client, first, 1)
+    _, client, log = six
+    writer, first, _ = await written_then_bookies_stopped(six, 1)
 
     await writer.roll()  # switched: the failed close does not make the roll fail
     assert writer.ledger_id != first
@@ -111,10 +112,7 @@ async def test_a_ledger_that_cannot_be_recovered_yet_is_recovered_once_its_booki
     six: tuple[LocalCluster, AsyncClient, AsyncLog],
 ) -> None:
     cluster, client, log = six
-    writer = await log.open_writer()
-    first = writer.ledger_id
-    await append_all(writer, b"a")
-    down = await stop_bookies_of(cluster, client, first, 3)
+    writer, first, down = await written_then_bookies_stopped(six, 3)
     await writer.roll()
     await append_all(writer, b"b")
     assert (await ledger_state(client, first))[0] != "CLOSED"  # nothing answers to fence it
@@ -134,10 +132,7 @@ async def test_a_takeover_recovers_every_ledger_the_list_shows_open_not_only_the
 ) -> None:
     cluster, client, log = six
     monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
-    writer = await log.open_writer()
-    first = writer.ledger_id
-    await append_all(writer, b"a")
-    down = await stop_bookies_of(cluster, client, first, 3)
+    writer, first, down = await written_then_bookies_stopped(six, 3)
     for prefix in (b"b", b"c"):  # two more ledgers: the first is not one of the last two
         await writer.roll()
         await append_all(writer, prefix)
