@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,11 @@ CHAOS_CLIENT = ClientConfig(timeouts=Timeouts(add=2.0, read=2.0, metadata=5.0))
 
 
 def _emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"t": round(time.time(), 3), "event": event, **fields}), flush=True)
+    # One write with its newline: print() writes the newline separately when output is
+    # unbuffered, and a library's log line on the same file could land between the two.
+    line = json.dumps({"t": round(time.time(), 3), "event": event, **fields}) + "\n"
+    sys.stdout.write(line)
+    sys.stdout.flush()
 
 
 def write_session_file(client: walog.aio.AsyncClient, path: Path) -> None:

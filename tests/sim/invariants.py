@@ -29,8 +29,9 @@ Rule names (used in reports and in docs/correctness.md):
 - ``writer_closed_recovering_ledger``: the writer never closes a ledger that is
   IN_RECOVERY (seed 000, "Closing a ledger as a writer": it must report an error). Checked
   on the metadata store's transitions: the session that created the ledger must not be the
-  one that moves it IN_RECOVERY -> CLOSED (scenarios never let a writer's own client
-  recover its ledger).
+  one that moves it IN_RECOVERY -> CLOSED, unless that session also moved it to IN_RECOVERY
+  (its own recovery: a log writer recovers a ledger it left whose close failed, and never
+  one somebody else is recovering).
 - ``stuck``: the event loop deadlocked or spun (every task waits forever, or a livelock).
 """
 
@@ -80,6 +81,7 @@ class History:
         self.ledgers: dict[int, LedgerRecord] = {}
         self.violations: list[Violation] = []
         self._creators: dict[str, str] = {}
+        self._recoverers: dict[str, str] = {}  # who moved each ledger to IN_RECOVERY
 
     def violate(self, rule: str, detail: str) -> None:
         """Record a broken rule."""
@@ -176,10 +178,13 @@ class History:
                 f"{session} changed closed L{lid} (last {before.last_entry_id}->"
                 f"{after.last_entry_id})",
             )
+        if before.state == "OPEN" and after.state == "IN_RECOVERY":
+            self._recoverers[path] = session
         if (
             before.state == "IN_RECOVERY"
             and after.is_closed
             and self._creators.get(path) == session
+            and self._recoverers.get(path) != session
         ):
             self.violate(
                 "writer_closed_recovering_ledger",

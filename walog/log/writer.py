@@ -540,15 +540,21 @@ class AsyncLogWriter:
             stop=lambda _: left() <= 0,
             reraise=True,
         )
+        looked = False
         try:
             async for attempt in retrying:
                 with attempt:
                     if self._failure is not None:
                         return  # another writer took over: its takeover recovers the ledger
+                    if not looked:
+                        state = (await self._client.ledger_metadata(old.ledger_id)).state
+                        looked = True
+                        if state == "IN_RECOVERY":
+                            return  # somebody else's recovery, a takeover's: it fences us too
                     info = await _recover(
                         self._client, LedgerInfo(old.ledger_id), self._options.password
                     )
-        except _ListChanged:
+        except (_ListChanged, NoSuchLedgerError):
             return  # truncated meanwhile: nobody reads it any more
         except WalogError as exc:
             raise WalogError(
