@@ -227,7 +227,8 @@ class HostCluster:
         self.ensemble.leader(self._start_timeout)
         self._control = ControlHost(self.host("ctl"), self.metadata_uri)
         for host in self._bookie_hosts:
-            # --exit-with (BookieProcess's) works here too: the hosts share one PID namespace.
+            # --exit-with (BookieProcess's) works here too: the hosts share one PID namespace,
+            # and it stops the bookie cleanly where a parent-death signal would kill it.
             bookie = BookieProcess(
                 self.data_dir / "bookies" / host.name,
                 self.metadata_uri,
@@ -235,7 +236,7 @@ class HostCluster:
                 host=host.address,
                 extra_args=[*self._bookie_args, "--rack", host.rack],
                 log_path=self.data_dir / "logs" / f"bookie-{host.name}.log",
-                command_prefix=host.exec_prefix(),
+                command_prefix=host.exec_prefix(die_with_parent=False),
             )
             self._bookies.append(bookie)
             bookie.start()

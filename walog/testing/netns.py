@@ -164,10 +164,13 @@ class Host:
     address: str
     rack: str = ""
 
-    def exec_prefix(self) -> list[str]:
-        """The command prefix that runs a program on this host; the program is killed
-        when the process that started it dies (so a killed test leaves none running)."""
-        return ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.namespace]
+    def exec_prefix(self, *, die_with_parent: bool = True) -> list[str]:
+        """The command prefix that runs a program on this host. With ``die_with_parent``
+        the program is killed when the thread that started it ends (Linux's parent-death
+        signal), so a killed test leaves none running; a program that watches its owner
+        itself (a bookie's ``--exit-with``) goes without, and stops cleanly instead."""
+        prefix = ["setpriv", "--pdeathsig", "KILL"] if die_with_parent else []
+        return [*prefix, "ip", "netns", "exec", self.namespace]
 
     def popen(
         self,
