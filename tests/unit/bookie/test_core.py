@@ -125,6 +125,21 @@ async def test_range_reads_stop_at_gaps_and_byte_limit(tmp_path: Path) -> None:
     await core.close()
 
 
+async def test_a_range_of_empty_entries_is_bounded_by_their_overhead(tmp_path: Path) -> None:
+    # Payload alone would let one answer hold any number of empty entries; each counts
+    # READ_ENTRY_OVERHEAD, from the cache as from the entry logs.
+    core = await open_core(tmp_path)
+    for entry_id in range(100):
+        await add(core, 1, entry_id, data=b"")
+    limit = 10 * READ_ENTRY_OVERHEAD
+    assert [r.entry_id for r in (await core.read(1, 0, 99, max_bytes=limit))[1]] == list(range(10))
+    await core.checkpoint()
+    assert [r.entry_id for r in (await core.read(1, 50, 99, max_bytes=limit))[1]] == list(
+        range(50, 60)
+    )
+    await core.close()
+
+
 async def test_volatile_sync_cursor_never_goes_backwards_across_reopen(tmp_path: Path) -> None:
     core = await open_core(tmp_path)
     for entry_id in range(10):
