@@ -81,7 +81,8 @@ def _on_record_done(
 async def log_writer(world: World, who: str, delay: float) -> None:
     """Take over the log (once or twice, each time as a new client process), append, then
     close or crash. A new process per takeover keeps the writer-close rule checkable: the
-    client that created a ledger never recovers it (tests/sim/invariants.py)."""
+    client that created a ledger never completes a recovery of it that another started
+    (tests/sim/invariants.py)."""
     rng = world.rng
     await asyncio.sleep(delay)
     for term in range(rng.randint(1, 2)):
