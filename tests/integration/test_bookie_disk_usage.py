@@ -202,16 +202,16 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
             "writable again after deletion and compaction",
             within=60,
         )
-        # The kept ledger's share of the disk stays: at most one ninth, plus the entry log
-        # being filled and the index.
-        assert used_share(disk) < 0.3 < full
+        assert used_share(disk) < 0.4 < full  # writable again: under the low-water mark
         # Logs left without live data went with the deletion; the ones shared with the kept
-        # ledger are compacted by the next minor pass.
+        # ledger are compacted by the minor passes, which may still be at it now. What
+        # stays is the kept ledger's share: at most one ninth, plus the entry log being
+        # filled and the index.
         wait_until(
             lambda: _metric(metrics_port, "walog_bookie_entry_logs_compacted_total") > 0,
             "a minor compaction",
         )
-        assert used_share(disk) < 0.3
+        wait_until(lambda: used_share(disk) < 0.3, "compaction frees all but the kept share")
         with client.open_ledger(keeper.ledger_id) as reader:
             got = [e.data for first in range(0, ROUNDS, 32) for e in reader.read(first, first + 31)]
             assert got == [bytes([0]) * entry] * ROUNDS

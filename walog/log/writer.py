@@ -445,6 +445,7 @@ class AsyncLogWriter:
 
     async def _roll(self) -> BaseException | None:
         """Roll once; return the error of a failed roll (the writer keeps its ledger)."""
+        error: BaseException | None = None
         try:
             old = self._current
             new_writer = await _create_log_ledger(self._client, self.name, self._options)
@@ -468,17 +469,18 @@ class AsyncLogWriter:
                 self._retiring.discard(old)
         except WriterFencedError as exc:
             self._fail(exc)
-            return exc
+            error = exc
         except Exception as exc:  # a failed roll keeps the old ledger; a later roll retries
             log.warning("log roll failed", log=self.name, error=str(exc))
             self._roll_retry_at = self._loop.time() + ROLL_RETRY_SECONDS
-            return exc
+            error = exc
         finally:
             self._roll_task = None
-            # A limit reached while this roll was under way started no roll (the age timer
-            # fires once): the next one starts now, even if no record comes.
-            self._maybe_roll()
-        return None
+        # A limit reached while this roll was under way started no roll (the age timer fires
+        # once): the next one starts now, even if no record comes. Not from a roll cancelled
+        # or closed with its loop: no new task then.
+        self._maybe_roll()
+        return error
 
     def _append_ledger(
         self, meta: LogMetadata, expected_last: int, new_id: int
