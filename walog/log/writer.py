@@ -1,11 +1,11 @@
 """The log writer: takeover, record batching and rolling (seed 000, "Ledgers to logs").
 
-Takeover (:func:`open_log_writer`) follows the seed's order: read the ledger list, fence and
-recover the last two ledgers (and any earlier one still OPEN), create a new ledger, append
-it to the list, CAS-write the list. A lost CAS starts again from the read; the ledger created
-for it is deleted. No record is accepted before the CAS succeeded. Each takeover bumps the
-log's ``epoch``. Recovered ledgers that turn out empty leave the list in the same CAS (as
-pending deletions).
+Takeover (:func:`open_log_writer`) follows the seed's order (its steps are in
+walog.log.takeover): read the ledger list, fence and recover the last two ledgers (and any
+earlier one still OPEN), create a new ledger, append it to the list, CAS-write the list. A
+lost CAS starts again from the read; the ledger created for it is deleted. No record is
+accepted before the CAS succeeded. Each takeover bumps the log's ``epoch``. Recovered
+ledgers that turn out empty leave the list in the same CAS (as pending deletions).
 
 Records are packed into entries (walog.log.records) by size, count and linger time; a
 record's future resolves with its position once its entry is acknowledged. Rolling follows
@@ -48,12 +48,20 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.ledger import mutations
-from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
-from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
+from walog.log.ledgers import LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
+from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
 from walog.log.retention import RollPolicy
-from walog.wire.durability import Durability
+from walog.log.takeover import (
+    LedgerOptions,
+    ListChanged,
+    applied,
+    create_log_ledger,
+    record_closed,
+    recover_listed,
+    take_over_once,
+)
 
 log = get_logger(__name__)
 
@@ -69,24 +77,6 @@ failed before it gives up (the next writer's takeover recovers it then)."""
 
 PositionSink = Sink[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LedgerOptions:
-    """How the ledgers of a log are created (see ``Client.create_ledger``)."""
-
-    ensemble_size: int = 3
-    write_quorum: int = 3
-    ack_quorum: int = 2
-    durability: Durability = Durability.PERSISTENT
-    password: bytes = b""
-
-    def __post_init__(self) -> None:
-        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise ValueError(
-                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-                f"{self.ensemble_size}, {self.write_quorum}, {self.ack_quorum}"
-            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,7 +438,7 @@ class AsyncLogWriter:
         error: BaseException | None = None
         try:
             old = self._current
-            new_writer = await _create_log_ledger(self._client, self.name, self._options)
+            new_writer = await create_log_ledger(self._client, self.name, self._options)
             try:
                 if self._failure is not None:  # e.g. the session expired meanwhile
                     raise self._failure
@@ -485,7 +475,7 @@ class AsyncLogWriter:
     def _append_ledger(
         self, meta: LogMetadata, expected_last: int, new_id: int
     ) -> LogMetadata | None:
-        if _applied(meta, self.epoch, new_id):
+        if applied(meta, self.epoch, new_id):
             return None  # this roll's own CAS, applied although its answer was lost
         if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
             raise _fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
@@ -516,7 +506,7 @@ class AsyncLogWriter:
             task.add_done_callback(self._recoveries.discard)
             return
         last = old.writer.last_add_confirmed
-        await _record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
+        await record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
 
     async def _close_by_recovery(self, old: _ActiveLedger, cause: WalogError) -> None:
         """Close ``old`` the way a takeover would: fence and recover it, which closes it
@@ -553,10 +543,10 @@ class AsyncLogWriter:
                         looked = True
                         if state == "IN_RECOVERY":
                             return  # somebody else's recovery, a takeover's: it fences us too
-                    info = await _recover(
+                    info = await recover_listed(
                         self._client, LedgerInfo(old.ledger_id), self._options.password
                     )
-        except (_ListChanged, NoSuchLedgerError):
+        except (ListChanged, NoSuchLedgerError):
             return  # truncated meanwhile: nobody reads it any more
         except WalogError as exc:
             raise WalogError(
@@ -565,7 +555,7 @@ class AsyncLogWriter:
                 "recovers it, and until then readers wait at its end"
             ) from exc
         log.info("ledger closed by recovery", log=self.name, ledger=old.ledger_id)
-        await _record_closed(
+        await record_closed(
             self._client, self.name, old.ledger_id, info.last_entry_id, old.size_bytes
         )
 
@@ -614,125 +604,6 @@ class AsyncLogWriter:
                 raise outcome
 
 
-async def _record_closed(
-    client: LedgerClientLike, name: str, ledger_id: int, last: int, size_bytes: int
-) -> None:
-    now = time.time()
-
-    def mutate(meta: LogMetadata) -> LogMetadata | None:
-        i = meta.index_of(ledger_id)
-        if i is None or meta.ledgers[i].is_closed:
-            return None
-        return meta.with_ledger(meta.ledgers[i].closed(last, size_bytes, now))
-
-    try:
-        await update_log(client.ctx.store, name, mutate)
-    except WalogError as exc:  # the end is recovered again by the next takeover
-        log.warning("could not record closed ledger", log=name, ledger=ledger_id, error=str(exc))
-
-
-async def _create_log_ledger(
-    client: LedgerClientLike, name: str, options: LedgerOptions
-) -> LedgerWriterLike:
-    return await client.create_ledger(
-        options.ensemble_size,
-        options.write_quorum,
-        options.ack_quorum,
-        durability=options.durability,
-        password=options.password,
-        custom_metadata={LOG_TAG: name},
-    )
-
-
-def _applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
-    """True when ``meta`` already holds the change that appended ledger ``new_id`` as
-    ``epoch``: the CAS was applied although its answer was lost (a connection dropped
-    between request and reply), and the retry that re-reads the list finds it.
-
-    Only the writer that created ``new_id`` appends it, and every later takeover bumps the
-    epoch, so the pair identifies the change; taking it for a rival's would delete a
-    ledger the stored list names.
-    """
-    if mutations.enabled("lost_answer_taken_for_rival"):
-        return False
-    return meta.epoch == epoch and meta.last_ledger_id == new_id
-
-
-class _ListChanged(WalogError):
-    """The list changed under a takeover in a way that needs fencing again.
-
-    Not retriable for the inner CAS loop (same fenced tail would be wrong); the takeover
-    loop starts again from the read on it.
-    """
-
-
-async def _recover(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
-    """Fence and recover one ledger of the list; return its info marked CLOSED."""
-    try:
-        reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
-    except NoSuchLedgerError as exc:
-        # A concurrent takeover dropped (empty) or truncation deleted it: the list changed.
-        raise _ListChanged(f"ledger {info.ledger_id} left the list during takeover") from exc
-    await reader.close()
-    if info.is_closed:
-        return info
-    return info.closed(reader.last_add_confirmed, None, time.time())
-
-
-async def _take_over_once(
-    client: LedgerClientLike, name: str, options: LedgerOptions
-) -> tuple[LogMetadata, LedgerWriterLike]:
-    """Steps 1-5 of "Opening a log", once; raises _ListChanged when they must start over."""
-    store = client.ctx.store
-    meta, _ = await read_log(store, name)
-    recovered: dict[int, LedgerInfo] = {}
-    # The last two: the old writer may still add to the previous ledger while rolling.
-    # And any earlier one the list still shows OPEN: a writer that could not close it on a
-    # roll, nor recover it since, left it to this takeover (readers cannot pass it).
-    tail = len(meta.ledgers) - 2
-    fenced = [info for i, info in enumerate(meta.ledgers) if i >= tail or not info.is_closed]
-    if mutations.enabled("log_fences_only_last_ledger"):
-        fenced = list(meta.ledgers[-1:])
-    for info in fenced:
-        recovered[info.ledger_id] = await _recover(client, info, options.password)
-    new_writer = await _create_log_ledger(client, name, options)
-
-    def mutate(fresh: LogMetadata) -> LogMetadata | None:
-        if _applied(fresh, meta.epoch + 1, new_writer.ledger_id):
-            return None  # this takeover's own CAS, applied although its answer was lost
-        # Changes that leave the fenced tail and the epoch alone (cursors, archive marks,
-        # truncation of the head) need no new fencing; anything else does.
-        if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
-            raise _ListChanged(f"log {name!r} changed during takeover")
-        ledgers = [recovered.get(i.ledger_id, i) for i in fresh.ledgers]
-        # A recovered ledger that turned out empty holds nothing for anyone: drop it from
-        # the list and mark it for deletion in this same CAS (nothing is left undeleted).
-        empty = [i.ledger_id for i in ledgers if i.ledger_id in recovered and i.last_entry_id < 0]
-        return fresh.replace(
-            ledgers=(
-                *(i for i in ledgers if i.ledger_id not in empty),
-                LedgerInfo(new_writer.ledger_id),
-            ),
-            pending_deletion=(*fresh.pending_deletion, *empty),
-            epoch=fresh.epoch + 1,
-        )
-
-    try:
-        stored, _ = await update_log(store, name, mutate)
-    except BaseException:
-        # The lost CAS leaves this ledger unreferenced: nobody else would ever delete it.
-        await delete_ledger_if_exists(client, new_writer.ledger_id)
-        raise
-    log.info(
-        "log writer took over",
-        log=name,
-        epoch=stored.epoch,
-        ledger=new_writer.ledger_id,
-        fenced=list(recovered),
-    )
-    return stored, new_writer
-
-
 async def open_log_writer(
     client: LedgerClientLike,
     name: str,
@@ -746,9 +617,9 @@ async def open_log_writer(
         NoSuchLogError: the log does not exist.
         MetadataConflictError: other writers kept winning the CAS (duel) for too long.
     """
-    async for attempt in cas_retrying(also=_ListChanged):
+    async for attempt in cas_retrying(also=ListChanged):
         with attempt:
-            stored, ledger = await _take_over_once(client, name, options)
+            stored, ledger = await take_over_once(client, name, options)
             return AsyncLogWriter(client, name, stored.epoch, ledger, options, roll_policy, config)
     raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 

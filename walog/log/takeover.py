@@ -1,0 +1,170 @@
+"""The ledger list side of a log writer: taking a log over, creating its ledgers, recovering
+listed ledgers and recording their ends (seed 000, "Opening a log" and "Ledgers to logs").
+
+:func:`take_over_once` is steps 1-5 of the seed's takeover: read the ledger list, fence and
+recover the last two ledgers (and any earlier one still OPEN), create a new ledger, append
+it to the list, CAS-write the list. ``walog.log.writer.open_log_writer`` repeats it until
+its CAS sticks; the writer's rolls create, recover and record ledgers with the same helpers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from walog._log import get_logger
+from walog.errors import NoSuchLedgerError, WalogError
+from walog.ledger import mutations
+from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
+from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
+from walog.wire.durability import Durability
+
+log = get_logger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerOptions:
+    """How the ledgers of a log are created (see ``Client.create_ledger``)."""
+
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    durability: Durability = Durability.PERSISTENT
+    password: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ValueError(
+                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{self.ensemble_size}, {self.write_quorum}, {self.ack_quorum}"
+            )
+
+
+async def record_closed(
+    client: LedgerClientLike, name: str, ledger_id: int, last: int, size_bytes: int
+) -> None:
+    now = time.time()
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        i = meta.index_of(ledger_id)
+        if i is None or meta.ledgers[i].is_closed:
+            return None
+        return meta.with_ledger(meta.ledgers[i].closed(last, size_bytes, now))
+
+    try:
+        await update_log(client.ctx.store, name, mutate)
+    except WalogError as exc:  # the end is recovered again by the next takeover
+        log.warning("could not record closed ledger", log=name, ledger=ledger_id, error=str(exc))
+
+
+async def create_log_ledger(
+    client: LedgerClientLike, name: str, options: LedgerOptions
+) -> LedgerWriterLike:
+    return await client.create_ledger(
+        options.ensemble_size,
+        options.write_quorum,
+        options.ack_quorum,
+        durability=options.durability,
+        password=options.password,
+        custom_metadata={LOG_TAG: name},
+    )
+
+
+def applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
+    """True when ``meta`` already holds the change that appended ledger ``new_id`` as
+    ``epoch``: the CAS was applied although its answer was lost (a connection dropped
+    between request and reply), and the retry that re-reads the list finds it.
+
+    Only the writer that created ``new_id`` appends it, and every later takeover bumps the
+    epoch, so the pair identifies the change; taking it for a rival's would delete a
+    ledger the stored list names.
+    """
+    if mutations.enabled("lost_answer_taken_for_rival"):
+        return False
+    return meta.epoch == epoch and meta.last_ledger_id == new_id
+
+
+class ListChanged(WalogError):
+    """The list changed under a takeover in a way that needs fencing again.
+
+    Not retriable for the inner CAS loop (same fenced tail would be wrong); the takeover
+    loop starts again from the read on it.
+    """
+
+
+async def recover_listed(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
+    """Fence and recover one ledger of the list; return its info marked CLOSED."""
+    try:
+        reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
+    except NoSuchLedgerError as exc:
+        # A concurrent takeover dropped (empty) or truncation deleted it: the list changed.
+        raise ListChanged(f"ledger {info.ledger_id} left the list during takeover") from exc
+    await reader.close()
+    if info.is_closed:
+        return info
+    return info.closed(reader.last_add_confirmed, None, time.time())
+
+
+async def take_over_once(
+    client: LedgerClientLike, name: str, options: LedgerOptions
+) -> tuple[LogMetadata, LedgerWriterLike]:
+    """Steps 1-5 of "Opening a log", once; raises ListChanged when they must start over."""
+    store = client.ctx.store
+    meta, _ = await read_log(store, name)
+    recovered: dict[int, LedgerInfo] = {}
+    # The last two: the old writer may still add to the previous ledger while rolling.
+    # And any earlier one the list still shows OPEN: a writer that could not close it on a
+    # roll, nor recover it since, left it to this takeover (readers cannot pass it).
+    tail = len(meta.ledgers) - 2
+    fenced = [info for i, info in enumerate(meta.ledgers) if i >= tail or not info.is_closed]
+    if mutations.enabled("log_fences_only_last_ledger"):
+        fenced = list(meta.ledgers[-1:])
+    for info in fenced:
+        recovered[info.ledger_id] = await recover_listed(client, info, options.password)
+    new_writer = await create_log_ledger(client, name, options)
+
+    def mutate(fresh: LogMetadata) -> LogMetadata | None:
+        if applied(fresh, meta.epoch + 1, new_writer.ledger_id):
+            return None  # this takeover's own CAS, applied although its answer was lost
+        # Changes that leave the fenced tail and the epoch alone (cursors, archive marks,
+        # truncation of the head) need no new fencing; anything else does.
+        if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
+            raise ListChanged(f"log {name!r} changed during takeover")
+        ledgers = [recovered.get(i.ledger_id, i) for i in fresh.ledgers]
+        # A recovered ledger that turned out empty holds nothing for anyone: drop it from
+        # the list and mark it for deletion in this same CAS (nothing is left undeleted).
+        empty = [i.ledger_id for i in ledgers if i.ledger_id in recovered and i.last_entry_id < 0]
+        return fresh.replace(
+            ledgers=(
+                *(i for i in ledgers if i.ledger_id not in empty),
+                LedgerInfo(new_writer.ledger_id),
+            ),
+            pending_deletion=(*fresh.pending_deletion, *empty),
+            epoch=fresh.epoch + 1,
+        )
+
+    try:
+        stored, _ = await update_log(store, name, mutate)
+    except BaseException:
+        # The lost CAS leaves this ledger unreferenced: nobody else would ever delete it.
+        await delete_ledger_if_exists(client, new_writer.ledger_id)
+        raise
+    log.info(
+        "log writer took over",
+        log=name,
+        epoch=stored.epoch,
+        ledger=new_writer.ledger_id,
+        fenced=list(recovered),
+    )
+    return stored, new_writer
+
+
+__all__ = [
+    "LedgerOptions",
+    "ListChanged",
+    "applied",
+    "create_log_ledger",
+    "record_closed",
+    "recover_listed",
+    "take_over_once",
+]
