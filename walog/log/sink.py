@@ -35,7 +35,7 @@ from walog._log import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
-from walog.log.writer import LedgerOptions
+from walog.log.takeover import LedgerOptions, ListChanged, recover_listed
 
 log = get_logger(__name__)
 
@@ -171,19 +171,6 @@ def abandoned(
 # -- the commit ----------------------------------------------------------------------------
 
 
-class _TailChanged(WalogError):
-    """The tail of the list changed between fencing and the CAS: fence again."""
-
-
-async def _recover(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
-    try:
-        reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
-    except NoSuchLedgerError as exc:
-        raise _TailChanged(f"ledger {info.ledger_id} left the list") from exc
-    await reader.close()
-    return info if info.is_closed else info.closed(reader.last_add_confirmed, None, time.time())
-
-
 async def copy_ledger(
     client: LedgerClientLike, led: SinkLedger, tags: dict[str, str], options: LedgerOptions
 ) -> SinkLedger:
@@ -248,7 +235,7 @@ async def _link_once(
         batch = held[0] = dataclasses.replace(batch, ledgers=tuple(ledgers))
     # A ledger the list records as CLOSED was closed by its writer before it said so.
     recovered = {
-        info.ledger_id: await _recover(client, info, options.password)
+        info.ledger_id: await recover_listed(client, info, options.password)
         for info in meta.ledgers[-2:]
         if not info.is_closed
     }
@@ -259,7 +246,7 @@ async def _link_once(
         if already_linked(fresh, batch):
             return None
         if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
-            raise _TailChanged(f"log {batch.log!r} changed during the sink commit")
+            raise ListChanged(f"log {batch.log!r} changed during the sink commit")
         linked = True
         return link(fresh, batch, recovered, time.time())
 
@@ -286,7 +273,7 @@ async def commit_sink_batch(
     """
     await _check_fresh(client, batch, grace / 2, time.time())
     held = [batch]
-    async for attempt in cas_retrying(also=_TailChanged):
+    async for attempt in cas_retrying(also=ListChanged):
         with attempt:
             linked = await _link_once(client, held, options)
             if linked:

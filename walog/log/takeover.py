@@ -85,10 +85,11 @@ def applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
 
 
 class ListChanged(WalogError):
-    """The list changed under a takeover in a way that needs fencing again.
+    """The list changed under a takeover (or a sink's commit, walog.log.sink) in a way that
+    needs fencing again.
 
-    Not retriable for the inner CAS loop (same fenced tail would be wrong); the takeover
-    loop starts again from the read on it.
+    Not retriable for the inner CAS loop (same fenced tail would be wrong); the outer loop
+    starts again from the read on it.
     """
 
 
@@ -98,7 +99,7 @@ async def recover_listed(client: LedgerClientLike, info: LedgerInfo, password: b
         reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
     except NoSuchLedgerError as exc:
         # A concurrent takeover dropped (empty) or truncation deleted it: the list changed.
-        raise ListChanged(f"ledger {info.ledger_id} left the list during takeover") from exc
+        raise ListChanged(f"ledger {info.ledger_id} left the list") from exc
     await reader.close()
     if info.is_closed:
         return info
