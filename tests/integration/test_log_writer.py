@@ -198,6 +198,23 @@ async def test_explicit_roll_keeps_appends_flowing(client: AsyncClient, log_name
     assert [d for _, d in records] == [b"before", *(b"during%d" % i for i in range(20)), b"after"]
 
 
+async def test_a_roll_leaves_no_empty_ledger_in_the_list(
+    client: AsyncClient, log_name: str
+) -> None:
+    log = await client.open_log(log_name)
+    writer = await log.open_writer()
+    await writer.roll()  # nothing appended yet: the takeover's ledger stays
+    assert [s.ledger_id for s in await log.segments()] == [writer.ledger_id]
+    first = await writer.append(b"first")
+    await writer.roll()
+    await writer.roll()  # nothing appended since the last one switched
+    second = await writer.append(b"second")
+    await writer.close()
+    segments = await log.segments()
+    assert [s.ledger_id for s in segments] == [first.ledger_id, second.ledger_id]
+    assert [s.last_entry_id for s in segments] == [0, 0]
+
+
 async def test_a_roll_that_switched_succeeds_though_close_began_meanwhile(
     client: AsyncClient, log_name: str
 ) -> None:

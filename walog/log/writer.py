@@ -412,7 +412,9 @@ class AsyncLogWriter:
     async def roll(self) -> None:
         """Close the current ledger and continue in a new one now: returns once records go
         to a ledger other than the one current at the call. A roll under way is joined; one
-        that had switched already (and is closing the old ledger) is followed by another.
+        that had switched already (and is closing the old ledger) is followed by another,
+        unless nothing was appended since: like a roll policy, ``roll()`` never rolls an
+        empty ledger (every record appended before the call is in an earlier one already).
 
         Once records go to the new ledger the roll has succeeded, even if closing the old
         one fails (it is then closed by recovery in the background) or the writer closes
@@ -425,6 +427,9 @@ class AsyncLogWriter:
                 in its current ledger.
         """
         current = self._current
+        if not (current.entries or self._held or self._batch_futures):
+            self._check_usable()
+            return  # nothing went to (or waits for) the current ledger: an empty ledger
         while self._current is current:
             if self._roll_task is None:
                 self._check_usable()
