@@ -210,8 +210,11 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
         wait_until(
             lambda: _metric(metrics_port, "walog_bookie_entry_logs_compacted_total") > 0,
             "a minor compaction",
+            within=60,
         )
-        wait_until(lambda: used_share(disk) < 0.3, "compaction frees all but the kept share")
+        wait_until(
+            lambda: used_share(disk) < 0.3, "compaction frees all but the kept share", within=60
+        )
         with client.open_ledger(keeper.ledger_id) as reader:
             got = [e.data for first in range(0, ROUNDS, 32) for e in reader.read(first, first + 31)]
             assert got == [bytes([0]) * entry] * ROUNDS
