@@ -43,6 +43,9 @@ class LedgerOptions:
 async def record_closed(
     client: LedgerClientLike, name: str, ledger_id: int, last: int, size_bytes: int
 ) -> None:
+    """Record in log ``name``'s list that ``ledger_id`` closed at entry ``last`` (CAS; a
+    ledger no longer listed, or already recorded, is left alone). A failure is only logged:
+    the next takeover records the end again."""
     now = time.time()
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
@@ -60,6 +63,8 @@ async def record_closed(
 async def create_log_ledger(
     client: LedgerClientLike, name: str, options: LedgerOptions
 ) -> LedgerWriterLike:
+    """Create a ledger for log ``name`` with ``options``, tagged with the log's name (the
+    orphan scan finds it by that tag if no list ever names it)."""
     return await client.create_ledger(
         options.ensemble_size,
         options.write_quorum,
