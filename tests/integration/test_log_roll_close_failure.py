@@ -4,8 +4,8 @@ Readers never fence, so they cannot move past a ledger that is OPEN: its last en
 beyond the last add confirmed they know of. When the writer's close of the ledger it rolled
 away from fails (here: a VOLATILE ledger whose close cannot force every acknowledged entry
 to Qa bookies, because one is down), the writer closes it by recovery instead, in the
-background, retried until it succeeds; and a takeover recovers every ledger the list still
-shows OPEN, not only the last two.
+background, retried until it succeeds; and a takeover, or a sink's commit, recovers every
+ledger the list still shows OPEN, not only the last two.
 
 Real bookie processes; a bookie is stopped cleanly so that it leaves the registry and the
 next ledger is placed on the others.
@@ -24,6 +24,9 @@ from tests.integration.waiting import eventually
 from walog.aio import AsyncClient
 from walog.errors import WalogError
 from walog.log.log import AsyncLog
+from walog.log.records import encode_records
+from walog.log.sink import SinkBatch, SinkLedger, commit_sink_batch
+from walog.log.takeover import LedgerOptions
 from walog.log.writer import AsyncLogWriter
 from walog.testing import LocalCluster
 from walog.wire.durability import Durability
@@ -127,10 +130,12 @@ async def test_a_ledger_that_cannot_be_recovered_yet_is_recovered_once_its_booki
     assert await read_everything(log, 10) == records(b"a", b"b")
 
 
-async def test_a_takeover_recovers_every_ledger_the_list_shows_open_not_only_the_last_two(
+async def left_open_third_from_the_end(
     six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cluster, client, log = six
+) -> int:
+    """A log a0..a4, b0..b4, c0..c4 over three ledgers whose writer gave up on closing the
+    first (its bookies were down; they are back now): that first ledger's id."""
+    cluster, _, log = six
     monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
     writer, first, down = await written_then_bookies_stopped(six, 3)
     for prefix in (b"b", b"c"):  # two more ledgers: the first is not one of the last two
@@ -139,8 +144,35 @@ async def test_a_takeover_recovers_every_ledger_the_list_shows_open_not_only_the
     with pytest.raises(WalogError, match=f"ledger {first} stays OPEN"):
         await writer.close()  # gave up on the first ledger after CLOSE_RECOVERY_SECONDS
     assert [s.state for s in await log.segments()] == ["OPEN", "CLOSED", "CLOSED"]
-
     restart(cluster, down)
+    return first
+
+
+async def test_a_takeover_recovers_every_ledger_the_list_shows_open_not_only_the_last_two(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client, log = six
+    first = await left_open_third_from_the_end(six, monkeypatch)
     await (await log.open_writer()).close()
     assert await ledger_state(client, first) == ("CLOSED", 4)
     assert await read_everything(log, 15) == records(b"a", b"b", b"c")
+
+
+async def test_a_sink_commit_recovers_every_ledger_the_list_shows_open_like_a_takeover(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client, log = six
+    first = await left_open_third_from_the_end(six, monkeypatch)
+    # A PERSISTENT sink ledger: its writer replaces a bookie whose channel is still backing
+    # off after the restart.
+    options = LedgerOptions()
+    batch = SinkBatch(log.name, "txn-1", (), "etl", 1)
+    sink = await client.create_ledger(custom_metadata=batch.tags())
+    entry = encode_records([(0.0, b"d%d" % i) for i in range(5)])
+    await sink.append(entry)
+    await sink.close()
+    linked = SinkBatch(log.name, "txn-1", (SinkLedger(sink.ledger_id, 0, len(entry)),), "etl", 1)
+
+    assert await commit_sink_batch(client, linked, options)
+    assert await ledger_state(client, first) == ("CLOSED", 4)
+    assert await read_everything(log, 20) == records(b"a", b"b", b"c", b"d")

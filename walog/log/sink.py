@@ -3,8 +3,9 @@
 Tasks of a sink each write their rows into ledgers of their own (tagged with the log, the
 sink id, the batch id and the attempt's transaction id), close them and report them. The
 commit links them into the log's list with one CAS, in the order given, as a writer
-takeover does: it fences and recovers the last two listed ledgers, appends the new ones
-after them and bumps the epoch (an earlier writer's next roll finds the list changed).
+takeover does: it fences and recovers the last two listed ledgers (and any earlier one
+still OPEN), appends the new ones after them and bumps the epoch (an earlier writer's next
+roll finds the list changed).
 
 Exactly once:
 
@@ -35,7 +36,7 @@ from walog._log import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
-from walog.log.takeover import LedgerOptions, ListChanged, recover_listed
+from walog.log.takeover import LedgerOptions, ListChanged, recover_listed, to_fence, with_recovered
 
 log = get_logger(__name__)
 
@@ -131,8 +132,7 @@ def link(
 
     Recovered ledgers that are empty leave the list as pending deletions, as in a takeover.
     """
-    ledgers = [recovered.get(i.ledger_id, i) for i in meta.ledgers]
-    empty = [i.ledger_id for i in ledgers if i.ledger_id in recovered and i.last_entry_id < 0]
+    closed = with_recovered(meta, recovered)
     added = tuple(
         LedgerInfo(
             led.ledger_id,
@@ -147,12 +147,7 @@ def link(
     sinks = dict(meta.sinks)
     if batch.sink_id is not None:
         sinks[batch.sink_id] = batch.batch_id
-    return meta.replace(
-        ledgers=(*(i for i in ledgers if i.ledger_id not in empty), *added),
-        pending_deletion=(*meta.pending_deletion, *empty),
-        epoch=meta.epoch + 1,
-        sinks=sinks,
-    )
+    return closed.replace(ledgers=(*closed.ledgers, *added), epoch=meta.epoch + 1, sinks=sinks)
 
 
 def abandoned(
@@ -236,7 +231,7 @@ async def _link_once(
     # A ledger the list records as CLOSED was closed by its writer before it said so.
     recovered = {
         info.ledger_id: await recover_listed(client, info, options.password)
-        for info in meta.ledgers[-2:]
+        for info in to_fence(meta)
         if not info.is_closed
     }
     linked = False

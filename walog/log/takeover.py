@@ -98,6 +98,33 @@ class ListChanged(WalogError):
     """
 
 
+def to_fence(meta: LogMetadata) -> list[LedgerInfo]:
+    """The ledgers a new writer (or a sink's commit) fences and recovers first (pure).
+
+    The last two: the old writer may still add to the previous ledger while rolling. And any
+    earlier one the list still shows OPEN: a writer that could not close it on a roll, nor
+    recover it since, left it to whoever changes the list next (readers cannot pass it).
+    """
+    if mutations.enabled("log_fences_only_last_ledger"):
+        return list(meta.ledgers[-1:])
+    tail = len(meta.ledgers) - 2
+    return [info for i, info in enumerate(meta.ledgers) if i >= tail or not info.is_closed]
+
+
+def with_recovered(meta: LogMetadata, recovered: dict[int, LedgerInfo]) -> LogMetadata:
+    """``meta`` with the ``recovered`` ledgers' infos in place of the listed ones (pure).
+
+    A recovered ledger that turned out empty holds nothing for anyone: it leaves the list
+    and is marked for deletion in the same CAS (nothing is left undeleted).
+    """
+    ledgers = [recovered.get(i.ledger_id, i) for i in meta.ledgers]
+    empty = [i.ledger_id for i in ledgers if i.ledger_id in recovered and i.last_entry_id < 0]
+    return meta.replace(
+        ledgers=tuple(i for i in ledgers if i.ledger_id not in empty),
+        pending_deletion=(*meta.pending_deletion, *empty),
+    )
+
+
 async def recover_listed(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
     """Fence and recover one ledger of the list; return its info marked CLOSED."""
     try:
@@ -118,14 +145,7 @@ async def take_over_once(
     store = client.ctx.store
     meta, _ = await read_log(store, name)
     recovered: dict[int, LedgerInfo] = {}
-    # The last two: the old writer may still add to the previous ledger while rolling.
-    # And any earlier one the list still shows OPEN: a writer that could not close it on a
-    # roll, nor recover it since, left it to this takeover (readers cannot pass it).
-    tail = len(meta.ledgers) - 2
-    fenced = [info for i, info in enumerate(meta.ledgers) if i >= tail or not info.is_closed]
-    if mutations.enabled("log_fences_only_last_ledger"):
-        fenced = list(meta.ledgers[-1:])
-    for info in fenced:
+    for info in to_fence(meta):
         recovered[info.ledger_id] = await recover_listed(client, info, options.password)
     new_writer = await create_log_ledger(client, name, options)
 
@@ -136,17 +156,9 @@ async def take_over_once(
         # truncation of the head) need no new fencing; anything else does.
         if fresh.epoch != meta.epoch or fresh.ledger_ids[-2:] != meta.ledger_ids[-2:]:
             raise ListChanged(f"log {name!r} changed during takeover")
-        ledgers = [recovered.get(i.ledger_id, i) for i in fresh.ledgers]
-        # A recovered ledger that turned out empty holds nothing for anyone: drop it from
-        # the list and mark it for deletion in this same CAS (nothing is left undeleted).
-        empty = [i.ledger_id for i in ledgers if i.ledger_id in recovered and i.last_entry_id < 0]
-        return fresh.replace(
-            ledgers=(
-                *(i for i in ledgers if i.ledger_id not in empty),
-                LedgerInfo(new_writer.ledger_id),
-            ),
-            pending_deletion=(*fresh.pending_deletion, *empty),
-            epoch=fresh.epoch + 1,
+        closed = with_recovered(fresh, recovered)
+        return closed.replace(
+            ledgers=(*closed.ledgers, LedgerInfo(new_writer.ledger_id)), epoch=fresh.epoch + 1
         )
 
     try:
@@ -173,4 +185,6 @@ __all__ = [
     "record_closed",
     "recover_listed",
     "take_over_once",
+    "to_fence",
+    "with_recovered",
 ]
