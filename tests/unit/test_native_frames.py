@@ -42,7 +42,24 @@ def test_frames_come_out_whole_and_in_order_however_the_bytes_are_split(
         out += decoder.feed(stream[start:cut])
         start = cut
     assert out == frames
+    assert all(type(body) is bytes for *_, body in out)  # never a view of a reused buffer
     assert decoder.buffered == 0
+
+
+def test_frames_split_into_single_bytes_come_out_whole() -> None:
+    frames = [
+        (1, Kind.DATA, Method.ADD, b"abc" * 50),
+        (2, Kind.END, 0, b""),
+        (3, Kind.DATA, 1, b"z"),
+    ]
+    stream = b"".join(encode(*frame) for frame in frames)
+    decoder = FrameDecoder()
+    out = []
+    for i in range(len(stream)):
+        out += decoder.feed(stream[i : i + 1])
+        consumed = sum(HEADER.size + len(body) for *_, body in out)
+        assert decoder.buffered == i + 1 - consumed
+    assert out == frames
 
 
 def test_a_frame_over_the_limit_is_refused_before_its_body_arrives() -> None:

@@ -127,13 +127,22 @@ def decode_status(body: bytes) -> tuple[Code, str]:
 class FrameDecoder:
     """Splits a byte stream into frames.
 
+    Each body is copied once, out of the received chunks: a frame that arrives whole in one
+    chunk is sliced from it, one that spans chunks is joined from them when its last byte
+    comes (never gathered in a growing buffer first: add frames are large and mostly span
+    reads).
+
     Args:
         max_body: the largest body accepted; a larger length is a :class:`FrameError`.
     """
 
     def __init__(self, max_body: int = MAX_BODY_BYTES) -> None:
         self._max_body = max_body
-        self._buffer = bytearray()
+        # The chunks of an incomplete frame (the first starts at its header), their size,
+        # and the frame's header once it is whole.
+        self._chunks: list[memoryview] = []
+        self._have = 0
+        self._head: tuple[int, int, int, int] | None = None
 
     def feed(self, data: bytes) -> list[tuple[int, Kind, int, bytes]]:
         """The frames completed by ``data``: (call id, kind, method, body) each.
@@ -141,37 +150,70 @@ class FrameDecoder:
         Raises:
             FrameError: a frame is too large or of an unknown kind.
         """
-        if self._buffer:
-            self._buffer += data
-            source: bytes | bytearray = self._buffer
-        else:
-            source = data  # the common case: no copy until the frame's body
         frames: list[tuple[int, Kind, int, bytes]] = []
         offset = 0
-        end = len(source)
+        if self._chunks:
+            offset = self._complete(memoryview(data), frames)
+            if offset < 0:
+                return frames
+        end = len(data)
         header = HEADER.size
-        with memoryview(source) as view:
+        with memoryview(data) as view:
             while end - offset >= header:
-                length, call_id, kind, method = HEADER.unpack_from(source, offset)
-                if length > self._max_body:
-                    raise FrameError(f"frame of {length} bytes is over the {self._max_body} limit")
-                if not Kind.HELLO <= kind <= Kind.CANCEL:
-                    raise FrameError(f"unknown frame kind {kind}")
+                length, call_id, kind, method = self._header(data, offset)
                 start = offset + header
                 if end - start < length:
                     break
                 frames.append((call_id, Kind(kind), method, bytes(view[start : start + length])))
                 offset = start + length
-        if source is self._buffer:
-            del self._buffer[:offset]
-        elif offset < end:
-            self._buffer += source[offset:]
+        if offset < end:
+            rest = memoryview(data)[offset:]
+            self._chunks = [rest]
+            self._have = len(rest)
+            self._head = self._header(rest, 0) if len(rest) >= header else None
         return frames
+
+    def _header(self, source: bytes | memoryview, offset: int) -> tuple[int, int, int, int]:
+        length, call_id, kind, method = HEADER.unpack_from(source, offset)
+        if length > self._max_body:
+            raise FrameError(f"frame of {length} bytes is over the {self._max_body} limit")
+        if not Kind.HELLO <= kind <= Kind.CANCEL:
+            raise FrameError(f"unknown frame kind {kind}")
+        return length, call_id, kind, method
+
+    def _complete(self, data: memoryview, frames: list[tuple[int, Kind, int, bytes]]) -> int:
+        """Add ``data`` to the incomplete frame; once it is whole, append it to ``frames``
+        and return the offset in ``data`` after it, else -1."""
+        chunks = self._chunks
+        chunks.append(data)
+        self._have += len(data)
+        header = HEADER.size
+        if self._head is None:
+            if self._have < header:
+                return -1
+            self._head = self._header(b"".join(c[:header] for c in chunks)[:header], 0)  # rare
+        length, call_id, kind, method = self._head
+        if self._have < header + length:
+            return -1
+        used = len(data) - (self._have - header - length)  # of ``data``, for this frame
+        chunks[-1] = data[:used]
+        # The body's one copy, joined from the chunks past the header.
+        skip = header
+        parts: list[memoryview] = []
+        for chunk in chunks:
+            if skip >= len(chunk):
+                skip -= len(chunk)
+                continue
+            parts.append(chunk[skip:])
+            skip = 0
+        frames.append((call_id, Kind(kind), method, b"".join(parts)))
+        self._chunks, self._have, self._head = [], 0, None
+        return used
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not make a whole frame yet."""
-        return len(self._buffer)
+        return self._have
 
 
 __all__ = [
