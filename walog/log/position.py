@@ -10,47 +10,45 @@ tuples orders them as the log does.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, NamedTuple
 
 SegmentState = Literal["OPEN", "CLOSED"]
 
 
-@dataclasses.dataclass(frozen=True, order=True, slots=True)
-class Position:
+class _PositionFields(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    slot: int
+
+
+class Position(_PositionFields):
     """Where a record lives in a log: ledger, entry in the ledger, slot in the entry.
 
     Ordered like the log, hashable, and ``str(position)`` is ``"LEDGER:ENTRY:SLOT"``, which
-    :meth:`parse` turns back into an equal position.
+    :meth:`parse` turns back into an equal position. A named tuple: immutable, built,
+    compared and hashed in C (the log writer and readers make one per record), and equal to
+    the plain tuple of its fields.
 
     Raises:
         ValueError: a field is negative or not an int.
     """
 
-    ledger_id: int
-    entry_id: int
-    slot: int
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
+    def __new__(cls, ledger_id: int, entry_id: int, slot: int) -> Position:
         # Fast path: three plain non-negative ints (OR of non-negative ints is non-negative;
         # one negative makes it negative). Anything else gets the field-by-field check.
-        ledger_id, entry_id, slot = self.ledger_id, self.entry_id, self.slot
-        if (
+        if not (
             type(ledger_id) is int
             and type(entry_id) is int
             and type(slot) is int
             and (ledger_id | entry_id | slot) >= 0
         ):
-            return
-        for name in ("ledger_id", "entry_id", "slot"):
-            value = getattr(self, name)
-            # bool is an int subclass; a True slot is a bug, not a position.
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"Position.{name} must be an int, got {value!r}")
-            if value < 0:
-                raise ValueError(f"Position.{name} must be >= 0, got {value}")
+            _check_fields(ledger_id=ledger_id, entry_id=entry_id, slot=slot)
+        return _new_tuple(cls, (ledger_id, entry_id, slot))
 
     def __str__(self) -> str:
-        return f"{self.ledger_id}:{self.entry_id}:{self.slot}"
+        return f"{self[0]}:{self[1]}:{self[2]}"
 
     @classmethod
     def parse(cls, text: str) -> Position:
@@ -71,28 +69,30 @@ class Position:
 
     def entry_start(self) -> Position:
         """The first position of this position's entry (slot 0)."""
-        return Position(self.ledger_id, self.entry_id, 0)
+        return _new_tuple(Position, (self[0], self[1], 0))
 
 
-_new_object = object.__new__
-# The slots' own descriptors: setting through them skips the frozen dataclass __setattr__.
-_set_ledger_id = Position.__dict__["ledger_id"].__set__
-_set_entry_id = Position.__dict__["entry_id"].__set__
-_set_slot = Position.__dict__["slot"].__set__
+_new_tuple = tuple.__new__
+
+
+def _check_fields(**fields: object) -> None:
+    for name, value in fields.items():
+        # bool is an int subclass; a True slot is a bug, not a position.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"Position.{name} must be an int, got {value!r}")
+        if value < 0:
+            raise ValueError(f"Position.{name} must be >= 0, got {value}")
 
 
 def unchecked_position(ledger_id: int, entry_id: int, slot: int) -> Position:
     """A :class:`Position` built without validation, for fields the caller guarantees are
-    non-negative ints (the log writer's own ledger id, acked entry id and slot index).
+    non-negative ints (the log writer's own ledger id, acked entry id and slot index; a
+    reader's entry ids and slots).
 
     Equal, hashed and ordered exactly like ``Position(ledger_id, entry_id, slot)``, at a
-    fraction of the cost: the log writer makes one per record.
+    fraction of the cost: the log writer and readers make one per record.
     """
-    position: Position = _new_object(Position)
-    _set_ledger_id(position, ledger_id)
-    _set_entry_id(position, entry_id)
-    _set_slot(position, slot)
-    return position
+    return _new_tuple(Position, (ledger_id, entry_id, slot))
 
 
 def ledger_start(ledger_id: int) -> Position:

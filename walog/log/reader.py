@@ -31,7 +31,7 @@ from walog.ledger.entry import Entry
 from walog.log.archived import ArchivedLedger, archive_covers, archived_entries, archived_only
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.metadata import LogMetadata, read_log
-from walog.log.position import Position, Record, ledger_start
+from walog.log.position import Position, Record, ledger_start, unchecked_position
 from walog.log.records import iter_records
 from walog.metadata.layout import log_path
 
@@ -351,8 +351,9 @@ class AsyncLogReader:
             await self._lost_ledger()
             return
         for entry in entries:
+            # The ids are the ledger's and the slots enumerate's: valid by construction.
             for slot, (timestamp, data) in enumerate(iter_records(entry.data)):
-                position = Position(entry.ledger_id, entry.entry_id, slot)
+                position = unchecked_position(entry.ledger_id, entry.entry_id, slot)
                 if self._skip is not None and position < self._skip:
                     continue
                 self._buffer.append(Record(position, data, timestamp))
