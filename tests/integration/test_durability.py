@@ -14,7 +14,7 @@ import walog
 import walog._loop
 import walog.aio as aio
 from walog.config import ClientConfig, Timeouts
-from walog.errors import BookieReadOnlyError, BookieUnavailableError
+from walog.errors import BookieReadOnlyError, BookieUnavailableError, WalogError
 from walog.metadata import open_store
 from walog.metadata.layout import decommission_path
 from walog.testing import LocalCluster
@@ -181,6 +181,43 @@ def test_a_volatile_log_keeps_every_acknowledged_record_through_roll_and_close(
             while (record := reader.read_next(timeout=1.0)) is not None:
                 got.append(record.data)
         assert got == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
+
+
+def test_flushing_a_volatile_log_forces_its_acknowledged_records(
+    quiet_cluster: LocalCluster,
+) -> None:
+    with walog.connect(quiet_cluster.metadata_uri, config=CONFIG) as client:
+        log = client.open_log("volatile-flush", durability=Durability.VOLATILE)
+        with log.open_writer() as writer:
+            writer.append(b"first")  # its ledger's first add persists the master key
+            writer.flush()
+            before = journal_syncs(quiet_cluster)
+            positions = writer.append_many(b"r%d" % i for i in range(50))
+            assert journal_syncs(quiet_cluster) == before, "a VOLATILE append synced"
+            writer.flush()
+            after = journal_syncs(quiet_cluster)
+            assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+            ledger = client.open_ledger(positions[-1].ledger_id, recovery=False)
+            # The LAC the bookies know covers the last record: it was synced on Qa bookies.
+            assert ledger.read_last_add_confirmed() >= positions[-1].entry_id
+
+
+def test_a_volatile_log_flush_that_cannot_sync_on_ack_quorum_bookies_fails(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(4, "sqlite", data_dir=tmp_path / "c", bookie_args=SLOW_FLUSH)
+    with cluster, walog.connect(cluster.metadata_uri, config=CONFIG) as client:
+        log = client.open_log("volatile-down", ack_quorum=3, durability=Durability.VOLATILE)
+        writer = log.open_writer()
+        position = writer.append(b"acknowledged")
+        cluster.kill(client.ledger_metadata(position.ledger_id).last_ensemble[0])
+        with pytest.raises(WalogError, match="cannot replace bookies"):
+            writer.flush()
+        writer.close()  # by recovery, which keeps the acknowledged record
+        assert [s.state for s in log.segments()] == ["CLOSED"]
+        with log.open_reader("earliest") as reader:
+            record = reader.read_next(timeout=10.0)
+            assert record is not None and record.data == b"acknowledged"
 
 
 def test_a_volatile_writer_stops_with_bookie_read_only_error_when_a_bookie_turns_read_only(

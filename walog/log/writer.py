@@ -62,6 +62,7 @@ from walog.log.takeover import (
     recover_listed,
     take_over_once,
 )
+from walog.wire.durability import Durability
 
 log = get_logger(__name__)
 
@@ -164,8 +165,9 @@ class AsyncLogWriter:
         self._roll_retry: asyncio.TimerHandle | None = None  # tries it at _roll_retry_at
         self._age_timer: asyncio.TimerHandle | None = None
         self._retiring: set[_ActiveLedger] = set()
-        # Ledgers whose close failed, being closed by recovery (:meth:`_close_by_recovery`).
-        self._recoveries: set[asyncio.Task[None]] = set()
+        # Ledgers whose close failed, being closed by recovery (:meth:`_close_by_recovery`):
+        # the task and the ledger's id.
+        self._recoveries: dict[asyncio.Task[None], int] = {}
         self._give_up_at: float | None = None  # loop time when those stop, once closing
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
@@ -236,11 +238,51 @@ class AsyncLogWriter:
         return await self.append_nowait(data)
 
     async def flush(self) -> None:
-        """Send the partly filled entry now and wait until every record sent is acked.
+        """Send the partly filled entry now and wait until every record appended so far is
+        durable: acknowledged, which in a PERSISTENT log means synced on Qa bookies; a
+        VOLATILE log's records are then forced (seed 004) and the closes of the ledgers it
+        rolled away from awaited (a close forces too).
 
         Raises:
             WriterFencedError: another writer took over (or the first other failure).
+            WalogError: a VOLATILE log's records could not all be made durable (e.g. a
+                bookie is down, or a ledger rolled away from is still being recovered); a
+                later flush tries again.
         """
+        await self._drain()
+        if self._options.durability is Durability.VOLATILE:
+            await self._make_durable()
+
+    async def _make_durable(self) -> None:
+        """Force the current ledger and wait for the closes of the ones rolled away from
+        (everything sent is acknowledged)."""
+        if self._retiring and self._roll_task is not None:
+            await asyncio.wait([self._roll_task])  # switched away: a close forces every entry
+        if self._recoveries:
+            ids = ", ".join(str(i) for i in sorted(self._recoveries.values()))
+            raise WalogError(
+                f"log {self.name!r}: records are acknowledged but not known durable: the "
+                f"close of ledger {ids} failed, and it is being closed by recovery; flush "
+                "again later"
+            )
+        current = self._current
+        last = current.writer.last_add_pushed
+        try:
+            synced = await current.writer.force()
+        except (LedgerFencedError, LedgerClosedError) as exc:
+            error = _fenced(self.name, current.ledger_id, exc)
+            self._fail(error)
+            raise error from exc
+        if synced < last:
+            raise WalogError(
+                f"log {self.name!r}: records up to entry {last} of ledger "
+                f"{current.ledger_id} are acknowledged but only up to {synced} are synced "
+                f"on ack_quorum bookies; flush again later"
+            )
+
+    async def _drain(self) -> None:
+        """Send the partly filled entry now and wait until every record sent is
+        acknowledged."""
         self._send_batch()
         # Held entries go out once every earlier one completed (held implies undelivered):
         # the loop waits for them too.
@@ -507,8 +549,8 @@ class AsyncLogWriter:
                 error=str(exc),
             )
             task = self._loop.create_task(self._close_by_recovery(old, exc))
-            self._recoveries.add(task)
-            task.add_done_callback(self._recoveries.discard)
+            self._recoveries[task] = old.ledger_id
+            task.add_done_callback(self._recoveries.pop)
             return
         last = old.writer.last_add_confirmed
         await record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
@@ -590,7 +632,7 @@ class AsyncLogWriter:
         self._give_up_at = self._loop.time() + CLOSE_RECOVERY_SECONDS
         try:
             if self._failure is None:
-                await self.flush()
+                await self._drain()  # the close below forces a VOLATILE ledger
                 if self._roll_task is not None:  # a roll under way when close began
                     await asyncio.shield(self._roll_task)
         except WalogError:
