@@ -29,9 +29,9 @@ Rule names (used in reports and in docs/correctness.md):
 - ``writer_closed_recovering_ledger``: the writer never closes a ledger that is
   IN_RECOVERY (seed 000, "Closing a ledger as a writer": it must report an error). Checked
   on the metadata store's transitions: the session that created the ledger must not be the
-  one that moves it IN_RECOVERY -> CLOSED, unless that session also moved it to IN_RECOVERY
-  (its own recovery: a log writer recovers a ledger it left whose close failed, and never
-  one somebody else is recovering).
+  one that moves it IN_RECOVERY -> CLOSED, unless that session recovered it itself (it
+  fenced it, or moved it to IN_RECOVERY): a log writer recovers a ledger it left whose close
+  failed, possibly alongside somebody else's recovery, which is safe; a plain close is not.
 - ``stuck``: the event loop deadlocked or spun (every task waits forever, or a livelock).
 """
 
@@ -82,6 +82,7 @@ class History:
         self.violations: list[Violation] = []
         self._creators: dict[str, str] = {}
         self._recoverers: dict[str, str] = {}  # who moved each ledger to IN_RECOVERY
+        self._fencers: dict[int, set[str]] = {}  # who sent a fence for each ledger
 
     def violate(self, rule: str, detail: str) -> None:
         """Record a broken rule."""
@@ -146,6 +147,10 @@ class History:
         """A reader returned an entry."""
         record.reads.append((who, entry_id, data))
 
+    def on_fence(self, session: str, ledger_id: int) -> None:
+        """``session`` sent a fence for the ledger (a recovery, never a writer's close)."""
+        self._fencers.setdefault(ledger_id, set()).add(session)
+
     def on_error(self, who: str, exc: BaseException) -> None:
         """A protocol call raised; only WalogError subclasses are allowed."""
         from walog.errors import WalogError
@@ -185,6 +190,7 @@ class History:
             and after.is_closed
             and self._creators.get(path) == session
             and self._recoverers.get(path) != session
+            and session not in self._fencers.get(lid, ())
         ):
             self.violate(
                 "writer_closed_recovering_ledger",

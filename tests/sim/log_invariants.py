@@ -6,9 +6,9 @@ compares that with what two fresh readers read after a final takeover.
 
 Rule names:
 
-- ``log_record_lost``: every acknowledged record not truncated away is read back, same bytes.
-- ``log_ledger_missing``: every ledger holding an acknowledged record (not truncated) is in
-  the log's ledger list.
+- ``log_record_lost``: every acknowledged record not truncated away is read back, same bytes
+  (in a VOLATILE log: every one a later ``flush()`` of its writer made durable).
+- ``log_ledger_missing``: every ledger holding such a record is in the log's ledger list.
 - ``log_order``: one writer's acknowledged records sit in the log in the order it appended.
 - ``log_writers_overlap``: at most one writer at a time: every acknowledged record of an
   earlier takeover (epoch) lies before every one of a later takeover.
@@ -59,7 +59,10 @@ class LogHistory:
         self.acks: list[LogAck] = []
         self.reads: dict[str, list[tuple[Position, bytes]]] = {}
         self.truncated_before: Position | None = None
+        self.volatile = False
+        """A VOLATILE log: a record is durable once a flush after it succeeded."""
         self._next_index: dict[tuple[str, int], int] = {}
+        self._flushed: dict[tuple[str, int], int] = {}
 
     def metadata_observer(self, violate: Violate) -> Callable[..., None]:
         """An observer of the metadata server's changes checking ``log_listed_ledger_deleted``."""
@@ -97,6 +100,14 @@ class LogHistory:
         """A tailing reader returned a record."""
         self.reads.setdefault(who, []).append((position, data))
 
+    def on_flushed(self, who: str, epoch: int, count: int) -> None:
+        """A flush of a writer succeeded after its first ``count`` appends."""
+        key = (who, epoch)
+        self._flushed[key] = max(self._flushed.get(key, 0), count)
+
+    def _durable(self, ack: LogAck) -> bool:
+        return not self.volatile or ack.index < self._flushed.get((ack.who, ack.epoch), 0)
+
     def on_truncate(self, before: Position) -> None:
         """A truncation before ``before`` was asked for (records before it may go)."""
         if self.truncated_before is None or before > self.truncated_before:
@@ -126,7 +137,7 @@ class LogHistory:
         by_position = dict(final)
         listed = set(ledger_list)
         for ack in self.acks:
-            if not self._kept(ack.position):
+            if not self._kept(ack.position) or not self._durable(ack):
                 continue
             if ack.position.ledger_id not in listed:
                 violate("log_ledger_missing", f"{ack.who} acked {ack.position}, not listed")

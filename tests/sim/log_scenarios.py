@@ -20,6 +20,7 @@ from walog.log.log import AsyncLog
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
 from walog.log.writer import AsyncLogWriter
+from walog.wire.durability import Durability
 
 LOG = "log"
 FINAL_READ_IDLE_S = 3.0
@@ -38,6 +39,7 @@ async def _open_log(world: World, who: str, client: AsyncClient | None = None) -
             write_quorum=options[1],
             ack_quorum=options[2],
             roll_policy=RollPolicy(max_entries=options[3]),
+            durability=options[4],
         ),
     )
     return log
@@ -92,14 +94,23 @@ async def log_writer(world: World, who: str, delay: float) -> None:
         if writer is None:
             return
         world.trace.log(f"{who} TOOK OVER epoch {writer.epoch} ledger {writer.ledger_id}")
-        ok = await append_records(world, who, writer, rng.randint(1, 8))
+        count = rng.randint(1, 8)
+        ok = await append_records(world, who, writer, count)
         if rng.random() < 0.25:
             await world.crash_client(client.ctx)
             return
-        if ok:
-            await guard(world, who, writer.flush())
+        if ok and await guard(world, who, _flushed(writer)):
+            world.log_history.on_flushed(who, writer.epoch, count)
+            if rng.random() < 0.25:  # what the flush made durable must last without a close
+                await world.crash_client(client.ctx)
+                return
         await guard(world, who, writer.close())
         await asyncio.sleep(rng.uniform(0.0, 0.3))
+
+
+async def _flushed(writer: AsyncLogWriter) -> bool:
+    await writer.flush()
+    return True
 
 
 async def log_tailer(world: World, who: str, done: asyncio.Event) -> None:
@@ -141,12 +152,14 @@ async def log_truncator(world: World, who: str) -> None:
     world.trace.log(f"{who} TRUNCATE before {before}: {deleted} ledger(s)")
 
 
-async def log_duel(world: World) -> None:
+async def log_duel(world: World, durability: Durability = Durability.PERSISTENT) -> None:
     """Two writers take the log over from each other while a tailer follows it."""
     rng = world.rng
     ensemble = rng.randint(2, min(3, len(world.bookies)))
-    write = rng.randint(2, ensemble)
-    world.log_options = (ensemble, write, rng.randint(1, write), rng.randint(1, 4))
+    write = ensemble if durability is Durability.VOLATILE else rng.randint(2, ensemble)
+    quorums = (ensemble, write, rng.randint(1, write))
+    world.log_options = (*quorums, rng.randint(1, 4), durability)
+    world.log_history.volatile = durability is Durability.VOLATILE
     done = asyncio.Event()
     tail = asyncio.ensure_future(log_tailer(world, "t", done))
     cutter = asyncio.ensure_future(log_truncator(world, "cut"))
@@ -187,6 +200,15 @@ async def _read_all(world: World, who: str) -> list[tuple[Position, bytes]]:
     return out
 
 
-LOG_SCENARIOS: dict[str, Callable[[World], Awaitable[None]]] = {"log_duel": log_duel}
+async def log_duel_volatile(world: World) -> None:
+    """:func:`log_duel` on a VOLATILE log: what a writer flushed must survive the bookies'
+    crashes, which take what was acknowledged only from their page cache."""
+    await log_duel(world, Durability.VOLATILE)
 
-__all__ = ["LOG_SCENARIOS", "append_records", "log_duel", "log_final_phase"]
+
+LOG_SCENARIOS: dict[str, Callable[[World], Awaitable[None]]] = {
+    "log_duel": log_duel,
+    "log_duel_volatile": log_duel_volatile,
+}
+
+__all__ = ["LOG_SCENARIOS", "append_records", "log_duel", "log_duel_volatile", "log_final_phase"]

@@ -67,6 +67,13 @@ class SimNetwork:
         self._backlog: dict[str, list[Callable[[], None]]] = {b: [] for b in bookies}
         # Arrival time of the last message of each client->bookie stream (in-order delivery).
         self._stream_tail: dict[tuple[str, str], float] = {}
+        # Told (client, ledger id) of every fence a client sends, fencing reads included.
+        self.fence_observers: list[Callable[[str, int], None]] = []
+
+    def fencing(self, client: str, ledger_id: int) -> None:
+        """``client`` sends a fence for ``ledger_id`` (a recovery's first step)."""
+        for observe in self.fence_observers:
+            observe(client, ledger_id)
 
     # -- faults -------------------------------------------------------------------------
 
@@ -310,6 +317,8 @@ class SimBookieClient(BookieClient):
         """A range read, a fencing recovery read or a LAC long poll."""
         future = self._request(self._pool.timeouts.read + long_poll_timeout)
         kind = "fread" if fence else ("poll" if long_poll_timeout > 0 else "read")
+        if fence:
+            self._net.fencing(self._pool.name, ledger_id)
         self._net.send(
             self._pool.name,
             self.bookie_id,
@@ -334,6 +343,7 @@ class SimBookieClient(BookieClient):
 
     async def fence(self, ledger_id: int, master_key: bytes) -> FenceReply:
         """Fence the ledger on the bookie."""
+        self._net.fencing(self._pool.name, ledger_id)
         return await self._unary(
             ("fence L%d", (ledger_id,)), lambda b: b.fence(ledger_id, master_key)
         )

@@ -26,6 +26,7 @@ from walog.ledger.context import LedgerContext
 from walog.ledger.ensemble import Placement
 from walog.metadata.layout import bookie_path
 from walog.wire.digest import master_key
+from walog.wire.durability import Durability
 
 KEY = master_key(b"")
 TIMEOUTS = Timeouts(add=1.0, read=1.0, metadata=1.0, explicit_lac=0.05)
@@ -43,10 +44,12 @@ class World:
         self.meta = SimMetadataServer(loop)
         self.history = History(self.bookies)
         self.meta.observers.append(self.history.on_metadata)
+        self.net.fence_observers.append(self.history.on_fence)
         self.log_history = LogHistory()
         self.meta.observers.append(self.log_history.metadata_observer(self.history.violate))
-        self.log_options = (3, 3, 2, 2)
-        """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger)."""
+        self.log_options = (3, 3, 2, 2, Durability.PERSISTENT)
+        """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger,
+        durability)."""
         self.client_names: list[str] = []
         self.held: set[str] = set()
         """Bookies a scenario keeps down: the nemesis and the end of chaos leave them be."""

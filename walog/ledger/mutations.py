@@ -24,6 +24,8 @@ Known mutations:
   ledger while entries of the previous one are still in flight.
 - ``lost_answer_taken_for_rival``: a log takeover or roll that finds its own change in the
   list (its CAS applied, the answer lost) takes it for a rival's.
+- ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
+  are acknowledged, without forcing them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ KNOWN: frozenset[str] = frozenset(
         "log_fences_only_last_ledger",
         "lost_answer_taken_for_rival",
         "log_sends_across_roll_at_once",
+        "volatile_log_flush_skips_force",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -151,6 +151,7 @@ class AsyncLogWriter:
         self.name = name
         self.epoch = epoch
         self._options = options
+        self._volatile = options.durability is Durability.VOLATILE
         self._roll_policy = roll_policy
         self._config = config
         self._loop = asyncio.get_running_loop()
@@ -168,6 +169,7 @@ class AsyncLogWriter:
         # Ledgers whose close failed, being closed by recovery (:meth:`_close_by_recovery`):
         # the task and the ledger's id.
         self._recoveries: dict[asyncio.Task[None], int] = {}
+        self._recovery_failures: list[BaseException] = []  # of those given up, for close()
         self._give_up_at: float | None = None  # loop time when those stop, once closing
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
@@ -250,7 +252,7 @@ class AsyncLogWriter:
                 later flush tries again.
         """
         await self._drain()
-        if self._options.durability is Durability.VOLATILE:
+        if self._volatile and not mutations.enabled("volatile_log_flush_skips_force"):
             await self._make_durable()
 
     async def _make_durable(self) -> None:
@@ -259,11 +261,10 @@ class AsyncLogWriter:
         if self._retiring and self._roll_task is not None:
             await asyncio.wait([self._roll_task])  # switched away: a close forces every entry
         if self._recoveries:
-            ids = ", ".join(str(i) for i in sorted(self._recoveries.values()))
             raise WalogError(
                 f"log {self.name!r}: records are acknowledged but not known durable: the "
-                f"close of ledger {ids} failed, and it is being closed by recovery; flush "
-                "again later"
+                f"close of ledger {self._recovering()} failed, and it is being closed by "
+                "recovery; flush again later"
             )
         current = self._current
         last = current.writer.last_add_pushed
@@ -280,17 +281,35 @@ class AsyncLogWriter:
                 f"on ack_quorum bookies; flush again later"
             )
 
-    async def _drain(self) -> None:
+    async def _drain(self, *, recoveries: bool = False) -> None:
         """Send the partly filled entry now and wait until every record sent is
-        acknowledged."""
+        acknowledged. Held entries go out once every earlier one completed and, in a
+        VOLATILE log, once the ledgers rolled away from are closed: waited for too, those
+        closed by recovery only with ``recoveries`` (else their records raise here)."""
         self._send_batch()
-        # Held entries go out once every earlier one completed (held implies undelivered):
-        # the loop waits for them too.
-        while self._undelivered:
-            # wait(), not gather(): a cancelled caller must not cancel the entries.
-            await asyncio.wait([sent.entry for sent in self._undelivered])
+        # wait(), not gather(): a cancelled caller must not cancel the entries.
+        while self._undelivered or self._held:
+            if self._undelivered:
+                await asyncio.wait([sent.entry for sent in self._undelivered])
+            elif self._roll_task is not None:
+                await asyncio.wait([self._roll_task])
+            elif self._recoveries and recoveries:
+                await asyncio.wait(self._recoveries)
+            elif self._recoveries:
+                raise WalogError(
+                    f"log {self.name!r}: records wait for ledger "
+                    f"{self._recovering()} to be closed by recovery; flush again later"
+                )
+            else:
+                self._release_held()  # nothing keeps them back any more
+                if self._held and not self._undelivered:
+                    raise AssertionError(f"log {self.name!r}: entries held for nothing")
         if self._failure is not None:
             raise self._failure
+
+    def _recovering(self) -> str:
+        """The ids of the ledgers being closed by recovery, for messages."""
+        return ", ".join(str(i) for i in sorted(self._recoveries.values()))
 
     def _check_usable(self) -> None:
         if self._failure is not None:
@@ -321,10 +340,21 @@ class AsyncLogWriter:
         self._send_entry(payload, batch.size, futures)
 
     def _behind_a_roll(self) -> bool:
-        """Whether an entry of an earlier ledger is still undelivered (so, in flight): new
-        entries wait for it then."""
+        """Whether new entries wait: while an entry of an earlier ledger is undelivered
+        (so, in flight), and in a VOLATILE log while a ledger rolled away from is not
+        closed yet. Its acknowledged entries may sit in the bookies' page cache until its
+        close forces them (or a recovery finds what is left): a record that became durable
+        in the next ledger meanwhile would outlive earlier ones a crash took."""
         undelivered = self._undelivered
-        return bool(undelivered) and undelivered[0].ledger is not self._current
+        if undelivered and undelivered[0].ledger is not self._current:
+            return True
+        return self._volatile and bool(self._retiring or self._recoveries)
+
+    def _release_held(self) -> None:
+        """Send the held entries once nothing earlier keeps them back."""
+        held = self._held
+        while held and not self._behind_a_roll():
+            self._send_entry(*held.popleft())
 
     def _send_entry(self, payload: bytes, size: int, futures: list[PositionSink]) -> None:
         """Append one entry of records to the current ledger."""
@@ -356,10 +386,7 @@ class AsyncLogWriter:
                 while undelivered:
                     self._fail_futures(undelivered.popleft().sinks, error)
                 return
-        held = self._held
-        while held and not self._behind_a_roll():
-            # Every entry of the earlier ledgers completed: the held ones go out now.
-            self._send_entry(*held.popleft())
+        self._release_held()
 
     def _deliver(self, sent: _SentEntry) -> BaseException | None:
         """Resolve the records of a completed entry; when the entry failed, fail them and
@@ -513,6 +540,7 @@ class AsyncLogWriter:
             error = exc
         finally:
             self._roll_task = None
+        self._release_held()  # what waited for the old ledger's close (VOLATILE)
         # A limit reached while this roll was under way started no roll (the age timer fires
         # once): the next one starts now, even if no record comes. Not from a roll cancelled
         # or closed with its loop: no new task then.
@@ -550,7 +578,7 @@ class AsyncLogWriter:
             )
             task = self._loop.create_task(self._close_by_recovery(old, exc))
             self._recoveries[task] = old.ledger_id
-            task.add_done_callback(self._recoveries.pop)
+            task.add_done_callback(self._recovery_done)
             return
         last = old.writer.last_add_confirmed
         await record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
@@ -574,7 +602,14 @@ class AsyncLogWriter:
             return math.inf if self._give_up_at is None else self._give_up_at - self._loop.time()
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda exc: isinstance(exc, WalogError)),
+            # Not when the ledger left the list (truncated, or dropped by a takeover):
+            # nobody reads it any more, and it never comes back.
+            retry=retry_if_exception(
+                lambda exc: (
+                    isinstance(exc, WalogError)
+                    and not isinstance(exc, ListChanged | NoSuchLedgerError)
+                )
+            ),
             wait=lambda state: max(0.0, min(backoff(state), left())),
             stop=lambda _: left() <= 0,
             reraise=True,
@@ -589,7 +624,12 @@ class AsyncLogWriter:
                         state = (await self._client.ledger_metadata(old.ledger_id)).state
                         looked = True
                         if state == "IN_RECOVERY":
-                            return  # somebody else's recovery, a takeover's: it fences us too
+                            # Somebody else's recovery, a takeover's (or a sink commit's):
+                            # it fences this writer's ledgers too, so it stops now, before
+                            # held records could land ahead of its fence.
+                            error = MetadataConflictError(f"ledger {old.ledger_id} recovered")
+                            self._fail(_fenced(self.name, old.ledger_id, error))
+                            return
                     info = await recover_listed(
                         self._client, LedgerInfo(old.ledger_id), self._options.password
                     )
@@ -602,9 +642,32 @@ class AsyncLogWriter:
                 "recovers it, and until then readers wait at its end"
             ) from exc
         log.info("ledger closed by recovery", log=self.name, ledger=old.ledger_id)
+        acked = old.writer.last_add_pushed  # every entry completed before the close began
+        if info.last_entry_id < acked:
+            # A VOLATILE ledger's bookies lost acknowledged entries they had not synced:
+            # no later record may follow them into the log.
+            self._fail(
+                WalogError(
+                    f"log {self.name!r}: ledger {old.ledger_id} was closed by recovery at "
+                    f"entry {info.last_entry_id}, short of entry {acked} it acknowledged: "
+                    "bookies lost records that were acknowledged but not yet durable "
+                    "(VOLATILE), so this writer stops (open a new one to continue)"
+                )
+            )
         await record_closed(
             self._client, self.name, old.ledger_id, info.last_entry_id, old.size_bytes
         )
+
+    def _recovery_done(self, task: asyncio.Task[None]) -> None:
+        """A close by recovery ended: release the entries it held back, or fail them with
+        the writer if it gave up (they cannot follow records that may be lost)."""
+        self._recoveries.pop(task, None)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._recovery_failures.append(error)
+            if self._held:
+                self._fail(error)
+        self._release_held()
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -632,7 +695,8 @@ class AsyncLogWriter:
         self._give_up_at = self._loop.time() + CLOSE_RECOVERY_SECONDS
         try:
             if self._failure is None:
-                await self._drain()  # the close below forces a VOLATILE ledger
+                # The close below forces a VOLATILE ledger.
+                await self._drain(recoveries=True)
                 if self._roll_task is not None:  # a roll under way when close began
                     await asyncio.shield(self._roll_task)
         except WalogError:
@@ -646,9 +710,9 @@ class AsyncLogWriter:
         if self._failure is not None:
             for task in recoveries:
                 task.cancel()  # the new writer's takeover recovers those ledgers
-        for outcome in await asyncio.gather(*recoveries, return_exceptions=True):
-            if isinstance(outcome, WalogError):
-                raise outcome
+        await asyncio.gather(*recoveries, return_exceptions=True)  # failures: recorded
+        if self._recovery_failures:
+            raise self._recovery_failures[0]
 
 
 async def open_log_writer(
