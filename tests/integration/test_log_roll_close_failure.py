@@ -134,18 +134,34 @@ async def test_a_ledger_that_cannot_be_recovered_yet_is_recovered_once_its_booki
     assert await read_everything(log, 10) == records(b"a", b"b")
 
 
+async def test_records_that_wait_too_long_for_a_ledger_to_be_recovered_fail_with_the_writer(
+    six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = six[1]
+    monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
+    writer, first, _ = await written_then_bookies_stopped(six, 3)
+    await writer.roll()
+    later = writer.append_nowait(b"b0")  # waits for the first ledger, which nothing recovers
+    with pytest.raises(WalogError, match=f"ledger {first} was not closed by recovery within 1 s"):
+        await asyncio.wait_for(later, timeout=10.0)
+    with pytest.raises(WalogError, match="was not closed by recovery"):
+        await writer.append(b"b1")
+    assert (await ledger_state(client, first))[0] != "CLOSED"  # left to the next takeover
+
+
 async def left_open_third_from_the_end(
     six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
 ) -> int:
     """A log of three ledgers whose writer gave up on closing the first, holding a0..a4 (its
     bookies were down; they are back now): that first ledger's id."""
     cluster, _, log = six
-    monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
     writer, first, down = await written_then_bookies_stopped(six, 3)
     later = []
     for prefix in (b"b", b"c"):  # two more ledgers: the first is not one of the last two
         await writer.roll()
         later += [writer.append_nowait(prefix + b"%d" % i) for i in range(5)]
+    # Shortened only now: the records wait for the first ledger the default 30 s.
+    monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
     with pytest.raises(WalogError, match=f"ledger {first} stays OPEN"):
         await writer.close()  # gave up on the first ledger after CLOSE_RECOVERY_SECONDS
     # The records after the rolls waited for the first ledger's close, and fail with it.

@@ -74,7 +74,9 @@ ROLL_RETRY_SECONDS = 1.0
 
 CLOSE_RECOVERY_SECONDS = 30.0
 """Once ``close()`` began, how long the writer still tries to recover a ledger whose close
-failed before it gives up (the next writer's takeover recovers it then)."""
+failed before it gives up (the next writer's takeover recovers it then); and how long a
+VOLATILE log's records appended after such a ledger wait for its recovery before the
+writer stops."""
 
 PositionSink = Sink[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
@@ -579,6 +581,8 @@ class AsyncLogWriter:
             task = self._loop.create_task(self._close_by_recovery(old, exc))
             self._recoveries[task] = old.ledger_id
             task.add_done_callback(self._recovery_done)
+            if self._volatile:  # records appended from now on wait for it
+                self._loop.call_later(CLOSE_RECOVERY_SECONDS, self._held_too_long, task)
             return
         last = old.writer.last_add_confirmed
         await record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
@@ -656,6 +660,24 @@ class AsyncLogWriter:
             )
         await record_closed(
             self._client, self.name, old.ledger_id, info.last_entry_id, old.size_bytes
+        )
+
+    def _held_too_long(self, task: asyncio.Task[None]) -> None:
+        """Records of a VOLATILE log wait for ``task``'s close by recovery: stop the writer
+        if they still do after :data:`CLOSE_RECOVERY_SECONDS` (no append waits without
+        end while the ledger's bookies do not answer); look again later if none waits."""
+        if task.done() or self._failure is not None:
+            return
+        if not self._held:
+            self._loop.call_later(CLOSE_RECOVERY_SECONDS, self._held_too_long, task)
+            return
+        self._fail(
+            WalogError(
+                f"log {self.name!r}: ledger {self._recoveries[task]} was not closed by "
+                f"recovery within {CLOSE_RECOVERY_SECONDS:g} s (its bookies do not answer) "
+                "while records appended after it waited for it; the writer stops, and the "
+                "next writer's takeover recovers the ledger"
+            )
         )
 
     def _recovery_done(self, task: asyncio.Task[None]) -> None:
