@@ -805,6 +805,7 @@ class EntryStorage:
         moved: list[tuple[int, int, CachedEntry]] = []
         size = 0
         position = after
+        files: dict[int, int] = {}  # one descriptor per log read, closed after the walk
         try:
             with self._env.begin(db=self._entries) as txn:
                 for ledger_id in sorted(int(name) for name in doc if name != "_total"):
@@ -824,7 +825,7 @@ class EntryStorage:
                         if found is None or entry_id is None or found[0] != log_id:
                             continue  # a damaged row stays where it is (its reads fail)
                         position = (ledger_id, entry_id)
-                        record = self._read_one({}, ledger_id, entry_id, Location(*found))
+                        record = self._read_one(files, ledger_id, entry_id, Location(*found))
                         if record is not None:
                             moved.append(
                                 (ledger_id, entry_id, (record.lac, record.digest, record.data))
@@ -842,6 +843,9 @@ class EntryStorage:
                 return None, size
         except (OSError, lmdb.Error) as exc:
             raise StorageIOError(f"compacting entry log {log_id} failed: {exc}") from exc
+        finally:
+            for fd in files.values():
+                os.close(fd)
         return position, size
 
     def close(self) -> None:

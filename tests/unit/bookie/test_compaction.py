@@ -3,7 +3,9 @@ steps that never bring a deleted ledger back."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import time
 from pathlib import Path
 
@@ -68,6 +70,26 @@ async def test_compaction_gives_back_the_space_of_deleted_ledgers(tmp_path: Path
     await core.close()
     core = await open_core(tmp_path)
     assert await read_all(core, 1, 59) == expected
+    await core.close()
+
+
+def _open_entry_logs(path: Path) -> list[str]:
+    """The entry logs under ``path`` this process holds a descriptor of."""
+    logs = str(path / "entrylogs")
+    targets = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile (the listing's own)
+            targets.append(os.readlink(fd))
+    return [target for target in targets if target.startswith(logs)]
+
+
+async def test_compaction_keeps_no_descriptor_of_the_logs_it_removed(tmp_path: Path) -> None:
+    """A removed log whose file is still open keeps its blocks: the disk stays full."""
+    core = await _interleaved(tmp_path, ledgers=10, rounds=60)
+    await core.delete_ledgers(range(2, 11))
+    assert await core.compactor.compact(0.5) > 0
+    removed = [target for target in _open_entry_logs(tmp_path) if target.endswith("(deleted)")]
+    assert removed == []
     await core.close()
 
 
