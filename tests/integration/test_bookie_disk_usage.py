@@ -9,6 +9,7 @@ low-water mark it takes adds again by itself.
 from __future__ import annotations
 
 import contextlib
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 ENTRY = 4096
 ROUNDS = 128  # 9 ledgers x 128 entries x 64 KiB: 72 MiB against a 128 MiB disk
+ROUNDS_PER_CHECKPOINT = 8  # 4.5 MiB between checkpoints, against 8 MiB entry logs
 THRESHOLDS = [
     "--disk-usage-threshold", "0.5",
     "--disk-usage-warn-threshold", "0.45",
@@ -181,13 +183,19 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
                 writers.append(writer)
             else:
                 writer.close()
-        futures = [
-            writer.append_async(bytes([n]) * entry)
-            for _ in range(ROUNDS)
-            for n, writer in enumerate(writers)
-        ]
-        for future in futures:
-            future.result(timeout=120)
+        # A checkpoint writes its entries sorted by ledger: filled all at once, each ledger
+        # would get entry logs of its own and the deletion alone would free them. Paced, each
+        # checkpoint (every 0.2 s) holds a few rounds of every ledger, so every entry log
+        # holds some of the kept ledger and must be compacted.
+        for first in range(0, ROUNDS, ROUNDS_PER_CHECKPOINT):
+            futures = [
+                writer.append_async(bytes([n]) * entry)
+                for _ in range(first, min(first + ROUNDS_PER_CHECKPOINT, ROUNDS))
+                for n, writer in enumerate(writers)
+            ]
+            for future in futures:
+                future.result(timeout=120)
+            time.sleep(0.3)  # a checkpoint starts meanwhile
         for writer in writers:
             writer.close()
         wait_until(lambda: client.read_only_bookies() == [small.bookie_id], "read-only")
