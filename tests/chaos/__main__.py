@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=3)
     parser.add_argument("--quorum", default="3,3,2", help="E,Qw,Qa (e.g. 3,2,2)")
     parser.add_argument(
+        "--durability",
+        default="PERSISTENT",
+        choices=["PERSISTENT", "VOLATILE"],
+        help="the log's durability (VOLATILE needs E = Qw)",
+    )
+    parser.add_argument(
         "--mutation",
         action="append",
         default=[],
@@ -54,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 ensemble_size=ensemble,
                 write_quorum=write,
                 ack_quorum=ack,
+                durability=args.durability,
                 mutations=tuple(args.mutation),
             )
             work = Path(tempfile.mkdtemp(prefix=f"walog-chaos-{seed}-"))

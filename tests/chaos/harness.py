@@ -60,6 +60,10 @@ class ChaosConfig:
     ack_quorum: int = 2
     session_timeout: float = 4.0
     max_faulty_bookies: int = 2
+    durability: str = "PERSISTENT"
+    """The log's durability (``walog.Durability`` name): a VOLATILE log's bookies
+    acknowledge from their page cache, which a killed process leaves to the system, so the
+    same rules hold."""
     mutations: tuple[str, ...] = ()
     """Test-only protocol mutations (walog.ledger.mutations) switched on in the writers, to
     show that the checker catches the bug each one plants."""
@@ -114,7 +118,8 @@ class ChaosResult:
         lines.append(
             f"replay: python -m tests.chaos --seconds {self.config.seconds:g} "
             f"--seed {self.config.seed} --quorum {self.config.ensemble_size},"
-            f"{self.config.write_quorum},{self.config.ack_quorum}{mutation}"
+            f"{self.config.write_quorum},{self.config.ack_quorum}"
+            f" --durability {self.config.durability}{mutation}"
         )
         lines.append("nemesis schedule:")
         lines.append(nemesis.format_schedule(self.schedule))
@@ -151,7 +156,7 @@ class WriterPool:
             *DIE_WITH_PARENT, sys.executable, "-m", "tests.chaos.worker", self._uri, self._log,
             str(writer), str(self.incarnations[writer]), str(self._out), str(self._config.seed),
             "--quorum", f"{self._config.ensemble_size},{self._config.write_quorum},"
-            f"{self._config.ack_quorum}",
+            f"{self._config.ack_quorum}", "--durability", self._config.durability,
         ]  # fmt: skip
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
         env[MUTATIONS_ENV] = ",".join(self._config.mutations)

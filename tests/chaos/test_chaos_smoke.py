@@ -30,6 +30,20 @@ def test_acknowledged_records_survive_process_chaos(
     assert result.acks > 0, f"no record was acknowledged at all:\n{result.report()}"
 
 
+@pytest.mark.timeout(400)
+def test_acknowledged_records_of_a_volatile_log_survive_process_chaos(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """The same rules for a VOLATILE log (E = Qw = 3, Qa = 2): a killed bookie's page cache
+    outlives it, and its writer stops at a bookie fault (it cannot replace bookies), so the
+    writers take over, roll and recover all the more."""
+    config = ChaosConfig(seed=SEED, seconds=15.0, durability="VOLATILE")
+    result = run_chaos(config, tmp_path, zookeeper)
+    print(result.report())
+    assert result.ok, result.report()
+    assert result.acks > 0, f"no record was acknowledged at all:\n{result.report()}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3 * 3600)
 def test_acknowledged_records_survive_long_chaos(

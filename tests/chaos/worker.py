@@ -37,6 +37,7 @@ from walog.ledger import mutations
 from walog.log.log import AsyncLog
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
+from walog.wire.durability import Durability
 
 MUTATIONS_ENV = "WALOG_CHAOS_MUTATIONS"
 """Comma-separated test-only protocol mutations to switch on in this writer process."""
@@ -108,7 +109,13 @@ class ChaosWriter:
                 await writer.close()
 
 
-async def run(uri: str, log_name: str, state: ChaosWriter, quorum: tuple[int, int, int]) -> None:
+async def run(
+    uri: str,
+    log_name: str,
+    state: ChaosWriter,
+    quorum: tuple[int, int, int],
+    durability: Durability = Durability.PERSISTENT,
+) -> None:
     """Turn after turn until killed; ``quorum`` is (ensemble, write, ack) of new ledgers."""
     ensemble, write, ack = quorum
     async with await walog.aio.connect(uri, timeout=10.0, config=CHAOS_CLIENT) as client:
@@ -118,6 +125,7 @@ async def run(uri: str, log_name: str, state: ChaosWriter, quorum: tuple[int, in
             write_quorum=write,
             ack_quorum=ack,
             roll_policy=RollPolicy(max_entries=40),
+            durability=durability,
         )
         _emit("started", writer=state.writer, incarnation=state.incarnation)
         while True:
@@ -140,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("seed", type=int)
     parser.add_argument("--quorum", default="3,3,2", help="E,Qw,Qa of new ledgers")
+    parser.add_argument("--durability", default="PERSISTENT", choices=[d.name for d in Durability])
     args = parser.parse_args(argv)
     ensemble, write, ack = (int(part) for part in args.quorum.split(","))
     planted = [name for name in os.environ.get(MUTATIONS_ENV, "").split(",") if name]
@@ -147,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         mutations.set_enabled(planted)
         _emit("mutations", names=planted)
     state = ChaosWriter(args.writer, args.incarnation, args.out_dir, args.seed)
-    asyncio.run(run(args.uri, args.log, state, (ensemble, write, ack)))
+    quorum = (ensemble, write, ack)
+    asyncio.run(run(args.uri, args.log, state, quorum, Durability[args.durability]))
 
 
 if __name__ == "__main__":
