@@ -1,6 +1,7 @@
-"""Build of the bookie's compiled hot paths: the checkpoint loop (bookie/_fastcheckpoint.c)
-and the add path's per-entry checks (bookie/_fastadd.c); everything else about the package
-is in pyproject.toml. ``pip install -e .`` builds them in place."""
+"""Build of the bookie's compiled hot paths: the checkpoint loop (bookie/_fastcheckpoint.c),
+the add path's per-entry checks (bookie/_fastadd.c) and the journal's writer thread
+(bookie/_fastjournal.c); everything else about the package is in pyproject.toml.
+``pip install -e .`` builds them in place."""
 
 from setuptools import Extension, setup
 
@@ -9,7 +10,7 @@ def _extension(name: str) -> Extension:
     return Extension(
         f"bookie.{name}",
         sources=[f"bookie/{name}.c"],
-        depends=["bookie/_crc32c.h"],  # the CRC32C both share
+        depends=["bookie/_crc32c.h"],  # the CRC32C they share
         extra_compile_args=["-O2", "-Wall", "-Wextra"],
         # Without a C compiler the install still succeeds (the walog client needs no
         # extension) and the bookie runs the pure-Python code.
@@ -17,4 +18,10 @@ def _extension(name: str) -> Extension:
     )
 
 
-setup(ext_modules=[_extension("_fastcheckpoint"), _extension("_fastadd")])
+setup(
+    ext_modules=[
+        _extension("_fastcheckpoint"),
+        _extension("_fastadd"),
+        _extension("_fastjournal"),
+    ]
+)

@@ -1,10 +1,12 @@
 """The bookie's per-entry hot paths, compiled or pure Python, chosen once at import.
 
 The compiled code lives in C extensions built by ``pip install -e .`` (setup.py):
-``bookie._fastcheckpoint`` (the checkpoint loop, which bookie/storage.py runs) and
-``bookie._fastadd`` (the add path's checks); both are selected here. Each returns exactly what its
-pure-Python version returns. ``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does
-a checkout where an extension is not built (the bookie warns at start).
+``bookie._fastcheckpoint`` (the checkpoint loop, which bookie/storage.py runs),
+``bookie._fastadd`` (the add path's checks), both selected here, and
+``bookie._fastjournal`` (the journal's writer thread, selected by
+bookie/journal_writer.py). Each returns exactly what its pure-Python version returns.
+``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does a checkout where an extension
+is not built (the bookie warns at start).
 
 The add path's checks, called by the event-loop thread for every add batch:
 
@@ -70,6 +72,8 @@ _fastadd = compiled_module("bookie._fastadd")
 COMPILED = _fastadd is not None
 #: The checkpoint loop (bookie/storage.py), chosen once at import: True for the compiled one.
 CHECKPOINT_COMPILED = compiled_module("bookie._fastcheckpoint") is not None
+#: The journal's writer thread (bookie/journal_writer.py): True for the compiled one.
+JOURNAL_COMPILED = compiled_module("bookie._fastjournal") is not None
 
 
 def unbuilt() -> list[str]:
@@ -77,7 +81,11 @@ def unbuilt() -> list[str]:
     run in pure Python anyway, at about three times the CPU (the bookie warns at start)."""
     if pure_python_asked():
         return []
-    selected = {"bookie._fastadd": COMPILED, "bookie._fastcheckpoint": CHECKPOINT_COMPILED}
+    selected = {
+        "bookie._fastadd": COMPILED,
+        "bookie._fastcheckpoint": CHECKPOINT_COMPILED,
+        "bookie._fastjournal": JOURNAL_COMPILED,
+    }
     return [name for name, compiled in selected.items() if not compiled]
 
 

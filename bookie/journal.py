@@ -1,4 +1,4 @@
-"""The bookie journal writer: group commit, one fdatasync per group, recycled files.
+"""The bookie journal: group commit, one fdatasync per group, recycled files.
 
 Every change a bookie acknowledges (entry, master key, fence, explicit LAC, deletion) is a
 journal record first. The files and their format are in :mod:`bookie.journal_files`. Once
@@ -9,19 +9,16 @@ the pages written are pages the system already holds. A new file has its space r
 (``posix_fallocate``) ``RESERVE_BYTES`` at a time ahead of the writes for the same reason:
 on ext4 here a sync of a write into reserved space took ~215 us against ~300 us for one that
 grows the file (p50, three processes syncing at once). Replay stops at the reserved space's
-zeros as at any torn tail. One dedicated thread owns the open file:
+zeros as at any torn tail.
 
-- it takes everything queued (up to ``group_max_bytes``) as one group. With
-  ``group_wait_s == 0`` (the default) the group is written at once: records that arrive
-  while it is written and synced queue up and form the next group, so the batching comes
-  from the sync itself (BookKeeper's journal flushes when its queue is empty) and a lone
-  record pays one write and one sync, no timer. With ``group_wait_s > 0`` a group holding a
-  record that must be synced waits up to that long (from its first record's arrival) for
-  more, trading latency for fewer syncs on disks where a sync is very slow;
-- it ``write()``s the group, syncs it when any record needs it (or when unsynced VOLATILE
-  bytes are older than the flush interval), and hands a :class:`GroupReport` back to the
-  event loop with ``loop.call_soon_threadsafe``; waiters complete only after that, so no
-  record is acknowledged before the sync that covers it.
+:class:`Journal` runs on the event loop: it places each record (file, position, the seed of
+its CRC), rolls and reserves files, and hands the record to a writer thread
+(:mod:`bookie.journal_writer`), which frames, writes and syncs the records in groups: what
+is queued when it looks forms a group, a lone record pays one write and one sync, and
+records that arrive meanwhile form the next group. Unsynced VOLATILE records are synced by
+a timer within ``flush_interval_s``. Each completed group comes back to the loop as a
+:class:`GroupReport`; waiters complete only after that, so no record is acknowledged before
+the sync that covers it.
 """
 
 from __future__ import annotations
@@ -29,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import errno
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import crc32c
 import structlog
 
 from bookie.journal_files import (
@@ -52,6 +49,7 @@ from bookie.journal_files import (
     recycle,
     recycled_files,
 )
+from bookie.journal_writer import JournalWriter, new_writer
 from walog._sync import name_os_thread
 
 _log = structlog.get_logger(__name__)
@@ -96,34 +94,32 @@ GroupListener = Callable[[GroupReport, BaseException | None], None]
 
 
 class _Item:
-    """What one :meth:`Journal.append` queued: one record (no parts: a barrier)."""
+    """One record (or barrier, or timer sync) handed to the writer, until it completes."""
 
-    __slots__ = ("end", "enqueued", "mark_waiter", "parts", "size", "sync", "tag", "waiter")
+    __slots__ = ("close_fd", "end", "enqueued", "mark_waiter", "records", "size", "tag", "waiter")
 
     def __init__(
         self,
-        parts: Sequence[bytes],
-        sync: bool,
-        tag: object,
-        waiter: asyncio.Future[GroupReport] | None,
+        end: JournalMark,
+        size: int,
+        tag: object = None,
+        waiter: asyncio.Future[GroupReport] | None = None,
     ) -> None:
-        self.parts = parts
-        size = FRAME.size
-        for part in parts:
-            size += len(part)
-        self.size = size
-        self.sync = sync
+        self.end = end  # the journal position just after the record
+        self.size = size  # framed bytes (0: nothing written)
+        self.records = 1 if size else 0
         self.tag = tag
         self.waiter = waiter
         self.enqueued = time.monotonic()
-        #: A barrier's waiter, completed with the journal position right after the records
-        #: queued before it (not the end of its group: later records may share the group).
+        #: A barrier's waiter, completed with ``end``: every record queued before the
+        #: barrier lies before it (not the end of its group: later records may share it).
         self.mark_waiter: asyncio.Future[JournalMark] | None = None
-        self.end = JournalMark(0, 0)
+        #: The file this sync finishes (a roll): closed once the sync is done.
+        self.close_fd = -1
 
 
 class Journal:
-    """The journal writer: a queue drained by one group-commit thread.
+    """The journal of one bookie, on its event loop.
 
     Use :meth:`start` on the event loop that awaits the records, :meth:`append` (or
     :meth:`barrier`) from that loop, and :meth:`stop` to sync and close.
@@ -148,28 +144,28 @@ class Journal:
         self._flush_interval_s = flush_interval_s
         #: Called on the event loop for every group, before the group's waiters complete.
         self.listeners: list[GroupListener] = [on_group] if on_group else []
-        self._queue: collections.deque[_Item] = collections.deque()
-        self._cond = threading.Condition()
         self._stopping = False
-        self._abandon = False
         self._failed: StorageIOError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._writer: JournalWriter | None = None
         self._thread: threading.Thread | None = None
-        self._done: asyncio.Future[None] | None = None
+        self._in_writer: collections.deque[_Item] = collections.deque()  # submission order
+        self._flush_timer: asyncio.TimerHandle | None = None
+        # Records of this loop turn not handed to the busy writer yet: (fd, seed, parts, sync).
+        self._held: list[tuple[int, int, Sequence[bytes], bool]] = []
         self._fd = -1
         self._file_seq = 0
         self._seed = 0
         self._offset = 0
         self._reserved = 0
-        self._unsynced_bytes = 0
-        self._last_sync = time.monotonic()
+        self._unsynced = False  # records handed over since the last sync was asked for
         self.groups = 0
         self.syncs = 0
         self.bytes_written = 0
 
     @property
     def position(self) -> JournalMark:
-        """Where the next record will be written (thread's view; for diagnostics)."""
+        """Where the next record will be written."""
         return JournalMark(self._file_seq, self._offset)
 
     @property
@@ -178,17 +174,27 @@ class Journal:
         return self._failed
 
     async def start(self, file_seq: int) -> None:
-        """Start the thread on journal file ``file_seq`` (which must not exist yet); records
-        are then appended from the running loop. StorageIOError if the file cannot be made."""
+        """Open journal file ``file_seq`` (which must not exist yet) and start the writer;
+        records are then appended from the running loop. StorageIOError if the file cannot
+        be made."""
         loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._open_file, file_seq)
+        except OSError as exc:
+            failure = StorageIOError(f"cannot create journal file {file_seq}: {exc}")
+            failure.__cause__ = exc
+            self._failed = failure
+            raise failure from exc
         self._loop = loop
-        self._done = loop.create_future()
-        ready: asyncio.Future[None] = loop.create_future()
-        self._thread = threading.Thread(
-            target=self._run, args=(file_seq, ready), name="bookie-journal", daemon=True
-        )
+        writer = self._writer = new_writer(self._group_max_bytes, self._group_wait_s)
+        loop.add_reader(writer.fileno(), self._collect)
+
+        def run() -> None:
+            name_os_thread()
+            writer.run()
+
+        self._thread = threading.Thread(target=run, name="bookie-journal", daemon=True)
         self._thread.start()
-        await ready
 
     def append(
         self,
@@ -201,7 +207,7 @@ class Journal:
         """Queue one record (the concatenation of ``parts``).
 
         Args:
-            parts: The record payload, in pieces (framed by the thread).
+            parts: The record payload, in pieces (framed by the writer).
             sync: The record's group must be fdatasync'ed before it completes.
             tag: Reported back in :attr:`GroupReport.tags` (None: not reported).
             wait: Return a future completed with the group's report (after its sync when
@@ -214,10 +220,20 @@ class Journal:
             if waiter is not None:
                 waiter.set_exception(self._failed or StorageIOError("journal is closed"))
             return waiter
-        item = _Item(parts, sync, tag, waiter)
-        with self._cond:
-            self._queue.append(item)
-            self._cond.notify()
+        size = FRAME.size
+        for part in parts:
+            size += len(part)
+        try:
+            if self._offset >= self._file_bytes:
+                self._roll()
+            self._reserve(self._offset + size)
+        except OSError as exc:
+            self._fail_now(StorageIOError(f"journal file {self._file_seq + 1} failed: {exc}"))
+            if waiter is not None:
+                waiter.set_exception(self._failed or StorageIOError("journal is closed"))
+            return waiter
+        self._offset += size
+        self._hand_over(_Item(self.position, size, tag, waiter), parts, sync)
         return waiter
 
     def barrier(self) -> asyncio.Future[JournalMark]:
@@ -230,24 +246,37 @@ class Journal:
         if self._failed is not None or self._stopping:
             waiter.set_exception(self._failed or StorageIOError("journal is closed"))
             return waiter
-        item = _Item((), True, None, None)
+        item = _Item(self.position, 0)
         item.mark_waiter = waiter
-        with self._cond:
-            self._queue.append(item)
-            self._cond.notify()
+        self._hand_over(item, (), True)
         return waiter
 
     async def stop(self, *, sync: bool = True) -> None:
         """Write and (when ``sync``) sync what is queued, then close the file and end the
-        thread. ``sync=False`` drops queued records and skips the final sync (a crash)."""
-        if self._thread is None or self._done is None:
+        writer. ``sync=False`` drops queued records and skips the final sync (a crash)."""
+        writer, thread, loop = self._writer, self._thread, self._loop
+        if writer is None or thread is None or loop is None:
             return
-        with self._cond:
-            self._stopping = True
-            self._abandon = not sync
-            self._cond.notify()
-        await self._done
+        if sync and self._unsynced and self._failed is None and not self._stopping:
+            self._hand_over(_Item(self.position, 0), (), True)
+        self._stopping = True
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+        if sync:
+            self._release_held()  # abandoned (a crash): they never reach the file
+        writer.stop(not sync)
+        await loop.run_in_executor(None, thread.join)
+        loop.remove_reader(writer.fileno())
+        self._collect()
         self._thread = None
+        self._writer = None
+        closed = StorageIOError("journal is closed")
+        while self._in_writer:  # not completed by the writer (it never does after a crash)
+            items = [self._in_writer.popleft()]
+            self._complete(self._report(items, False, 0.0, 0.0, 0.0), items, closed)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def delete_before(self, file_seq: int) -> int:
         """Retire journal files older than ``file_seq``: keep up to ``recycle_files`` of
@@ -265,7 +294,7 @@ class Journal:
                 retired += 1
         return retired
 
-    # -- the journal thread -------------------------------------------------------------
+    # -- placing records ------------------------------------------------------------------
 
     def _open_file(self, file_seq: int) -> None:
         """Start journal file ``file_seq``: a recycled file renamed, or a new one; either
@@ -274,17 +303,31 @@ class Journal:
         recycled = recycled_files(self.directory)
         if recycled:
             os.rename(recycled[0], path)
-            self._fd = os.open(path, os.O_WRONLY)
+            fd = os.open(path, os.O_WRONLY)
         else:
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._reserved = os.fstat(self._fd).st_size  # a reused file: all of it
-        fsync_dir(self.directory)
-        header = file_header(file_seq)
-        if os.write(self._fd, header) != len(header):
-            raise OSError(f"short write of the header of journal file {file_seq}")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            self._reserved = os.fstat(fd).st_size  # a reused file: all of it
+            fsync_dir(self.directory)
+            header = file_header(file_seq)
+            if os.write(fd, header) != len(header):
+                raise OSError(f"short write of the header of journal file {file_seq}")
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
         self._file_seq = file_seq
         self._seed = crc_seed(file_seq)
         self._offset = HEADER_BYTES
+
+    def _roll(self) -> None:
+        """Continue in the next file: the current one is synced (so that a synced group
+        still means everything written so far is durable) and closed after that."""
+        old = _Item(self.position, 0)
+        old.close_fd = self._fd
+        self._hand_over(old, (), True)
+        self._fd = -1
+        self._open_file(self._file_seq + 1)
 
     def _reserve(self, end: int) -> None:
         """Reserve the file's blocks up to ``end`` and ``RESERVE_BYTES`` beyond, so that
@@ -301,174 +344,98 @@ class Journal:
             target = 1 << 62  # no more attempts in this file
         self._reserved = target
 
-    def _run(self, file_seq: int, ready: asyncio.Future[None]) -> None:
-        assert self._loop is not None and self._done is not None
-        name_os_thread()
-        try:
-            self._open_file(file_seq)
-        except OSError as exc:
-            failure = StorageIOError(f"cannot create journal file {file_seq}: {exc}")
-            failure.__cause__ = exc
+    def _hand_over(self, item: _Item, parts: Sequence[bytes], sync: bool) -> None:
+        assert self._writer is not None and self._loop is not None
+        fd = item.close_fd if item.close_fd >= 0 else self._fd
+        if not self._in_writer:
+            # An idle writer starts on the record at once: a lone add waits for nothing.
+            self._writer.submit(fd, self._seed, parts, sync)
+            self._writer.wake()
+        else:
+            # A busy one gets the turn's records together at its end, so that they form one
+            # group (handed over one by one, each would be taken with the few queued by then).
+            if not self._held:
+                self._loop.call_soon(self._release_held)
+            self._held.append((fd, self._seed, parts, sync))
+        self._in_writer.append(item)
+        if sync:
+            self._unsynced = False
+        elif not self._unsynced:
+            self._unsynced = True
+            if self._flush_timer is None:
+                self._flush_timer = self._loop.call_later(self._flush_interval_s, self._flush_due)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        writer = self._writer
+        if writer is not None and held:
+            for job in held:
+                writer.submit(*job)
+            writer.wake()
+
+    def _flush_due(self) -> None:
+        """VOLATILE records waited ``flush_interval_s`` for a sync: ask for one."""
+        self._flush_timer = None
+        if self._unsynced and self._failed is None and not self._stopping:
+            self._hand_over(_Item(self.position, 0), (), True)
+
+    def _fail_now(self, failure: StorageIOError) -> None:
+        """A step on the loop failed (a roll): records handed over still complete, with
+        whatever the writer made of them; nothing more is taken."""
+        if self._failed is None:
             self._failed = failure
-            self._loop.call_soon_threadsafe(ready.set_exception, failure)
-            self._loop.call_soon_threadsafe(_resolve, self._done)
-            return
-        self._loop.call_soon_threadsafe(_resolve, ready)
-        try:
-            while self._step():
-                pass
-        except BaseException as exc:
-            # A bug, not a disk error: fail loudly rather than leave waiters hanging.
-            _log.exception("journal thread crashed")
-            failure = StorageIOError(f"journal thread crashed: {exc!r}")
-            failure.__cause__ = exc
-            self._failed = failure
-            with self._cond:
-                stranded = list(self._queue)
-                self._queue.clear()
-            self._fail(stranded, failure)
-        finally:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-            assert self._loop is not None and self._done is not None
-            self._loop.call_soon_threadsafe(_resolve, self._done)
+            _log.error("journal failed", error=str(failure), file_seq=self._file_seq)
 
-    def _step(self) -> bool:
-        """One group; False when the thread should end."""
-        items: list[_Item] = []
-        with self._cond:
-            while not self._queue and not self._stopping:
-                if self._unsynced_bytes == 0 or self._failed is not None:
-                    self._cond.wait()
-                    continue
-                remaining = self._last_sync + self._flush_interval_s - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            if self._stopping and (self._abandon or not self._queue):
-                dropped = list(self._queue)
-                self._queue.clear()
-                final_sync = not self._abandon and self._failed is None
-                final_sync = final_sync and self._unsynced_bytes > 0
-            else:
-                dropped = []
-                final_sync = False
-                items = self._take_group()
-        if dropped or (self._stopping and not items):
-            self._fail(dropped, StorageIOError("journal is closed"))
-            if final_sync:
-                self._commit([])
-            return False
-        self._commit(items)
-        return True
+    # -- completions ----------------------------------------------------------------------
 
-    def _take_group(self) -> list[_Item]:
-        """Take a group off the queue (lock held): everything queued, then, only with
-        ``group_wait_s > 0`` and a record that must be synced, what arrives in the wait."""
-        items: list[_Item] = []
-        size = 0
-        while self._queue and size < self._group_max_bytes:
-            item = self._queue.popleft()
-            items.append(item)
-            size += item.size
-        if not items or not any(item.sync for item in items) or self._group_wait_s <= 0:
-            return items
-        deadline = items[0].enqueued + self._group_wait_s
-        while size < self._group_max_bytes and not self._stopping:
-            if self._queue:
-                item = self._queue.popleft()
-                items.append(item)
-                size += item.size
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._cond.wait(remaining)
-        return items
-
-    def _commit(self, items: list[_Item]) -> None:
-        started = time.monotonic()
-        if self._failed is not None:
-            self._fail(items, self._failed)
-            return
-        try:
-            # Roll before framing: a record's CRC is seeded with its file's number.
-            rolled = self._offset >= self._file_bytes and any(item.parts for item in items)
-            if rolled:
-                # Rolling syncs the old file; sync the group too, so a report's ``synced``
-                # keeps meaning "everything written so far is durable".
-                if self._unsynced_bytes:
-                    os.fdatasync(self._fd)
-                    self.syncs += 1
-                os.close(self._fd)
-                self._fd = -1
-                self._open_file(self._file_seq + 1)
-            chunks: list[bytes] = []
-            ends: list[int] = []  # each item's end, relative to the start of the group
-            relative = 0
+    def _collect(self) -> None:
+        """The writer signalled: complete the jobs it finished, a group at a time."""
+        assert self._writer is not None
+        done = self._writer.collect()
+        start = 0
+        while start < len(done):
+            group_no, error, synced, started, written, finished = done[start]
+            end = start + 1
+            while end < len(done) and group_no and done[end][0] == group_no:
+                end += 1
+            items = [self._in_writer.popleft() for _ in range(end - start)]
+            start = end
             for item in items:
-                if item.parts:
-                    crc = self._seed
-                    for part in item.parts:
-                        crc = crc32c.crc32c(part, crc)
-                    chunks.append(FRAME.pack(item.size - FRAME.size, crc))
-                    chunks.extend(item.parts)
-                    relative += item.size
-                ends.append(relative)
-            buffer = b"".join(chunks)
-            must_sync = rolled or any(item.sync for item in items) or not items
-            must_sync = must_sync or (
-                self._unsynced_bytes + len(buffer) > 0
-                and time.monotonic() - self._last_sync >= self._flush_interval_s
-            )
-            for item, end in zip(items, ends, strict=True):
-                item.end = JournalMark(self._file_seq, self._offset + end)
-            self._reserve(self._offset + len(buffer))
-            view = memoryview(buffer)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            self._offset += len(buffer)
-            self._unsynced_bytes += len(buffer)
-            written = done = time.monotonic()
-            if must_sync:
-                os.fdatasync(self._fd)
-                self.syncs += 1
-                self._unsynced_bytes = 0
-                self._last_sync = done = time.monotonic()
-        except OSError as exc:
-            failure = StorageIOError(f"journal file {self._file_seq} failed: {exc}")
-            failure.__cause__ = exc
-            self._failed = failure
-            _log.error("journal failed", error=str(exc), file_seq=self._file_seq)
-            self._fail(items, failure)
-            return
-        self.groups += 1
-        self.bytes_written += len(buffer)
-        report = GroupReport(
+                if item.close_fd >= 0:
+                    os.close(item.close_fd)
+            failure: StorageIOError | None = None
+            if error:
+                failure = self._failed or self._write_failure(error)
+            else:
+                self.groups += 1
+                self.syncs += synced
+                self.bytes_written += sum(item.size for item in items)
+            report = self._report(items, synced, started, written, finished)
+            self._complete(report, items, failure)
+
+    def _write_failure(self, error: int) -> StorageIOError:
+        if error == errno.ECANCELED:
+            return StorageIOError("journal is closed")
+        failure = StorageIOError(f"journal file {self._file_seq} failed: {os.strerror(error)}")
+        self._fail_now(failure)
+        return failure
+
+    def _report(
+        self, items: list[_Item], synced: bool, started: float, written: float, done: float
+    ) -> GroupReport:
+        return GroupReport(
             group_no=self.groups,
-            synced=must_sync,
+            synced=synced,
             sync_no=self.syncs,
-            end=JournalMark(self._file_seq, self._offset),
+            end=items[-1].end,
             tags=[item.tag for item in items if item.tag is not None],
-            record_count=sum(1 for item in items if item.parts),
-            byte_count=len(buffer),
-            enqueued=items[0].enqueued if items else started,
+            record_count=sum(item.records for item in items),
+            byte_count=sum(item.size for item in items),
+            enqueued=items[0].enqueued,
             started=started,
             written=written,
             done=done,
         )
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._complete, report, items, None)
-
-    def _fail(self, items: list[_Item], error: StorageIOError) -> None:
-        if not items:
-            return
-        assert self._loop is not None
-        report = GroupReport(0, False, self.syncs, self.position, [], len(items), 0)
-        self._loop.call_soon_threadsafe(self._complete, report, items, error)
-
-    # -- back on the event loop -----------------------------------------------------------
 
     def _complete(
         self, report: GroupReport, items: list[_Item], error: BaseException | None

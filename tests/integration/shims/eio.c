@@ -1,11 +1,12 @@
 /* An LD_PRELOAD library that makes a bookie's disk fail on demand, for tests.
  *
  * While the file named by WALOG_EIO_TRIGGER exists, the calls listed in WALOG_EIO_CALLS
- * (any of "fsync", "fdatasync", "write"; default all three) fail with EIO on file
- * descriptors whose path starts with WALOG_EIO_DIR. Every other call, and every call while
+ * (any of "fsync", "fdatasync", "write"; default all three; "write" covers writev too)
+ * fail with EIO on file descriptors whose path starts with WALOG_EIO_DIR. Every other call, and every call while
  * the trigger file is absent, goes to the C library unchanged. The kernel here has no
  * device-mapper (no dm "error" or "flakey" target), so the failure is injected at the
- * C library boundary that Python's os.fsync, os.fdatasync and os.write go through.
+ * C library boundary that Python's os.fsync, os.fdatasync and os.write go through, and the
+ * compiled journal writer's writev and fdatasync.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int failing(const char *call, int fd) {
@@ -71,4 +73,16 @@ ssize_t write(int fd, const void *buf, size_t count) {
         return -1;
     }
     return real(fd, buf, count);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt) {
+    static ssize_t (*real)(int, const struct iovec *, int) = NULL;
+    if (real == NULL) {
+        real = (ssize_t (*)(int, const struct iovec *, int))dlsym(RTLD_NEXT, "writev");
+    }
+    if (failing("write", fd)) {
+        errno = EIO;
+        return -1;
+    }
+    return real(fd, iov, iovcnt);
 }

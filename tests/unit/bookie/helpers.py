@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import bookie.journal_writer
 from bookie.config import StorageConfig
 from bookie.core import BookieCore
 from walog.wire.digest import entry_digest, master_key
@@ -82,6 +83,19 @@ def compiled_add_module() -> ModuleType:
     """The compiled add-path checks (bookie/_fastadd.c); the calling test fails with one
     line when they are not built (tests never fall back to pure Python silently)."""
     return _compiled("_fastadd")
+
+
+def compiled_journal_module() -> ModuleType:
+    """The compiled journal writer (bookie/_fastjournal.c); the calling test fails with one
+    line when it is not built (tests never fall back to pure Python silently)."""
+    return _compiled("_fastjournal")
+
+
+def python_journal_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Journals started from now on write through the pure-Python writer, whose
+    ``os.write`` and ``os.fdatasync`` a test can replace (the compiled writer calls the C
+    library's directly)."""
+    monkeypatch.setattr(bookie.journal_writer, "_fastjournal", None)
 
 
 def _compiled(name: str) -> ModuleType:

@@ -18,7 +18,15 @@ from bookie.core import checkpoint_wait
 from bookie.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.ledgers import LedgerState
 from bookie.storage import READ_ENTRY_OVERHEAD, EntryStorage
-from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload, read_all
+from tests.unit.bookie.helpers import (
+    KEY,
+    OTHER_KEY,
+    add,
+    open_core,
+    payload,
+    python_journal_writer,
+    read_all,
+)
 from walog.wire.digest import entry_digest
 from walog.wire.durability import Durability
 from walog.wire.status import Status
@@ -338,6 +346,7 @@ async def test_a_second_store_on_the_same_directory_is_refused(tmp_path: Path) -
 async def test_failed_journal_sync_fails_the_add_and_every_later_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    python_journal_writer(monkeypatch)  # its os.fdatasync is the one that fails
     core = await open_core(tmp_path)
     assert (await add(core, 1, 0))[0] is Status.OK
 

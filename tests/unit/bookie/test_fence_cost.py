@@ -17,8 +17,13 @@ import pytest
 
 from bookie.core import BookieCore
 from bookie.records import fence_record
-from tests.unit.bookie.helpers import KEY, add, open_core
+from tests.unit.bookie.helpers import KEY, add, open_core, python_journal_writer
 from walog.wire.status import Status
+
+
+@pytest.fixture(autouse=True)
+def _python_journal_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    python_journal_writer(monkeypatch)  # its os.fdatasync is the one SyncCounter counts
 
 
 class SyncCounter:

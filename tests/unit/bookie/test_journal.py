@@ -23,7 +23,7 @@ from bookie.journal_files import (
     recycled_files,
     replay,
 )
-from tests.unit.bookie.helpers import KEY, add, open_core, read_all
+from tests.unit.bookie.helpers import KEY, add, open_core, python_journal_writer, read_all
 from walog.wire.durability import Durability
 from walog.wire.status import Status
 
@@ -54,6 +54,7 @@ def _entries(report: GroupReport) -> set[tuple[int, int]]:
 async def test_one_sync_per_group_and_no_ack_before_its_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    python_journal_writer(monkeypatch)  # its os.fdatasync is the one counted
     real_fdatasync = os.fdatasync
     fdatasync_calls = 0
 
@@ -316,6 +317,7 @@ async def test_without_group_wait_records_queued_during_a_sync_form_the_next_gro
 ) -> None:
     # group_wait_s=0: a lone record is written and synced at once; whatever arrives while
     # that sync runs is committed together afterwards, with one more sync.
+    python_journal_writer(monkeypatch)  # its os.fdatasync is the one held
     real_fdatasync = os.fdatasync
     in_sync = threading.Event()
     release = threading.Event()
