@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +20,7 @@ from walog.wire.digest import entry_digest, master_key
 from walog.wire.durability import Durability
 from walog.wire.status import Status
 
+REPO = Path(__file__).resolve().parents[3]
 KEY = master_key(b"secret")
 OTHER_KEY = master_key(b"other")
 
@@ -96,6 +101,22 @@ def python_journal_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     ``os.write`` and ``os.fdatasync`` a test can replace (the compiled writer calls the C
     library's directly)."""
     monkeypatch.setattr(bookie.journal_writer, "_fastjournal", None)
+
+
+def probe_pure_python(probe: str, values: Sequence[str | None]) -> dict[str | None, str]:
+    """What the Python code ``probe`` prints in a fresh interpreter run with each of
+    ``values`` as ``WALOG_PURE_PYTHON`` (None: unset), by value."""
+    seen = {}
+    for value in values:
+        env = {k: v for k, v in os.environ.items() if k != "WALOG_PURE_PYTHON"}
+        if value is not None:
+            env["WALOG_PURE_PYTHON"] = value
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
+        seen[value] = out.stdout.strip()
+    return seen
 
 
 def _compiled(name: str) -> ModuleType:

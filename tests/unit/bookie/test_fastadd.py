@@ -11,13 +11,9 @@ when it is not. The other bookie tests run with whichever code bookie/fastpath.p
 from __future__ import annotations
 
 import enum
-import os
 import random
 import struct
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,12 +23,11 @@ import bookie.core
 import bookie.startup
 from bookie import fastpath
 from bookie.fastpath import refused_entries_python
-from tests.unit.bookie.helpers import compiled_add_module
+from tests.unit.bookie.helpers import compiled_add_module, probe_pure_python
 from walog.wire.digest import entry_digest
 from walog.wire.packing import ENTRY_HEADER, unpack_entries
 from walog.wire.status import Status
 
-REPO = Path(__file__).resolve().parents[3]
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 Packed = tuple[int, int, int, bytes]
 
@@ -334,16 +329,7 @@ def test_the_compiled_checks_are_selected_unless_pure_python_is_asked_for() -> N
         "import bookie.fastpath as f, bookie.storage as s, walog.wire.packing as p; "
         "print(f.COMPILED, s._COMPILED, f.unpack_entries is p.unpack_entries)"
     )
-    seen = {}
-    for value in (None, "0", "", "1", "yes"):
-        env = {k: v for k, v in os.environ.items() if k != "WALOG_PURE_PYTHON"}
-        if value is not None:
-            env["WALOG_PURE_PYTHON"] = value
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-        out = subprocess.run(
-            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-        )
-        seen[value] = out.stdout.strip()
+    seen = probe_pure_python(probe, (None, "0", "", "1", "yes"))
     compiled, pure = "True True False", "False False True"
     assert seen == {None: compiled, "0": compiled, "": compiled, "1": pure, "yes": pure}
 

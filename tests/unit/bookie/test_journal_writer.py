@@ -13,8 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import select
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,9 +31,8 @@ from bookie.journal_files import (
     replay,
 )
 from bookie.journal_writer import JournalWriter, ThreadWriter
-from tests.unit.bookie.helpers import compiled_journal_module
+from tests.unit.bookie.helpers import compiled_journal_module, probe_pure_python
 
-REPO = Path(__file__).resolve().parents[3]
 MakeWriter = Callable[[int, float], JournalWriter]
 
 
@@ -180,16 +177,7 @@ def test_journals_use_the_compiled_writer_unless_pure_python_is_asked_for() -> N
         "import bookie.fastpath as f, bookie.journal_writer as w; "
         "print(f.JOURNAL_COMPILED, type(w.new_writer(1, 0.0)).__module__)"
     )
-    seen = {}
-    for value in (None, "0", "1"):
-        env = {k: v for k, v in os.environ.items() if k != "WALOG_PURE_PYTHON"}
-        if value is not None:
-            env["WALOG_PURE_PYTHON"] = value
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-        out = subprocess.run(
-            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-        )
-        seen[value] = out.stdout.strip()
+    seen = probe_pure_python(probe, (None, "0", "1"))
     compiled, pure = "True bookie._fastjournal", "False bookie.journal_writer"
     assert seen == {None: compiled, "0": compiled, "1": pure}
     if not fastpath.pure_python_asked():
