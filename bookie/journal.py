@@ -96,7 +96,7 @@ GroupListener = Callable[[GroupReport, BaseException | None], None]
 class _Item:
     """One record (or barrier, or timer sync) handed to the writer, until it completes."""
 
-    __slots__ = ("close_fd", "end", "enqueued", "mark_waiter", "records", "size", "tag", "waiter")
+    __slots__ = ("close_fd", "end", "enqueued", "mark_waiter", "size", "tag", "waiter")
 
     def __init__(
         self,
@@ -106,8 +106,7 @@ class _Item:
         waiter: asyncio.Future[GroupReport] | None = None,
     ) -> None:
         self.end = end  # the journal position just after the record
-        self.size = size  # framed bytes (0: nothing written)
-        self.records = 1 if size else 0
+        self.size = size  # framed bytes (0: no record, nothing written)
         self.tag = tag
         self.waiter = waiter
         self.enqueued = time.monotonic()
@@ -409,8 +408,9 @@ class Journal:
             else:
                 self.groups += 1
                 self.syncs += synced
-                self.bytes_written += sum(item.size for item in items)
             report = self._report(items, synced, started, written, finished)
+            if failure is None:
+                self.bytes_written += report.byte_count
             self._complete(report, items, failure)
 
     def _write_failure(self, error: int) -> StorageIOError:
@@ -429,7 +429,7 @@ class Journal:
             sync_no=self.syncs,
             end=items[-1].end,
             tags=[item.tag for item in items if item.tag is not None],
-            record_count=sum(item.records for item in items),
+            record_count=sum(1 for item in items if item.size),
             byte_count=sum(item.size for item in items),
             enqueued=items[0].enqueued,
             started=started,
@@ -459,11 +459,6 @@ class Journal:
                     mark_waiter.set_result(item.end)
                 else:
                     mark_waiter.set_exception(error)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 __all__ = ["GroupListener", "GroupReport", "Journal"]
