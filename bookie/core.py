@@ -28,13 +28,13 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 import structlog
 
 from bookie.compaction import Compactor
 from bookie.config import StorageConfig
+from bookie.environment import LOCAL_ENV, StorageEnv
 from bookie.fastpath import refused_entries
 from bookie.journal import GroupReport, Journal
 from bookie.journal_files import JournalMark, StorageIOError
@@ -54,7 +54,6 @@ from bookie.storage import (
     StoredRecord,
     WriteCache,
 )
-from walog._sync import name_os_thread
 from walog.latency import StageLatencies
 from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
 from walog.wire.durability import Durability
@@ -90,9 +89,11 @@ class BookieStats:
 class BookieCore:
     """A bookie's storage engine. Create with :meth:`open`, end with :meth:`close`."""
 
-    def __init__(self, config: StorageConfig) -> None:
+    def __init__(self, config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> None:
         """Use :meth:`open`."""
         self.config = config
+        self.env = env
+        """The engine's file system, index, threads and journal writer (bookie/environment.py)."""
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
@@ -116,12 +117,8 @@ class BookieCore:
         # ledger waits for that one record. A fenced ledger absent from here is durably
         # fenced (its record synced, or replayed from disk on open).
         self._fencing: dict[int, asyncio.Future[GroupReport]] = {}
-        self._writer = ThreadPoolExecutor(
-            1, thread_name_prefix="bookie-storage", initializer=name_os_thread
-        )
-        self._readers = ThreadPoolExecutor(
-            2, thread_name_prefix="bookie-read", initializer=name_os_thread
-        )
+        self._writer = env.workers(1, "bookie-storage")
+        self._readers = env.workers(2, "bookie-read")
         self._checkpoint_lock = asyncio.Lock()
         self._checkpoint_wanted = asyncio.Event()
         self._checkpoint_idle = asyncio.Event()
@@ -153,18 +150,21 @@ class BookieCore:
             group_max_bytes=config.group_max_bytes,
             flush_interval_s=config.volatile_flush_interval_s,
             on_group=self._on_group,
+            files=env.files,
+            runner=env.journal_runner,
+            blocking=self._writer.run,
         )
 
     # -- life cycle -------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, config: StorageConfig) -> BookieCore:
+    async def open(cls, config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> BookieCore:
         """Open the store: load the index, replay the journal after the last checkpoint
-        (cutting a torn tail), then start the journal thread and the checkpoint task."""
-        core = cls(config)
-        loop = asyncio.get_running_loop()
+        (cutting a torn tail), then start the journal thread and the checkpoint task.
+        ``env``: the surroundings (a bookie process's own disks and threads by default)."""
+        core = cls(config, env)
         try:
-            loaded = await loop.run_in_executor(core._writer, load_store, config)
+            loaded = await core._writer.run(load_store, config, env)
         except BaseException as exc:
             core._shutdown_threads()
             if isinstance(exc, OSError):
@@ -181,13 +181,13 @@ class BookieCore:
         try:
             await core.journal.start(loaded.next_journal_seq)
         except BaseException:
-            await loop.run_in_executor(core._writer, loaded.storage.close)
+            await core._writer.run(loaded.storage.close)
             core._shutdown_threads()
             raise
         if loaded.deleted:
             # Before any checkpoint: a ledger recreated after its deletion has its new
             # entries in the write cache only, so this drops only what came before.
-            await loop.run_in_executor(core._writer, loaded.storage.delete_ledgers, loaded.deleted)
+            await core._writer.run(loaded.storage.delete_ledgers, loaded.deleted)
         core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
         core._compaction = asyncio.create_task(core.compactor.run(), name="bookie-compaction")
         if core._cache.bytes >= config.write_cache_bytes:
@@ -237,12 +237,12 @@ class BookieCore:
             storage = self._storage
             self._storage = None
             if storage is not None:
-                await asyncio.get_running_loop().run_in_executor(self._writer, storage.close)
+                await self._writer.run(storage.close)
         self._shutdown_threads()
 
     def _shutdown_threads(self) -> None:
-        self._writer.shutdown(wait=False)
-        self._readers.shutdown(wait=False)
+        self._writer.shutdown()
+        self._readers.shutdown()
 
     def _require_storage(self) -> EntryStorage:
         if self._storage is None:
@@ -560,7 +560,6 @@ class BookieCore:
         size = 0
         entry_id = first
         damaged = False
-        loop = asyncio.get_running_loop()
         while entry_id <= last and not damaged:
             cached = self._cached(ledger_id, entry_id)
             if cached is not None:
@@ -575,8 +574,8 @@ class BookieCore:
             if entry_id > state.last_entry_id or self._storage is None:
                 break
             budget = max(max_bytes - size, 0)
-            run, damaged = await loop.run_in_executor(
-                self._readers, self._storage.read_run, ledger_id, entry_id, last, budget
+            run, damaged = await self._readers.run(
+                self._storage.read_run, ledger_id, entry_id, last, budget
             )
             if damaged and len(run) < last - entry_id + 1:
                 self._note_damage(ledger_id, entry_id + len(run))
@@ -710,7 +709,6 @@ class BookieCore:
         await self._checkpoint()
 
     async def _checkpoint(self) -> None:
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
         async with self._checkpoint_lock:
             storage = self._require_storage()
@@ -720,7 +718,7 @@ class BookieCore:
             self._checkpoint_idle.clear()
             try:
                 if self.checkpoint_failure is not None:
-                    await loop.run_in_executor(self._writer, storage.probe)
+                    await self._writer.run(storage.probe)
                 mark = await self.journal.barrier()
                 states = {
                     ledger_id: self._states[ledger_id].to_bytes()
@@ -734,8 +732,7 @@ class BookieCore:
                     for ledger_id, entries in frozen.ledgers.items()
                     for entry_id in self.damaged_entries.get(ledger_id, ()) & entries.keys()
                 }
-                written = await loop.run_in_executor(
-                    self._writer,
+                written = await self._writer.run(
                     functools.partial(storage.checkpoint, replace=replace),
                     _sorted_entries(frozen),
                     states,
@@ -758,7 +755,7 @@ class BookieCore:
                 self._flushing = None
                 self._checkpoint_idle.set()
             try:
-                await loop.run_in_executor(self._writer, self.journal.delete_before, mark.file_seq)
+                await self._writer.run(self.journal.delete_before, mark.file_seq)
             except OSError as exc:
                 # Harmless for correctness (replay starts at the mark); retried next time.
                 _log.warning("old journal files not deleted", error=str(exc))
@@ -804,7 +801,7 @@ class BookieCore:
         async with self._checkpoint_lock:
             storage = self._require_storage()
             try:
-                return await asyncio.get_running_loop().run_in_executor(self._writer, step, storage)
+                return await self._writer.run(step, storage)
             finally:
                 self.stats.entry_logs_deleted = storage.logs_deleted
                 self.stats.entry_logs_compacted = storage.logs_compacted
@@ -816,7 +813,6 @@ class BookieCore:
         doomed = sorted(set(ledger_ids))
         if not doomed or self._closed:
             return
-        loop = asyncio.get_running_loop()
         async with self._checkpoint_lock:
             storage = self._require_storage()
             waiters = []
@@ -830,7 +826,7 @@ class BookieCore:
                 self._wake(ledger_id)
                 waiters.append(self.journal.append((delete_record(ledger_id),), sync=True))
             await asyncio.gather(*(w for w in waiters if w is not None))
-            await loop.run_in_executor(self._writer, storage.delete_ledgers, doomed)
+            await self._writer.run(storage.delete_ledgers, doomed)
             self.stats.entry_logs_deleted = storage.logs_deleted
             self.stats.entry_logs_compacted = storage.logs_compacted
 

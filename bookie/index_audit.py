@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import lmdb
 import structlog
@@ -112,13 +111,15 @@ def open_tables(env: lmdb.Environment) -> tuple[Tables, bool]:
 
 
 def initialise(
-    env: lmdb.Environment, tables: Tables, log_dir: Path, *, rebuild: bool = False
+    env: lmdb.Environment, tables: Tables, log_names: list[str], *, rebuild: bool = False
 ) -> None:
-    """Write the ``meta`` rows of a new index (one transaction); ``rebuild``: for an index
-    about to be rebuilt from the entry logs already there (bookie/rebuild.py)."""
-    if not rebuild and any(log_dir.glob("*.log")):
+    """Write the ``meta`` rows of a new index (one transaction), given the names of the
+    entry logs already there; ``rebuild``: for an index about to be rebuilt from those logs
+    (bookie/rebuild.py)."""
+    if not rebuild and log_names:
         raise StorageIOError(
-            f"index in {env.path()} is empty but {log_dir} holds entry logs: the index was "
+            f"index in {env.path()} is empty but the data directory holds entry logs "
+            f"({', '.join(sorted(log_names)[:3])}): the index was "
             "lost; this bookie cannot tell which entries it holds (decommission it and let "
             "auto-recovery re-replicate its ledgers)"
         )

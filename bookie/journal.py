@@ -28,13 +28,14 @@ import collections
 import dataclasses
 import errno
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
+from bookie.files import LOCAL_FILES, Files, write_all
 from bookie.journal_files import (
     FRAME,
     HEADER_BYTES,
@@ -42,15 +43,13 @@ from bookie.journal_files import (
     StorageIOError,
     crc_seed,
     file_header,
-    fsync_dir,
     has_header,
     journal_file,
     journal_files,
     recycle,
     recycled_files,
 )
-from bookie.journal_writer import JournalWriter, new_writer
-from walog._sync import name_os_thread
+from bookie.journal_writer import JournalWriter, ThreadRunner, WriterRunner
 
 _log = structlog.get_logger(__name__)
 
@@ -134,8 +133,15 @@ class Journal:
         flush_interval_s: float,
         recycle_files: int = 4,
         on_group: GroupListener | None = None,
+        files: Files = LOCAL_FILES,
+        runner: Callable[[int, float], WriterRunner] = ThreadRunner,
+        blocking: Callable[[Callable[[int], None], int], Awaitable[Any]] | None = None,
     ) -> None:
         self.directory = directory
+        self._files = files
+        self._new_runner = runner
+        # How start() opens the first file off the loop (None: the loop's default pool).
+        self._blocking = blocking
         self._file_bytes = file_bytes
         self._recycle_files = recycle_files
         self._group_wait_s = group_wait_s
@@ -146,8 +152,8 @@ class Journal:
         self._stopping = False
         self._failed: StorageIOError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: WriterRunner | None = None
         self._writer: JournalWriter | None = None
-        self._thread: threading.Thread | None = None
         self._in_writer: collections.deque[_Item] = collections.deque()  # submission order
         self._flush_timer: asyncio.TimerHandle | None = None
         # Records of this loop turn not handed to the busy writer yet: (fd, seed, parts, sync).
@@ -178,22 +184,19 @@ class Journal:
         be made."""
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, self._open_file, file_seq)
+            if self._blocking is not None:
+                await self._blocking(self._open_file, file_seq)
+            else:
+                await loop.run_in_executor(None, self._open_file, file_seq)
         except OSError as exc:
             failure = StorageIOError(f"cannot create journal file {file_seq}: {exc}")
             failure.__cause__ = exc
             self._failed = failure
             raise failure from exc
         self._loop = loop
-        writer = self._writer = new_writer(self._group_max_bytes, self._group_wait_s)
-        loop.add_reader(writer.fileno(), self._collect)
-
-        def run() -> None:
-            name_os_thread()
-            writer.run()
-
-        self._thread = threading.Thread(target=run, name="bookie-journal", daemon=True)
-        self._thread.start()
+        runner = self._runner = self._new_runner(self._group_max_bytes, self._group_wait_s)
+        self._writer = runner.writer
+        runner.start(loop, self._collect)
 
     def append(
         self,
@@ -253,8 +256,8 @@ class Journal:
     async def stop(self, *, sync: bool = True) -> None:
         """Write and (when ``sync``) sync what is queued, then close the file and end the
         writer. ``sync=False`` drops queued records and skips the final sync (a crash)."""
-        writer, thread, loop = self._writer, self._thread, self._loop
-        if writer is None or thread is None or loop is None:
+        runner, loop = self._runner, self._loop
+        if runner is None or loop is None:
             return
         if sync and self._unsynced and self._failed is None and not self._stopping:
             self._hand_over(_Item(self.position, 0), (), True)
@@ -263,18 +266,16 @@ class Journal:
             self._flush_timer.cancel()
         if sync:
             self._release_held()  # abandoned (a crash): they never reach the file
-        writer.stop(not sync)
-        await loop.run_in_executor(None, thread.join)
-        loop.remove_reader(writer.fileno())
+        await runner.stop(not sync)
         self._collect()
-        self._thread = None
+        self._runner = None
         self._writer = None
         closed = StorageIOError("journal is closed")
         while self._in_writer:  # not completed by the writer (it never does after a crash)
             items = [self._in_writer.popleft()]
             self._complete(self._report(items, False, 0.0, 0.0, 0.0), items, closed)
         if self._fd >= 0:
-            os.close(self._fd)
+            self._files.close(self._fd)
             self._fd = -1
 
     def delete_before(self, file_seq: int) -> int:
@@ -282,14 +283,15 @@ class Journal:
         them for reuse (renamed out of the journal's view), delete the rest; returns how
         many were retired. Blocking."""
         retired = 0
-        kept = len(recycled_files(self.directory))
-        for seq, path in journal_files(self.directory):
+        files = self._files
+        kept = len(recycled_files(self.directory, files))
+        for seq, path in journal_files(self.directory, files):
             if seq < file_seq and seq != self._file_seq:
-                if kept < self._recycle_files and has_header(path):
-                    recycle(path)
+                if kept < self._recycle_files and has_header(path, files):
+                    recycle(path, files)
                     kept += 1
                 else:
-                    path.unlink(missing_ok=True)
+                    files.unlink(path, missing_ok=True)
                 retired += 1
         return retired
 
@@ -298,21 +300,20 @@ class Journal:
     def _open_file(self, file_seq: int) -> None:
         """Start journal file ``file_seq``: a recycled file renamed, or a new one; either
         way its header first (synced with the first group)."""
+        files = self._files
         path = journal_file(self.directory, file_seq)
-        recycled = recycled_files(self.directory)
+        recycled = recycled_files(self.directory, files)
         if recycled:
-            os.rename(recycled[0], path)
-            fd = os.open(path, os.O_WRONLY)
+            files.replace(recycled[0], path)
+            fd = files.open(path, os.O_WRONLY)
         else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            self._reserved = os.fstat(fd).st_size  # a reused file: all of it
-            fsync_dir(self.directory)
-            header = file_header(file_seq)
-            if os.write(fd, header) != len(header):
-                raise OSError(f"short write of the header of journal file {file_seq}")
+            self._reserved = files.size(fd)  # a reused file: all of it
+            files.fsync_dir(self.directory)
+            write_all(files, fd, file_header(file_seq))
         except OSError:
-            os.close(fd)
+            files.close(fd)
             raise
         self._fd = fd
         self._file_seq = file_seq
@@ -337,7 +338,7 @@ class Journal:
             return
         target = end + RESERVE_BYTES
         try:
-            os.posix_fallocate(self._fd, self._reserved, target - self._reserved)
+            self._files.fallocate(self._fd, self._reserved, target - self._reserved)
         except OSError as exc:
             _log.info("journal file space not reserved", error=str(exc))
             target = 1 << 62  # no more attempts in this file
@@ -401,7 +402,7 @@ class Journal:
             start = end
             for item in items:
                 if item.close_fd >= 0:
-                    os.close(item.close_fd)
+                    self._files.close(item.close_fd)
             failure: StorageIOError | None = None
             if error:
                 failure = self._failed or self._write_failure(error)

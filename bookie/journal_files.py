@@ -28,6 +28,7 @@ from typing import NamedTuple
 import crc32c
 import structlog
 
+from bookie.files import LOCAL_FILES, Files
 from walog.errors import BookieError
 
 _log = structlog.get_logger("bookie.journal")
@@ -42,6 +43,7 @@ _SUFFIX = ".journal"
 _RECYCLED_SUFFIX = ".recycled"
 _UNWRITTEN = bytes(FRAME.size)
 HEADER_BYTES = _HEADER.size
+_REPLAY_CHUNK = 4 * 1024 * 1024  # replay reads files in chunks of this size
 """Where a journal file's first record starts."""
 
 
@@ -78,34 +80,36 @@ class JournalMark(NamedTuple):
     offset: int
 
 
-def journal_files(directory: Path) -> list[tuple[int, Path]]:
+def journal_files(directory: Path, files: Files = LOCAL_FILES) -> list[tuple[int, Path]]:
     """Journal files in ``directory`` as ``(sequence number, path)``, oldest first."""
     found: list[tuple[int, Path]] = []
-    if not directory.exists():
-        return found
-    for path in directory.iterdir():
+    for name in files.listdir(directory):
+        path = directory / name
         if path.suffix == _SUFFIX and path.stem.isdigit():
             found.append((int(path.stem), path))
     return sorted(found)
 
 
-def has_header(path: Path) -> bool:
+def has_header(path: Path, files: Files = LOCAL_FILES) -> bool:
     """Whether a journal file starts with a header (only those may be recycled: the records
     of a file without one would stay valid under a new name)."""
-    with open(path, "rb") as handle:
-        return handle.read(len(_MAGIC)) == _MAGIC
+    fd = files.open(path, os.O_RDONLY)
+    try:
+        return files.pread(fd, len(_MAGIC), 0) == _MAGIC
+    finally:
+        files.close(fd)
 
 
-def recycled_files(directory: Path) -> list[Path]:
+def recycled_files(directory: Path, files: Files = LOCAL_FILES) -> list[Path]:
     """Retired journal files kept for reuse, oldest first."""
-    if not directory.exists():
-        return []
-    return sorted(p for p in directory.iterdir() if p.suffix == _RECYCLED_SUFFIX)
+    return sorted(
+        directory / name for name in files.listdir(directory) if name.endswith(_RECYCLED_SUFFIX)
+    )
 
 
-def recycle(path: Path) -> None:
+def recycle(path: Path, files: Files = LOCAL_FILES) -> None:
     """Keep a retired journal file for reuse, out of the journal's view."""
-    os.replace(path, path.with_suffix(_RECYCLED_SUFFIX))
+    files.replace(path, path.with_suffix(_RECYCLED_SUFFIX))
 
 
 def journal_file(directory: Path, file_seq: int) -> Path:
@@ -126,8 +130,32 @@ def _frame_error(header: bytes, payload: bytes | None, max_record_bytes: int) ->
     return None
 
 
+class _ChunkReader:
+    """Reads a file forward in large chunks (replay reads every record of a file once)."""
+
+    def __init__(self, files: Files, fd: int, offset: int) -> None:
+        self._files = files
+        self._fd = fd
+        self._buffer = b""
+        self._start = offset  # file offset of _buffer[0]
+        self._pos = 0  # read position within _buffer
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes from the current position (fewer only at the end)."""
+        if self._pos + size > len(self._buffer):
+            self._start += self._pos
+            rest = self._buffer[self._pos :]
+            more = self._files.pread(
+                self._fd, max(size - len(rest), _REPLAY_CHUNK), self._start + len(rest)
+            )
+            self._buffer, self._pos = rest + more, 0
+        data = self._buffer[self._pos : self._pos + size]
+        self._pos += len(data)
+        return data
+
+
 def replay(
-    directory: Path, mark: JournalMark, max_record_bytes: int
+    directory: Path, mark: JournalMark, max_record_bytes: int, files: Files = LOCAL_FILES
 ) -> Iterator[tuple[bytes, JournalMark]]:
     """Yield ``(payload, position after it)`` for every intact record from ``mark`` on.
 
@@ -136,56 +164,48 @@ def replay(
     is durable, even if it only reached the page cache before a process crash. Later
     files are still read: each file frames its records independently. Blocking.
     """
-    for file_seq, path in journal_files(directory):
+    for file_seq, path in journal_files(directory, files):
         if file_seq < mark.file_seq:
             continue
-        with open(path, "r+b") as handle:
-            start = _records_start(handle.read(_HEADER.size), file_seq)
+        fd = files.open(path, os.O_RDWR)
+        try:
+            start = _records_start(files.pread(fd, _HEADER.size, 0), file_seq)
             if start is None:
                 _log.info("journal file holds no records of its own", file=str(path))
                 continue
             first, seed = start
             offset = max(first, mark.offset if file_seq == mark.file_seq else 0)
-            handle.seek(offset)
+            reader = _ChunkReader(files, fd, offset)
             while True:
-                header = handle.read(FRAME.size)
+                header = reader.read(FRAME.size)
                 if not header:
                     break
                 problem = _frame_error(header, None, max_record_bytes)
                 payload = b""
                 if problem is None:
                     length, crc = FRAME.unpack(header)
-                    payload = handle.read(length)
+                    payload = reader.read(length)
                     problem = _frame_error(header, payload, max_record_bytes)
                     if problem is None and crc32c.crc32c(payload, seed) != crc:
                         problem = "CRC mismatch"
                 if problem is not None:
                     # A torn tail, or a recycled file's old records: never acknowledged
                     # (or long checkpointed) either way. Zeros: reserved, never written.
-                    size = os.fstat(handle.fileno()).st_size
                     _log.log(
                         logging.DEBUG if header == _UNWRITTEN else logging.INFO,
                         "journal tail cut",
                         file=str(path),
                         offset=offset,
-                        cut_bytes=size - offset,
+                        cut_bytes=files.size(fd) - offset,
                         problem="reserved space" if header == _UNWRITTEN else problem,
                     )
-                    handle.truncate(offset)
+                    files.ftruncate(fd, offset)
                     break
                 offset += FRAME.size + len(payload)
                 yield payload, JournalMark(file_seq, offset)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory, making file creations and removals in it durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            files.fsync(fd)
+        finally:
+            files.close(fd)
 
 
 __all__ = [
@@ -195,7 +215,6 @@ __all__ = [
     "StorageIOError",
     "crc_seed",
     "file_header",
-    "fsync_dir",
     "has_header",
     "journal_file",
     "journal_files",

@@ -27,13 +27,14 @@ Two implementations of the one interface, chosen once at import:
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import errno
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import crc32c
@@ -41,6 +42,7 @@ import structlog
 
 from bookie.fastpath import compiled_module
 from bookie.journal_files import FRAME
+from walog._sync import name_os_thread
 
 _log = structlog.get_logger(__name__)
 
@@ -253,4 +255,64 @@ def new_writer(group_max_bytes: int, group_wait_s: float) -> JournalWriter:
     return ThreadWriter(group_max_bytes, group_wait_s)
 
 
-__all__ = ["Completion", "JournalWriter", "ThreadWriter", "new_writer"]
+class WriterRunner(Protocol):
+    """Runs a :class:`JournalWriter` for the journal on the event loop: the journal hands
+    jobs to :attr:`writer` and, once told that jobs completed, collects them there."""
+
+    @property
+    def writer(self) -> JournalWriter:
+        """The writer the journal submits to and collects from."""
+
+    def start(self, loop: asyncio.AbstractEventLoop, collect: Callable[[], None]) -> None:
+        """Start writing; ``collect`` is called on ``loop`` after jobs completed."""
+
+    async def stop(self, abandon: bool) -> None:
+        """Stop the writer (see :meth:`JournalWriter.stop`) and wait until it ended."""
+
+
+class ThreadRunner:
+    """The writer of :func:`new_writer` in a thread of its own, its completions signalled
+    through its eventfd (the runner of a bookie process)."""
+
+    def __init__(self, group_max_bytes: int, group_wait_s: float) -> None:
+        self._writer = new_writer(group_max_bytes, group_wait_s)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def writer(self) -> JournalWriter:
+        """See :attr:`WriterRunner.writer`."""
+        return self._writer
+
+    def start(self, loop: asyncio.AbstractEventLoop, collect: Callable[[], None]) -> None:
+        """See :meth:`WriterRunner.start`."""
+        writer = self._writer
+        self._loop = loop
+        loop.add_reader(writer.fileno(), collect)
+
+        def run() -> None:
+            name_os_thread()
+            writer.run()
+
+        self._thread = threading.Thread(target=run, name="bookie-journal", daemon=True)
+        self._thread.start()
+
+    async def stop(self, abandon: bool) -> None:
+        """See :meth:`WriterRunner.stop`."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        self._writer.stop(abandon)
+        await loop.run_in_executor(None, thread.join)
+        loop.remove_reader(self._writer.fileno())
+        self._thread = None
+
+
+__all__ = [
+    "Completion",
+    "JournalWriter",
+    "ThreadRunner",
+    "ThreadWriter",
+    "WriterRunner",
+    "new_writer",
+]

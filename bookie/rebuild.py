@@ -37,10 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bookie.config import StorageConfig
+from bookie.files import LOCAL_FILES
 from bookie.index import entry_row
-from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
+from bookie.journal_files import JournalMark, StorageIOError
 from bookie.ledgers import LedgerState, SyncCursor
-from bookie.storage import _RECORD, EntryStorage, _lock_directory
+from bookie.storage import _RECORD, EntryStorage, lock_directory
 from walog.wire.digest import entry_digest
 
 
@@ -152,7 +153,7 @@ def rebuild_index(config: StorageConfig) -> RebuildReport:
     rows: dict[int, list[tuple[bytes, bytes]]] = {}
     live: dict[int, dict[int, int]] = {}
     seen: set[tuple[int, int]] = set()
-    lock = _lock_directory(data_dir)  # not while a bookie runs on it
+    lock = lock_directory(data_dir)  # not while a bookie runs on it
     try:
         logs = sorted(
             (int(path.stem), path) for path in log_dir.glob("*.log") if path.stem.isdigit()
@@ -172,8 +173,8 @@ def rebuild_index(config: StorageConfig) -> RebuildReport:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             report.kept_index = data_dir / f"index.damaged-{stamp}"
             os.replace(index, report.kept_index)
-        fsync_dir(data_dir)
-        fsync_dir(log_dir)
+        LOCAL_FILES.fsync_dir(data_dir)
+        LOCAL_FILES.fsync_dir(log_dir)
     except OSError as exc:
         raise StorageIOError(f"rebuilding the index of {data_dir} failed: {exc}") from exc
     finally:

@@ -23,14 +23,9 @@ import lmdb
 import structlog
 
 from bookie.config import StorageConfig
+from bookie.environment import LOCAL_ENV, StorageEnv
 from bookie.fastpath import unpack_entries
-from bookie.journal_files import (
-    JournalMark,
-    StorageIOError,
-    fsync_dir,
-    journal_files,
-    replay,
-)
+from bookie.journal_files import JournalMark, StorageIOError, journal_files, replay
 from bookie.ledgers import LedgerState
 from bookie.records import Record, RecordKind, decode_record
 from bookie.storage import EntryStorage, WriteCache
@@ -66,17 +61,20 @@ class LoadedStore:
     replayed_records: int = 0
 
 
-def load_store(config: StorageConfig) -> LoadedStore:
+def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStore:
     """Open the index, load ledger states, replay the journal from the checkpoint mark
     (cutting torn tails), recount last entry ids and delete journal files before the mark."""
+    files = env.files
     journal_dir = config.journal_path
-    if not journal_dir.exists():
-        journal_dir.mkdir(parents=True)
-        fsync_dir(journal_dir.parent)
+    if not files.exists(journal_dir):
+        files.makedirs(journal_dir)
+        files.fsync_dir(journal_dir.parent)
     storage = EntryStorage(
         config.data_dir,
         entry_log_file_bytes=config.entry_log_file_bytes,
         cache_written=config.cache_entry_logs,
+        files=files,
+        open_index=env.open_index,
     )
     try:
         states = {
@@ -85,11 +83,11 @@ def load_store(config: StorageConfig) -> LoadedStore:
         }
         loaded = LoadedStore(storage, states, damaged=set(storage.damaged_ledgers))
         mark = storage.checkpoint_mark()
-        files = journal_files(journal_dir)
-        _check_mark(mark, [seq for seq, _ in files], journal_dir)
+        journal = journal_files(journal_dir, files)
+        _check_mark(mark, [seq for seq, _ in journal], journal_dir)
         storage.remove_orphan_logs()
         limit = max(config.max_entry_bytes, _REPLAY_RECORD_LIMIT) + 1024
-        for payload, _ in replay(journal_dir, mark, limit):
+        for payload, _ in replay(journal_dir, mark, limit, files):
             try:
                 record = decode_record(payload)
             except ValueError as exc:
@@ -105,10 +103,10 @@ def load_store(config: StorageConfig) -> LoadedStore:
             cached = loaded.cache.ledgers.get(ledger_id)
             held = storage.index_summary(ledger_id).last
             state.last_entry_id = max(held, max(cached or [-1]))
-        for seq, path in files:
+        for seq, path in journal:
             if seq < mark.file_seq:
-                path.unlink()
-        loaded.next_journal_seq = max([mark.file_seq, *(seq for seq, _ in files)]) + 1
+                files.unlink(path)
+        loaded.next_journal_seq = max([mark.file_seq, *(seq for seq, _ in journal)]) + 1
     except (ValueError, struct.error, lmdb.Error) as exc:
         # Damaged index records (ledger states, keys, locations): refuse to start with one
         # clear error rather than a raw decoding error.

@@ -31,12 +31,11 @@ Everything here is blocking; the core runs it in dedicated threads.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import operator
 import os
 import struct
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import NamedTuple, SupportsIndex
 
@@ -44,7 +43,9 @@ import crc32c
 import lmdb
 import structlog
 
+from bookie.environment import open_lmdb_index
 from bookie.fastpath import CHECKPOINT_COMPILED, unbuilt
+from bookie.files import LOCAL_FILES, Files, write_all
 from bookie.index import (
     ENTRY_KEY,
     LEDGER_KEY,
@@ -67,15 +68,13 @@ from bookie.index import (
     unseal_entry_row,
 )
 from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
-from bookie.journal_files import JournalMark, StorageIOError, fsync_dir
-from bookie.lmdb_check import check_index_file
+from bookie.journal_files import JournalMark, StorageIOError
 from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
 
 _RECORD = struct.Struct(">IqqqI")
 _RECORD_BYTES = _RECORD.size
-_MAP_SIZE = 1 << 40  # address space only; LMDB files grow as needed
 _INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
@@ -184,32 +183,31 @@ class EntryStorage:
         entry_log_file_bytes: int,
         cache_written: bool = True,
         rebuild: bool = False,
+        files: Files = LOCAL_FILES,
+        open_index: Callable[[Path], lmdb.Environment] | None = None,
     ) -> None:
+        self._files = files
         self.log_dir = data_dir / "entrylogs"
         self.index_dir = data_dir / "index"
         self._log_bytes_limit = entry_log_file_bytes
         self._cache_written = cache_written
         for directory in (self.log_dir, self.index_dir):
-            if not directory.exists():
-                directory.mkdir(parents=True)
-                fsync_dir(directory.parent)
-        self._lock_fd = _lock_directory(data_dir)
+            if not files.exists(directory):
+                files.makedirs(directory)
+                files.fsync_dir(directory.parent)
+        self._lock_fd = lock_directory(data_dir, files)
         env: lmdb.Environment | None = None
         try:
-            # LMDB follows page numbers and offsets unchecked (SIGBUS on a damaged file).
-            check_index_file(self.index_dir / "data.mdb")
-            env = lmdb.open(
-                str(self.index_dir), map_size=_MAP_SIZE, max_dbs=4, sync=True, metasync=True
-            )
+            env = (open_index or open_lmdb_index)(self.index_dir)
             # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
             tables, fresh = open_tables(env)
             if fresh:
-                initialise(env, tables, self.log_dir, rebuild=rebuild)
+                initialise(env, tables, self._log_names(), rebuild=rebuild)
             contents = audit_index(env, tables)
         except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
                 env.close()
-            os.close(self._lock_fd)
+            files.close(self._lock_fd)
             if isinstance(exc, StorageIOError):
                 raise
             raise StorageIOError(f"cannot open index {self.index_dir}: {exc}") from exc
@@ -263,10 +261,15 @@ class EntryStorage:
         Call only once the mark is known to be current (its journal files exist): an
         index rolled back to an older transaction would make live logs look orphaned.
         """
-        for path in self.log_dir.glob("*.log"):
+        for name in self._log_names():
+            path = self.log_dir / name
             if path.stem.isdigit() and int(path.stem) not in self._live:
                 _log.info("removing unreferenced entry log", file=str(path))
-                path.unlink()
+                self._files.unlink(path)
+
+    def _log_names(self) -> list[str]:
+        """The names of the entry logs in the log directory."""
+        return [name for name in self._files.listdir(self.log_dir) if name.endswith(".log")]
 
     def restore(
         self,
@@ -285,16 +288,15 @@ class EntryStorage:
         failed checkpoint, proof that the disk takes writes again even when there is
         nothing to checkpoint. StorageIOError when it does not."""
         path = self.log_dir / "probe.tmp"
+        files = self._files
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = files.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                view = memoryview(bytes(4096))
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                write_all(files, fd, bytes(4096))
+                files.fsync(fd)
             finally:
-                os.close(fd)
-                path.unlink()
+                files.close(fd)
+                files.unlink(path)
         except OSError as exc:
             raise StorageIOError(
                 f"entry-log directory {self.log_dir} failed a write: {exc}"
@@ -368,7 +370,7 @@ class EntryStorage:
                 size += cost
         finally:
             for fd in files.values():
-                os.close(fd)
+                self._files.close(fd)
         return records, damaged
 
     def _read_one(
@@ -377,9 +379,10 @@ class EntryStorage:
         try:
             fd = files.get(location.log_id)
             if fd is None:
-                fd = os.open(entry_log_path(self.log_dir, location.log_id), os.O_RDONLY)
+                path = entry_log_path(self.log_dir, location.log_id)
+                fd = self._files.open(path, os.O_RDONLY)
                 files[location.log_id] = fd
-            raw = os.pread(fd, location.length, location.offset)
+            raw = self._files.pread(fd, location.length, location.offset)
         except FileNotFoundError:
             # A compaction moved the entry and removed the log: look it up again.
             key = ENTRY_KEY.pack(ledger_id, entry_id)
@@ -452,7 +455,9 @@ class EntryStorage:
             self._pending.clear()
             if self._write_fd >= 0:
                 with contextlib.suppress(OSError):
-                    os.ftruncate(self._write_fd, start_offset if failed_log == start_log else 0)
+                    self._files.ftruncate(
+                        self._write_fd, start_offset if failed_log == start_log else 0
+                    )
             self._close_write_log()
             if isinstance(exc, OSError | lmdb.Error):
                 raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
@@ -520,7 +525,7 @@ class EntryStorage:
                     # Synced chunk by chunk: one sync of a whole checkpoint at its end would
                     # hold the disk, and the journal syncs queued behind it, for as long as
                     # all of it takes to write (tens of ms per 10 MB here).
-                    os.fdatasync(self._write_fd)
+                    self._files.fdatasync(self._write_fd)
         except struct.error as exc:
             problem = _bad_entry(ledger_id, entry_id, lac, digest, data)
             if problem is None:
@@ -563,7 +568,7 @@ class EntryStorage:
                 self._roll()
                 log_id, offset = self._write_log, self._write_offset
             else:  # a full chunk: synced chunk by chunk, as in _append_python
-                os.fdatasync(self._write_fd)
+                self._files.fdatasync(self._write_fd)
             flushed = offset
         self._write_offset = offset
         self._write_buffer(buffer, used)
@@ -575,9 +580,7 @@ class EntryStorage:
         if not size:
             return
         with memoryview(buffer) as whole, whole[:size] as chunk:
-            view = chunk
-            while view:
-                view = view[os.write(self._write_fd, view) :]
+            write_all(self._files, self._write_fd, chunk)
 
     def _commit(
         self,
@@ -656,30 +659,28 @@ class EntryStorage:
         """Stop appending to the current entry log; the next append starts a new one."""
         if self._write_fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(self._write_fd)
+                self._files.close(self._write_fd)
         self._write_fd = -1
         self._write_log = -1
 
     def _flush_pending(self) -> None:
         """Write the buffered records to the current entry log (one syscall per chunk)."""
-        view = memoryview(b"".join(self._pending))
+        data = b"".join(self._pending)
         self._pending.clear()
-        while view:
-            written = os.write(self._write_fd, view)
-            view = view[written:]
+        write_all(self._files, self._write_fd, data)
 
     def _sync_write_log(self) -> None:
         """fsync the current entry log; then, unless written pages stay cached
         (``StorageConfig.cache_entry_logs``), let the kernel drop them."""
-        os.fsync(self._write_fd)
+        self._files.fsync(self._write_fd)
         if not self._cache_written:
-            os.posix_fadvise(self._write_fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self._files.drop_cache(self._write_fd)
 
     def _roll(self) -> None:
         if self._write_fd >= 0:
             self._flush_pending()
             self._sync_write_log()
-            os.close(self._write_fd)
+            self._files.close(self._write_fd)
             self._write_fd = -1
         with self._env.begin(write=True, db=self._meta) as txn:
             raw = txn.get(NEXT_LOG_KEY)
@@ -689,12 +690,12 @@ class EntryStorage:
                 raise StorageIOError(f"index in {self.index_dir}: next entry-log id row damaged")
             # Never reuse the name of an existing log (an index rolled back by damage
             # would otherwise truncate a live one).
-            while entry_log_path(self.log_dir, log_id).exists():
+            while self._files.exists(entry_log_path(self.log_dir, log_id)):
                 log_id += 1
             txn.put(NEXT_LOG_KEY, seal(NEXT_LOG_KEY, pack_next_log(log_id + 1)))
         path = entry_log_path(self.log_dir, log_id)
-        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        fsync_dir(self.log_dir)
+        self._write_fd = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._files.fsync_dir(self.log_dir)
         self._write_log = log_id
         self._write_offset = 0
 
@@ -769,7 +770,7 @@ class EntryStorage:
                 self._put_meta(txn, LOGS_CENSUS_KEY, pack_census(census))
         self._logs_census = census
         self._live.pop(log_id, None)
-        entry_log_path(self.log_dir, log_id).unlink(missing_ok=True)
+        self._files.unlink(entry_log_path(self.log_dir, log_id), missing_ok=True)
         self.logs_deleted += 1
         _log.info("entry log deleted", log=log_id)
 
@@ -845,34 +846,31 @@ class EntryStorage:
             raise StorageIOError(f"compacting entry log {log_id} failed: {exc}") from exc
         finally:
             for fd in files.values():
-                os.close(fd)
+                self._files.close(fd)
         return position, size
 
     def close(self) -> None:
         """Close the current entry log and the index."""
         if self._write_fd >= 0:
-            os.close(self._write_fd)
+            self._files.close(self._write_fd)
             self._write_fd = -1
         self._env.close()
         if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # releases the lock
+            self._files.close(self._lock_fd)  # releases the lock
             self._lock_fd = -1
 
 
-def _lock_directory(data_dir: Path) -> int:
+def lock_directory(data_dir: Path, files: Files = LOCAL_FILES) -> int:
     """Take an exclusive lock on ``data_dir/LOCK`` so two bookies (or a bookie and its
     not yet dead predecessor) never write the same files. The kernel drops it when the
     holder exits, however it exits."""
     path = data_dir / "LOCK"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return files.lock(path)
     except BlockingIOError as exc:
-        os.close(fd)
         raise StorageIOError(
             f"bookie storage in {data_dir} is in use by another process (lock on {path})"
         ) from exc
-    return fd
 
 
 def _entry_id(key: bytes) -> int | None:
