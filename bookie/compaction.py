@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +72,11 @@ class CompactionPolicy:
             raise ValueError(f"the compaction rate must be > 0 bytes/s, got {self.rate_bytes}")
 
 
+def _now() -> float:
+    """The event loop's clock (a simulated loop's virtual time in the simulator)."""
+    return asyncio.get_running_loop().time()
+
+
 def logs_to_compact(shares: Mapping[int, float], threshold: float) -> list[int]:
     """The logs whose live share is below ``threshold``, emptiest first (most space back
     for the least copying)."""
@@ -110,7 +114,7 @@ class Compactor:
         """
         shares: dict[int, float] = await self._in_storage(lambda s: s.live_shares())
         chosen = logs_to_compact(shares, threshold)
-        started = time.monotonic()
+        started = _now()
         moved_before = self.bytes_moved
         for log_id in chosen:
             after: tuple[int, int] | None = None
@@ -122,7 +126,7 @@ class Compactor:
                 self.bytes_moved += moved
                 # Rate limit: never ahead of rate_bytes per second since the pass began.
                 ahead = (self.bytes_moved - moved_before) / self.policy.rate_bytes - (
-                    time.monotonic() - started
+                    _now() - started
                 )
                 if ahead > 0:
                     await asyncio.sleep(ahead)
@@ -135,7 +139,7 @@ class Compactor:
                 logs=len(chosen),
                 threshold=threshold,
                 moved_bytes=self.bytes_moved - moved_before,
-                seconds=round(time.monotonic() - started, 3),
+                seconds=round(_now() - started, 3),
             )
         return len(chosen)
 
@@ -152,17 +156,17 @@ class Compactor:
         ]
         if not passes:
             return
-        now = time.monotonic()
+        now = _now()
         due = {name: now + interval for interval, _, name in passes}
         while True:
             name = min(due, key=lambda n: due[n])
-            await asyncio.sleep(max(0.0, due[name] - time.monotonic()))
+            await asyncio.sleep(max(0.0, due[name] - _now()))
             interval, threshold, _ = next(p for p in passes if p[2] == name)
             try:
                 await self.compact(threshold)
             except StorageIOError as exc:
                 _log.error("compaction failed", kind=name, error=str(exc))
-            due[name] = time.monotonic() + interval
+            due[name] = _now() + interval
 
 
 __all__ = ["STEP_BYTES", "CompactionPolicy", "Compactor", "logs_to_compact"]

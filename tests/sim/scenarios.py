@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from tests.sim.engine import EngineTunables
 from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
 from tests.sim.loop import Event, SimDeadlock, SimLoop, SimStepLimit, _cancel_all
@@ -300,6 +301,9 @@ async def _final_phase(world: World) -> None:
     """Heal everything, recover every ledger, read each with two fresh readers, check."""
     world.trace.log("FINAL heal all, recover and read every ledger")
     world.heal_all()
+    if not await world.all_up():
+        down = sorted(i for i, b in world.bookies.items() if not b.up)
+        world.history.violate("stalled", f"bookies {down} did not come back after healing")
     closed: dict[int, LedgerMetadata] = {}
     contents: dict[int, list[list[tuple[int, bytes]]]] = {}
     for ledger_id in sorted(world.history.ledgers):
@@ -320,9 +324,14 @@ async def _final_phase(world: World) -> None:
             contents[ledger_id].append([(e.entry_id, e.data) for e in entries])
     world.history.check_final(closed, contents)
     await log_final_phase(world)
+    for engine in world.engines:
+        engine.check_rules("at the end")
 
 
 async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: float) -> None:
+    if not await world.all_up():
+        world.history.violate("stalled", "the bookies did not start")
+        return
     nemesis = Nemesis(world, max_faulty)
     chaos = asyncio.ensure_future(nemesis.run())
 
@@ -378,7 +387,7 @@ _current_trace: list[World] = []
 
 def _to_trace(_logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
     """structlog processor: protocol log lines go into the schedule's trace, nowhere else."""
-    if _current_trace:
+    if _current_trace and method != "debug":
         text = event.pop("event", "")
         extra = " ".join(f"{k}={v}" for k, v in sorted(event.items()))
         _current_trace[-1].trace.log(f"log {method} {text} {extra}")
@@ -403,10 +412,12 @@ def run_schedule(
     *,
     mutations_on: frozenset[str] = frozenset(),
     draw_tunables: bool = True,
+    engine: bool = False,
 ) -> Outcome:
     """Run one schedule: the seed picks the scenario (unless named), sizes, faults and the
     protocol tunables of :data:`TUNABLES` (the production values when not
-    ``draw_tunables``)."""
+    ``draw_tunables``). ``engine``: the bookies run the real storage engine on simulated
+    disks (tests/sim/engine.py), its settings drawn from the seed too."""
     loop = SimLoop(seed)
     rng = loop.rng
     name = scenario or rng.choice(sorted(SCENARIOS))
@@ -421,7 +432,8 @@ def run_schedule(
     bookies = rng.randint(3, 5)
     max_faulty = rng.choice([1, 1, 2])
     chaos_s = rng.uniform(0.1, 3.0)
-    world = World(loop, bookies, faults)
+    tunables = EngineTunables.draw(rng) if engine else None
+    world = World(loop, bookies, faults, tunables)
     world.meta.lost_answers = rng.choice([0.0, 0.0, 0.05, 0.2])
     before = mutations.active()
     # Library code draws jitter from the global RNG (tenacity's random waits): seed it too.
@@ -430,12 +442,13 @@ def run_schedule(
     asyncio.set_event_loop(loop)
     try:
         with ExitStack() as stack:
-            tunables = stack.enter_context(_tunables(rng, draw_tunables))
+            drawn = stack.enter_context(_tunables(rng, draw_tunables))
             params = (
                 f"bookies={bookies} max_faulty={max_faulty} drop={faults.drop} "
                 f"dup={faults.duplicate} reorder={faults.reorder} delay<={faults.delay_s[1]} "
-                f"chaos={chaos_s:.2f}s lost_answers={world.meta.lost_answers} {tunables} "
+                f"chaos={chaos_s:.2f}s lost_answers={world.meta.lost_answers} {drawn} "
                 f"mutations={sorted(mutations_on) or '-'}"
+                + (f" engine={tunables}" if tunables is not None else "")
             )
             world.trace.log(f"START {name} {params}")
             mutations.set_enabled(mutations_on)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 from collections.abc import Awaitable
 from typing import Any
 
 from tests.sim.bookie import SimBookie
+from tests.sim.engine import EngineBookie, EngineTunables
 from tests.sim.invariants import History
 from tests.sim.log_invariants import LogHistory
 from tests.sim.loop import SimLoop
@@ -32,16 +34,39 @@ KEY = master_key(b"")
 TIMEOUTS = Timeouts(add=1.0, read=1.0, metadata=1.0, explicit_lac=0.05)
 
 
-class World:
-    """Bookies, network, metadata and the record of one schedule."""
+Bookie = SimBookie | EngineBookie
 
-    def __init__(self, loop: SimLoop, bookies: int, faults: FaultConfig) -> None:
+
+class World:
+    """Bookies, network, metadata and the record of one schedule.
+
+    Args:
+        loop: the simulation's loop.
+        bookies: how many bookies.
+        faults: the network's faults.
+        engine: run each bookie's real storage engine with these settings
+            (tests/sim/engine.py) instead of the in-memory model.
+    """
+
+    def __init__(
+        self,
+        loop: SimLoop,
+        bookies: int,
+        faults: FaultConfig,
+        engine: EngineTunables | None = None,
+    ) -> None:
         self.loop = loop
         self.rng = loop.rng
         self.trace = loop.trace
-        self.bookies = {f"b{i}": SimBookie(f"b{i}", loop.trace) for i in range(bookies)}
-        self.net = SimNetwork(loop, self.bookies, faults)
         self.meta = SimMetadataServer(loop)
+        self.bookies: dict[str, Bookie] = {}
+        for i in range(bookies):
+            bookie_id = f"b{i}"
+            if engine is None:
+                self.bookies[bookie_id] = SimBookie(bookie_id, loop.trace)
+            else:
+                self.bookies[bookie_id] = self._engine(bookie_id, engine)
+        self.net = SimNetwork(loop, self.bookies, faults)
         self.history = History(self.bookies)
         self.meta.observers.append(self.history.on_metadata)
         self.net.fence_observers.append(self.history.on_fence)
@@ -55,8 +80,39 @@ class World:
         """Bookies a scenario keeps down: the nemesis and the end of chaos leave them be."""
         self.paused: set[str] = set()
         self._clients: list[LedgerContext] = []
-        for bookie_id in self.bookies:
-            self._register(bookie_id)
+        for bookie_id, bookie in self.bookies.items():
+            if isinstance(bookie, EngineBookie):
+                bookie.start(functools.partial(self._register, bookie_id))
+            else:
+                self._register(bookie_id)
+
+    def _engine(self, bookie_id: str, tunables: EngineTunables) -> EngineBookie:
+        bookie = EngineBookie(
+            bookie_id,
+            self.loop,
+            self.rng,
+            self.trace,
+            tunables,
+            lambda rule, detail: self.history.violate(rule, detail),
+            session=lambda: SimMetadataStore(self.meta, f"gc-{bookie_id}"),
+        )
+        bookie.on_planned_crash = functools.partial(self.crash, bookie_id)
+        return bookie
+
+    @property
+    def engines(self) -> list[EngineBookie]:
+        """The bookies that run the real engine."""
+        return [b for b in self.bookies.values() if isinstance(b, EngineBookie)]
+
+    async def all_up(self, limit_s: float = 30.0) -> bool:
+        """Wait until every bookie not held down serves (engines replay when they open);
+        False if some did not within ``limit_s``."""
+        deadline = self.loop.time() + limit_s
+        while self.loop.time() < deadline:
+            if all(b.up for i, b in self.bookies.items() if i not in self.held):
+                return True
+            await asyncio.sleep(0.01)
+        return False
 
     def _register(self, bookie_id: str) -> None:
         path = bookie_path(bookie_id)
@@ -97,9 +153,13 @@ class World:
         self.meta.expire(bookie_id)
 
     def restart(self, bookie_id: str) -> None:
-        """Restart a crashed bookie, which registers again."""
-        self.net.restart(bookie_id)
-        self._register(bookie_id)
+        """Restart a crashed bookie, which registers again (an engine once it replayed)."""
+        bookie = self.bookies[bookie_id]
+        if isinstance(bookie, EngineBookie):
+            bookie.restart(functools.partial(self._register, bookie_id))
+        else:
+            self.net.restart(bookie_id)
+            self._register(bookie_id)
 
     def heal_all(self, *, keep_held: bool = False) -> None:
         """End every fault: restart, resume, reconnect (``keep_held``: bookies a scenario
@@ -111,6 +171,8 @@ class World:
         for bookie_id, bookie in self.bookies.items():
             if bookie_id in self.held:
                 continue
+            if isinstance(bookie, EngineBookie):
+                bookie.disk.heal()
             if not bookie.up:
                 self.restart(bookie_id)
             if bookie.paused:
