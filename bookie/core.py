@@ -54,6 +54,7 @@ from bookie.storage import (
     StoredRecord,
     WriteCache,
 )
+from walog import mutations
 from walog.latency import StageLatencies
 from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
 from walog.wire.durability import Durability
@@ -712,14 +713,31 @@ class BookieCore:
         started = time.monotonic()
         async with self._checkpoint_lock:
             storage = self._require_storage()
+            probe_first = not mutations.enabled("checkpoint_probes_after_freezing")
+            if self.checkpoint_failure is not None and probe_first:
+                # After a failed checkpoint: proof that the disk takes writes again, before
+                # anything is frozen (an await between the freeze and the barrier would let
+                # records be journaled before the mark and persisted by no checkpoint).
+                try:
+                    await self._writer.run(storage.probe)
+                except StorageIOError as exc:
+                    self._checkpoint_failed(exc)
+                    raise
+            # One synchronous step: freeze the write cache, take the dirty ledgers and queue
+            # the barrier whose position becomes the mark. Every record journaled before the
+            # mark is then in what this checkpoint persists (its entries in the frozen
+            # cache, its ledger's state among the dirty ones).
             frozen, self._cache = self._cache, WriteCache()
             dirty, self._dirty = self._dirty, set()
             self._flushing = frozen
             self._checkpoint_idle.clear()
+            barrier = None if not probe_first else self.journal.barrier()
             try:
-                if self.checkpoint_failure is not None:
-                    await self._writer.run(storage.probe)
-                mark = await self.journal.barrier()
+                if barrier is None:
+                    if self.checkpoint_failure is not None:
+                        await self._writer.run(storage.probe)
+                    barrier = self.journal.barrier()
+                mark = await barrier
                 states = {
                     ledger_id: self._states[ledger_id].to_bytes()
                     for ledger_id in dirty
@@ -747,9 +765,7 @@ class BookieCore:
                         self._cache.put(ledger_id, entry_id, entry)
                 self._dirty |= dirty
                 if isinstance(exc, StorageIOError):
-                    self.checkpoint_failure = exc
-                    for on_failure in self.failure_listeners:
-                        on_failure()
+                    self._checkpoint_failed(exc)
                 raise
             finally:
                 self._flushing = None
@@ -772,6 +788,12 @@ class BookieCore:
             mark=tuple(mark),
             seconds=round(time.monotonic() - started, 3),
         )
+
+    def _checkpoint_failed(self, exc: StorageIOError) -> None:
+        """A checkpoint failed: plain adds are refused until one succeeds."""
+        self.checkpoint_failure = exc
+        for on_failure in self.failure_listeners:
+            on_failure()
 
     async def _checkpoint_loop(self) -> None:
         first = True

@@ -65,7 +65,7 @@ class ChaosConfig:
     acknowledge from their page cache, which a killed process leaves to the system, so the
     same rules hold."""
     mutations: tuple[str, ...] = ()
-    """Test-only protocol mutations (walog.ledger.mutations) switched on in the writers, to
+    """Test-only protocol mutations (walog.mutations) switched on in the writers, to
     show that the checker catches the bug each one plants."""
 
     def schedule(self) -> list[nemesis.Fault]:

@@ -31,9 +31,9 @@ from typing import Any
 
 import walog.aio
 from tests.chaos.records import JsonLines, RecordKey, payload
+from walog import mutations
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError, WriterFencedError
-from walog.ledger import mutations
 from walog.log.log import AsyncLog
 from walog.log.position import Position
 from walog.log.retention import RollPolicy

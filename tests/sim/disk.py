@@ -80,6 +80,7 @@ class SimDisk:
         self.rng = rng
         self.keep_unsynced = keep_unsynced
         self.capacity = capacity
+        self._capacity = capacity
         self.filled = 0
         """Bytes taken by other data (:meth:`fill`)."""
         self.dirs: dict[Path, dict[str, _Inode]] = {Path("/"): {}}
@@ -122,7 +123,8 @@ class SimDisk:
         self.filled = max(0, self.filled + size)
 
     def heal(self) -> None:
-        """End every planned fault (a crash planned included) and free filled space."""
+        """End every planned fault (a crash planned included): the disk has room again."""
+        self.capacity = self._capacity
         self._countdown = None
         self._fail_next.clear()
         self._broken.clear()
@@ -170,9 +172,9 @@ class SimDisk:
 
     def check_space(self, growth: int) -> None:
         """ENOSPC when ``growth`` more bytes would not fit."""
-        if growth > 0 and self.capacity is not None and not self._inspecting:
-            if self.used() + growth > self.capacity:
-                raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        full = self.capacity is not None and self.used() + growth > self.capacity
+        if growth > 0 and full and not self._inspecting:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
 
     # -- crash --------------------------------------------------------------------------------
 

@@ -358,6 +358,12 @@ class EngineBookie:
         self.collected: set[int] = set()
         """Ledgers its collector deleted (their metadata was gone)."""
 
+    @property
+    def failed(self) -> bool:
+        """True while the engine's journal has failed: it refuses every write until a
+        restart (a bookie's health check reports it; its operator restarts it)."""
+        return self.core is not None and self.core.journal.failed is not None
+
     # -- life cycle ---------------------------------------------------------------------------
 
     def start(self, on_up: Callable[[], None] = lambda: None) -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 
 from tests.sim.scenarios import SCENARIOS, Outcome, run_schedule
-from walog.ledger import mutations
+from walog import mutations
 
 
 def _parser() -> argparse.ArgumentParser:

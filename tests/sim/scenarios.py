@@ -24,9 +24,9 @@ from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
 from tests.sim.loop import Event, SimDeadlock, SimLoop, SimStepLimit, _cancel_all
 from tests.sim.network import FaultConfig
-from tests.sim.world import KEY, Nemesis, World, guard
+from tests.sim.world import KEY, DiskNemesis, Nemesis, World, guard
+from walog import mutations
 from walog.errors import WalogError
-from walog.ledger import mutations
 from walog.ledger import recovery as recovery_module
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger
@@ -334,10 +334,14 @@ async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: 
         return
     nemesis = Nemesis(world, max_faulty)
     chaos = asyncio.ensure_future(nemesis.run())
+    disks = asyncio.ensure_future(
+        DiskNemesis(world, max_faulty).run() if world.engines else _idle()
+    )
 
     async def calm_down() -> None:
         await asyncio.sleep(chaos_s)
         chaos.cancel()
+        disks.cancel()
         world.trace.log("chaos over")
         world.heal_all(keep_held=True)
 
@@ -353,8 +357,13 @@ async def _schedule(world: World, scenario: Scenario, max_faulty: int, chaos_s: 
     finally:
         calm.cancel()
         chaos.cancel()
-        await asyncio.gather(chaos, calm, return_exceptions=True)
+        disks.cancel()
+        await asyncio.gather(chaos, disks, calm, return_exceptions=True)
     await asyncio.wait_for(_final_phase(world), FINAL_LIMIT_S)
+
+
+async def _idle() -> None:
+    """Nothing to do (a world without engines has no disks to fault)."""
 
 
 # Protocol tunables drawn per schedule: small windows and batches put their boundaries

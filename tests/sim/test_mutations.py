@@ -1,6 +1,6 @@
 """The checker bites: each planted protocol bug is found within a bounded number of schedules.
 
-For every test-only mutation (walog/ledger/mutations.py) the search runs seeds 0, 1, 2, ...
+For every test-only mutation (walog/mutations.py) the search runs seeds 0, 1, 2, ...
 of the scenario most likely to expose it until an invariant breaks, then replays the
 failing seed without the mutation to show that the planted bug, not the schedule, broke it.
 The protocol's tunables stay at their production values here.

@@ -16,6 +16,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from tests.sim.bookie import SimBookie
+from tests.sim.disk import SimDisk
 from tests.sim.engine import EngineBookie, EngineTunables
 from tests.sim.invariants import History
 from tests.sim.log_invariants import LogHistory
@@ -173,6 +174,8 @@ class World:
                 continue
             if isinstance(bookie, EngineBookie):
                 bookie.disk.heal()
+                if bookie.failed:  # restarted, as its failing health check asks
+                    self.crash(bookie_id)
             if not bookie.up:
                 self.restart(bookie_id)
             if bookie.paused:
@@ -195,7 +198,7 @@ class Nemesis:
             faulty = [
                 b
                 for b, s in world.bookies.items()
-                if (not s.up or s.paused) and b not in world.held
+                if (not s.up or s.paused or _failed(s)) and b not in world.held
             ]
             down = len(faulty) + len(world.held)
             healthy = [b for b in world.bookies if b not in faulty and b not in world.held]
@@ -205,6 +208,8 @@ class Nemesis:
                 if world.bookies[victim].paused:
                     world.net.resume(victim)
                 else:
+                    if _failed(world.bookies[victim]):
+                        world.crash(victim)  # a failed journal takes a restart
                     world.restart(victim)
             elif down >= self.max_faulty:
                 continue
@@ -216,6 +221,53 @@ class Nemesis:
                 client, bookie = rng.choice(world.client_names), rng.choice(list(world.bookies))
                 world.net.partition(client, bookie)
                 world.loop.call_later(rng.uniform(0.05, 2.0), world.net.heal, client, bookie)
+
+
+def _failed(bookie: Bookie) -> bool:
+    return isinstance(bookie, EngineBookie) and bookie.failed
+
+
+DISK_FAULT_KINDS = ("write", "sync", "read", "open", "commit", "dirsync", "rename", "unlink")
+"""File-system calls the disk nemesis fails with EIO now and then."""
+
+
+class DiskNemesis:
+    """Faults of the engines' disks: a crash planned at one of the next few file-system
+    calls (it may fall inside a checkpoint, a replay or a compaction), short bursts of EIO,
+    and disks that fill up for a while."""
+
+    def __init__(self, world: World, max_faulty: int) -> None:
+        self.world = world
+        self.max_faulty = max_faulty
+
+    async def run(self) -> None:
+        """Inject disk faults until cancelled."""
+        world, rng = self.world, self.world.rng
+        while True:
+            await asyncio.sleep(rng.uniform(0.01, 0.3))
+            up = [e for e in world.engines if e.up and e.bookie_id not in world.held]
+            if not up:
+                continue
+            engine = rng.choice(up)
+            down = sum(1 for b in world.bookies.values() if not b.up or b.paused)
+            action = rng.random()
+            if action < 0.4 and down < self.max_faulty:
+                calls = rng.randint(1, 40)
+                engine.disk.crash_after(calls)
+                world.trace.log(f"{engine.bookie_id} disk: crash within {calls} calls")
+            elif action < 0.8:
+                kind = rng.choice(DISK_FAULT_KINDS)
+                engine.disk.fail_next(kind, rng.randint(1, 3))
+                world.trace.log(f"{engine.bookie_id} disk: EIO on next {kind}")
+            else:
+                room = rng.randint(0, 4096)
+                engine.disk.capacity = engine.disk.used() + room
+                world.trace.log(f"{engine.bookie_id} disk: full ({room} bytes left)")
+                world.loop.call_later(rng.uniform(0.05, 1.0), _unfill, engine.disk)
+
+
+def _unfill(disk: SimDisk) -> None:
+    disk.capacity = None
 
 
 async def guard(world: World, who: str, call: Awaitable[Any]) -> Any:
@@ -230,4 +282,4 @@ async def guard(world: World, who: str, call: Awaitable[Any]) -> Any:
         return None
 
 
-__all__ = ["KEY", "TIMEOUTS", "Nemesis", "World", "guard"]
+__all__ = ["KEY", "TIMEOUTS", "DiskNemesis", "Nemesis", "World", "guard"]

@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
+from walog import mutations
 from walog.errors import (
     BookieError,
     BookieUnavailableError,
@@ -26,7 +27,6 @@ from walog.errors import (
     NoSuchEntryError,
     UnauthorizedError,
 )
-from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.quorum import Answer, QuorumCoverage, entry_absent, write_set
 from walog.metadata.layout import LedgerMetadata

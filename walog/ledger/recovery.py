@@ -37,6 +37,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from walog import mutations
 from walog._log import get_logger
 from walog.errors import (
     BookieError,
@@ -47,7 +48,6 @@ from walog.errors import (
     WalogError,
     is_retriable,
 )
-from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.quorum import Answer, QuorumCoverage
 from walog.ledger.readops import (

@@ -36,6 +36,7 @@ from typing import Literal
 import crc32c
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from walog import mutations
 from walog._log import get_logger
 from walog._sync import ALREADY_SETTLED, Sink
 from walog.errors import (
@@ -49,7 +50,6 @@ from walog.errors import (
     WalogError,
     is_retriable,
 )
-from walog.ledger import mutations
 from walog.ledger.context import LedgerContext
 from walog.ledger.durability import lac_from_last_add_synced
 from walog.ledger.ensemble import (

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from walog import mutations
 from walog._log import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
-from walog.ledger import mutations
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
 from walog.wire.durability import Durability

@@ -36,6 +36,7 @@ import time
 
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
+from walog import mutations
 from walog._log import get_logger
 from walog._sync import ALREADY_SETTLED, Sink
 from walog.errors import (
@@ -47,7 +48,6 @@ from walog.errors import (
     WalogError,
     WriterFencedError,
 )
-from walog.ledger import mutations
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position

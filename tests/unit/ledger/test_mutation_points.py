@@ -1,4 +1,4 @@
-"""The mutation table stays true: each test-only mutation (walog/ledger/mutations.py) is
+"""The mutation table stays true: each test-only mutation (walog/mutations.py) is
 read at a decision point of the protocol code, searched for by the simulator
 (tests/sim/test_mutations.py) and listed in docs/correctness.md."""
 
@@ -8,16 +8,16 @@ import re
 from pathlib import Path
 
 from tests.sim.test_mutations import CASES
-from walog.ledger import mutations
+from walog import mutations
 
 REPO = Path(__file__).resolve().parents[3]
 _READ = re.compile(r"""mutations\.enabled\(\s*["'](\w+)["']\s*\)""")
 
 
 def _decision_points() -> dict[str, list[str]]:
-    """Mutation name -> the modules of walog that read it."""
+    """Mutation name -> the modules of walog and bookie that read it."""
     found: dict[str, list[str]] = {}
-    for path in sorted((REPO / "walog").rglob("*.py")):
+    for path in sorted([*(REPO / "walog").rglob("*.py"), *(REPO / "bookie").rglob("*.py")]):
         if path.name == "mutations.py":  # the switches themselves, not a decision point
             continue
         for name in _READ.findall(path.read_text()):

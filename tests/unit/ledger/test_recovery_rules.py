@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from walog import mutations
 from walog.errors import BookieUnavailableError, UnauthorizedError
-from walog.ledger import mutations
 from walog.ledger.quorum import Answer, QuorumCoverage
 from walog.ledger.readops import EntryProbe, classify_fence, classify_lac, lac_of
 from walog.ledger.recovery import (

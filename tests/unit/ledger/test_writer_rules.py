@@ -7,8 +7,8 @@ import collections
 
 import pytest
 
+from walog import mutations
 from walog.errors import UnauthorizedError
-from walog.ledger import mutations
 from walog.ledger.create import password_check, validate_ledger_options, verify_password
 from walog.ledger.writer import PendingAdd, as_payload, pop_completed
 from walog.metadata.layout import LedgerMetadata

@@ -26,6 +26,8 @@ Known mutations:
   list (its CAS applied, the answer lost) takes it for a rival's.
 - ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
   are acknowledged, without forcing them.
+- ``checkpoint_probes_after_freezing``: a bookie's checkpoint after a failed one probes the
+  disk between freezing its write cache and queueing the journal barrier of its mark.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ KNOWN: frozenset[str] = frozenset(
         "lost_answer_taken_for_rival",
         "log_sends_across_roll_at_once",
         "volatile_log_flush_skips_force",
+        "checkpoint_probes_after_freezing",
     }
 )
 """Every mutation name the protocol code knows."""
