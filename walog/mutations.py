@@ -26,6 +26,9 @@ Known mutations:
   list (its CAS applied, the answer lost) takes it for a rival's.
 - ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
   are acknowledged, without forcing them.
+- ``failed_list_change_deletes_new_ledger``: a log takeover or roll whose list change failed
+  (cancelled, or out of attempts) deletes its new ledger at once, although the CAS may
+  still apply.
 - ``checkpoint_probes_after_freezing``: a bookie's checkpoint after a failed one probes the
   disk between freezing its write cache and queueing the journal barrier of its mark.
 """
@@ -48,6 +51,7 @@ KNOWN: frozenset[str] = frozenset(
         "log_sends_across_roll_at_once",
         "volatile_log_flush_skips_force",
         "checkpoint_probes_after_freezing",
+        "failed_list_change_deletes_new_ledger",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -186,20 +186,33 @@ class SimDisk:
         self._countdown = None
         self.locks.clear()
         self.open_inodes.clear()
+        self.dirs = self._survivors(torn=True)
+        self.durable_dirs = {d: dict(entries) for d, entries in self.dirs.items()}
+
+    def survivor_copy(self) -> SimDisk:
+        """A new disk holding what a crash now would leave, synced bytes only (for a look at
+        what the bookie would find on restart, without crashing it)."""
+        copy = SimDisk(random.Random(0), keep_unsynced=0.0)
+        copy.dirs = self._survivors(torn=False)
+        copy.durable_dirs = {d: dict(entries) for d, entries in copy.dirs.items()}
+        copy.subdirs = {d: list(names) for d, names in self.subdirs.items()}
+        copy.indexes = dict(self.indexes)  # committed tables are never changed in place
+        return copy
+
+    def _survivors(self, *, torn: bool) -> dict[Path, dict[str, _Inode]]:
         recovered: dict[int, _Inode] = {}
         dirs: dict[Path, dict[str, _Inode]] = {}
         for directory in self.dirs:
             entries = self.durable_dirs.get(directory, {})
             dirs[directory] = {
-                name: recovered.setdefault(id(inode), self._survivor(inode))
+                name: recovered.setdefault(id(inode), self._survivor(inode, torn))
                 for name, inode in sorted(entries.items())
             }
-        self.dirs = dirs
-        self.durable_dirs = {d: dict(entries) for d, entries in dirs.items()}
+        return dirs
 
-    def _survivor(self, inode: _Inode) -> _Inode:
+    def _survivor(self, inode: _Inode, torn: bool) -> _Inode:
         data = bytearray(inode.durable)
-        if inode.pending and self.rng.random() < self.keep_unsynced:
+        if torn and inode.pending and self.rng.random() < self.keep_unsynced:
             kept = self.rng.randint(0, len(inode.pending))
             for index, (op, at, chunk) in enumerate(inode.pending[:kept]):
                 if op == "t":

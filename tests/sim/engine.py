@@ -64,7 +64,12 @@ _T = TypeVar("_T")
 Violate = Callable[[str, str], None]
 
 JOB_DELAY_S = (2e-5, 4e-4)
-"""How long a storage thread takes to start and run a job (virtual seconds)."""
+"""How long a storage thread usually takes to start and run a job (virtual seconds)."""
+CRASH_CHECKS = 0.05
+"""Share of checkpoints after which :meth:`EngineBookie.crash_check` looks at what a crash
+would leave (every first checkpoint after a failed one is looked at)."""
+SLOW_JOB = (0.05, (1e-3, 3e-2))
+"""A job is slow (a busy disk) this often, and then takes this long."""
 SYNC_DELAY_S = (5e-5, 1e-3)
 """How long a journal write, and then its sync, take."""
 
@@ -83,7 +88,9 @@ class SimWorkers:
         """See :meth:`bookie.environment.Workers.run`."""
         loop = self._loop
         future: asyncio.Future[_T] = loop.create_future()
-        self._tail = max(loop.time(), self._tail) + self._rng.uniform(*JOB_DELAY_S)
+        slow, slow_s = SLOW_JOB
+        took = self._rng.uniform(*(slow_s if self._rng.random() < slow else JOB_DELAY_S))
+        self._tail = max(loop.time(), self._tail) + took
         loop.call_at(self._tail, _execute, future, fn, args)
         return await future
 
@@ -355,6 +362,7 @@ class EngineBookie:
         """Entries this bookie acknowledged as PERSISTENT, by ledger (what it must keep)."""
         self.fenced: set[int] = set()
         """Ledgers this bookie answered a fence for."""
+        self._after_failure = False
         self.collected: set[int] = set()
         """Ledgers its collector deleted (their metadata was gone)."""
 
@@ -373,9 +381,8 @@ class EngineBookie:
             return
         self._opening = self._loop.create_task(self._open(on_up))
 
-    async def _open(self, on_up: Callable[[], None]) -> None:
-        files = self._files = SimFiles(self.disk, self._planned_crash)
-        env = StorageEnv(
+    def _env(self, files: SimFiles) -> StorageEnv:
+        return StorageEnv(
             files=files,
             open_index=SimOpener(files),
             workers=lambda _threads, _name: SimWorkers(self._loop, self._rng),
@@ -383,8 +390,11 @@ class EngineBookie:
                 self._loop, self._rng, files, group_bytes
             ),
         )
+
+    async def _open(self, on_up: Callable[[], None]) -> None:
+        files = self._files = SimFiles(self.disk, self._planned_crash)
         try:
-            core = await BookieCore.open(self.config, env)
+            core = await BookieCore.open(self.config, self._env(files))
         except StorageIOError as exc:
             self.trace.log(f"{self.bookie_id} OPEN FAILED {exc}")
             return
@@ -396,6 +406,8 @@ class EngineBookie:
             return
         self.core = core
         self.check_rules("reopened")
+        core.failure_listeners.append(self._checkpoint_failed)
+        core.checkpoint_listeners.append(self._checkpointed)
         self.up = True
         self.trace.log(f"{self.bookie_id} UP (replayed {core.stats.replayed_records} records)")
         if self._session is not None:
@@ -454,28 +466,72 @@ class EngineBookie:
     def check_rules(self, when: str) -> None:
         """``bookie_forgot_fence`` and ``bookie_lost_entry`` (see the module's description)
         against what the engine holds now."""
-        core = self.core
-        if core is None:
-            return
-        with self.disk.inspecting():
-            for ledger_id in sorted(self.fenced - self.collected):
-                if not core.is_fenced(ledger_id):
+        if self.core is not None:
+            with self.disk.inspecting():
+                self._check(self.core, when, self.fenced, self.acked)
+
+    def _check(
+        self,
+        core: BookieCore,
+        when: str,
+        fenced: set[int],
+        acked: dict[int, dict[int, bytes]],
+    ) -> None:
+        for ledger_id in sorted(fenced - self.collected):
+            if not core.is_fenced(ledger_id):
+                self._violate(
+                    "bookie_forgot_fence",
+                    f"{self.bookie_id} ({when}) answered a fence of L{ledger_id} and no "
+                    "longer has it fenced",
+                )
+        for ledger_id, entries in sorted(acked.items()):
+            if ledger_id in self.collected:
+                continue
+            for entry_id, data in sorted(entries.items()):
+                held = self._peek(core, ledger_id, entry_id)
+                if held is None or held.data != data:
                     self._violate(
-                        "bookie_forgot_fence",
-                        f"{self.bookie_id} ({when}) answered a fence of L{ledger_id} and no "
-                        "longer has it fenced",
+                        "bookie_lost_entry",
+                        f"{self.bookie_id} ({when}) acknowledged L{ledger_id} e{entry_id} "
+                        f"and now holds {None if held is None else held.data!r}",
                     )
-            for ledger_id, entries in sorted(self.acked.items()):
-                if ledger_id in self.collected:
-                    continue
-                for entry_id, data in sorted(entries.items()):
-                    held = self._peek(core, ledger_id, entry_id)
-                    if held is None or held.data != data:
-                        self._violate(
-                            "bookie_lost_entry",
-                            f"{self.bookie_id} ({when}) acknowledged L{ledger_id} e{entry_id} "
-                            f"and now holds {None if held is None else held.data!r}",
-                        )
+
+    def crash_check(self, why: str) -> None:
+        """Open a second engine on what a crash now would leave of the disk (a copy: the
+        bookie goes on) and check the bookie's rules against it, for what was answered up
+        to now. Finds a lost record without waiting for a crash to fall in its window."""
+        if self.core is None or self._files is None or self._files.dead:
+            return
+        copy = self.disk.survivor_copy()
+        fenced = set(self.fenced)
+        acked = {ledger_id: dict(entries) for ledger_id, entries in self.acked.items()}
+        self._spawn(self._reopen_copy(copy, why, fenced, acked))
+
+    async def _reopen_copy(
+        self, copy: SimDisk, why: str, fenced: set[int], acked: dict[int, dict[int, bytes]]
+    ) -> None:
+        files = SimFiles(copy)
+        try:
+            core = await BookieCore.open(self.config, self._env(files))
+        except StorageIOError as exc:
+            self._violate(
+                "bookie_cannot_restart",
+                f"{self.bookie_id}: what a crash {why} would leave does not open: {exc}",
+            )
+            return
+        try:
+            with copy.inspecting():
+                self._check(core, f"crash {why}", fenced, acked)
+        finally:
+            await core.abandon()
+
+    def _checkpoint_failed(self) -> None:
+        self._after_failure = True
+
+    def _checkpointed(self, _entries: int) -> None:
+        if self._after_failure or self._rng.random() < CRASH_CHECKS:
+            self._after_failure = False
+            self.crash_check("after a checkpoint")
 
     def _peek(self, core: BookieCore, ledger_id: int, entry_id: int) -> StoredEntry | None:
         cached = core._cached(ledger_id, entry_id)

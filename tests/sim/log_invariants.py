@@ -70,8 +70,10 @@ class LogHistory:
 
         def observe(session: str, path: str, old: bytes | None, new: bytes | None) -> None:
             if path.startswith(LOGS + "/"):
-                ids = LogMetadata.from_json(new).ledger_ids if new is not None else ()
-                listed[path] = frozenset(ids)
+                meta = LogMetadata.from_json(new) if new is not None else None
+                listed[path] = frozenset(meta.ledger_ids if meta is not None else ())
+                if old is not None and meta is not None:
+                    self._note_head_removal(LogMetadata.from_json(old), meta)
             elif path.startswith(LEDGERS + "/") and new is None:
                 ledger_id = int(path.rsplit("/", 1)[1])
                 for log_path, ids in sorted(listed.items()):
@@ -82,6 +84,15 @@ class LogHistory:
                         )
 
         return observe
+
+    def _note_head_removal(self, before: LogMetadata, after: LogMetadata) -> None:
+        """A change that removed head ledgers without a takeover (a truncation or a
+        retention pass): records before the new head may be gone."""
+        if after.epoch != before.epoch or not after.ledgers:
+            return
+        head = after.ledgers[0].ledger_id
+        if any(i.ledger_id < head for i in before.ledgers):
+            self.on_truncate(Position(head, 0, 0))
 
     def on_ack(self, ack: LogAck, violate: Violate) -> None:
         """A record's append completed; checks ``log_ack_not_prefix`` on the spot."""

@@ -13,12 +13,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from tests.sim.log_invariants import LogAck
-from tests.sim.world import World, guard
+from tests.sim.world import World, cancellable, guard
 from walog.aio import AsyncClient
 from walog.errors import DataLossError, WalogError
 from walog.log.log import AsyncLog
 from walog.log.position import Position
-from walog.log.retention import RollPolicy
+from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.writer import AsyncLogWriter
 from walog.wire.durability import Durability
 
@@ -27,7 +27,12 @@ FINAL_READ_IDLE_S = 3.0
 """A final reader stops after this long without a new record (everything is closed)."""
 
 
-async def _open_log(world: World, who: str, client: AsyncClient | None = None) -> AsyncLog | None:
+async def _open_log(
+    world: World,
+    who: str,
+    client: AsyncClient | None = None,
+    retention: RetentionPolicy | None = None,
+) -> AsyncLog | None:
     options = world.log_options
     client = client or world.async_client(who)
     log: AsyncLog | None = await guard(
@@ -40,6 +45,7 @@ async def _open_log(world: World, who: str, client: AsyncClient | None = None) -
             ack_quorum=options[2],
             roll_policy=RollPolicy(max_entries=options[3]),
             durability=options[4],
+            retention=retention,
         ),
     )
     return log
@@ -60,6 +66,8 @@ async def append_records(world: World, who: str, writer: AsyncLogWriter, count: 
             await asyncio.wait([future])
         elif rng.random() < 0.5:
             await asyncio.sleep(rng.uniform(0.0, 0.05))
+        if world.cancel_chance and rng.random() < 0.1:
+            await cancellable(world, who, "roll", writer.roll())
     return True
 
 
@@ -90,7 +98,7 @@ async def log_writer(world: World, who: str, delay: float) -> None:
     for term in range(rng.randint(1, 2)):
         client = world.async_client(f"{who}.{term}")
         log = await _open_log(world, who, client)
-        writer = await guard(world, who, log.open_writer()) if log else None
+        writer = await cancellable(world, who, "open_writer", log.open_writer()) if log else None
         if writer is None:
             return
         world.trace.log(f"{who} TOOK OVER epoch {writer.epoch} ledger {writer.ledger_id}")
@@ -104,7 +112,7 @@ async def log_writer(world: World, who: str, delay: float) -> None:
             if rng.random() < 0.25:  # what the flush made durable must last without a close
                 await world.crash_client(client.ctx)
                 return
-        await guard(world, who, writer.close())
+        await cancellable(world, who, "close", writer.close())
         await asyncio.sleep(rng.uniform(0.0, 0.3))
 
 
@@ -138,17 +146,26 @@ async def log_tailer(world: World, who: str, done: asyncio.Event) -> None:
 
 
 async def log_truncator(world: World, who: str) -> None:
-    """Once, at a random time, truncate before a random acknowledged record."""
-    await asyncio.sleep(world.rng.uniform(0.1, 1.5))
+    """Once, at a random time, truncate before a random acknowledged record (or, in
+    schedules that cancel calls, apply a retention policy limiting the log's bytes)."""
+    rng = world.rng
+    await asyncio.sleep(rng.uniform(0.1, 1.5))
     acks = world.log_history.acks
     if not acks:
         return
-    before = world.rng.choice(acks).position
+    if world.cancel_chance and rng.random() < 0.5:
+        policy = RetentionPolicy(max_bytes=rng.randint(1, 200))
+        log = await _open_log(world, who, retention=policy)
+        if log is not None:
+            deleted = await cancellable(world, who, "retention", log.enforce_retention())
+            world.trace.log(f"{who} RETENTION {policy}: {deleted} ledger(s)")
+        return
+    before = rng.choice(acks).position
     log = await _open_log(world, who)
     if log is None:
         return
     world.log_history.on_truncate(before)
-    deleted = await guard(world, who, log.truncate(before))
+    deleted = await cancellable(world, who, "truncate", log.truncate(before))
     world.trace.log(f"{who} TRUNCATE before {before}: {deleted} ledger(s)")
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from tests.sim.loop import SimLoop
 from walog.errors import MetadataConflictError, MetadataError
@@ -26,6 +27,7 @@ from walog.metadata.store import (
     WatchCallback,
 )
 
+_T = TypeVar("_T")
 Observer = Callable[[str, str, bytes | None, bytes | None], None]
 
 
@@ -122,7 +124,7 @@ class SimMetadataStore(MetadataStore):
         await self._hop()
         return version
 
-    async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
+    async def _create_node(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
         """Create a record at version 0."""
         await self._hop()
         self._create(path, data, owner=None)
@@ -138,7 +140,7 @@ class SimMetadataStore(MetadataStore):
         server.notify(self.session, path, None, bytes(data))
         server.changed(path)
 
-    async def set(self, path: str, data: bytes, version: int) -> int:
+    async def _set(self, path: str, data: bytes, version: int) -> int:
         """Compare-and-swap the record's data."""
         server = self._server
         await self._hop()
@@ -163,7 +165,7 @@ class SimMetadataStore(MetadataStore):
             raise MetadataError(f"{path}: connection lost before the answer (the set applied)")
         return new_version
 
-    async def delete(self, path: str, version: int = -1) -> None:
+    async def _delete(self, path: str, version: int = -1) -> None:
         """Delete a record and its children."""
         server = self._server
         await self._hop()
@@ -188,7 +190,7 @@ class SimMetadataStore(MetadataStore):
         await self._hop()
         return names
 
-    async def next_id(self, counter: str) -> int:
+    async def _next_id(self, counter: str) -> int:
         """A new id from the named counter (strictly increasing)."""
         server = self._server
         await self._hop()
@@ -201,7 +203,7 @@ class SimMetadataStore(MetadataStore):
         """Persistent watch on the record and its children."""
         return self._server.add_watch(path, callback)
 
-    async def register(self, path: str, data: bytes) -> None:
+    async def _register(self, path: str, data: bytes) -> None:
         """A record bound to this session."""
         await self._hop()
         existing = self._server.nodes.get(path)
@@ -211,7 +213,7 @@ class SimMetadataStore(MetadataStore):
             self._create(path, data, owner=self.session)
         await self._hop()
 
-    async def unregister(self, path: str) -> None:
+    async def _unregister(self, path: str) -> None:
         """Remove a record made by :meth:`register`."""
         await self._hop()
         node = self._server.nodes.get(path)
@@ -220,10 +222,43 @@ class SimMetadataStore(MetadataStore):
             self._server.changed(path)
         await self._hop()
 
+    # A request sent is carried out: the client's task may be cancelled while it waits for
+    # the answer (as ZooKeeper's and SQLite's stores run calls in threads), but the change
+    # still happens. Hence every change runs as a task of its own, shielded.
+
+    async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
+        """Create a record at version 0."""
+        return await _sent(self._create_node(path, data))
+
+    async def set(self, path: str, data: bytes, version: int) -> int:
+        """Compare-and-swap the record's data."""
+        return await _sent(self._set(path, data, version))
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        """Delete a record and its children."""
+        await _sent(self._delete(path, version))
+
+    async def next_id(self, counter: str) -> int:
+        """A new id from the named counter (strictly increasing)."""
+        return await _sent(self._next_id(counter))
+
+    async def register(self, path: str, data: bytes) -> None:
+        """A record bound to this session."""
+        await _sent(self._register(path, data))
+
+    async def unregister(self, path: str) -> None:
+        """Remove a record made by :meth:`register`."""
+        await _sent(self._unregister(path))
+
     async def close(self) -> None:
         """End the session: later calls fail with MetadataError."""
         self.closed = True
         self._server.expire(self.session)
+
+
+async def _sent(call: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``call`` as a request already sent: cancelling the caller does not stop it."""
+    return await asyncio.shield(asyncio.ensure_future(call))
 
 
 def _summary(data: bytes) -> str:

@@ -256,6 +256,33 @@ async def ensemble_change_then_crash(world: World) -> None:
     world.restart(victim)
 
 
+async def disk_trouble(world: World) -> None:
+    """Rounds of many ledgers at once: writers append to them and die, then readers
+    recover them all (a storm of fences and write-backs), while the bookies' disks fail
+    their checkpoints and the bookies crash. Every fence and PERSISTENT add a bookie
+    answered must survive its crashes (the bookie rules of tests/sim/engine.py)."""
+    rng = world.rng
+    for term in range(rng.randint(1, 3)):
+        records, writers, clients = [], [], []
+        for n in range(rng.randint(3, 8)):
+            who = f"w{term}.{n}"
+            clients.append(ctx := world.client(who))
+            made = await guard(world, who, new_ledger(world, who, ctx))
+            if made is not None:
+                records.append(made[1])
+                writers.append(write_entries(world, who, made[0], made[1], rng.randint(1, 6)))
+        await asyncio.gather(*writers)
+        for ctx in clients:
+            await world.crash_client(ctx)
+        await asyncio.gather(
+            *(
+                recoverer(world, f"r{term}.{n}.{i}", record, rng.uniform(0.0, 0.5))
+                for n, record in enumerate(records)
+                for i in range(rng.randint(1, 2))
+            )
+        )
+
+
 Scenario = Callable[[World], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     **LOG_SCENARIOS,
@@ -265,6 +292,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tailing_reader": tailing_reader,
     "volatile_force": volatile_force,
     "ensemble_change_then_crash": ensemble_change_then_crash,
+    "disk_trouble": disk_trouble,
 }
 
 
@@ -422,11 +450,14 @@ def run_schedule(
     mutations_on: frozenset[str] = frozenset(),
     draw_tunables: bool = True,
     engine: bool = False,
+    cancel: bool = False,
 ) -> Outcome:
     """Run one schedule: the seed picks the scenario (unless named), sizes, faults and the
     protocol tunables of :data:`TUNABLES` (the production values when not
     ``draw_tunables``). ``engine``: the bookies run the real storage engine on simulated
-    disks (tests/sim/engine.py), its settings drawn from the seed too."""
+    disks (tests/sim/engine.py), its settings drawn from the seed too. ``cancel``: client
+    calls (taking a log over, rolls, closes, truncation, retention) are cancelled at random
+    moments (:func:`tests.sim.world.cancellable`)."""
     loop = SimLoop(seed)
     rng = loop.rng
     name = scenario or rng.choice(sorted(SCENARIOS))
@@ -443,6 +474,8 @@ def run_schedule(
     chaos_s = rng.uniform(0.1, 3.0)
     tunables = EngineTunables.draw(rng) if engine else None
     world = World(loop, bookies, faults, tunables)
+    if cancel:
+        world.cancel_chance = rng.choice([0.1, 0.3, 0.6])
     world.meta.lost_answers = rng.choice([0.0, 0.0, 0.05, 0.2])
     before = mutations.active()
     # Library code draws jitter from the global RNG (tenacity's random waits): seed it too.
@@ -457,6 +490,7 @@ def run_schedule(
                 f"dup={faults.duplicate} reorder={faults.reorder} delay<={faults.delay_s[1]} "
                 f"chaos={chaos_s:.2f}s lost_answers={world.meta.lost_answers} {drawn} "
                 f"mutations={sorted(mutations_on) or '-'}"
+                + (f" cancel={world.cancel_chance}" if cancel else "")
                 + (f" engine={tunables}" if tunables is not None else "")
             )
             world.trace.log(f"START {name} {params}")

@@ -77,6 +77,9 @@ class World:
         """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger,
         durability)."""
         self.client_names: list[str] = []
+        self.cancel_chance = 0.0
+        """Probability that a client call made through :func:`cancellable` is cancelled at a
+        random moment."""
         self.held: set[str] = set()
         """Bookies a scenario keeps down: the nemesis and the end of chaos leave them be."""
         self.paused: set[str] = set()
@@ -251,11 +254,16 @@ class DiskNemesis:
             engine = rng.choice(up)
             down = sum(1 for b in world.bookies.values() if not b.up or b.paused)
             action = rng.random()
-            if action < 0.4 and down < self.max_faulty:
+            if action < 0.3 and down < self.max_faulty:
                 calls = rng.randint(1, 40)
                 engine.disk.crash_after(calls)
                 world.trace.log(f"{engine.bookie_id} disk: crash within {calls} calls")
-            elif action < 0.8:
+            elif action < 0.6:  # a checkpoint fails (the entry logs' or the index's disk)
+                kind = rng.choice(("write", "sync", "commit"))
+                place = "data.mdb" if kind == "commit" else "entrylogs"
+                engine.disk.fail_next(kind, rng.randint(1, 3), place)
+                world.trace.log(f"{engine.bookie_id} disk: EIO on next {kind} of {place}")
+            elif action < 0.75:
                 kind = rng.choice(DISK_FAULT_KINDS)
                 engine.disk.fail_next(kind, rng.randint(1, 3))
                 world.trace.log(f"{engine.bookie_id} disk: EIO on next {kind}")
@@ -270,6 +278,28 @@ def _unfill(disk: SimDisk) -> None:
     disk.capacity = None
 
 
+async def cancellable(world: World, who: str, what: str, call: Awaitable[Any]) -> Any:
+    """:func:`guard`, except that the call may be cancelled at a random moment (with
+    probability ``world.cancel_chance``), as ``asyncio.wait_for``, a service shutting down
+    or a closing event loop would; a call cancelled so returns None."""
+    task = asyncio.ensure_future(call)
+    if world.cancel_chance and world.rng.random() < world.cancel_chance:
+        world.loop.call_later(world.rng.uniform(0.0, 0.1), _cancel, world, task, who, what)
+    try:
+        return await guard(world, who, task)
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this caller is being cancelled, not only its call
+        return None
+
+
+def _cancel(world: World, task: asyncio.Future[Any], who: str, what: str) -> None:
+    if not task.done():
+        world.trace.log(f"{who} CANCEL {what}")
+        task.cancel()
+
+
 async def guard(world: World, who: str, call: Awaitable[Any]) -> Any:
     """Await a protocol call; record a foreign exception; return None on any error."""
     try:
@@ -282,4 +312,4 @@ async def guard(world: World, who: str, call: Awaitable[Any]) -> Any:
         return None
 
 
-__all__ = ["KEY", "TIMEOUTS", "DiskNemesis", "Nemesis", "World", "guard"]
+__all__ = ["KEY", "TIMEOUTS", "DiskNemesis", "Nemesis", "World", "cancellable", "guard"]

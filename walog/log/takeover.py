@@ -9,6 +9,7 @@ its CAS sticks; the writer's rolls create, recover and record ledgers with the s
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
@@ -16,7 +17,15 @@ from walog import mutations
 from walog._log import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
-from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
+from walog.log.metadata import (
+    LedgerInfo,
+    LogMetadata,
+    cas_retrying,
+    read_log,
+    update_log,
+)
+from walog.metadata.layout import log_path
+from walog.metadata.store import NodeNotFoundError
 from walog.wire.durability import Durability
 
 log = get_logger(__name__)
@@ -87,6 +96,68 @@ def applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
     if mutations.enabled("lost_answer_taken_for_rival"):
         return False
     return meta.epoch == epoch and meta.last_ledger_id == new_id
+
+
+_discards: set[asyncio.Task[bool]] = set()
+"""Discards still running after the failure that started them was raised (kept referenced)."""
+
+
+async def discard_unlisted(client: LedgerClientLike, name: str, ledger_id: int) -> bool:
+    """Delete ``ledger_id``, a ledger this process created for log ``name`` whose list change
+    failed, once no list change can name it any more; return whether it was deleted.
+
+    A failed compare-and-swap may still apply: one whose answer was lost applied already,
+    one whose caller was cancelled runs on in the metadata store's thread. So the ledger is
+    deleted only after a fresh read shows that the list does not name it *and* an unchanged
+    write of that record succeeded at the version read: every CAS of this process expected
+    an older version, so none of them can apply afterwards (the orphan scan deletes such a
+    ledger by the same reasoning once a newer ledger is listed, see
+    :func:`walog.log.truncation.scan_orphans`). A ledger the list does name is left alone:
+    the next takeover fences it like any other.
+    """
+    if mutations.enabled("failed_list_change_deletes_new_ledger"):
+        await delete_ledger_if_exists(client, ledger_id)
+        return True
+    store, path = client.ctx.store, log_path(name)
+    async for attempt in cas_retrying():
+        with attempt:
+            try:
+                raw, version = await store.get(path)
+            except NodeNotFoundError:
+                break  # the log is gone: no CAS on it can apply
+            meta = LogMetadata.from_json(raw)
+            if ledger_id in meta.ledger_ids or ledger_id in meta.pending_deletion:
+                return False
+            try:
+                await store.set(path, raw, version)
+            except NodeNotFoundError:
+                break
+    await delete_ledger_if_exists(client, ledger_id)
+    return True
+
+
+async def discard_unlisted_after(
+    client: LedgerClientLike, name: str, ledger_id: int, error: BaseException
+) -> None:
+    """:func:`discard_unlisted` after ``error`` ended a list change that created
+    ``ledger_id``: awaited, unless the error is a cancellation (whose canceller waits for the
+    task to end: the discard then finishes in the background). Its own failure is only
+    logged (:func:`walog.log.truncation.scan_orphans` deletes the ledger later)."""
+    task = asyncio.ensure_future(_discard_quietly(client, name, ledger_id))
+    _discards.add(task)
+    task.add_done_callback(_discards.discard)
+    if not isinstance(error, asyncio.CancelledError):
+        await asyncio.shield(task)
+
+
+async def _discard_quietly(client: LedgerClientLike, name: str, ledger_id: int) -> bool:
+    try:
+        return await discard_unlisted(client, name, ledger_id)
+    except WalogError as exc:
+        log.warning(
+            "new ledger of a failed list change kept", log=name, ledger=ledger_id, error=str(exc)
+        )
+        return False
 
 
 class ListChanged(WalogError):
@@ -163,9 +234,10 @@ async def take_over_once(
 
     try:
         stored, _ = await update_log(store, name, mutate)
-    except BaseException:
-        # The lost CAS leaves this ledger unreferenced: nobody else would ever delete it.
-        await delete_ledger_if_exists(client, new_writer.ledger_id)
+    except BaseException as exc:
+        # The CAS may apply after all (cancelled or unanswered, it runs on in the store's
+        # thread): the ledger goes only once no list can name it.
+        await discard_unlisted_after(client, name, new_writer.ledger_id, exc)
         raise
     log.info(
         "log writer took over",
@@ -182,6 +254,8 @@ __all__ = [
     "ListChanged",
     "applied",
     "create_log_ledger",
+    "discard_unlisted",
+    "discard_unlisted_after",
     "record_closed",
     "recover_listed",
     "take_over_once",

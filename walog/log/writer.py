@@ -48,7 +48,7 @@ from walog.errors import (
     WalogError,
     WriterFencedError,
 )
-from walog.log.ledgers import LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
+from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
@@ -58,6 +58,7 @@ from walog.log.takeover import (
     ListChanged,
     applied,
     create_log_ledger,
+    discard_unlisted_after,
     record_closed,
     recover_listed,
     take_over_once,
@@ -523,8 +524,8 @@ class AsyncLogWriter:
                     self.name,
                     lambda meta: self._append_ledger(meta, old.ledger_id, new_writer.ledger_id),
                 )
-            except BaseException:
-                await delete_ledger_if_exists(self._client, new_writer.ledger_id)
+            except BaseException as exc:
+                await discard_unlisted_after(self._client, self.name, new_writer.ledger_id, exc)
                 raise
             self._current = self._activate(new_writer)
             log.info("log rolled", log=self.name, old=old.ledger_id, new=new_writer.ledger_id)
