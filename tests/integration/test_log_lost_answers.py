@@ -6,6 +6,9 @@ retry on such errors; on the retry they must recognise their own change in the l
 count it as done, never take it for a rival's and delete the ledger the stored list now
 ends with (after which no writer could open the log and readers would lose records).
 
+A CAS also outlives a caller cancelled while it runs (the stores run it in a thread): a
+cancelled takeover or roll must not delete the new ledger its CAS may still add.
+
 Two ways to lose an answer, both over real bookie processes: a store wrapper that applies a
 ``set`` and then raises the connection error the real stores raise, and a real ZooKeeper
 behind a proxy that drops the client's connection right after a ``setData`` request.
@@ -13,12 +16,15 @@ behind a proxy that drops the client's connection right after a ``setData`` requ
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import walog.aio as aio
+import walog.log.takeover as takeover_module
 from tests.integration.cutting_proxy import CuttingProxy, zk_set_data_request
 from walog.errors import MetadataError
 from walog.log.log import AsyncLog
@@ -30,18 +36,35 @@ from walog.testing import LocalCluster
 
 class LosesAnswers(MetadataStore):
     """A real store whose next ``set`` of an armed path is applied, then answered with the
-    retriable connection error of a lost reply."""
+    retriable connection error of a lost reply (or, with :meth:`answer_late`, answered only
+    once :attr:`release` is set, as a call running on in the store's thread would be)."""
 
     def __init__(self, inner: MetadataStore) -> None:
         self._inner = inner
         self._armed: dict[str, int] = {}
+        self._late: set[str] = set()
         self.lost = 0
+        self.waiting = asyncio.Event()
+        """Set once a late set was sent (it applies whatever its caller does meanwhile)."""
+        self.release = asyncio.Event()
+        self.sent: list[asyncio.Task[int]] = []
+
+    def answer_late(self, path: str) -> None:
+        """The next ``set`` of ``path`` is carried out at once but answered only after
+        :attr:`release` is set."""
+        self._late.add(path)
 
     def lose_next_set(self, path: str, times: int = 1) -> None:
         """Lose the answers of the next ``times`` applied sets of ``path``."""
         self._armed[path] = times
 
     async def set(self, path: str, data: bytes, version: int) -> int:
+        if path in self._late:
+            self._late.discard(path)
+            self.sent.append(asyncio.ensure_future(self._inner.set(path, data, version)))
+            self.waiting.set()
+            await self.release.wait()
+            return await self.sent[-1]
         new_version = await self._inner.set(path, data, version)
         if self._armed.get(path):
             self._armed[path] -= 1
@@ -137,6 +160,63 @@ async def test_a_roll_whose_list_cas_answer_was_lost_counts_its_own_change(
         await writer.close()
         assert [s.ledger_id for s in await log.segments()] == [old, writer.ledger_id]
     await check_log_usable(cluster.metadata_uri, log_name, [b"one", b"two"])
+
+
+async def _cancelled_while_its_cas_runs(store: LosesAnswers, call: asyncio.Task[Any]) -> None:
+    """Cancel ``call`` while the list CAS it sent is still unanswered (as ``wait_for`` or a
+    closing event loop would), let the CAS finish, then wait for what the cancelled call
+    left running in the background."""
+    await store.waiting.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    store.release.set()
+    await asyncio.gather(*store.sent)
+    await asyncio.gather(*takeover_module._discards)
+
+
+async def test_a_cancelled_takeover_leaves_the_ledger_its_list_names(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    """A ledger leaves the cluster only after a fresh read shows no list names it: a
+    takeover cancelled while its list CAS runs on must not delete the ledger that CAS adds."""
+    async with await aio.connect(cluster.metadata_uri) as first:
+        log = await first.open_log(log_name)
+        async with await log.open_writer() as writer:
+            await writer.append(b"one")
+    async with await aio.connect(cluster.metadata_uri) as client:
+        store = LosesAnswers(client.ctx.store)
+        client.ctx.store = store
+        log = await client.open_log(log_name)
+        store.answer_late(log_path(log_name))
+        await _cancelled_while_its_cas_runs(store, asyncio.ensure_future(log.open_writer()))
+        listed = (await log.metadata()).ledger_ids
+        assert set(listed) <= set(await client.list_ledgers()), "a listed ledger was deleted"
+    await check_log_usable(cluster.metadata_uri, log_name, [b"one"])
+
+
+async def test_a_cancelled_roll_leaves_the_ledger_its_list_names(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    """The same rule for a roll whose task is cancelled while its list CAS runs on (as the
+    sync API's event loop cancels its tasks when it closes)."""
+    async with await aio.connect(cluster.metadata_uri) as client:
+        store = LosesAnswers(client.ctx.store)
+        client.ctx.store = store
+        log = await client.open_log(log_name)
+        writer = await log.open_writer()
+        await writer.append(b"one")
+        store.answer_late(log_path(log_name))
+        waiter = asyncio.ensure_future(writer.roll())
+        await store.waiting.wait()
+        roll = writer._roll_task
+        assert roll is not None
+        await _cancelled_while_its_cas_runs(store, roll)
+        waiter.cancel()
+        listed = (await log.metadata()).ledger_ids
+        assert len(listed) == 2
+        assert set(listed) <= set(await client.list_ledgers()), "a listed ledger was deleted"
+    await check_log_usable(cluster.metadata_uri, log_name, [b"one"])
 
 
 async def test_a_takeover_through_a_zookeeper_connection_cut_before_the_answer(
