@@ -168,6 +168,7 @@ class SimJournalRunner:
         self._writer = _SimWriter(self)
         self._collect: Callable[[], None] = lambda: None
         self._busy = False
+        self._stopped = False
         self._failed = 0
         self._groups = 0
         self._idle = asyncio.Event()
@@ -187,14 +188,20 @@ class SimJournalRunner:
         self.halt(abandon)
         if not self._files.dead:
             await self._idle.wait()
+        self._stopped = True  # the journal collects the rest itself
 
     def halt(self, abandon: bool) -> None:
         """Drop the queued jobs (``abandon``: failed with ECANCELED) or finish them."""
         if abandon:
             self.done.extend((0, errno.ECANCELED, False, 0.0, 0.0, 0.0) for _ in self.queue)
             self.queue.clear()
-            self._loop.call_soon(self._collect)
+            self._loop.call_soon(self._signal)
         self.wake()
+
+    def _signal(self) -> None:
+        """Tell the journal that jobs completed (the eventfd of the threaded writer)."""
+        if not self._stopped:
+            self._collect()
 
     def wake(self) -> None:
         """Start a group soon unless one is under way."""
@@ -257,7 +264,7 @@ class SimJournalRunner:
         self._groups += 1
         now = self._loop.time()
         self.done.extend((self._groups, error, synced, now, now, now) for _ in group)
-        self._loop.call_soon(self._collect)
+        self._loop.call_soon(self._signal)
         self._busy = False
         if self.queue:
             self.wake()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from contextlib import ExitStack, contextmanager, suppress
@@ -24,6 +25,7 @@ from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
 from tests.sim.loop import Event, SimDeadlock, SimLoop, SimStepLimit, _cancel_all
 from tests.sim.network import FaultConfig
+from tests.sim.sm_scenarios import SM_SCENARIOS
 from tests.sim.world import KEY, DiskNemesis, Nemesis, World, guard
 from walog import mutations
 from walog.errors import WalogError
@@ -286,6 +288,7 @@ async def disk_trouble(world: World) -> None:
 Scenario = Callable[[World], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     **LOG_SCENARIOS,
+    **SM_SCENARIOS,
     "writer_under_faults": writer_under_faults,
     "writer_crash": writer_crash,
     "recovery_races_writer": recovery_races_writer,
@@ -433,14 +436,35 @@ def _to_trace(_logger: Any, method: str, event: MutableMapping[str, Any]) -> Any
 
 @contextmanager
 def _logs_into_trace(world: World) -> Iterator[None]:
+    """Log lines of the schedule go into its trace: the bookie's (structlog, info and up)
+    and the library's (standard logging under ``walog``, warnings and up)."""
     saved = structlog.get_config()
     structlog.configure(processors=[_to_trace], cache_logger_on_first_use=False)
     _current_trace.append(world)
+    handler = _TraceHandler(world)
+    library = logging.getLogger("walog")
+    library.addHandler(handler)
+    propagate, library.propagate = library.propagate, False
     try:
         yield
     finally:
+        library.propagate = propagate
+        library.removeHandler(handler)
         _current_trace.pop()
         structlog.configure(**saved)
+
+
+class _TraceHandler(logging.Handler):
+    """Standard logging records into a schedule's trace."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(logging.WARNING)
+        self._world = world
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._world.trace.log(
+            "log %s %s %s", record.levelname.lower(), record.name, record.getMessage()
+        )
 
 
 def run_schedule(

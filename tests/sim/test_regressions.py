@@ -8,10 +8,15 @@ simulated world (deterministic, independent of the generator), named after the r
 from __future__ import annotations
 
 import asyncio
+from typing import IO
 
 from tests.sim.loop import SimLoop, run
 from tests.sim.network import FaultConfig
 from tests.sim.world import World
+from walog.log.position import Position, Record
+from walog.log.retention import RollPolicy
+from walog.recipes.machine import AsyncStateMachine
+from walog.recipes.policy import Role
 
 
 def test_pending_entries_reach_a_bookie_that_replaces_an_unreplaceable_index() -> None:
@@ -57,3 +62,79 @@ def test_pending_entries_reach_a_bookie_that_replaces_an_unreplaceable_index() -
         assert writer.metadata.last_entry_id == 39
 
     run(scenario(), seed=93195)
+
+
+def test_a_tailer_learns_the_lac_its_watched_bookie_forgot_in_a_restart() -> None:
+    # Found as seed 13 (state_machine). E = Qw = Qa = 2: a tailer watches one bookie. The
+    # writer, now idle, told its last LAC to both bookies explicitly; the watched one then
+    # restarted, and a bookie keeps an explicit LAC only in its unsynced journal (the model
+    # drops it). The watched bookie went on answering its older LAC, and the tailer waited
+    # for the next append, for good, although the other bookie knew the LAC.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, SimLoop)
+        world = World(loop, 2, FaultConfig())
+        client = world.async_client("w")
+        writer = await client.create_ledger(2, 2, 2)
+        for entry in range(3):
+            await writer.append(b"e%d" % entry)
+        await asyncio.sleep(1.0)  # the idle writer's explicit LAC (2) reached both bookies
+        watched = writer.metadata.last_ensemble[0]  # the first of entry 2's write set
+        world.crash(watched)
+        world.restart(watched)  # its LAC is 1 again: the one entry 2 carried
+        reader = await world.async_client("t").open_ledger(writer.ledger_id, recovery=False)
+        assert await reader.wait_last_add_confirmed(1, 10.0) == 2
+        assert reader._lac_watch.lead == watched
+        await reader.close()
+        await writer.close()
+
+    run(scenario(), seed=13)
+
+
+def test_a_node_that_applied_nothing_restores_the_snapshot_of_a_log_truncated_since() -> None:
+    # Found as seed 21 (state_machine). A node started on a log nobody had truncated yet,
+    # won the election before its standby reader applied a record, and while it took the
+    # log over another node snapshotted and truncated the log. Catching up, it found the
+    # log truncated and, having applied nothing, refused to go on for good, although the
+    # snapshot that covered the truncated records was listed.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, SimLoop)
+        world = World(loop, 3, FaultConfig())
+        log = await world.async_client("b").open_log(
+            "sm", ensemble_size=2, write_quorum=2, ack_quorum=2,
+            roll_policy=RollPolicy(max_entries=1),
+        )  # fmt: skip
+        leader = AsyncStateMachine(log, _Commands(), node_id="b")
+        await leader.start()
+        await leader.wait_for(lambda: leader.role is Role.LEADER, timeout=10)
+        for n in range(4):
+            await leader.submit(b"c%d" % n)
+        other = await world.async_client("a").open_log("sm")
+        late = _Commands()
+        node = AsyncStateMachine(other, late, node_id="a")  # has applied nothing
+        assert await leader.snapshot_now() is not None
+        assert (await log.metadata()).truncated_through is not None
+        reader = await node._open_reader()  # what its standby and catch-up do first
+        await reader.close()
+        assert late.applied == [b"c0", b"c1", b"c2", b"c3"]
+        await leader.close()
+
+    run(scenario(), seed=21)
+
+
+class _Commands:
+    """A service keeping the commands it applied (its snapshot: them, one per line)."""
+
+    def __init__(self) -> None:
+        self.applied: list[bytes] = []
+
+    def apply(self, record: Record) -> int:
+        self.applied.append(record.data)
+        return len(self.applied)
+
+    def snapshot(self) -> bytes:
+        return b"\n".join(self.applied)
+
+    def restore(self, data: IO[bytes], position: Position) -> None:
+        self.applied = data.read().split(b"\n")

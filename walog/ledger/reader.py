@@ -26,7 +26,7 @@ from walog.errors import BookieError, BookieUnavailableError, NoSuchEntryError
 from walog.ledger import readops
 from walog.ledger.context import LedgerContext
 from walog.ledger.entry import Entry
-from walog.ledger.lacwatch import LacWatch
+from walog.ledger.lacwatch import WATCH_HEARTBEAT_S, LacWatch
 from walog.ledger.readops import read_entry, read_range, write_set_bookies
 from walog.ledger.recovery import recovery_start
 from walog.metadata.layout import LedgerMetadata, ledger_path
@@ -44,6 +44,11 @@ _PREFETCH_KEPT = 4 * LONG_POLL_PREFETCH
 def _check_range(first: int, last: int) -> None:
     if first < 0 or last < first:
         raise ValueError(f"invalid entry range {first}..{last}: need 0 <= first <= last")
+
+
+LAC_RECHECK_S = WATCH_HEARTBEAT_S
+"""A reader waiting this long without news of the LAC asks the ledger's bookies for it (the
+watched ones may have forgotten an explicit LAC in a restart while the writer is idle)."""
 
 
 class AsyncLedgerReader:
@@ -72,6 +77,7 @@ class AsyncLedgerReader:
         # Confirmed entries the LAC watch brought along, by entry id, until read.
         self._prefetched: dict[int, StoredEntry] = {}
         self._told_by: str | None = None  # the bookie that reported the LAC last
+        self._news_at = asyncio.get_running_loop().time()  # when the LAC last moved
         self._lac_watch = LacWatch(ctx.pool, metadata.ledger_id, self._watch_target, self._take_lac)
 
     @property
@@ -191,13 +197,22 @@ class AsyncLedgerReader:
         self._ensure_watch()
         while True:
             await self._refresh_if_changed()
-            remaining = deadline - loop.time()
+            now = loop.time()
+            remaining = deadline - now
             if self._lac > after or self.is_closed or remaining <= 0:
                 metrics = self._ctx.metrics
                 if metrics is not None and self._lac > after:
-                    metrics.lac_wait.observe(loop.time() - started)
+                    metrics.lac_wait.observe(now - started)
                 return self._lac
-            await self._lac_watch.wait(remaining)
+            quiet = now - self._news_at
+            if quiet >= LAC_RECHECK_S:
+                # The watched bookies may have lost an explicit LAC in a restart (a bookie
+                # does not sync it): while nothing comes, ask the ensemble now and then.
+                self._news_at = now
+                with contextlib.suppress(BookieError):
+                    await self.read_last_add_confirmed()
+                continue
+            await self._lac_watch.wait(min(remaining, LAC_RECHECK_S - quiet))
 
     def _watch_target(self) -> tuple[list[str], int, int, int]:
         """The LAC watches' choice: ``Qw - Qa + 1`` bookies of the ensemble that will hold
@@ -219,6 +234,7 @@ class AsyncLedgerReader:
         if reply.lac <= known:
             return
         self._lac = reply.lac
+        self._news_at = asyncio.get_running_loop().time()
         self._told_by = bookie
         room = _PREFETCH_KEPT - len(self._prefetched)
         for stored in reply.entries[:room]:

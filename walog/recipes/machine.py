@@ -125,7 +125,7 @@ class AsyncStateMachine:
         if self._task is not None:
             raise RuntimeError("state machine already started")
         await self._restore_newest(None)
-        await self._check_replayable()
+        await self._check_replayable()  # restores again when the log was truncated meanwhile
         await self._keeper.collect_unlisted()
         self._task = asyncio.create_task(self._run(), name=f"statemachine-{self.node_id}")
         self._task.add_done_callback(self._stopped)
@@ -247,12 +247,14 @@ class AsyncStateMachine:
             await asyncio.sleep(pause)
 
     async def _check_replayable(self) -> None:
-        """A node without a snapshot replays the log from its start: refuse when records
-        were truncated from it (reading from "earliest" would silently skip them)."""
+        """A node that applied nothing yet replays the log from its start: when records
+        were truncated from it (reading from "earliest" would silently skip them), it
+        restores the newest snapshot, which covers them (another node may have taken it
+        since this node started), and refuses when there is none."""
         if self._resume is not None:
             return
         gone = (await self._log.metadata()).truncated_through
-        if gone is not None:
+        if gone is not None and not await self._restore_newest(None):
             raise DataLossError(
                 f"log {self._log.name!r} was truncated before {gone} and no valid snapshot "
                 "covers it: this node cannot rebuild the state"
