@@ -26,6 +26,13 @@ Known mutations:
   list (its CAS applied, the answer lost) takes it for a rival's.
 - ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
   are acknowledged, without forcing them.
+- ``compaction_skips_unreadable``: a bookie's compaction takes an entry the disk failed to
+  read (EIO) for a damaged one: it leaves it behind and deletes the entry log
+  (bookie/storage.py; read in-process only, by tests that run the storage engine).
+
+``compaction_skips_unreadable`` lies outside what the simulator models (a bookie's disk):
+a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
+tests/unit/ledger/test_mutation_points.py).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ KNOWN: frozenset[str] = frozenset(
         "lost_answer_taken_for_rival",
         "log_sends_across_roll_at_once",
         "volatile_log_flush_skips_force",
+        "compaction_skips_unreadable",
     }
 )
 """Every mutation name the protocol code knows."""
