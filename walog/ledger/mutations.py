@@ -29,10 +29,12 @@ Known mutations:
 - ``compaction_skips_unreadable``: a bookie's compaction takes an entry the disk failed to
   read (EIO) for a damaged one: it leaves it behind and deletes the entry log
   (bookie/storage.py; read in-process only, by tests that run the storage engine).
+- ``verify_counts_unreadable_as_held``: auto-recovery's share check counts a copy its
+  bookie cannot read (IO_ERROR) as held, so the copy is never replaced.
 
-``compaction_skips_unreadable`` lies outside what the simulator models (a bookie's disk):
-a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
-tests/unit/ledger/test_mutation_points.py).
+``compaction_skips_unreadable`` and ``verify_counts_unreadable_as_held`` lie outside what the
+simulator models (a bookie's disk, auto-recovery): a named test turns each on and shows the
+harm instead (``CAUGHT_BY_TESTS`` in tests/unit/ledger/test_mutation_points.py).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ KNOWN: frozenset[str] = frozenset(
         "log_sends_across_roll_at_once",
         "volatile_log_flush_skips_force",
         "compaction_skips_unreadable",
+        "verify_counts_unreadable_as_held",
     }
 )
 """Every mutation name the protocol code knows."""
