@@ -13,6 +13,12 @@ repointed, and the old log deleted. Like BookKeeper, two passes run on their own
 Copying runs in steps of about 1 MiB in the storage thread, between checkpoints, and at
 most ``rate_bytes`` per second, so a writer's adds and the checkpoints keep their pace.
 :func:`logs_to_compact` is the pure rule; :class:`Compactor` runs it against a core.
+
+A log is deleted only once every live entry in it was read and copied, or was read and
+found damaged (its header or digest wrong: that copy is lost either way, and its reads
+answer IO_ERROR, so auto-recovery copies the entry back). A read the disk failed (EIO)
+proves nothing about the record: the log is left as it is, the pass goes on with the
+next one, and a later pass takes it again (``walog_bookie_compaction_read_errors_total``).
 """
 
 from __future__ import annotations
@@ -21,14 +27,12 @@ import asyncio
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from bookie.journal_files import StorageIOError
-
-if TYPE_CHECKING:
-    from bookie.storage import EntryStorage
+from bookie.storage import EntryStorage, UnreadableEntryLogError
 
 _log = structlog.get_logger("bookie.compaction")
 
@@ -107,21 +111,29 @@ class Compactor:
         """Payload bytes copied since start."""
 
     async def compact(self, threshold: float) -> int:
-        """Compact every log whose live share is below ``threshold`` now; returns how many.
+        """Compact every log whose live share is below ``threshold`` now; returns how many
+        were compacted. A log the disk failed to read is left for a later pass.
 
         Raises:
-            StorageIOError: a log could not be read or the copies written.
+            StorageIOError: the index or the log being filled failed.
         """
         shares: dict[int, float] = await self._in_storage(lambda s: s.live_shares())
         chosen = logs_to_compact(shares, threshold)
         started = _now()
         moved_before = self.bytes_moved
+        compacted = 0
         for log_id in chosen:
             after: tuple[int, int] | None = None
             while True:
-                step: tuple[tuple[int, int] | None, int] = await self._in_storage(
-                    functools.partial(_compact_step, log_id=log_id, after=after)
-                )
+                try:
+                    step: tuple[tuple[int, int] | None, int] = await self._in_storage(
+                        functools.partial(_compact_step, log_id=log_id, after=after)
+                    )
+                except UnreadableEntryLogError as exc:
+                    _log.warning(
+                        "entry log left for a later compaction", log=log_id, error=str(exc)
+                    )
+                    break
                 after, moved = step
                 self.bytes_moved += moved
                 # Rate limit: never ahead of rate_bytes per second since the pass began.
@@ -131,17 +143,19 @@ class Compactor:
                 if ahead > 0:
                     await asyncio.sleep(ahead)
                 if after is None:
+                    compacted += 1
                     break
-            self.compacted_logs += 1
+        self.compacted_logs += compacted
         if chosen:
             _log.info(
                 "entry logs compacted",
-                logs=len(chosen),
+                logs=compacted,
+                left=len(chosen) - compacted,
                 threshold=threshold,
                 moved_bytes=self.bytes_moved - moved_before,
                 seconds=round(_now() - started, 3),
             )
-        return len(chosen)
+        return compacted
 
     async def run(self) -> None:
         """Run the minor and major passes on their intervals until cancelled."""

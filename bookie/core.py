@@ -84,6 +84,7 @@ class BookieStats:
     replayed_records: int = 0
     entry_logs_deleted: int = 0
     entry_logs_compacted: int = 0
+    compaction_read_errors: int = 0
     damaged_reads: int = 0
 
 
@@ -827,6 +828,7 @@ class BookieCore:
             finally:
                 self.stats.entry_logs_deleted = storage.logs_deleted
                 self.stats.entry_logs_compacted = storage.logs_compacted
+                self.stats.compaction_read_errors = storage.compaction_read_errors
 
     async def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Forget the ledgers and reclaim their space (a deletion is journaled, so replay

@@ -79,6 +79,12 @@ STORAGE_METRICS: dict[str, tuple[str, str, str]] = {
         "walog_bookie_entry_logs_compacted",
         "Entry logs compacted by the GC",
     ),
+    "compaction_read_errors": (
+        "counter",
+        "walog_bookie_compaction_read_errors",
+        "Compaction steps stopped by a failed read of the entry log (the log is kept and "
+        "taken again by a later pass)",
+    ),
     "damaged_reads": (
         "counter",
         "walog_bookie_damaged_reads",

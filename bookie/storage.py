@@ -69,6 +69,7 @@ from bookie.index import (
 )
 from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.journal_files import JournalMark, StorageIOError
+from walog import mutations
 from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
@@ -92,6 +93,20 @@ READ_ENTRY_OVERHEAD = 64
 ids, LAC, digest and framing add to an answer (at most 50 bytes in a gRPC ``Entry``, 24 in a
 native frame), so an answer of ``max_bytes`` fits a message of that size whatever the entry
 sizes, empty entries included."""
+
+
+class UnreadableEntryLogError(StorageIOError):
+    """A compaction step could not read an entry of the log it compacts (EIO and the like:
+    the disk failed the read, the record was never seen). Nothing of the log was moved or
+    deleted; a later compaction pass takes it again.
+
+    Attributes:
+        log_id: the entry log left in place.
+    """
+
+    def __init__(self, message: str, log_id: int) -> None:
+        super().__init__(message)
+        self.log_id = log_id
 
 
 class StoredRecord(NamedTuple):
@@ -237,6 +252,8 @@ class EntryStorage:
             )
         self.logs_deleted = 0
         self.logs_compacted = 0
+        self.compaction_read_errors = 0
+        """Compaction steps stopped by an I/O error reading the log they compact."""
 
     # -- reading state at open ----------------------------------------------------------
 
@@ -374,8 +391,17 @@ class EntryStorage:
         return records, damaged
 
     def _read_one(
-        self, files: dict[int, int], ledger_id: int, entry_id: int, location: Location
+        self,
+        files: dict[int, int],
+        ledger_id: int,
+        entry_id: int,
+        location: Location,
+        *,
+        raise_unreadable: bool = False,
     ) -> StoredRecord | None:
+        """The record at ``location``, checked; None when it is damaged (read, but its
+        header or digest is wrong) or its log is gone. A read the disk failed (an OSError:
+        the record was never seen) is None too, or with ``raise_unreadable`` raised."""
         try:
             fd = files.get(location.log_id)
             if fd is None:
@@ -394,8 +420,12 @@ class EntryStorage:
                     "entry log missing", ledger=ledger_id, entry=entry_id, log=location.log_id
                 )
                 return None
-            return self._read_one(files, ledger_id, entry_id, Location(*moved))
+            return self._read_one(
+                files, ledger_id, entry_id, Location(*moved), raise_unreadable=raise_unreadable
+            )
         except OSError as exc:
+            if raise_unreadable:
+                raise
             _log.error("entry read failed", ledger=ledger_id, entry=entry_id, error=str(exc))
             return None
         problem = _check_record(raw, ledger_id, entry_id, location.length)
@@ -796,9 +826,19 @@ class EntryStorage:
         Compaction goes in steps so that checkpoints and deletions run between them; each
         step reads the rows afresh, so a ledger deleted meanwhile is never brought back.
 
+        Two failures to read a record are told apart. A record that was read but fails its
+        checks (header or digest: real damage) is left behind, and its reads answer
+        IO_ERROR as they did. A read the disk failed (EIO and the like) says nothing about
+        the record: the step stops, moving nothing, and the log stays for a later pass.
+
         Returns:
             ``(position to continue after, bytes moved)``; the position is None once the
             log is gone (compacted, or deleted meanwhile).
+
+        Raises:
+            UnreadableEntryLogError: the disk failed a read of the log (counted in
+                :attr:`compaction_read_errors`).
+            StorageIOError: the index or the log being filled failed.
         """
         doc = self._live.get(log_id)
         if doc is None or log_id == self._write_log:
@@ -826,7 +866,22 @@ class EntryStorage:
                         if found is None or entry_id is None or found[0] != log_id:
                             continue  # a damaged row stays where it is (its reads fail)
                         position = (ledger_id, entry_id)
-                        record = self._read_one(files, ledger_id, entry_id, Location(*found))
+                        try:
+                            record = self._read_one(
+                                files, ledger_id, entry_id, Location(*found), raise_unreadable=True
+                            )
+                        except OSError as exc:
+                            if not mutations.enabled("compaction_skips_unreadable"):
+                                self.compaction_read_errors += 1
+                                raise UnreadableEntryLogError(
+                                    f"entry log {log_id} not compacted: reading entry "
+                                    f"{entry_id} of ledger {ledger_id} failed ({exc}); the "
+                                    "log is kept for a later pass",
+                                    log_id,
+                                ) from exc
+                            record = None
+                        # None: a damaged record (read, but its checks failed) or a log
+                        # gone missing; the entry stays behind and its reads fail.
                         if record is not None:
                             moved.append(
                                 (ledger_id, entry_id, (record.lac, record.digest, record.data))
@@ -920,6 +975,7 @@ __all__ = [
     "EntryStorage",
     "Location",
     "StoredRecord",
+    "UnreadableEntryLogError",
     "WriteCache",
     "entry_log_path",
 ]

@@ -31,6 +31,15 @@ Known mutations:
   still apply.
 - ``checkpoint_probes_after_freezing``: a bookie's checkpoint after a failed one probes the
   disk between freezing its write cache and queueing the journal barrier of its mark.
+- ``compaction_skips_unreadable``: a bookie's compaction takes an entry the disk failed to
+  read (EIO) for a damaged one: it leaves it behind and deletes the entry log
+  (bookie/storage.py).
+- ``verify_counts_unreadable_as_held``: auto-recovery's share check counts a copy its
+  bookie cannot read (IO_ERROR) as held, so the copy is never replaced.
+
+``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
+a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
+tests/unit/ledger/test_mutation_points.py).
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ KNOWN: frozenset[str] = frozenset(
         "volatile_log_flush_skips_force",
         "checkpoint_probes_after_freezing",
         "failed_list_change_deletes_new_ledger",
+        "compaction_skips_unreadable",
+        "verify_counts_unreadable_as_held",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -91,9 +91,9 @@ class EioSwitch:
 
     Args:
         library: the built shim.
-        directory: files whose path starts with it fail.
+        directory: files whose path starts with it fail (a directory, or one file).
         trigger: the file whose existence turns the failures on.
-        calls: which of ``fsync``, ``fdatasync``, ``write`` fail.
+        calls: which of ``fsync``, ``fdatasync``, ``write``, ``pread`` fail.
     """
 
     def __init__(self, library: Path, directory: Path, trigger: Path, calls: str) -> None:

@@ -1,12 +1,14 @@
 """Auto-recovery rules (walog/autorecovery/rules.py): which shares of which fragments a
-pass checks on the bookies that are available."""
+pass checks on the bookies that are available, and which answers show a copy missing."""
 
 from __future__ import annotations
 
 import random
 
-from walog.autorecovery.rules import entries_to_verify, shares_to_check
+from walog import mutations
+from walog.autorecovery.rules import copy_missing, entries_to_verify, shares_to_check
 from walog.metadata.layout import LedgerMetadata
+from walog.wire.status import Status
 
 ENSEMBLES = ((0, ("a", "b", "c")), (10, ("a", "d", "c")), (20, ("e", "d", "c")))
 
@@ -53,3 +55,17 @@ def test_a_check_of_a_share_of_one_entry_or_none_reads_what_there_is() -> None:
     rng = random.Random(7)
     assert entries_to_verify([5], 50, rng) == [5]
     assert entries_to_verify([], 50, rng) == []
+
+
+def test_verify_counts_an_unreadable_copy_as_missing() -> None:
+    assert copy_missing(Status.IO_ERROR)
+    assert copy_missing(Status.NO_SUCH_ENTRY)
+    assert copy_missing(Status.NO_SUCH_LEDGER)
+    held = set(Status) - {Status.IO_ERROR, Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER}
+    assert [status for status in held if copy_missing(status)] == []
+
+
+def test_with_verify_counts_unreadable_as_held_an_unreadable_copy_is_held() -> None:
+    """The planted bug: a copy its bookie cannot read is never replaced."""
+    with mutations.enabled_mutations("verify_counts_unreadable_as_held"):
+        assert not copy_missing(Status.IO_ERROR)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from walog.autorecovery.rules import (
     Damage,
+    copy_missing,
     damaged_fragments,
     entries_held,
     entries_to_verify,
@@ -32,8 +33,8 @@ from walog.autorecovery.rules import (
     with_replacement,
 )
 from walog.errors import (
+    BookieError,
     MetadataConflictError,
-    NoSuchEntryError,
     NoSuchLedgerError,
     UnauthorizedError,
     WalogError,
@@ -247,15 +248,14 @@ async def _holds_all(
 
 
 async def _holds(ctx: LedgerContext, ledger_id: int, entry_id: int, bookie: str) -> bool:
-    """False only when ``bookie`` says it does not have the entry (no answer: True, the
-    next pass asks again)."""
+    """False only when ``bookie`` answers that it lacks the entry or cannot serve its copy
+    (:func:`~walog.autorecovery.rules.copy_missing`); no answer: True, the next pass asks
+    again."""
     try:
-        await read_entry(ctx, ledger_id, entry_id, [bookie])
-    except NoSuchEntryError:
-        return False
-    except WalogError:
+        reply = await ctx.pool.get(bookie).read(ledger_id, entry_id, entry_id)
+    except BookieError:
         return True
-    return True
+    return not copy_missing(reply.status)
 
 
 async def repair_fragment(

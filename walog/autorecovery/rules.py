@@ -20,7 +20,11 @@ choices):
   last entry of its share of each such fragment finds it (BookKeeper's LedgerChecker), and
   its share is copied back to it, with no metadata change; a share that lost entries in its
   middle (a damaged disk, a bug) is found by also reading a random part of the other
-  entries (BookKeeper's auditorLedgerVerificationPercentage).
+  entries (BookKeeper's auditorLedgerVerificationPercentage);
+- in such a check a copy its bookie cannot serve (``IO_ERROR``: a damaged record, a read the
+  disk failed, an entry whose absence the bookie cannot prove) counts as missing like one it
+  says it lacks: only a new copy mends it, and the bookie takes one in its place. A bookie
+  that does not answer holds its copies until the next pass asks again.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import math
 import random
 from collections.abc import Callable, Collection, Iterator, Sequence
 
+from walog import mutations
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
+from walog.wire.status import Status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +137,14 @@ def with_replacement(
     return metadata.with_changes(ensembles=tuple(fragments))
 
 
+def copy_missing(status: Status) -> bool:
+    """Whether a bookie's answer to a check of an entry of its share shows its copy missing:
+    it has no such entry or ledger, or it cannot serve the copy (``IO_ERROR``)."""
+    if status is Status.IO_ERROR:
+        return not mutations.enabled("verify_counts_unreadable_as_held")
+    return status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
+
+
 def entries_to_verify(share: Sequence[int], percent: float, rng: random.Random) -> list[int]:
     """The entries of one bookie's share that a check reads, in order: the first and the
     last, and ``percent`` % (0-100, rounded up) of the others, picked with ``rng``."""
@@ -143,6 +157,7 @@ def entries_to_verify(share: Sequence[int], percent: float, rng: random.Random) 
 
 __all__ = [
     "Damage",
+    "copy_missing",
     "damaged_fragments",
     "entries_held",
     "entries_to_verify",

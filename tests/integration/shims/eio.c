@@ -1,12 +1,13 @@
 /* An LD_PRELOAD library that makes a bookie's disk fail on demand, for tests.
  *
  * While the file named by WALOG_EIO_TRIGGER exists, the calls listed in WALOG_EIO_CALLS
- * (any of "fsync", "fdatasync", "write"; default all three; "write" covers writev too)
- * fail with EIO on file descriptors whose path starts with WALOG_EIO_DIR. Every other call, and every call while
+ * (any of "fsync", "fdatasync", "write", "pread"; default all four; "write" covers writev
+ * too) fail with EIO on file descriptors whose path starts with WALOG_EIO_DIR (a directory,
+ * or one file). Every other call, and every call while
  * the trigger file is absent, goes to the C library unchanged. The kernel here has no
  * device-mapper (no dm "error" or "flakey" target), so the failure is injected at the
- * C library boundary that Python's os.fsync, os.fdatasync and os.write go through, and the
- * compiled journal writer's writev and fdatasync.
+ * C library boundary that Python's os.fsync, os.fdatasync, os.write and os.pread go through,
+ * and the compiled journal writer's writev and fdatasync.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -85,4 +86,31 @@ ssize_t writev(int fd, const struct iovec *iov, int iovcnt) {
         return -1;
     }
     return real(fd, iov, iovcnt);
+}
+
+typedef ssize_t (*pread_fn)(int, void *, size_t, off_t);
+
+ssize_t pread(int fd, void *buf, size_t count, off_t offset) {
+    static pread_fn real = NULL;
+    if (real == NULL) {
+        real = (pread_fn)dlsym(RTLD_NEXT, "pread");
+    }
+    if (failing("pread", fd)) {
+        errno = EIO;
+        return -1;
+    }
+    return real(fd, buf, count, offset);
+}
+
+/* What Python's os.pread calls (the same function as pread on this 64-bit C library). */
+ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
+    static pread_fn real = NULL;
+    if (real == NULL) {
+        real = (pread_fn)dlsym(RTLD_NEXT, "pread64");
+    }
+    if (failing("pread", fd)) {
+        errno = EIO;
+        return -1;
+    }
+    return real(fd, buf, count, offset);
 }

@@ -1,9 +1,11 @@
 """Entry-log compaction (bookie/compaction.py): which logs, space given back, rate limit,
-steps that never bring a deleted ledger back."""
+steps that never bring a deleted ledger back, a log the disk failed to read kept for a
+later pass while a damaged record is left behind."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import time
@@ -12,8 +14,11 @@ from pathlib import Path
 import pytest
 
 from bookie.compaction import CompactionPolicy, logs_to_compact
+from bookie.core import BookieCore
 from bookie.storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload, read_all
+from walog import mutations
+from walog.wire.status import Status
 
 SIZE = 2000
 
@@ -126,4 +131,95 @@ async def test_a_ledger_deleted_between_compaction_steps_stays_deleted(tmp_path:
     assert 2 not in core.ledgers()
     assert await read_all(core, 2, 19) == {}
     assert await read_all(core, 1, 19) == {i: payload(1, i, SIZE) for i in range(20)}
+    await core.close()
+
+
+def _failing_preads(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[Path]:
+    """The next ``failures`` reads of a file fail with EIO, then the disk reads again (a
+    transient error); returns the files whose reads failed."""
+    real = os.pread
+    failed: list[Path] = []
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        if len(failed) < failures:
+            failed.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        return real(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    return failed
+
+
+async def _compact_through_one_eio(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[BookieCore, Path]:
+    """Compact ledger 1's logs once while the first read of the pass fails with EIO; the
+    core and the log whose read failed."""
+    core = await _interleaved(path, ledgers=10, rounds=60)
+    await core.delete_ledgers(range(2, 11))
+    failed = _failing_preads(monkeypatch, failures=1)
+    await core.compactor.compact(0.5)
+    (unreadable,) = failed
+    return core, unreadable
+
+
+EXPECTED = {i: payload(1, i, SIZE) for i in range(60)}
+
+
+async def test_compaction_never_removes_an_entry_log_it_could_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core, unreadable = await _compact_through_one_eio(tmp_path, monkeypatch)
+    assert unreadable.exists(), "the log whose read failed was deleted"
+    assert core.stats.compaction_read_errors == 1
+    assert await read_all(core, 1, 59) == EXPECTED
+    # The disk reads again: the next pass takes the log again and compacts it.
+    assert await core.compactor.compact(0.5) == 1
+    assert not unreadable.exists()
+    assert core.stats.compaction_read_errors == 1
+    assert await read_all(core, 1, 59) == EXPECTED
+    await core.close()
+    core = await open_core(tmp_path)
+    assert await read_all(core, 1, 59) == EXPECTED
+    await core.close()
+
+
+async def test_with_compaction_skips_unreadable_a_transient_eio_loses_an_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planted bug: the entry the disk failed to read is taken for a damaged one."""
+    with mutations.enabled_mutations("compaction_skips_unreadable"):
+        core, unreadable = await _compact_through_one_eio(tmp_path, monkeypatch)
+    assert not unreadable.exists()
+    assert core.stats.compaction_read_errors == 0
+    served = await read_all(core, 1, 59)
+    assert len(served) == 59 and served.items() <= EXPECTED.items()
+    (lost,) = EXPECTED.keys() - served.keys()
+    assert (await core.read(1, lost, lost))[0] is Status.IO_ERROR
+    await core.close()
+
+
+async def test_compaction_leaves_a_damaged_record_behind_and_removes_its_log(
+    tmp_path: Path,
+) -> None:
+    """Real damage (a record read whole whose digest fails) is not a read error: that copy
+    is lost either way, its reads answer IO_ERROR (auto-recovery copies it back), and the
+    log's space comes back."""
+    core = await _interleaved(tmp_path, ledgers=10, rounds=60)
+    await core.delete_ledgers(range(2, 11))
+    damaged = 3
+    for log in (tmp_path / "entrylogs").glob("*.log"):
+        raw = bytearray(log.read_bytes())
+        at = raw.find(payload(1, damaged, SIZE))
+        if at >= 0:
+            raw[at + SIZE // 2] ^= 0x10
+            log.write_bytes(bytes(raw))
+            break
+    else:
+        pytest.fail(f"entry {damaged} of ledger 1 is in no entry log")
+    assert await core.compactor.compact(0.5) > 0
+    assert not log.exists()
+    assert core.stats.compaction_read_errors == 0
+    assert (await core.read(1, damaged, damaged))[0] is Status.IO_ERROR
+    assert await read_all(core, 1, 59) == {i: data for i, data in EXPECTED.items() if i != damaged}
     await core.close()
