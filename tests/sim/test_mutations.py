@@ -12,8 +12,13 @@ import pytest
 
 from tests.sim.scenarios import run_schedule
 
-# mutation -> (scenario, schedules allowed, rules that may catch it)
-CASES: dict[str, tuple[str, int, set[str]]] = {
+ENGINE = {"engine": True, "cancel": True}
+"""Schedules whose bookies run the real storage engine and whose client calls get cancelled."""
+CANCEL = {"cancel": True}
+"""Schedules whose client calls get cancelled (model bookies)."""
+
+# mutation -> (scenario, schedules allowed, rules that may catch it[, schedule options])
+CASES: dict[str, tuple[str, int, set[str]] | tuple[str, int, set[str], dict[str, bool]]] = {
     "no_fence_on_recovery_reads": (
         "recovery_races_writer",
         300,
@@ -55,16 +60,29 @@ CASES: dict[str, tuple[str, int, set[str]]] = {
         300,
         {"writer_closed_recovering_ledger", "close_disagrees", "ack_beyond_close"},
     ),
+    "failed_list_change_deletes_new_ledger": (
+        "log_duel",
+        300,
+        {"log_listed_ledger_deleted", "recovery_failed", "log_record_lost"},
+        CANCEL,
+    ),
+    "checkpoint_probes_after_freezing": (
+        "disk_trouble",
+        300,
+        {"bookie_lost_entry", "bookie_forgot_fence"},
+        ENGINE,
+    ),
 }
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mutation", sorted(CASES))
 def test_simulator_finds_planted_bug(mutation: str) -> None:
-    scenario, budget, rules = CASES[mutation]
+    scenario, budget, rules, *more = CASES[mutation]
+    options = more[0] if more else {}
     for seed in range(budget):
         outcome = run_schedule(
-            seed, scenario, mutations_on=frozenset({mutation}), draw_tunables=False
+            seed, scenario, mutations_on=frozenset({mutation}), draw_tunables=False, **options
         )
         if not outcome.ok:
             break
@@ -73,5 +91,5 @@ def test_simulator_finds_planted_bug(mutation: str) -> None:
     print(f"{mutation}: found by {scenario} seed {seed} after {seed + 1} schedule(s)")
     broken = {v.rule for v in outcome.violations}
     assert broken & rules, outcome.report(60)
-    clean = run_schedule(seed, scenario, draw_tunables=False)
+    clean = run_schedule(seed, scenario, draw_tunables=False, **options)
     assert clean.ok, "the same schedule fails without the mutation:\n" + clean.report(60)
