@@ -4,7 +4,8 @@
    the mark: it turns read-only, so no new ledger picks it and the writers of open ledgers
    replace it at their next add.
 2. Re-replicate: auto-recovery passes that count the bookie as lost although it still
-   serves (so the copies may be read from it too), until no ledger's ensembles name it.
+   serves (so the copies are read from it too, after the other bookies: for some entries
+   it may hold the only copy left), until no ledger's ensembles name it.
    The last fragment of an open ledger is its writer's to change; one whose writer stays
    silent until ``--timeout`` fails the command, naming the ledger.
 3. Remove its cookie and its registration. The bookie can then be stopped with nothing

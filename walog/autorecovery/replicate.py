@@ -12,6 +12,9 @@ swap is applied to the new version, else (a writer or another auto-recovery got 
 first) nothing more is done. Adds are idempotent on a bookie, so a pass that dies half way
 is simply run again; copies made for a swap that never happened are deleted by their bookie
 (its stray-copy scan, :mod:`bookie.gc`).
+
+A bookie being retired (decommissioned) counts as lost but still serves: its copies are
+read too, after the other bookies', and it is never chosen as a replacement.
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ async def recover(
         verify_percent: with ``verify``, also read this share (0-100 %) of the other
             entries of each share, picked at random each pass.
         retiring: bookies to move every fragment off although they still serve (being
-            decommissioned): counted as lost, never chosen as replacements.
+            decommissioned): counted as lost, never chosen as replacements, but read from
+            (after the other bookies) for the copies they hold.
         ledgers: only these ledgers (None: every ledger).
 
     Raises:
@@ -131,7 +135,7 @@ async def recover(
             for damage in repair:
                 try:
                     replacements = await repair_fragment(
-                        ctx, metadata, damage, key, available, placement, racks
+                        ctx, metadata, damage, key, available, placement, racks, retiring=retiring
                     )
                 except NoSuchLedgerError:
                     break  # deleted meanwhile: nothing left to repair
@@ -216,9 +220,12 @@ async def repair_fragment(
     available: Sequence[str],
     placement: PlacementPolicy,
     racks: Racks | None = None,
+    *,
+    retiring: Collection[str] = (),
 ) -> dict[int, str]:
     """Copy the lost bookies' entries of one fragment to replacements and swap them in;
-    the replacements, or {} when someone else repaired the fragment first.
+    the replacements, or {} when someone else repaired the fragment first. Lost bookies
+    in ``retiring`` still serve: their copies are read too.
 
     Raises:
         Unrepairable: too few available bookies, or an entry without a surviving copy, or a
@@ -238,7 +245,7 @@ async def repair_fragment(
             f"{len(replacements)} available bookies outside the ensemble"
         )
     for index, target in replacements.items():
-        await copy_entries(ctx, metadata, damage, index, target, master_key)
+        await copy_entries(ctx, metadata, damage, index, target, master_key, retiring=retiring)
     while True:
         current, version = await ctx.read_metadata(damage.ledger_id)
         if not all(still_damaged(current, damage, i) for i in replacements):
@@ -257,13 +264,22 @@ async def copy_entries(
     index: int,
     target: str,
     master_key: bytes,
+    *,
+    retiring: Collection[str] = (),
 ) -> int:
-    """Copy the entries the bookie at ``index`` held to ``target``; how many were copied."""
+    """Copy the entries the bookie at ``index`` held to ``target``; how many were copied.
+
+    Each entry is read from the bookies of its write set that are not lost, then from the
+    lost ones that are only being retired (``retiring``: they still serve their copies,
+    which may be the only ones left)."""
     e, qw = metadata.ensemble_size, metadata.write_quorum
     lost = set(damage.lost)
+    serving = [i for i in lost if damage.ensemble[i] in retiring]
 
     def survivors(entry_id: int) -> list[str]:
-        return [damage.ensemble[i] for i in write_set(entry_id, e, qw) if i not in lost]
+        indexes = write_set(entry_id, e, qw)
+        order = [i for i in indexes if i not in lost] + [i for i in indexes if i in serving]
+        return [damage.ensemble[i] for i in order]
 
     client = ctx.pool.get(target)
     todo = list(entries_held(damage, index, e, qw))
