@@ -14,7 +14,12 @@ is simply run again; copies made for a swap that never happened are deleted by t
 (its stray-copy scan, :mod:`bookie.gc`).
 
 A bookie being retired (decommissioned) counts as lost but still serves: its copies are
-read too, after the other bookies', and it is never chosen as a replacement.
+read too, after the other bookies', and it is never chosen as a replacement. A repairer
+other than an auto-recovery worker (``walog bookie decommission``) passes ``lock_as``: it
+then repairs each ledger only under the lock the workers take,
+``/underreplication/locks/<id>``, and from its metadata as read under it, so that two
+repairers never pick one replacement for two bookies of a fragment; a ledger whose lock is
+held is left for a later pass.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ from walog.ledger.ensemble import placement_candidates, read_only_bookies
 from walog.ledger.placement import PlacementPolicy, Racks, placement_policy
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
-from walog.metadata.layout import LEDGERS, LedgerMetadata
+from walog.metadata.layout import LEDGERS, LedgerMetadata, repair_lock_path
+from walog.metadata.store import NodeExistsError
 from walog.wire.digest import entry_digest
 from walog.wire.status import Status
 
@@ -80,6 +86,7 @@ async def recover(
     verify_percent: float = 0.0,
     retiring: Collection[str] = (),
     ledgers: Collection[int] | None = None,
+    lock_as: str | None = None,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -97,6 +104,9 @@ async def recover(
             decommissioned): counted as lost, never chosen as replacements, but read from
             (after the other bookies) for the copies they hold.
         ledgers: only these ledgers (None: every ledger).
+        lock_as: repair each ledger only under the auto-recovery workers' lock of it,
+            registered under this name (None: the caller is a worker holding it already,
+            or runs alone); a ledger whose lock is held is skipped (``Report.locked``).
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
@@ -131,19 +141,12 @@ async def recover(
         if key is None and repair:
             report.unrepairable.append((ledger_id, _NO_PASSWORD))
             continue
-        if key is not None:  # else there is nothing to repair (checked above)
-            for damage in repair:
-                try:
-                    replacements = await repair_fragment(
-                        ctx, metadata, damage, key, available, placement, racks, retiring=retiring
-                    )
-                except NoSuchLedgerError:
-                    break  # deleted meanwhile: nothing left to repair
-                except WalogError as exc:
-                    report.unrepairable.append((damage, str(exc)))
-                    continue
-                if replacements:
-                    report.repaired.append((damage, replacements))
+        if key is not None and repair:
+            fixer = _Fixer(ctx, key, available, placement, racks, retiring, report)
+            if lock_as is None:
+                await fixer.repair(metadata, repair)
+            else:
+                await fixer.repair_locked(ledger_id, lock_as, alive, is_lost)
         if verify:
             try:
                 await refill_shares(ctx, ledger_id, key, available, report, verify_percent)
@@ -153,6 +156,67 @@ async def recover(
 
 
 _NO_PASSWORD = "no given password matches the ledger's (pass --password)"
+
+
+@dataclasses.dataclass
+class _Fixer:
+    """Repairs the damaged fragments of one ledger for :func:`recover`."""
+
+    ctx: LedgerContext
+    key: bytes
+    available: Sequence[str]
+    placement: PlacementPolicy
+    racks: Racks | None
+    retiring: Collection[str]
+    report: Report
+
+    async def repair(self, metadata: LedgerMetadata, repair: Sequence[Damage]) -> None:
+        """Repair each of ``repair`` (fragments of ``metadata``), reporting each outcome."""
+        for damage in repair:
+            try:
+                replacements = await repair_fragment(
+                    self.ctx,
+                    metadata,
+                    damage,
+                    self.key,
+                    self.available,
+                    self.placement,
+                    self.racks,
+                    retiring=self.retiring,
+                )
+            except NoSuchLedgerError:
+                return  # deleted meanwhile: nothing left to repair
+            except WalogError as exc:
+                self.report.unrepairable.append((damage, str(exc)))
+                continue
+            if replacements:
+                self.report.repaired.append((damage, replacements))
+
+    async def repair_locked(
+        self,
+        ledger_id: int,
+        owner: str,
+        alive: Collection[str],
+        is_lost: Callable[[str], bool] | None,
+    ) -> None:
+        """Repair the ledger under the auto-recovery workers' lock of it, from its metadata
+        as read under the lock; skip it (``Report.locked``) while another holds the lock."""
+        lock = repair_lock_path(ledger_id)
+        try:
+            await self.ctx.store.register(lock, owner.encode())
+        except NodeExistsError:
+            self.report.locked.append(ledger_id)
+            return
+        try:
+            try:
+                metadata, _ = await self.ctx.read_metadata(ledger_id)
+            except NoSuchLedgerError:
+                return  # deleted meanwhile
+            missing = lost_bookies(metadata, alive)
+            lost = {b for b in missing if is_lost is None or is_lost(b)}
+            await self.repair(metadata, damaged_fragments(metadata, lost)[0])
+        finally:
+            await self.ctx.store.unregister(lock)
 
 
 async def refill_shares(

@@ -26,6 +26,9 @@ class Report:
     share; the share was copied back to it (with ``verify``)."""
     unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
     """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
+    locked: list[int] = dataclasses.field(default_factory=list)
+    """Ledgers left unrepaired because another repairer (an auto-recovery worker) held
+    their repair lock (only with ``recover(lock_as=...)``)."""
     audit: bool = False
     """True for the auditor's pass over every ledger (``missing`` and ``under_replicated``
     then describe the whole cluster); False for a repair or check of some ledgers."""
@@ -56,6 +59,7 @@ class Report:
                 {**(fragment(d) if isinstance(d, Damage) else {"ledger_id": d}), "reason": why}
                 for d, why in self.unrepairable
             ],
+            "locked": sorted(self.locked),
         }
 
 
