@@ -35,7 +35,7 @@ class CuttingProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
-        self._pattern: bytes | None = None
+        self._pattern: tuple[bytes, ...] | None = None
         self._refuse_s = 0.0
         self._refuse_until = 0.0
         self._damage: bytes | None = None
@@ -45,11 +45,12 @@ class CuttingProxy:
         """Set once a request matching the armed pattern went through and its answer was lost."""
         threading.Thread(target=self._accept, daemon=True, name="cutting-proxy").start()
 
-    def lose_answer_to(self, pattern: bytes, refuse_s: float) -> None:
-        """Arm: the next client chunk containing ``pattern`` reaches the server, its client
-        connection is dropped before any reply, and connections are refused ``refuse_s``."""
+    def lose_answer_to(self, pattern: bytes, refuse_s: float, *also: bytes) -> None:
+        """Arm: the next client chunk containing ``pattern`` (and each of ``also``) reaches
+        the server, its client connection is dropped before any reply, and connections are
+        refused ``refuse_s``."""
         with self._lock:
-            self._pattern, self._refuse_s = pattern, refuse_s
+            self._pattern, self._refuse_s = (pattern, *also), refuse_s
             self.cut.clear()
 
     def damage_answers(self, pattern: bytes | None) -> None:
@@ -105,7 +106,7 @@ class CuttingProxy:
 
     def _matches(self, chunk: bytes) -> bool:
         with self._lock:
-            if self._pattern is None or self._pattern not in chunk:
+            if self._pattern is None or not all(p in chunk for p in self._pattern):
                 return False
             self._pattern = None
             return True

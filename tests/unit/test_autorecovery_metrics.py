@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from walog.autorecovery.metrics import AutorecoveryMetrics
-from walog.autorecovery.replicate import Report
+from walog.autorecovery.report import Report
 
 
 def _registry(metrics: AutorecoveryMetrics) -> CollectorRegistry:

@@ -6,7 +6,8 @@ The rules are in :mod:`walog.autorecovery.rules`, the copying and the metadata s
 """
 
 from walog.autorecovery.command import main
-from walog.autorecovery.replicate import Report, Unrepairable, recover
+from walog.autorecovery.replicate import Unrepairable, recover
+from walog.autorecovery.report import Report
 from walog.autorecovery.rules import Damage
 
 __all__ = ["Damage", "Report", "Unrepairable", "main", "recover"]

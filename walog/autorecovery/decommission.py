@@ -4,9 +4,13 @@
    the mark: it turns read-only, so no new ledger picks it and the writers of open ledgers
    replace it at their next add.
 2. Re-replicate: auto-recovery passes that count the bookie as lost although it still
-   serves (so the copies may be read from it too), until no ledger's ensembles name it.
+   serves (so the copies are read from it too, after the other bookies: for some entries
+   it may hold the only copy left), until no ledger's ensembles name it. Each ledger is
+   repaired under the lock the auto-recovery workers take (walog/autorecovery/daemon.py),
+   from its metadata as read under it: a ledger a worker is repairing is left to a later
+   pass, so the two never put one replacement at two indexes of a fragment.
    The last fragment of an open ledger is its writer's to change; one whose writer stays
-   silent until ``--timeout`` fails the command, naming the ledger.
+   silent until ``--wait`` fails the command, naming the ledger.
 3. Remove its cookie and its registration. The bookie can then be stopped with nothing
    under-replicated; started again on the same disk it refuses (its cookie is gone), and a
    new bookie formatted under the same id starts afresh (the mark is dropped then).
@@ -83,18 +87,23 @@ async def decommission(
         await store.create(decommission_path(bookie_id), mark)
     deadline = time.monotonic() + timeout_s
     moved = 0
+    lock_as = f"walog bookie decommission {bookie_id}"
     while True:
-        report = await recover(client.ctx, passwords=passwords, retiring={bookie_id})
+        report = await recover(
+            client.ctx, passwords=passwords, retiring={bookie_id}, lock_as=lock_as
+        )
         moved += len(report.repaired)
         left = await _ledgers_naming(client, bookie_id)
         if not left:
             break
         if time.monotonic() > deadline:
             problems = "; ".join(f"{what}: {why}" for what, why in report.unrepairable[:5])
+            locked = ", ".join(map(str, report.locked[:10]))
             raise DecommissionError(
                 f"after {timeout_s:g}s, {len(left)} ledger(s) still name {bookie_id} "
                 f"({', '.join(map(str, left[:10]))}): open ledgers whose writers have not "
                 "written since (close them, or wait and run the command again)"
+                + (f", or being repaired by auto-recovery (locked: {locked})" if locked else "")
                 + (f", or unrepairable: {problems}" if problems else "")
             )
         await asyncio.sleep(interval_s)

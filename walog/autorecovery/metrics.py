@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from walog.autorecovery.replicate import Report
+from walog.autorecovery.report import Report
 from walog.metrics.histogram import LoopHistogram, histogram_family
 
 

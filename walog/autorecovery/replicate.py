@@ -12,6 +12,14 @@ swap is applied to the new version, else (a writer or another auto-recovery got 
 first) nothing more is done. Adds are idempotent on a bookie, so a pass that dies half way
 is simply run again; copies made for a swap that never happened are deleted by their bookie
 (its stray-copy scan, :mod:`bookie.gc`).
+
+A bookie being retired (decommissioned) counts as lost but still serves: its copies are
+read too, after the other bookies', and it is never chosen as a replacement. A repairer
+other than an auto-recovery worker (``walog bookie decommission``) passes ``lock_as``: it
+then repairs each ledger only under the lock the workers take,
+``/underreplication/locks/<id>``, and from its metadata as read under it, so that two
+repairers never pick one replacement for two bookies of a fragment; a ledger whose lock is
+held is left for a later pass.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Collection, Sequence
 
+from walog.autorecovery.report import Report
 from walog.autorecovery.rules import (
     Damage,
     copy_missing,
@@ -45,7 +54,8 @@ from walog.ledger.ensemble import placement_candidates, read_only_bookies
 from walog.ledger.placement import PlacementPolicy, Racks, placement_policy
 from walog.ledger.quorum import write_set
 from walog.ledger.readops import read_entry
-from walog.metadata.layout import LEDGERS, LedgerMetadata
+from walog.metadata.layout import LEDGERS, LedgerMetadata, repair_lock_path
+from walog.metadata.store import NodeExistsError
 from walog.wire.digest import entry_digest
 from walog.wire.status import Status
 
@@ -55,57 +65,6 @@ COPY_BATCH = 256
 
 class Unrepairable(WalogError):
     """A fragment that cannot be repaired now (no password, no bookie, no surviving copy)."""
-
-
-@dataclasses.dataclass
-class Report:
-    """What one pass found and did."""
-
-    missing: set[str] = dataclasses.field(default_factory=set)
-    """Bookies named by some ensemble but not available (lost or not, by the caller's rule)."""
-    under_replicated: set[int] = dataclasses.field(default_factory=set)
-    """Ledgers whose ensembles named an unavailable bookie when the pass looked at them
-    (repaired by this pass or not)."""
-    repaired: list[tuple[Damage, dict[int, str]]] = dataclasses.field(default_factory=list)
-    """Fragments repaired, with the replacement per ensemble index."""
-    left_to_writers: list[Damage] = dataclasses.field(default_factory=list)
-    """Last fragments of OPEN ledgers that name lost bookies."""
-    refilled: list[Damage] = dataclasses.field(default_factory=list)
-    """Fragments where an available bookie (``lost`` names its index) lacked entries of its
-    share; the share was copied back to it (with ``verify``)."""
-    unrepairable: list[tuple[Damage | int, str]] = dataclasses.field(default_factory=list)
-    """Fragments (or whole ledgers, by id) that could not be repaired, and why."""
-    audit: bool = False
-    """True for the auditor's pass over every ledger (``missing`` and ``under_replicated``
-    then describe the whole cluster); False for a repair or check of some ledgers."""
-
-    def as_json(self) -> dict[str, object]:
-        """The report as plain JSON values."""
-
-        def fragment(damage: Damage) -> dict[str, object]:
-            return {
-                "ledger_id": damage.ledger_id,
-                "fragment": damage.fragment,
-                "first_entry_id": damage.first,
-                "last_entry_id": damage.last,
-                "lost": [damage.ensemble[i] for i in damage.lost],
-            }
-
-        return {
-            "missing_bookies": sorted(self.missing),
-            "repaired": [
-                {**fragment(d), "replacements": {d.ensemble[i]: b for i, b in r.items()}}
-                for d, r in self.repaired
-            ],
-            "left_to_writers": [fragment(d) for d in self.left_to_writers],
-            "refilled": [
-                {**fragment(d), "lost": [], "bookie": d.ensemble[d.lost[0]]} for d in self.refilled
-            ],
-            "unrepairable": [
-                {**(fragment(d) if isinstance(d, Damage) else {"ledger_id": d}), "reason": why}
-                for d, why in self.unrepairable
-            ],
-        }
 
 
 def master_key_for(metadata: LedgerMetadata, passwords: Sequence[bytes]) -> bytes | None:
@@ -128,6 +87,7 @@ async def recover(
     verify_percent: float = 0.0,
     retiring: Collection[str] = (),
     ledgers: Collection[int] | None = None,
+    lock_as: str | None = None,
 ) -> Report:
     """One pass over every ledger: repair the fragments that name lost bookies.
 
@@ -142,8 +102,12 @@ async def recover(
         verify_percent: with ``verify``, also read this share (0-100 %) of the other
             entries of each share, picked at random each pass.
         retiring: bookies to move every fragment off although they still serve (being
-            decommissioned): counted as lost, never chosen as replacements.
+            decommissioned): counted as lost, never chosen as replacements, but read from
+            (after the other bookies) for the copies they hold.
         ledgers: only these ledgers (None: every ledger).
+        lock_as: repair each ledger only under the auto-recovery workers' lock of it,
+            registered under this name (None: the caller is a worker holding it already,
+            or runs alone); a ledger whose lock is held is skipped (``Report.locked``).
 
     Raises:
         ValueError: ``verify_percent`` is outside 0-100.
@@ -178,19 +142,12 @@ async def recover(
         if key is None and repair:
             report.unrepairable.append((ledger_id, _NO_PASSWORD))
             continue
-        if key is not None:  # else there is nothing to repair (checked above)
-            for damage in repair:
-                try:
-                    replacements = await repair_fragment(
-                        ctx, metadata, damage, key, available, placement, racks
-                    )
-                except NoSuchLedgerError:
-                    break  # deleted meanwhile: nothing left to repair
-                except WalogError as exc:
-                    report.unrepairable.append((damage, str(exc)))
-                    continue
-                if replacements:
-                    report.repaired.append((damage, replacements))
+        if key is not None and repair:
+            fixer = _Fixer(ctx, key, available, placement, racks, retiring, report)
+            if lock_as is None:
+                await fixer.repair(metadata, repair)
+            else:
+                await fixer.repair_locked(ledger_id, lock_as, alive, is_lost)
         if verify:
             try:
                 await refill_shares(ctx, ledger_id, key, available, report, verify_percent)
@@ -200,6 +157,67 @@ async def recover(
 
 
 _NO_PASSWORD = "no given password matches the ledger's (pass --password)"
+
+
+@dataclasses.dataclass
+class _Fixer:
+    """Repairs the damaged fragments of one ledger for :func:`recover`."""
+
+    ctx: LedgerContext
+    key: bytes
+    available: Sequence[str]
+    placement: PlacementPolicy
+    racks: Racks | None
+    retiring: Collection[str]
+    report: Report
+
+    async def repair(self, metadata: LedgerMetadata, repair: Sequence[Damage]) -> None:
+        """Repair each of ``repair`` (fragments of ``metadata``), reporting each outcome."""
+        for damage in repair:
+            try:
+                replacements = await repair_fragment(
+                    self.ctx,
+                    metadata,
+                    damage,
+                    self.key,
+                    self.available,
+                    self.placement,
+                    self.racks,
+                    retiring=self.retiring,
+                )
+            except NoSuchLedgerError:
+                return  # deleted meanwhile: nothing left to repair
+            except WalogError as exc:
+                self.report.unrepairable.append((damage, str(exc)))
+                continue
+            if replacements:
+                self.report.repaired.append((damage, replacements))
+
+    async def repair_locked(
+        self,
+        ledger_id: int,
+        owner: str,
+        alive: Collection[str],
+        is_lost: Callable[[str], bool] | None,
+    ) -> None:
+        """Repair the ledger under the auto-recovery workers' lock of it, from its metadata
+        as read under the lock; skip it (``Report.locked``) while another holds the lock."""
+        lock = repair_lock_path(ledger_id)
+        try:
+            await self.ctx.store.register(lock, owner.encode())
+        except NodeExistsError:
+            self.report.locked.append(ledger_id)
+            return
+        try:
+            try:
+                metadata, _ = await self.ctx.read_metadata(ledger_id)
+            except NoSuchLedgerError:
+                return  # deleted meanwhile
+            missing = lost_bookies(metadata, alive)
+            lost = {b for b in missing if is_lost is None or is_lost(b)}
+            await self.repair(metadata, damaged_fragments(metadata, lost)[0])
+        finally:
+            await self.ctx.store.unregister(lock)
 
 
 async def refill_shares(
@@ -266,9 +284,12 @@ async def repair_fragment(
     available: Sequence[str],
     placement: PlacementPolicy,
     racks: Racks | None = None,
+    *,
+    retiring: Collection[str] = (),
 ) -> dict[int, str]:
     """Copy the lost bookies' entries of one fragment to replacements and swap them in;
-    the replacements, or {} when someone else repaired the fragment first.
+    the replacements, or {} when someone else repaired the fragment first. Lost bookies
+    in ``retiring`` still serve: their copies are read too.
 
     Raises:
         Unrepairable: too few available bookies, or an entry without a surviving copy, or a
@@ -288,7 +309,7 @@ async def repair_fragment(
             f"{len(replacements)} available bookies outside the ensemble"
         )
     for index, target in replacements.items():
-        await copy_entries(ctx, metadata, damage, index, target, master_key)
+        await copy_entries(ctx, metadata, damage, index, target, master_key, retiring=retiring)
     while True:
         current, version = await ctx.read_metadata(damage.ledger_id)
         if not all(still_damaged(current, damage, i) for i in replacements):
@@ -307,13 +328,22 @@ async def copy_entries(
     index: int,
     target: str,
     master_key: bytes,
+    *,
+    retiring: Collection[str] = (),
 ) -> int:
-    """Copy the entries the bookie at ``index`` held to ``target``; how many were copied."""
+    """Copy the entries the bookie at ``index`` held to ``target``; how many were copied.
+
+    Each entry is read from the bookies of its write set that are not lost, then from the
+    lost ones that are only being retired (``retiring``: they still serve their copies,
+    which may be the only ones left)."""
     e, qw = metadata.ensemble_size, metadata.write_quorum
     lost = set(damage.lost)
+    serving = [i for i in lost if damage.ensemble[i] in retiring]
 
     def survivors(entry_id: int) -> list[str]:
-        return [damage.ensemble[i] for i in write_set(entry_id, e, qw) if i not in lost]
+        indexes = write_set(entry_id, e, qw)
+        order = [i for i in indexes if i not in lost] + [i for i in indexes if i in serving]
+        return [damage.ensemble[i] for i in order]
 
     client = ctx.pool.get(target)
     todo = list(entries_held(damage, index, e, qw))
@@ -356,7 +386,6 @@ async def copy_entries(
 
 __all__ = [
     "COPY_BATCH",
-    "Report",
     "Unrepairable",
     "copy_entries",
     "master_key_for",

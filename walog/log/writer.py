@@ -168,7 +168,11 @@ class AsyncLogWriter:
         self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
         self._roll_retry: asyncio.TimerHandle | None = None  # tries it at _roll_retry_at
         self._age_timer: asyncio.TimerHandle | None = None
+        # The ledger a roll switched away from, until its close ended (closed, or handed to
+        # a recovery); the event is set while there is none.
         self._retiring: set[_ActiveLedger] = set()
+        self._none_retiring = asyncio.Event()
+        self._none_retiring.set()
         # Ledgers whose close failed, being closed by recovery (:meth:`_close_by_recovery`):
         # the task and the ledger's id.
         self._recoveries: dict[asyncio.Task[None], int] = {}
@@ -261,8 +265,8 @@ class AsyncLogWriter:
     async def _make_durable(self) -> None:
         """Force the current ledger and wait for the closes of the ones rolled away from
         (everything sent is acknowledged)."""
-        if self._retiring and self._roll_task is not None:
-            await asyncio.wait([self._roll_task])  # switched away: a close forces every entry
+        if self._retiring:
+            await self._none_retiring.wait()  # switched away: a close forces every entry
         if self._recoveries:
             raise WalogError(
                 f"log {self.name!r}: records are acknowledged but not known durable: the "
@@ -294,8 +298,8 @@ class AsyncLogWriter:
         while self._undelivered or self._held:
             if self._undelivered:
                 await asyncio.wait([sent.entry for sent in self._undelivered])
-            elif self._roll_task is not None:
-                await asyncio.wait([self._roll_task])
+            elif self._retiring:
+                await self._none_retiring.wait()
             elif self._recoveries and recoveries:
                 await asyncio.wait(self._recoveries)
             elif self._recoveries:
@@ -530,10 +534,11 @@ class AsyncLogWriter:
             self._current = self._activate(new_writer)
             log.info("log rolled", log=self.name, old=old.ledger_id, new=new_writer.ledger_id)
             self._retiring.add(old)
+            self._none_retiring.clear()
             try:
                 await self._retire(old)
             finally:
-                self._retiring.discard(old)
+                self._retired(old)
         except WriterFencedError as exc:
             self._fail(exc)
             error = exc
@@ -561,7 +566,12 @@ class AsyncLogWriter:
 
     async def _retire(self, old: _ActiveLedger) -> None:
         """Close a ledger nothing new goes to, then record its end in the log's list. If
-        the close fails without a sign of another writer, recover it in the background."""
+        the close fails without a sign of another writer, recover it in the background.
+
+        A VOLATILE log's entries held back for the ledger rolled away from go as soon as
+        its close succeeded (it forced every entry), or its recovery did: never later, for
+        the update of the log's list, which a metadata store out of reach may hold up (and
+        which the next takeover makes again if it fails)."""
         inflight = [sent.entry for sent in self._undelivered if sent.ledger is old]
         if inflight:
             await asyncio.wait(inflight)  # a cancelled close() leaves them in flight
@@ -585,8 +595,18 @@ class AsyncLogWriter:
             if self._volatile:  # records appended from now on wait for it
                 self._loop.call_later(CLOSE_RECOVERY_SECONDS, self._held_too_long, task)
             return
+        self._retired(old)
         last = old.writer.last_add_confirmed
         await record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
+
+    def _retired(self, old: _ActiveLedger) -> None:
+        """The close of ``old``, a ledger rolled away from, ended: release what it held."""
+        if old not in self._retiring:
+            return  # the current ledger, closed by close(); or released already
+        self._retiring.discard(old)
+        if not self._retiring:
+            self._none_retiring.set()
+        self._release_held()
 
     async def _close_by_recovery(self, old: _ActiveLedger, cause: WalogError) -> None:
         """Close ``old`` the way a takeover would: fence and recover it, which closes it
