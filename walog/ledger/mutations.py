@@ -26,6 +26,9 @@ Known mutations:
   list (its CAS applied, the answer lost) takes it for a rival's.
 - ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
   are acknowledged, without forcing them.
+- ``volatile_writer_ignores_restart``: a VOLATILE ledger's writer counts the answers of a
+  bookie that restarted (a new incarnation) although it may have lost entries it had
+  acknowledged but not synced.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ KNOWN: frozenset[str] = frozenset(
         "lost_answer_taken_for_rival",
         "log_sends_across_roll_at_once",
         "volatile_log_flush_skips_force",
+        "volatile_writer_ignores_restart",
     }
 )
 """Every mutation name the protocol code knows."""
