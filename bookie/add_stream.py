@@ -8,6 +8,9 @@ for no sync: like a LAC piggybacked on an entry it says what is confirmed elsewh
 tailing readers wait on it). A force covers every add of the same and earlier frames: it
 waits until they are answered, then syncs the journal.
 
+Every result carries the storage's incarnation (:attr:`BookieCore.incarnation`), so a
+writer learns from the answer itself that the bookie restarted since it last answered.
+
 Results travel back in :class:`AddResponseFrame` messages. The writer side sends whatever results
 have completed as soon as the stream can take a message; results that complete while a
 message is being written go into the next one. There are no timers: the batching comes from
@@ -287,6 +290,7 @@ class IncomingAddStream:
             entry_ids=entry_ids,
             status=wire_status(status),
             last_add_synced=last_add_synced,
+            incarnation=self._core.incarnation,
         )
         self._notify()
 
@@ -296,6 +300,7 @@ class IncomingAddStream:
             request_id=force.request_id,
             status=wire_status(status),
             last_add_synced=last_add_synced,
+            incarnation=self._core.incarnation,
         )
         self._notify()
 

@@ -15,6 +15,9 @@ Ordering rules that make it crash-safe:
   barrier gets a mark that no frozen entry's record lies beyond.
 - The sync cursor moves only when a journal sync covered the entries, or by a piggybacked
   LAC; on open every replayed record has just been synced, so it never goes backwards.
+- Each open draws a new :attr:`BookieCore.incarnation`, sent with every add and force
+  answer: unsynced VOLATILE entries do not survive a crash, so a writer must learn of a
+  restart before it counts an acknowledgement of this incarnation.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import functools
 import hmac
 import itertools
 import random
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, cast
@@ -96,6 +100,10 @@ class BookieCore:
         self.config = config
         self.env = env
         """The engine's file system, index, threads and journal writer (bookie/environment.py)."""
+        self.incarnation = new_incarnation()
+        """This opening of the storage, a random nonzero 64-bit id: every add and force
+        answer carries it, and a writer that sees it change knows that the bookie
+        restarted (and may have lost the VOLATILE entries it had not synced)."""
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
@@ -855,6 +863,11 @@ class BookieCore:
             self.stats.entry_logs_compacted = storage.logs_compacted
 
 
+def new_incarnation() -> int:
+    """A random nonzero 64-bit incarnation id (0 means "unknown" on the wire)."""
+    return secrets.randbits(64) or 1
+
+
 def checkpoint_wait(interval: float, first: bool) -> float:
     """Seconds until a bookie's next periodic checkpoint: ``interval`` give or take a tenth,
     and the first one at a random point of the first interval (at least half of it in).
@@ -875,4 +888,11 @@ def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]
             yield ledger_id, entry_id, entries[entry_id]
 
 
-__all__ = ["BookieCore", "BookieStats", "JournalMark", "StoredRecord", "checkpoint_wait"]
+__all__ = [
+    "BookieCore",
+    "BookieStats",
+    "JournalMark",
+    "StoredRecord",
+    "checkpoint_wait",
+    "new_incarnation",
+]

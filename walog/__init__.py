@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from walog.errors import (
         BookieError,
         BookieReadOnlyError,
+        BookieRestartedError,
         BookieUnavailableError,
         DataLossError,
         DigestMismatchError,
@@ -79,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "BookieError": "walog.errors",
     "BookieUnavailableError": "walog.errors",
     "BookieReadOnlyError": "walog.errors",
+    "BookieRestartedError": "walog.errors",
     "DigestMismatchError": "walog.errors",
     "MetadataError": "walog.errors",
 }
@@ -87,6 +89,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BookieError",
     "BookieReadOnlyError",
+    "BookieRestartedError",
     "BookieUnavailableError",
     "Client",
     "ClientConfig",

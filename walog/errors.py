@@ -75,6 +75,14 @@ class BookieReadOnlyError(BookieError):
     """The bookie is in read-only mode and accepts no writes."""
 
 
+class BookieRestartedError(BookieError):
+    """A bookie restarted while it held VOLATILE entries it had acknowledged but not synced
+    (a restart loses them), so the ledger's writer stopped before acknowledging anything
+    later. Recovering the ledger closes it at what its bookies still hold."""
+
+    retriable = False
+
+
 class DigestMismatchError(WalogError):
     """An entry's digest does not match its contents: it is corrupt and is never served."""
 
@@ -109,6 +117,7 @@ def is_retriable(exc: BaseException) -> bool:
 __all__ = [
     "BookieError",
     "BookieReadOnlyError",
+    "BookieRestartedError",
     "BookieUnavailableError",
     "CookieMismatchError",
     "DataLossError",

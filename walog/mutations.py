@@ -36,6 +36,9 @@ Known mutations:
   (bookie/storage.py).
 - ``verify_counts_unreadable_as_held``: auto-recovery's share check counts a copy its
   bookie cannot read (IO_ERROR) as held, so the copy is never replaced.
+- ``volatile_writer_ignores_restart``: a VOLATILE ledger's writer counts the answers of a
+  bookie that restarted (a new incarnation) although it may have lost entries it had
+  acknowledged but not synced.
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -63,6 +66,7 @@ KNOWN: frozenset[str] = frozenset(
         "failed_list_change_deletes_new_ledger",
         "compaction_skips_unreadable",
         "verify_counts_unreadable_as_held",
+        "volatile_writer_ignores_restart",
     }
 )
 """Every mutation name the protocol code knows."""

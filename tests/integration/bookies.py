@@ -94,12 +94,13 @@ class Answer(NamedTuple):
     entry_id: int
     status: int
     last_add_synced: int
+    incarnation: int = 0
 
 
 def answers(results: Iterable[pb.AddResult]) -> list[Answer]:
     """One :class:`Answer` per entry answered by ``results`` (of batches built here)."""
     return [
-        Answer(r.ledger_id, entry_id, r.status, r.last_add_synced)
+        Answer(r.ledger_id, entry_id, r.status, r.last_add_synced, r.incarnation)
         for r in results
         for entry_id in (r.entry_ids or _ENTRY_IDS[r.batch_id])
     ]

@@ -1,4 +1,5 @@
-"""Disk trouble for tests: a size-limited tmpfs mounted by the test, and injected EIO.
+"""Disk trouble for tests: a size-limited tmpfs mounted by the test, injected EIO, and a
+page cache that dies with the process.
 
 Mount points are named ``walog-disk-<pid>-*`` after the pytest process that made them. A
 run killed before its clean-up leaves them mounted; the next run unmounts every such mount
@@ -6,7 +7,10 @@ whose process is gone (never one of a run still going, in another worktree for e
 Mounting needs root: a test that cannot mount fails with one line saying so.
 
 EIO comes from an LD_PRELOAD library (shims/eio.c, built with the C compiler): this kernel
-has no device-mapper, so no dm ``error`` or ``flakey`` target.
+has no device-mapper, so no dm ``error`` or ``flakey`` target. For the same reason the loss
+of unsynced writes in a machine crash comes from one too (shims/pagecache.c): it holds a
+process's writes to chosen files in the process's memory until they are synced, so a
+SIGKILL loses what a power cut would.
 """
 
 from __future__ import annotations
@@ -83,6 +87,25 @@ def fill(directory: Path) -> int:
 
 
 SHIM_SOURCE = Path(__file__).with_name("shims") / "eio.c"
+PAGECACHE_SOURCE = Path(__file__).with_name("shims") / "pagecache.c"
+
+
+def _build_shim(source: Path, library: Path, name: str) -> Path:
+    """Compile the LD_PRELOAD library ``source`` into ``library``; fail the test with one
+    line when that cannot be done."""
+    try:
+        done = subprocess.run(
+            ["cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(source), "-ldl"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        error = done.stderr.strip() if done.returncode else ""
+    except FileNotFoundError as exc:
+        error = str(exc)
+    if error:
+        pytest.fail(f"cannot build the {name} shim (needs a C compiler, cc): {error}")
+    return library
 
 
 class EioSwitch:
@@ -116,20 +139,16 @@ class EioSwitch:
 
 def eio_switch(work_dir: Path, directory: Path, calls: str = "fsync,fdatasync,write") -> EioSwitch:
     """Build the EIO shim into ``work_dir`` and return its switch for ``directory``."""
-    library = work_dir / "walog-eio.so"
-    try:
-        done = subprocess.run(
-            ["cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(SHIM_SOURCE), "-ldl"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        error = done.stderr.strip() if done.returncode else ""
-    except FileNotFoundError as exc:
-        error = str(exc)
-    if error:
-        pytest.fail(f"cannot build the EIO shim (needs a C compiler, cc): {error}")
+    library = _build_shim(SHIM_SOURCE, work_dir / "walog-eio.so", "EIO")
     return EioSwitch(library, directory, work_dir / "walog-eio-on", calls)
+
+
+def page_cache_lost_on_kill(work_dir: Path, files: str) -> dict[str, str]:
+    """Build the page cache shim into ``work_dir``; the environment for processes whose
+    writes to files matching the glob ``files`` stay in their memory until synced (a kill
+    then loses them, as a crash of the machine loses the kernel's unsynced pages)."""
+    library = _build_shim(PAGECACHE_SOURCE, work_dir / "walog-pagecache.so", "page cache")
+    return {"LD_PRELOAD": str(library), "WALOG_PAGECACHE_FILES": files}
 
 
 def used_share(path: Path) -> float:
@@ -193,6 +212,7 @@ __all__ = [
     "fill",
     "fill_to",
     "info",
+    "page_cache_lost_on_kill",
     "read_entries",
     "small_tmpfs",
     "sweep_stale_mounts",

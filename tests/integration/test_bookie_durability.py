@@ -309,6 +309,30 @@ async def test_force_covers_the_volatile_adds_of_its_frame(stub: pb_grpc.BookieS
     assert forces[0].last_add_synced == 9
 
 
+async def test_every_add_and_force_answer_names_the_incarnation_which_a_restart_changes(
+    bookie: BookieProcess, stub: pb_grpc.BookieStub
+) -> None:
+    ledger = 13
+    key = master_key(b"")
+    adds = [make_add(ledger, e, payload(ledger, e), durability=pb.VOLATILE) for e in range(3)]
+    force = pb.ForceRequest(ledger_id=ledger, request_id=5, master_key=key)
+    results, forces = await send_frames(stub, [pb.AddFrame(batches=adds, forces=[force])])
+    assert {r.status for r in results} == {pb.OK} and len(forces) == 1
+    (before,) = {r.incarnation for r in results} | {forces[0].incarnation}
+    assert before != 0
+
+    assert bookie.kill() != 0
+    bookie.restart()
+    async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+        again = pb_grpc.BookieStub(channel)
+        add = make_add(ledger, 3, payload(ledger, 3), durability=pb.VOLATILE)
+        refused = make_add(ledger, 4, b"x", durability=pb.VOLATILE, digest=0)
+        results, _ = await send_frames(again, [pb.AddFrame(batches=[add, refused])])
+    assert sorted(r.status for r in results) == [pb.OK, pb.DIGEST_MISMATCH]
+    (after,) = {r.incarnation for r in results}
+    assert after not in (0, before)
+
+
 async def test_explicit_lac_update_wakes_a_long_poll(stub: pb_grpc.BookieStub) -> None:
     ledger = 10
     adds = [make_add(ledger, e, payload(ledger, e), lac=e - 1) for e in range(3)]

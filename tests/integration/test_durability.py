@@ -1,6 +1,7 @@
 """Relaxed durability end to end (seed 004) on real bookie processes: VOLATILE adds never
-sync by themselves, ``force()`` does, the LAC never passes unsynced entries, and what was
-forced (or written PERSISTENT) survives a SIGKILL of every bookie."""
+sync by themselves, ``force()`` does, the LAC never passes unsynced entries, what was
+forced (or written PERSISTENT) survives a SIGKILL of every bookie, and a writer never
+acknowledges an entry after bookies lost entries they had acknowledged."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ import pytest
 import walog
 import walog._loop
 import walog.aio as aio
+from tests.integration.disks import page_cache_lost_on_kill
 from walog.config import ClientConfig, Timeouts
-from walog.errors import BookieReadOnlyError, BookieUnavailableError, WalogError
+from walog.errors import (
+    BookieReadOnlyError,
+    BookieRestartedError,
+    BookieUnavailableError,
+    WalogError,
+)
 from walog.metadata import open_store
 from walog.metadata.layout import decommission_path
 from walog.testing import LocalCluster
@@ -26,6 +33,8 @@ CONFIG = ClientConfig(timeouts=Timeouts(add=10.0, read=5.0, explicit_lac=0.05))
 # Background flushes of VOLATILE data are pushed far out so every sync a test sees comes
 # from a force or a PERSISTENT add.
 SLOW_FLUSH = ["--volatile-flush-interval", "3600"]
+# No checkpoint either (it syncs the journal, and with it the VOLATILE entries).
+NO_CHECKPOINT = ["--checkpoint-interval", "3600"]
 
 
 @pytest.fixture
@@ -243,3 +252,61 @@ def test_a_volatile_writer_stops_with_bookie_read_only_error_when_a_bookie_turns
             while time.monotonic() < deadline:  # the bookie follows its mark within a moment
                 writer.append(b"more")
         assert isinstance(BookieReadOnlyError("x"), walog.BookieError)
+
+
+# -- bookies that restart between two appends: an answer from a bookie that lost entries it
+# acknowledged must stop the writer before it counts (nothing acknowledged after the loss) --
+
+
+def test_a_volatile_writer_acknowledges_nothing_after_its_bookies_lost_acknowledged_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed bookie loses nothing by itself: its unsynced journal writes stay in the
+    # kernel's page cache and the restart replays them. A crash of its machine loses them;
+    # the bookies here run with a page cache of their own (tests/integration/shims/
+    # pagecache.c) that holds their journal writes until synced and dies with the process.
+    data = (tmp_path / "c").resolve()
+    for name, value in page_cache_lost_on_kill(tmp_path, f"{data}/bookies/*/journal/*").items():
+        monkeypatch.setenv(name, value)
+    cluster = LocalCluster(3, "sqlite", data_dir=data, bookie_args=[*SLOW_FLUSH, *NO_CHECKPOINT])
+    with cluster, walog.connect(cluster.metadata_uri, config=CONFIG) as client:
+        # Qa = Qw: an append completes once every bookie answered it, so nothing is in
+        # flight when the bookies are killed (an add in flight would stop the writer anyway).
+        writer = client.create_ledger(3, 3, 3, durability=Durability.VOLATILE)
+        assert [writer.append(b"e%d" % i) for i in range(10)] == list(range(10))
+        assert writer.last_add_confirmed < 9, "the entries were synced: nothing to lose"
+        kill_and_restart_every_bookie(cluster)
+
+        with pytest.raises(BookieRestartedError, match=f"ledger {writer.ledger_id}") as stopped:
+            writer.append(b"after the loss")
+        assert any(f"bookie {b} restarted" in str(stopped.value) for b in cluster.bookie_ids)
+        with pytest.raises(BookieRestartedError):
+            writer.append(b"later still")
+
+        # The bookies did lose acknowledged entries: recovery closes the ledger at what they
+        # still hold, a gap-free prefix without the appends refused after the loss.
+        reader = client.open_ledger(writer.ledger_id, recovery=True)
+        last = reader.last_add_confirmed
+        assert last < 9
+        held = [e.data for e in reader.read(0, last)] if last >= 0 else []
+        assert held == [b"e%d" % i for i in range(last + 1)]
+
+
+def test_a_volatile_writer_goes_on_after_its_bookies_restart_without_losing_entries(
+    tmp_path: Path,
+) -> None:
+    # The same kill and restart without the shim: the kernel kept the unsynced writes, the
+    # restart replayed and synced them, and the writer goes on.
+    cluster = LocalCluster(
+        3, "sqlite", data_dir=tmp_path / "c", bookie_args=[*SLOW_FLUSH, *NO_CHECKPOINT]
+    )
+    with cluster, walog.connect(cluster.metadata_uri, config=CONFIG) as client:
+        writer = client.create_ledger(3, 3, 3, durability=Durability.VOLATILE)
+        assert [writer.append(b"e%d" % i) for i in range(10)] == list(range(10))
+        kill_and_restart_every_bookie(cluster)
+
+        assert writer.append(b"e10") == 10
+        assert writer.force() == 10
+        writer.close()
+        reader = client.open_ledger(writer.ledger_id)
+        assert [e.data for e in reader.read(0, 10)] == [b"e%d" % i for i in range(11)]

@@ -11,6 +11,8 @@ What it keeps per ledger, and what survives :meth:`SimBookie.crash`:
 - the sync cursor (LastAddSynced, seed 004): the longest synced prefix, lifted by a
   piggybacked LAC (entries up to the LAC are confirmed in the cluster).
 - long-poll waiters: answered when the LAC passes the reader's, dropped on a crash.
+- the incarnation: a new one after every crash, carried by add and force answers (as a real
+  bookie draws one each time its storage opens), so a writer can tell a restart.
 
 The network (tests/sim/network.py) decides when requests arrive and whether replies get
 back; this class only applies requests to the state, one at a time.
@@ -82,6 +84,12 @@ class SimBookie:
         self.paused = False
         self._ledgers: dict[int, _Ledger] = {}
         self.crashes = 0
+        self.incarnation = 1
+        """Changes with every crash (deterministic: the schedule's RNG is not drawn)."""
+        # Unsynced VOLATILE entries lost in crashes: ledger -> entry -> incarnation that
+        # lost it; and, per client, the latest incarnation whose add answer reached it.
+        self._lost: dict[int, dict[int, int]] = {}
+        self._heard: dict[str, int] = {}
 
     # -- faults -------------------------------------------------------------------------
 
@@ -90,13 +98,17 @@ class SimBookie:
         self.up = False
         self.paused = False
         self.crashes += 1
-        for ledger in self._ledgers.values():
+        for ledger_id, ledger in self._ledgers.items():
+            lost = self._lost.setdefault(ledger_id, {})
+            for entry_id in ledger.volatile:
+                lost[entry_id] = self.incarnation
             ledger.volatile.clear()
             ledger.explicit_lac = -1
             ledger.piggy_lac = max((e.lac for e in ledger.durable.values()), default=-1)
             for waiter in ledger.waiters:
                 waiter.cancel()
             ledger.waiters.clear()
+        self.incarnation = self.crashes + 1
         self.trace.log(f"{self.bookie_id} CRASH")
 
     def restart(self) -> None:
@@ -115,6 +127,21 @@ class SimBookie:
         """The entry if it would survive a crash now, or None."""
         ledger = self._ledgers.get(ledger_id)
         return None if ledger is None else ledger.durable.get(entry_id)
+
+    def lost_unnoticed(self, client: str, ledger_id: int, entry_id: int) -> bool:
+        """Whether this bookie lost the entry in a crash and no add answer of a later
+        incarnation has reached ``client`` yet: the client cannot know of the loss."""
+        lost_by = self._lost.get(ledger_id, {}).get(entry_id)
+        return lost_by is not None and self._heard.get(client, 0) <= lost_by
+
+    def heard_by(self, client: str, answer: asyncio.Future[AddReply]) -> None:
+        """An add answer reached ``client`` (before the client handles it): note its
+        incarnation."""
+        if answer.cancelled() or answer.exception() is not None:
+            return
+        incarnation = answer.result().incarnation
+        if incarnation > self._heard.get(client, 0):
+            self._heard[client] = incarnation
 
     def is_fenced(self, ledger_id: int) -> bool:
         """Whether the ledger is fenced on this bookie."""
@@ -148,12 +175,12 @@ class SimBookie:
     ) -> AddReply:
         """Store one entry (recovery write-backs pass the fence)."""
         if entry_digest(ledger_id, entry_id, lac, data) != digest:
-            return AddReply(Status.DIGEST_MISMATCH)
+            return AddReply(Status.DIGEST_MISMATCH, incarnation=self.incarnation)
         ledger = self._ledger_for_write(ledger_id, master_key)
         if isinstance(ledger, Status):
-            return AddReply(ledger)
+            return AddReply(ledger, incarnation=self.incarnation)
         if ledger.fenced and not recovery:
-            return AddReply(Status.FENCED, ledger.last_add_synced)
+            return AddReply(Status.FENCED, ledger.last_add_synced, self.incarnation)
         entry = StoredEntry(ledger_id, entry_id, lac, bytes(data))
         if durability is Durability.PERSISTENT or entry_id in ledger.durable:
             ledger.durable[entry_id] = entry
@@ -162,7 +189,7 @@ class SimBookie:
             ledger.volatile[entry_id] = entry
         self._raise_lac(ledger, piggy=lac)
         ledger.advance_sync_cursor()
-        return AddReply(Status.OK, ledger.last_add_synced)
+        return AddReply(Status.OK, ledger.last_add_synced, self.incarnation)
 
     def send_lac(self, ledger_id: int, lac: int, master_key: bytes) -> None:
         """An explicit LAC from an idle writer."""
@@ -175,13 +202,13 @@ class SimBookie:
         """Make every entry of the ledger received so far durable."""
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
-            return ForceReply(Status.NO_SUCH_LEDGER)
+            return ForceReply(Status.NO_SUCH_LEDGER, incarnation=self.incarnation)
         if ledger.master_key != master_key:
-            return ForceReply(Status.UNAUTHORIZED)
+            return ForceReply(Status.UNAUTHORIZED, incarnation=self.incarnation)
         ledger.durable.update(ledger.volatile)
         ledger.volatile.clear()
         ledger.advance_sync_cursor()
-        return ForceReply(Status.OK, ledger.last_add_synced)
+        return ForceReply(Status.OK, ledger.last_add_synced, self.incarnation)
 
     def fence(self, ledger_id: int, master_key: bytes) -> FenceReply:
         """Fence the ledger (persisted before the reply), creating it if unknown."""

@@ -370,6 +370,10 @@ class EngineBookie:
         self.fenced: set[int] = set()
         """Ledgers this bookie answered a fence for."""
         self._after_failure = False
+        self._openings: dict[int, int] = {}  # engine incarnation -> 1, 2, ... in order
+        self._heard: dict[str, int] = {}  # client -> latest opening it heard an answer of
+        self._volatile: dict[int, set[int]] = {}  # VOLATILE entries acknowledged since opening
+        self._lost: dict[int, dict[int, int]] = {}  # ledger -> entry -> opening that lost it
         self.collected: set[int] = set()
         """Ledgers its collector deleted (their metadata was gone)."""
 
@@ -387,6 +391,33 @@ class EngineBookie:
         if self._opening is not None or self.up:
             return
         self._opening = self._loop.create_task(self._open(on_up))
+
+    # -- incarnations (the invariant volatile_ack_after_loss) ------------------------------
+
+    def heard_by(self, client: str, answer: asyncio.Future[AddReply]) -> None:
+        """An add answer reached ``client``: note which opening of the engine it came from."""
+        if answer.cancelled() or answer.exception() is not None:
+            return
+        opened = self._openings.get(answer.result().incarnation, 0)
+        if opened > self._heard.get(client, 0):
+            self._heard[client] = opened
+
+    def lost_unnoticed(self, client: str, ledger_id: int, entry_id: int) -> bool:
+        """Whether this bookie may have lost an entry it acknowledged (VOLATILE, unsynced)
+        in a crash that no answer of a later opening told ``client`` about yet."""
+        if self.core is None:  # down: what it kept is known once it opens again
+            return entry_id in self._volatile.get(ledger_id, ())
+        lost_by = self._lost.get(ledger_id, {}).get(entry_id)
+        return lost_by is not None and self._heard.get(client, 0) <= lost_by
+
+    def _note_losses(self, core: BookieCore) -> None:
+        """After an opening: the VOLATILE entries acknowledged before that it no longer has."""
+        with self.disk.inspecting():
+            for ledger_id, entries in self._volatile.items():
+                for entry_id in sorted(entries):
+                    if self._peek(core, ledger_id, entry_id) is None:
+                        self._lost.setdefault(ledger_id, {})[entry_id] = len(self._openings) - 1
+        self._volatile.clear()
 
     def _env(self, files: SimFiles) -> StorageEnv:
         return StorageEnv(
@@ -412,6 +443,8 @@ class EngineBookie:
         if files.dead:
             return
         self.core = core
+        self._openings[core.incarnation] = len(self._openings) + 1
+        self._note_losses(core)
         self.check_rules("reopened")
         core.failure_listeners.append(self._checkpoint_failed)
         core.checkpoint_listeners.append(self._checkpointed)
@@ -616,7 +649,9 @@ class EngineBookie:
             self.last_write[ledger_id] = self._loop.time()
             if durability is Durability.PERSISTENT:
                 self.acked.setdefault(ledger_id, {}).setdefault(entry_id, bytes(data))
-        return AddReply(status, synced)
+            else:
+                self._volatile.setdefault(ledger_id, set()).add(entry_id)
+        return AddReply(status, synced, core.incarnation)
 
     def _core(self) -> BookieCore:
         if self.core is None:
@@ -632,8 +667,9 @@ class EngineBookie:
         """Sync what the ledger received so far."""
 
         async def force() -> ForceReply:
-            status, synced = await self._core().force(ledger_id, master_key)
-            return ForceReply(status, synced)
+            core = self._core()
+            status, synced = await core.force(ledger_id, master_key)
+            return ForceReply(status, synced, core.incarnation)
 
         return self._serve(force())
 

@@ -15,6 +15,11 @@ Rule names (used in reports and in docs/correctness.md):
   entry it acknowledged, whatever the durability (seed 000, "Closing a ledger as a writer";
   a VOLATILE ledger gets there by forcing first, seed 004). Unlike ``ack_beyond_close``
   this holds for VOLATILE ledgers too: a close needs no crash to lose their unsynced tail.
+- ``volatile_ack_after_loss``: when a VOLATILE entry is acknowledged, every earlier entry
+  of the ledger is still held (page cache or disk) by at least Qa bookies: a writer must
+  learn that bookies lost unsynced entries (a restart) before it acknowledges later ones.
+  A bookie whose loss the writer cannot know yet (no answer of its new incarnation reached
+  the writer: the answers it counted were sent before the crash) still counts as holding.
 - ``acked_entry_lost``: every acknowledged entry is readable after recovery, same bytes.
 - ``forced_entry_lost``: VOLATILE entries up to a force() result survive crashes.
 - ``read_not_in_ledger``: an entry any reader returned (tailing reads up to the LAC
@@ -123,6 +128,30 @@ class History:
                 f"{who} L{record.ledger_id} e{entry_id} acknowledged but held by {holders} "
                 f"(Qa={record.ack_quorum})",
             )
+        if record.durability is Durability.VOLATILE:
+            self._check_volatile_prefix(who, record, entry_id)
+
+    def _check_volatile_prefix(self, who: str, record: LedgerRecord, entry_id: int) -> None:
+        """``volatile_ack_after_loss``: the entries before a VOLATILE ack are still on Qa
+        bookies (the ack says they were; a restart in between must have stopped it)."""
+        for earlier in range(entry_id):
+            data = record.acked.get(earlier)
+            holders = [
+                b.bookie_id
+                for b in self._bookies.values()
+                if (
+                    (s := b.stored(record.ledger_id, earlier)) is not None
+                    and (data is None or s.data == data)
+                )
+                or b.lost_unnoticed(who, record.ledger_id, earlier)
+            ]
+            if len(holders) < record.ack_quorum:
+                self.violate(
+                    "volatile_ack_after_loss",
+                    f"{who} L{record.ledger_id} acknowledged e{entry_id} while e{earlier} "
+                    f"is held by {holders} only (Qa={record.ack_quorum})",
+                )
+                return
 
     def on_force(self, record: LedgerRecord, synced: int) -> None:
         """A force() returned ``synced``: entries up to it must survive crashes."""

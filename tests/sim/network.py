@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -259,6 +260,11 @@ class SimBookieClient(BookieClient):
     ) -> asyncio.Future[AddReply]:
         """Queue an add on this client's stream to the bookie."""
         future = self._request(self._pool.timeouts.add)
+        # The bookie model notes which of its incarnations the client heard from (for the
+        # invariants), before the client handles the answer.
+        future.add_done_callback(
+            functools.partial(self._net.bookies[self.bookie_id].heard_by, self._pool.name)
+        )
         payload = bytes(data)
         what = ("add L%d e%d lac=%d%s", (ledger_id, entry_id, lac, " R" if recovery else ""))
         self._net.send(

@@ -20,6 +20,16 @@ while an index was failed or had no replacement), no pending entry misses a book
 write quorum: a request in flight to a bookie that stays is either answered or times out,
 and the timeout replaces that bookie.
 
+A VOLATILE ledger never changes its ensemble (seed 004), and its bookies acknowledge
+entries from their page cache: a bookie that restarts loses those it had not synced. Every
+answer carries the bookie's incarnation (drawn anew each time its storage opens); the writer
+keeps, per ensemble index, the incarnation of the bookie's answers and the highest entry it
+acknowledged. An answer from a new incarnation of a bookie that had acknowledged entries
+above every LastAddSynced it reported (before or in that answer) stops the writer before the
+answer counts: entries acknowledged after the loss would follow a gap. A restart that kept
+everything (a clean one, or a kill the page cache survived) changes nothing. PERSISTENT
+acknowledgements are durable, so their incarnations are not checked.
+
 Only :class:`LedgerContext` (store, pool, config) and the event loop are used here: no
 sockets, threads or wall clock, so the simulator runs this code unchanged.
 """
@@ -41,6 +51,7 @@ from walog._log import get_logger
 from walog._sync import ALREADY_SETTLED, Sink
 from walog.errors import (
     BookieReadOnlyError,
+    BookieRestartedError,
     BookieUnavailableError,
     LedgerClosedError,
     LedgerFencedError,
@@ -51,7 +62,7 @@ from walog.errors import (
     is_retriable,
 )
 from walog.ledger.context import LedgerContext
-from walog.ledger.durability import lac_from_last_add_synced
+from walog.ledger.durability import RestartWatch, lac_from_last_add_synced
 from walog.ledger.ensemble import (
     placement_candidates,
     quorum_possible,
@@ -190,6 +201,9 @@ class AsyncLedgerWriter:
         self._completed = -1  # highest entry completed (acked by Qa, all lower completed)
         self._lac = -1
         self._las = [-1] * self._e  # VOLATILE: LastAddSynced per ensemble index
+        # VOLATILE: per ensemble index, the incarnation of the bookie's answers and the
+        # highest entry it acknowledged (a restart may have lost those above its LAS).
+        self._restarts = [RestartWatch() for _ in range(self._e)]
         self._pending: collections.deque[PendingAdd] = collections.deque()
         self._by_id: dict[int, PendingAdd] = {}  # the pending adds by entry id
         # Appends of this event-loop turn, sent together at its end: one call per bookie.
@@ -376,9 +390,15 @@ class AsyncLedgerWriter:
             return
         if self._error is not None or self._ensemble[index] != bookie:
             return  # the writer stopped, or this bookie was replaced since
+        if self._durability is Durability.VOLATILE and not self._same_data(
+            index, bookie, reply.incarnation, reply.last_add_synced
+        ):
+            return  # the writer stopped before this answer counted
         if reply.status is Status.OK:
             if self._durability is Durability.VOLATILE:
                 self._las[index] = max(self._las[index], reply.last_add_synced)
+                if entry_ids:
+                    self._restarts[index].acknowledged(max(entry_ids))
             bit = 1 << index
             by_id = self._by_id
             for entry_id in entry_ids:
@@ -402,6 +422,27 @@ class AsyncLedgerWriter:
             )
         else:
             self._bookie_failed(index, bookie, reply.status.name)
+
+    def _same_data(self, index: int, bookie: str, incarnation: int, last_add_synced: int) -> bool:
+        """Whether an answer of a VOLATILE ledger's bookie may count: False, after stopping
+        the writer, when it comes from a new incarnation of a bookie that may have lost
+        entries it acknowledged (:class:`RestartWatch`)."""
+        lost = self._restarts[index].answer(incarnation, max(self._las[index], last_add_synced))
+        if lost is None:
+            return True
+        if lost and not mutations.enabled("volatile_writer_ignores_restart"):
+            self._fail(
+                BookieRestartedError(
+                    f"bookie {bookie} restarted and may have lost entries {lost.start}.."
+                    f"{lost.stop - 1} of VOLATILE ledger {self._ledger_id}, acknowledged but "
+                    "not yet synced; the writer stops before acknowledging anything later "
+                    "(recover the ledger with open_ledger(ledger_id, recovery=True) to close "
+                    "it at what its bookies still hold)"
+                )
+            )
+            return False
+        log.info("bookie restarted", ledger_id=self._ledger_id, bookie=bookie, lost=len(lost))
+        return True
 
     def _complete_ready(self) -> None:
         """Complete the pending adds at the head that reached Qa acks, in entry-id order."""
@@ -768,6 +809,8 @@ class AsyncLedgerWriter:
             if not isinstance(reply, Exception):
                 raise reply
             self._bookie_failed(index, bookie, str(reply) or type(reply).__name__)
+        elif not self._same_data(index, bookie, reply.incarnation, reply.last_add_synced):
+            return  # the writer stopped: this bookie lost entries it acknowledged
         elif reply.status is Status.OK:
             self._las[index] = max(self._las[index], reply.last_add_synced)
         elif reply.status is Status.FENCED:

@@ -288,14 +288,19 @@ class AddStream:
                 entry_ids, batch.entry_ids = batch.entry_ids, []
             if not batch.entry_ids:
                 del unanswered[result.batch_id]
-            batch.callback(entry_ids, AddReply(status_of(result.status), result.last_add_synced))
+            batch.callback(
+                entry_ids,
+                AddReply(status_of(result.status), result.last_add_synced, result.incarnation),
+            )
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:
                 continue
             self._force_sent_at.pop(forced.request_id, None)
             if not force.done():
-                force.set_result(ForceReply(status_of(forced.status), forced.last_add_synced))
+                force.set_result(
+                    ForceReply(status_of(forced.status), forced.last_add_synced, forced.incarnation)
+                )
 
     # -- failure ----------------------------------------------------------------------
 

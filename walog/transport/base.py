@@ -36,18 +36,28 @@ class StoredEntry:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AddReply:
-    """A bookie's answer to one add."""
+    """A bookie's answer to one add.
+
+    Attributes:
+        status: The add's outcome.
+        last_add_synced: The bookie's sync cursor for the ledger (seed 004).
+        incarnation: The bookie's incarnation: a random id drawn each time its storage
+            opens, so a restart (which loses unsynced VOLATILE entries) shows as a new
+            value; 0 when the bookie does not say.
+    """
 
     status: Status
     last_add_synced: int = -1
+    incarnation: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ForceReply:
-    """A bookie's answer to a force (sync) of a ledger."""
+    """A bookie's answer to a force (sync) of a ledger (fields as in :class:`AddReply`)."""
 
     status: Status
     last_add_synced: int = -1
+    incarnation: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

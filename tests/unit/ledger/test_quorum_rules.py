@@ -1,11 +1,11 @@
 """The pure rules of seed 000 (write quorums, ack/coverage quorums) and seed 004 (LAC of
-relaxed-durability ledgers)."""
+relaxed-durability ledgers, bookies that restart)."""
 
 from __future__ import annotations
 
 import pytest
 
-from walog.ledger.durability import lac_from_last_add_synced
+from walog.ledger.durability import RestartWatch, lac_from_last_add_synced
 from walog.ledger.quorum import (
     Answer,
     QuorumCoverage,
@@ -77,3 +77,27 @@ def test_lac_rule_of_seed_004_table(ack_quorum: int, lac: int) -> None:
 def test_lac_rule_needs_every_bookie_of_the_write_quorum() -> None:
     with pytest.raises(ValueError, match="LastAddSynced"):
         lac_from_last_add_synced([1, 2], 3, 2)
+
+
+def test_a_restart_may_have_lost_what_the_bookie_acknowledged_above_what_it_synced() -> None:
+    watch = RestartWatch()
+    assert watch.answer(7, -1) is None  # the first answer names the incarnation
+    watch.acknowledged(9)
+    assert watch.answer(7, 3) is None  # the same incarnation: nothing to learn
+    assert list(watch.answer(8, 3) or ()) == [4, 5, 6, 7, 8, 9]
+    assert watch.answer(8, 3) is None  # the new incarnation is the known one now
+
+
+def test_a_restart_that_kept_every_acknowledged_entry_synced_loses_nothing() -> None:
+    watch = RestartWatch()
+    watch.answer(7, -1)
+    watch.acknowledged(9)
+    assert watch.answer(8, 9) == range(10, 10)  # a restart, and nothing lost
+
+
+def test_an_answer_that_names_no_incarnation_never_looks_like_a_restart() -> None:
+    watch = RestartWatch()
+    watch.answer(7, -1)
+    watch.acknowledged(9)
+    assert watch.answer(0, -1) is None  # an older bookie does not say
+    assert watch.incarnation == 7

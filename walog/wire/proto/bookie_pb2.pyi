@@ -264,11 +264,17 @@ class AddResult(_message.Message):
     ENTRY_IDS_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     LAST_ADD_SYNCED_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     batch_id: _builtins.int
     ledger_id: _builtins.int
     status: Global___Status.ValueType
     last_add_synced: _builtins.int
     """the bookie's sync cursor for this ledger (seed 004)"""
+    incarnation: _builtins.int
+    """The bookie's incarnation: a random id chosen each time its storage opens, so a
+    writer learns of a restart (which loses unsynced VOLATILE entries) from the answer
+    itself. 0 from a bookie that does not send it.
+    """
     @_builtins.property
     def entry_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """the entries answered; empty: every entry of the batch"""
@@ -281,10 +287,11 @@ class AddResult(_message.Message):
         entry_ids: _abc.Iterable[_builtins.int] | None = ...,
         status: Global___Status.ValueType = ...,
         last_add_synced: _builtins.int = ...,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "entry_ids", b"entry_ids", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "entry_ids", b"entry_ids", "incarnation", b"incarnation", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -298,10 +305,13 @@ class ForceResult(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     LAST_ADD_SYNCED_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     request_id: _builtins.int
     status: Global___Status.ValueType
     last_add_synced: _builtins.int
+    incarnation: _builtins.int
+    """as in AddResult"""
     def __init__(
         self,
         *,
@@ -309,10 +319,11 @@ class ForceResult(_message.Message):
         request_id: _builtins.int = ...,
         status: Global___Status.ValueType = ...,
         last_add_synced: _builtins.int = ...,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "request_id", b"request_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "request_id", b"request_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
