@@ -125,7 +125,13 @@ class _SimTask(asyncio.Task[Any]):
 
 def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, context: Any = None) -> Any:
     assert isinstance(loop, SimLoop)
-    return _SimTask(coro, loop=loop, context=context)
+    task = _SimTask(coro, loop=loop, context=context)
+    # Held until done: a task that waits forever (on a crashed bookie's journal, say) would
+    # otherwise be collected at a moment the garbage collector picks, which is not
+    # deterministic and would show in the trace.
+    loop.live_tasks.add(task)
+    task.add_done_callback(loop.live_tasks.discard)
+    return task
 
 
 class SimLoop(asyncio.base_events.BaseEventLoop):
@@ -149,6 +155,7 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self.set_exception_handler(_log_unhandled)
         self.set_task_factory(_task_factory)
         self._numbers = 0
+        self.live_tasks: set[asyncio.Task[Any]] = set()
 
     def next_number(self) -> int:
         """A fresh number for a future or task made on this loop (deterministic hashes)."""

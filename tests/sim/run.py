@@ -1,11 +1,12 @@
 """Command line of the simulator: search many schedules, or replay one seed exactly.
 
-    python -m tests.sim --schedules 20000 --seed 1 --minutes 10
-    python -m tests.sim --replay 1234 [--scenario NAME] [--mutation NAME]
+    python -m tests.sim --schedules 20000 --seed 1 --minutes 10 [--engine] [--cancel]
+    python -m tests.sim --replay 1234 [--scenario NAME] [--mutation NAME] [--engine] [--cancel]
 
 Schedule ``i`` of a search runs seed ``--seed + i``. A failing schedule prints its seed, the
 scenario, the broken rules and the end of its trace; ``--replay SEED`` (with the same
-``--scenario`` / ``--mutation`` / ``--production-tunables`` flags) runs that schedule again,
+``--scenario`` / ``--mutation`` / ``--production-tunables`` / ``--engine`` / ``--cancel``
+flags) runs that schedule again,
 prints its whole trace and checks that the run is identical to a second one.
 """
 
@@ -41,6 +42,16 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep recovery's read-ahead and batch sizes at their defaults (not drawn)",
     )
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="bookies run the real storage engine on simulated disks (tests/sim/engine.py)",
+    )
+    parser.add_argument(
+        "--cancel",
+        action="store_true",
+        help="cancel client calls (takeovers, rolls, closes, truncation...) at random moments",
+    )
     parser.add_argument("--replay", type=int, metavar="SEED", help="run one seed, full trace")
     parser.add_argument(
         "--trace-lines", type=int, default=120, help="trace lines shown per failure"
@@ -52,11 +63,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def replay(
-    seed: int, scenario: str | None, mutations_on: frozenset[str], draw_tunables: bool = True
+    seed: int,
+    scenario: str | None,
+    mutations_on: frozenset[str],
+    draw_tunables: bool = True,
+    **options: bool,
 ) -> int:
     """Run one schedule twice, print its full trace; 1 when it fails or is not repeatable."""
-    first = run_schedule(seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables)
-    second = run_schedule(seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables)
+    first = run_schedule(
+        seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables, **options
+    )
+    second = run_schedule(
+        seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables, **options
+    )
     print(first.report(last_events=len(first.trace)))
     same = first.trace == second.trace
     print(f"\nresult: {'FAIL' if first.violations else 'ok'}; replay identical: {same}")
@@ -72,6 +91,7 @@ def search(
     trace_lines: int,
     stop_on_failure: bool,
     draw_tunables: bool = True,
+    **options: bool,
 ) -> list[Outcome]:
     """Run schedules from ``first_seed``; print failures as they come and a summary."""
     started = time.monotonic()
@@ -84,7 +104,7 @@ def search(
         if deadline is not None and time.monotonic() > deadline:
             break
         outcome = run_schedule(
-            seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables
+            seed, scenario, mutations_on=mutations_on, draw_tunables=draw_tunables, **options
         )
         ran += 1
         per_scenario[outcome.scenario] += 1
@@ -112,8 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (1 when a schedule failed)."""
     args = _parser().parse_args(argv)
     mutations_on = frozenset(args.mutation)
+    options = {"engine": args.engine, "cancel": args.cancel}
     if args.replay is not None:
-        return replay(args.replay, args.scenario, mutations_on, not args.production_tunables)
+        return replay(
+            args.replay, args.scenario, mutations_on, not args.production_tunables, **options
+        )
     failures = search(
         args.seed,
         args.schedules,
@@ -123,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.trace_lines,
         args.stop_on_failure,
         not args.production_tunables,
+        **options,
     )
     return 1 if failures else 0
 

@@ -28,6 +28,7 @@ from tests.sim.network import FaultConfig
 from tests.sim.sm_scenarios import SM_SCENARIOS
 from tests.sim.world import KEY, DiskNemesis, Nemesis, World, guard
 from walog import mutations
+from walog.aio import AsyncClient
 from walog.errors import WalogError
 from walog.ledger import recovery as recovery_module
 from walog.ledger.context import LedgerContext
@@ -260,9 +261,10 @@ async def ensemble_change_then_crash(world: World) -> None:
 
 async def disk_trouble(world: World) -> None:
     """Rounds of many ledgers at once: writers append to them and die, then readers
-    recover them all (a storm of fences and write-backs), while the bookies' disks fail
-    their checkpoints and the bookies crash. Every fence and PERSISTENT add a bookie
-    answered must survive its crashes (the bookie rules of tests/sim/engine.py)."""
+    recover them all (a storm of fences and write-backs), and about half of them are
+    deleted (the bookies collect them and compact what stays), while the bookies' disks
+    fail their checkpoints and reads, and the bookies crash. Every fence and PERSISTENT add
+    a bookie answered must survive its crashes (the bookie rules of tests/sim/engine.py)."""
     rng = world.rng
     for term in range(rng.randint(1, 3)):
         records, writers, clients = [], [], []
@@ -283,6 +285,20 @@ async def disk_trouble(world: World) -> None:
                 for i in range(rng.randint(1, 2))
             )
         )
+        # Some go: the bookies' collectors delete them and compaction moves what stays.
+        doomed = [r for r in records if rng.random() < 0.5]
+        cleaner = world.async_client(f"gc{term}")
+        for record in doomed:
+            if not await guard(world, "gc", _deleted(cleaner, record.ledger_id)):
+                continue
+            del world.history.ledgers[record.ledger_id]
+            world.trace.log(f"gc DELETED L{record.ledger_id}")
+        await asyncio.sleep(rng.uniform(0.0, 3.0))
+
+
+async def _deleted(client: AsyncClient, ledger_id: int) -> bool:
+    await client.delete_ledger(ledger_id)
+    return True
 
 
 Scenario = Callable[[World], Awaitable[None]]

@@ -258,8 +258,8 @@ class DiskNemesis:
                 calls = rng.randint(1, 40)
                 engine.disk.crash_after(calls)
                 world.trace.log(f"{engine.bookie_id} disk: crash within {calls} calls")
-            elif action < 0.6:  # a checkpoint fails (the entry logs' or the index's disk)
-                kind = rng.choice(("write", "sync", "commit"))
+            elif action < 0.6:  # a checkpoint or a compaction fails (entry logs, index)
+                kind = rng.choice(("write", "sync", "commit", "read"))
                 place = "data.mdb" if kind == "commit" else "entrylogs"
                 engine.disk.fail_next(kind, rng.randint(1, 3), place)
                 world.trace.log(f"{engine.bookie_id} disk: EIO on next {kind} of {place}")
