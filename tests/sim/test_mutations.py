@@ -73,6 +73,7 @@ CASES: dict[str, tuple[str, int, set[str]] | tuple[str, int, set[str], dict[str,
         {"bookie_lost_entry", "bookie_forgot_fence"},
         ENGINE,
     ),
+    "compaction_skips_unreadable": ("disk_trouble", 200, {"bookie_lost_entry"}, ENGINE),
 }
 
 

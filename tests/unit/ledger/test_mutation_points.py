@@ -15,13 +15,11 @@ REPO = Path(__file__).resolve().parents[3]
 _READ = re.compile(r"""mutations\.enabled\(\s*["'](\w+)["']\s*\)""")
 
 CAUGHT_BY_TESTS: dict[str, str] = {
-    "compaction_skips_unreadable": "tests/unit/bookie/test_compaction.py::"
-    "test_with_compaction_skips_unreadable_a_transient_eio_loses_an_entry",
     "verify_counts_unreadable_as_held": "tests/unit/test_autorecovery_rules.py::"
     "test_with_verify_counts_unreadable_as_held_an_unreadable_copy_is_held",
 }
-"""Mutations outside what the simulator models (a bookie's disk, auto-recovery): the test
-that turns each on and shows the harm."""
+"""Mutations outside what the simulator models (auto-recovery): the test that turns each on
+and shows the harm."""
 
 
 def _decision_points() -> dict[str, list[str]]:
