@@ -26,6 +26,9 @@ Known mutations:
   list (its CAS applied, the answer lost) takes it for a rival's.
 - ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
   are acknowledged, without forcing them.
+- ``archive_marks_unsynced_output``: the archive job marks its ledgers archived without
+  syncing the files and directories it published, and a rerun trusts a staging directory
+  that holds Spark's ``_SUCCESS`` whether or not its files reached the disk.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ KNOWN: frozenset[str] = frozenset(
         "lost_answer_taken_for_rival",
         "log_sends_across_roll_at_once",
         "volatile_log_flush_skips_force",
+        "archive_marks_unsynced_output",
     }
 )
 """Every mutation name the protocol code knows."""
