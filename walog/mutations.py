@@ -39,6 +39,9 @@ Known mutations:
 - ``volatile_writer_ignores_restart``: a VOLATILE ledger's writer counts the answers of a
   bookie that restarted (a new incarnation) although it may have lost entries it had
   acknowledged but not synced.
+- ``archive_marks_unsynced_output``: the archive job marks its ledgers archived without
+  syncing the files and directories it published, and a rerun trusts a staging directory
+  that holds Spark's ``_SUCCESS`` whether or not its files reached the disk.
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -67,6 +70,7 @@ KNOWN: frozenset[str] = frozenset(
         "compaction_skips_unreadable",
         "verify_counts_unreadable_as_held",
         "volatile_writer_ignores_restart",
+        "archive_marks_unsynced_output",
     }
 )
 """Every mutation name the protocol code knows."""

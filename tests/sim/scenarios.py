@@ -2,7 +2,8 @@
 
 Each scenario is a coroutine over a :class:`tests.sim.world.World`; every choice it makes
 comes from the loop's seeded RNG, and a :class:`Nemesis` crashes, restarts, pauses and
-partitions bookies while it runs (log scenarios live in tests/sim/log_scenarios.py).
+partitions bookies while it runs (log scenarios live in tests/sim/log_scenarios.py, the
+archive job's publish step on a host that loses power in tests/sim/archive_scenarios.py).
 :func:`run_schedule` runs one seed: the scenario, then the *final phase*
 (heal every fault, recover every ledger with a fresh client, read each one with two fresh
 readers) and the invariant checks of tests/sim/invariants.py.
@@ -20,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from tests.sim.archive_scenarios import ARCHIVE_SCENARIOS
 from tests.sim.engine import EngineTunables
 from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
@@ -305,6 +307,7 @@ Scenario = Callable[[World], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     **LOG_SCENARIOS,
     **SM_SCENARIOS,
+    **ARCHIVE_SCENARIOS,
     "writer_under_faults": writer_under_faults,
     "writer_crash": writer_crash,
     "recovery_races_writer": recovery_races_writer,

@@ -56,6 +56,11 @@ CASES: dict[str, tuple[str, int, set[str]] | tuple[str, int, set[str], dict[str,
         300,
         {"log_listed_ledger_deleted", "recovery_failed", "log_ledger_missing", "log_record_lost"},
     ),
+    "archive_marks_unsynced_output": (
+        "archive_power_loss",
+        50,
+        {"archive_marked_records_lost"},
+    ),
     "close_while_in_recovery": (
         "recovery_races_writer",
         300,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -17,8 +17,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 import walog
+from tests.archive_files import RecordingFiles, durable_after, tree
 from walog.log.position import Position
-from walog.spark.archive import STAGING, _Archiver, archive_log
+from walog.spark.archive import STAGING, ArchiveIntent, _Archiver, archive_log
+from walog.spark.archive_files import LocalFiles
 from walog.testing import LocalCluster
 
 pytestmark = pytest.mark.spark
@@ -220,24 +222,39 @@ def test_archive_then_retention_deletes_only_archived_ledgers(
     assert all(w[0] >= left[0].first_position for w in newer)
 
 
+class _CrashOnRename(LocalFiles):
+    """The archive job's process dies at its ``after + 1``-th rename."""
+
+    def __init__(self, after: int) -> None:
+        self.left = after
+
+    def rename(self, source: PurePath, target: PurePath) -> None:
+        if self.left == 0:
+            raise OSError(f"crash before renaming {source}")
+        self.left -= 1
+        super().rename(source, target)
+
+
 def test_archive_rerun_finishes_an_interrupted_run_without_duplicates(
     spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
 ) -> None:
     root = tmp_path / "archive"
-    root.mkdir()
     with walog.connect(cluster.metadata_uri) as client:
         log = _open(client, log_name)
         with log.open_writer() as writer:
-            written = _append(writer, 30)
+            written = _append_over_ledgers(writer, 30)  # two ledgers to move, at least
         # A first run crashed after writing and moving one ledger, before the mark.
-        archiver = _Archiver(client, log_name, root)
-        intent, resumed = archiver.claim()
-        assert intent is not None and not resumed
-        archiver.write(spark, cluster.metadata_uri, intent)
-        archiver.move(intent, intent.ledger_ids[0])
-        assert log.metadata().archived_through is None
+        with pytest.raises(OSError, match="crash before renaming"):
+            archive_log(
+                spark, cluster.metadata_uri, log_name, root, progress=False, files=_CrashOnRename(1)
+            )
+        left = log.metadata()
+        assert left.archive_intent is not None and left.archived_through is None
+        intent = ArchiveIntent.from_doc(left.archive_intent)
+        assert (root / f"ledger={intent.ledger_ids[0]}").is_dir()
         result = archive_log(spark, cluster.metadata_uri, log_name, root, progress=False)
         assert result.resumed and result.ledger_ids == intent.ledger_ids
+        assert result.rows is None  # the sealed write was kept
         assert log.metadata().archive_intent is None
         assert log.metadata().archived_through == intent.through
     assert not any((root / STAGING).iterdir())
@@ -245,8 +262,28 @@ def test_archive_rerun_finishes_an_interrupted_run_without_duplicates(
     assert rows == [w for w in written if w[0] < intent.through]
 
 
-def test_archive_rerun_redoes_a_write_that_did_not_finish(
+def test_archive_mark_moves_only_after_files_and_directories_are_synced(
     spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    with walog.connect(cluster.metadata_uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            _append_over_ledgers(writer, 30)
+        files = RecordingFiles(LocalFiles(), probe=lambda: log.metadata().archived_through)
+        result = archive_log(spark, cluster.metadata_uri, log_name, root, files=files)
+        assert log.metadata().archived_through == result.archived_through is not None
+    calls = files.calls
+    marked = next((i for i, c in enumerate(calls) if c.seen is not None), len(calls))
+    published = tree(LocalFiles(), root, skip={STAGING})
+    assert len(published) > 1 + len(result.ledger_ids)  # the root, the ledgers, their files
+    unsynced = sorted(set(published) - durable_after(calls[:marked]))
+    assert unsynced == [], f"not on disk when archived_through moved: {unsynced}"
+
+
+@pytest.mark.parametrize("spark_finished", [False, True], ids=["unfinished", "unsynced"])
+def test_archive_rerun_redoes_a_write_it_had_not_sealed(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path, spark_finished: bool
 ) -> None:
     root = tmp_path / "archive"
     root.mkdir()
@@ -256,10 +293,13 @@ def test_archive_rerun_redoes_a_write_that_did_not_finish(
             written = _append(writer, 20)
         intent, _ = _Archiver(client, log_name, root).claim()
         assert intent is not None
-        # Crashed mid-write: a partial file, no _SUCCESS.
+        # Crashed mid-write (a partial file, no _SUCCESS), or lost power after the write:
+        # Spark's _SUCCESS reached the disk, a part file it vouches for did not.
         partial = root / STAGING / intent.intent_id / f"ledger={intent.ledger_ids[0]}"
         partial.mkdir(parents=True)
         (partial / "part-00000.parquet").write_bytes(b"not parquet")
+        if spark_finished:
+            (partial.parent / "_SUCCESS").touch()
         result = archive_log(spark, cluster.metadata_uri, log_name, root, progress=False)
     assert result.resumed and result.rows == sum(1 for w in written if w[0] < intent.through)
     rows = sorted(_rows(spark.read.parquet(str(root)).drop("ledger")))

@@ -4,31 +4,31 @@ Layout: ``DIR/ledger=<id>/part-*.parquet`` with the data source's columns (plus 
 ``ledger`` partition column when read back with ``spark.read.parquet(DIR)``).
 
 A run is two-phase so that a crash or a rerun never leaves duplicates or a half-marked
-ledger:
+ledger, and so that a power loss never takes archived records the bookies no longer hold:
 
 1. **Intent.** The ledgers to archive (the closed ledgers after ``archived_through``, oldest
    first, stopping at the first one still open) and a fresh id are CAS-written into the log's
    metadata as ``archive_intent``. A run that finds an intent adopts it instead.
-2. **Write.** Spark writes the intent's records into ``DIR/_staging/<intent id>/``; Spark's
-   ``_SUCCESS`` file there says the write finished. An unfinished staging dir is removed
-   and written again.
-3. **Move.** Each ``ledger=<id>`` directory is renamed into ``DIR`` (a rename within one
-   filesystem is atomic; whatever stood at the target belongs to no finished archive, since
-   the ledger is not marked, and is removed first).
-4. **Mark.** One CAS advances ``archived_through`` past every ledger of the intent and clears
-   the intent; only then is the staging dir deleted.
+2. **Write.** Spark writes the intent's records into ``DIR/_staging/<intent id>/``. A
+   staging dir an earlier run sealed is kept; any other is removed and written again.
+3. **Publish, then mark** (:mod:`walog.spark.archive_publish`): the staging dir is synced
+   and sealed, each ``ledger=<id>`` directory renamed into ``DIR`` (atomic within one
+   filesystem) and ``DIR`` synced; only then one CAS advances ``archived_through`` past
+   every ledger of the intent and clears the intent. The staging dir goes afterwards.
 
 Retention with ``RetentionPolicy(require_archived=True)`` deletes only ledgers wholly
 before ``archived_through``. ``DIR`` must be one filesystem seen by the driver and every
-executor (local disk for one host, or a shared mount).
+executor (local disk for one host, or a shared mount); the syncs run on the driver (see
+docs/spark.md for what they guarantee on a shared mount). File operations go through
+:class:`walog.spark.archive_files.ArchiveFiles`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
-import shutil
 import sys
 import time
 import uuid
@@ -43,6 +43,8 @@ from walog.errors import MetadataConflictError, WalogError
 from walog.log.metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.truncation import refresh_closed
+from walog.spark.archive_files import ArchiveFiles, LocalFiles, archive_root
+from walog.spark.archive_publish import publish, staged_write_finished
 from walog.spark.options import BookieAccess
 
 if TYPE_CHECKING:
@@ -146,12 +148,18 @@ class _Archiver:
     """One run of the archive protocol (see the module doc) for one log."""
 
     def __init__(
-        self, client: walog.Client, log: str, root: Path, access: BookieAccess | None = None
+        self,
+        client: walog.Client,
+        log: str,
+        root: Path,
+        access: BookieAccess | None = None,
+        files: ArchiveFiles | None = None,
     ) -> None:
         self.client = client
         self.log = log
         self.root = root
         self.access = access or BookieAccess()
+        self.files: ArchiveFiles = files or LocalFiles()
 
     def _run(self, coro: Any) -> Any:
         return self.client.loop_thread.run(coro)
@@ -180,21 +188,21 @@ class _Archiver:
     def drop_stale_staging(self, keep: ArchiveIntent | None) -> None:
         """Remove staging dirs of runs that finished or were abandoned."""
         base = self.root / STAGING
-        if not base.is_dir():
-            return
-        for path in base.iterdir():
-            if keep is None or path.name != keep.intent_id:
-                shutil.rmtree(path, ignore_errors=True)
+        for entry in self.files.list_dir(base):
+            if keep is None or entry.name != keep.intent_id:
+                with contextlib.suppress(OSError):  # tried again by the next run
+                    self.files.remove_tree(base / entry.name)
 
     def write(self, spark: SparkSession, metadata_uri: str, intent: ArchiveIntent) -> int | None:
-        """Write the intent's records into its staging dir unless a finished write is there."""
+        """Write the intent's records into its staging dir unless an earlier run left a
+        sealed write there (:func:`~walog.spark.archive_publish.staged_write_finished`)."""
         import pyarrow.parquet as pq
         from pyspark.sql import functions as F
 
         staging = self.staging(intent)
-        if (staging / "_SUCCESS").exists():
+        if staged_write_finished(self.files, staging):
             return None
-        shutil.rmtree(staging, ignore_errors=True)
+        self.files.remove_tree(staging)
         reader = (
             spark.read.format("walog")
             .option("metadata", metadata_uri)
@@ -207,17 +215,6 @@ class _Archiver:
         frame = reader.load().withColumn(PARTITION_COLUMN, F.col("ledger_id"))
         frame.write.partitionBy(PARTITION_COLUMN).parquet(str(staging))
         return sum(int(pq.ParquetFile(p).metadata.num_rows) for p in staging.rglob("*.parquet"))
-
-    def move(self, intent: ArchiveIntent, ledger_id: int) -> None:
-        """Put one ledger's files in place (idempotent)."""
-        name = f"{PARTITION_COLUMN}={ledger_id}"
-        source, target = self.staging(intent) / name, self.root / name
-        if not source.exists():
-            return  # moved by an earlier attempt, or the ledger holds no records
-        if target.exists():
-            # Not marked archived, so no finished run wrote it: leftovers of an aborted one.
-            shutil.rmtree(target)
-        source.rename(target)
 
     def mark(self, intent: ArchiveIntent) -> Position | None:
         """One CAS: advance ``archived_through`` past the intent and clear it."""
@@ -252,11 +249,14 @@ def archive_log(
     progress: bool | None = None,
     timeout: float = 10.0,
     access: BookieAccess | None = None,
+    files: ArchiveFiles | None = None,
 ) -> ArchiveResult:
     """Archive every closed, not yet archived ledger of ``log`` to Parquet under ``to``.
 
     Registers the ``walog`` data source with ``spark`` if needed. Safe to rerun after a
-    failure at any point: it finishes (or redoes) the earlier run's intent first.
+    failure at any point: it finishes (or redoes) the earlier run's intent first. The
+    archived files and directories are synced to disk before the log is marked archived
+    (:mod:`walog.spark.archive_publish`).
 
     Args:
         spark: the session to run the job on.
@@ -267,26 +267,31 @@ def archive_log(
         timeout: seconds to connect to the metadata store and per call.
         access: TLS files and token file for bookies that require them (read by the
             driver and by every executor).
+        files: the file operations of the publish step (default: :class:`LocalFiles`).
 
     Raises:
-        ValueError: a TLS or token file of ``access`` is missing or unreadable.
+        ValueError: ``to`` is a URI rather than a directory path, or a TLS or token file
+            of ``access`` is missing or unreadable.
+        OSError: the archive directory could not be written or synced; nothing was marked.
         walog.NoSuchLogError: the log does not exist.
         walog.MetadataConflictError: another archive run replaced this run's intent.
     """
     from walog.spark import register
 
+    root = archive_root(to)
     register(spark)
-    root = Path(to).absolute()
-    root.mkdir(parents=True, exist_ok=True)
+    files = files or LocalFiles()
+    files.make_dirs(root)
     access = access or BookieAccess()
     with walog.connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
-        archiver = _Archiver(client, log, root, access)
+        archiver = _Archiver(client, log, root, access, files)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)
         if intent is None:
             meta, _ = client.loop_thread.run(read_log(client.async_client.ctx.store, log))
             return ArchiveResult((), meta.archived_through, resumed=False, rows=None)
-        steps = len(intent.ledger_ids) + 2
+        # write, seal, one move per ledger, sync the root, mark
+        steps = len(intent.ledger_ids) + 4
         with tqdm(
             total=steps,
             desc=f"archive {log}",
@@ -295,15 +300,22 @@ def archive_log(
         ) as bar:
             bar.set_postfix_str(f"writing {len(intent.ledger_ids)} ledgers")
             rows = archiver.write(spark, metadata_uri, intent)
-            bar.update(1)
-            for ledger_id in intent.ledger_ids:
-                bar.set_postfix_str(f"moving ledger {ledger_id}")
-                archiver.move(intent, ledger_id)
+
+            def step(text: str) -> None:
                 bar.update(1)
-            bar.set_postfix_str("marking archived")
-            through = archiver.mark(intent)
-            bar.update(1)
-        shutil.rmtree(archiver.staging(intent), ignore_errors=True)
+                bar.set_postfix_str(text)
+
+            through = publish(
+                files,
+                root,
+                archiver.staging(intent),
+                [f"{PARTITION_COLUMN}={i}" for i in intent.ledger_ids],
+                lambda: archiver.mark(intent),
+                on_step=step,
+            )
+            bar.update(steps - bar.n)  # a sealed write found by a rerun skips the seal
+        with contextlib.suppress(OSError):  # the next run removes it
+            files.remove_tree(archiver.staging(intent))
         return ArchiveResult(intent.ledger_ids, through, resumed=resumed, rows=rows)
 
 
