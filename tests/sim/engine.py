@@ -68,8 +68,8 @@ JOB_DELAY_S = (2e-5, 4e-4)
 CRASH_CHECKS = 0.05
 """Share of checkpoints after which :meth:`EngineBookie.crash_check` looks at what a crash
 would leave (every first checkpoint after a failed one is looked at)."""
-SLOW_JOB = (0.05, (1e-3, 3e-2))
-"""A job is slow (a busy disk) this often, and then takes this long."""
+SLOW_JOB_S = (1e-3, 3e-2)
+"""How long a slow job (a busy disk) takes; how often jobs are slow is drawn per schedule."""
 SYNC_DELAY_S = (5e-5, 1e-3)
 """How long a journal write, and then its sync, take."""
 
@@ -79,17 +79,19 @@ class SimWorkers:
     order, each a short random delay after the one before, whether or not their caller still
     waits (a thread runs what it was handed)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, rng: random.Random) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, rng: random.Random, slow: float = 0.05
+    ) -> None:
         self._loop = loop
         self._rng = rng
+        self._slow = slow
         self._tail = 0.0
 
     async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """See :meth:`bookie.environment.Workers.run`."""
         loop = self._loop
         future: asyncio.Future[_T] = loop.create_future()
-        slow, slow_s = SLOW_JOB
-        took = self._rng.uniform(*(slow_s if self._rng.random() < slow else JOB_DELAY_S))
+        took = self._rng.uniform(*(SLOW_JOB_S if self._rng.random() < self._slow else JOB_DELAY_S))
         self._tail = max(loop.time(), self._tail) + took
         loop.call_at(self._tail, _execute, future, fn, args)
         return await future
@@ -291,6 +293,8 @@ class EngineTunables:
     compaction_interval_s: float = 0.5
     gc_interval_s: float = 0.5
     keep_unsynced: float = 0.3
+    slow_jobs: float = 0.05
+    """Share of the storage threads' jobs that are slow (a busy disk)."""
 
     @classmethod
     def draw(cls, rng: random.Random) -> EngineTunables:
@@ -303,6 +307,7 @@ class EngineTunables:
             compaction_interval_s=rng.choice([0.3, 1.5]),
             gc_interval_s=rng.choice([0.5, 2.0]),
             keep_unsynced=rng.choice([0.0, 0.3, 0.9]),
+            slow_jobs=rng.choice([0.02, 0.1, 0.3]),
         )
 
     def storage_config(self, root: Path) -> StorageConfig:
@@ -423,7 +428,9 @@ class EngineBookie:
         return StorageEnv(
             files=files,
             open_index=SimOpener(files),
-            workers=lambda _threads, _name: SimWorkers(self._loop, self._rng),
+            workers=lambda _threads, _name: SimWorkers(
+                self._loop, self._rng, self._tunables.slow_jobs
+            ),
             journal_runner=lambda group_bytes, _wait: SimJournalRunner(
                 self._loop, self._rng, files, group_bytes
             ),
