@@ -18,13 +18,14 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
                 "size_bytes": 4096, "checksum": "sha256:...", "created_at": 1.7e9,
                 "node": "a"}, ...],
  "sinks": {"etl": 41},              # optional: sink id -> last batch linked (walog.log.sink)
+ "sink_queries": {"etl": "6f1c..."}, # optional: sink id -> the streaming query that linked it
  "archive_location": "/data/arch"}   # optional: the archive's root (walog.log.archived)
 ```
 
 ``snapshots`` is written only when the log has some (state-machine snapshots, see
 ``walog.recipes``), so records without it read as before and older readers ignore it.
-Retention never deletes a ledger past the oldest listed snapshot's position. ``sinks`` and
-``archive_location`` are likewise written only when set.
+Retention never deletes a ledger past the oldest listed snapshot's position. ``sinks``,
+``sink_queries`` and ``archive_location`` are likewise written only when set.
 
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
 crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
@@ -192,6 +193,9 @@ class LogMetadata:
     sinks: dict[str, int] = dataclasses.field(default_factory=dict)
     """Sink id -> the last batch id it linked into the list (walog.log.sink): a batch at or
     below it is already in the log and is never linked again."""
+    sink_queries: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Sink id -> the streaming query whose batch ids ``sinks`` counts (none for a batch job's
+    ids): another query's batch ids are not comparable with them."""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -237,6 +241,8 @@ class LogMetadata:
             doc["snapshots"] = [info.to_doc() for info in self.snapshots]
         if self.sinks:
             doc["sinks"] = dict(sorted(self.sinks.items()))
+        if self.sink_queries:
+            doc["sink_queries"] = dict(sorted(self.sink_queries.items()))
         if self.archive_location is not None:
             doc["archive_location"] = self.archive_location
         return json.dumps(doc, sort_keys=True).encode()
@@ -264,6 +270,7 @@ class LogMetadata:
                 archive_intent=doc.get("archive_intent"),
                 snapshots=tuple(SnapshotInfo.from_doc(x) for x in doc.get("snapshots", [])),
                 sinks={str(k): int(v) for k, v in doc.get("sinks", {}).items()},
+                sink_queries={str(k): str(v) for k, v in doc.get("sink_queries", {}).items()},
                 archive_location=doc.get("archive_location"),
             )
         except (TypeError, AttributeError, KeyError, json.JSONDecodeError) as exc:

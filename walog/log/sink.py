@@ -1,17 +1,23 @@
 """Linking ledgers written elsewhere into a log: the commit of a parallel sink (Spark).
 
 Tasks of a sink each write their rows into ledgers of their own (tagged with the log, the
-sink id, the batch id and the attempt's transaction id), close them and report them. The
-commit links them into the log's list with one CAS, in the order given, as a writer
-takeover does: it fences and recovers the last two listed ledgers (and any earlier one
-still OPEN), appends the new ones after them and bumps the epoch (an earlier writer's next
-roll finds the list changed).
+sink id, the batch id, the streaming query and the attempt's transaction id), close them
+and report them. The commit links them into the log's list with one CAS, in the order
+given, as a writer takeover does: it fences and recovers the last two listed ledgers (and
+any earlier one still OPEN), appends the new ones after them and bumps the epoch (an
+earlier writer's next roll finds the list changed).
 
 Exactly once:
 
-- A sink id's last linked batch id is recorded in the same CAS (``LogMetadata.sinks``);
-  a batch at or below it is never linked again, so a retried commit, a restarted stream
-  replaying its last batch or a rerun job with the same ids changes nothing.
+- A sink id's last linked batch id is recorded in the same CAS (``LogMetadata.sinks``),
+  with the streaming query that numbered it (``LogMetadata.sink_queries``; none for a
+  batch job). A batch of that query at or below it is never linked again, so a retried
+  commit or a restarted stream replaying its last batches changes nothing; for a batch
+  job's own numbering only the last batch can be a rerun (it links nothing).
+- A batch the record cannot vouch for is refused (:class:`SinkIdReusedError`), never
+  dropped: another query's batch (a fresh checkpoint numbers its batches from 0 again) and
+  a batch below a job's last one. ``reset`` forgets such a record and starts the sink id
+  over from the batch; a query's own record it keeps, so its retries stay deduplicated.
 - A commit whose CAS was applied but whose answer was lost finds its first ledger listed
   and stops there.
 - Positions order like the log only when ledger ids ascend along the list. Ledgers that
@@ -21,8 +27,9 @@ Exactly once:
   caller that does not need its order kept sorts the ledgers by id first (no copies).
 - Ledgers that were not linked (failed or speculative attempts, a driver that crashed before
   its CAS) are deleted by :func:`collect_sink_orphans`: those of a batch its sink has since
-  linked at once, the others once older than a grace period. A commit refuses ledgers older
-  than half that period, so the collector never deletes a ledger a commit may still link.
+  linked (in the same query's numbering) at once, the others once older than a grace
+  period. A commit refuses ledgers older than half that period, so the collector never
+  deletes a ledger a commit may still link.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ orphan scan would delete a sink ledger before its commit)."""
 SINK_ID_TAG = "walog.sink.id"
 SINK_BATCH_TAG = "walog.sink.batch"
 SINK_TXN_TAG = "walog.sink.txn"
+SINK_QUERY_TAG = "walog.sink.query"
 DEFAULT_ORPHAN_GRACE = 24 * 3600.0
 """Seconds after which an unlinked sink ledger of no linked batch counts as abandoned."""
 COPY_BATCH_ENTRIES = 256
@@ -53,6 +61,12 @@ COPY_BATCH_ENTRIES = 256
 
 class SinkCommitError(WalogError):
     """A sink batch cannot be linked (its ledgers are gone or too old); nothing was linked."""
+
+
+class SinkIdReusedError(SinkCommitError):
+    """A sink id's last linked batch was counted by another numbering (another streaming
+    query, or a job's batch ids past this one): the batch cannot be told linked or not, so
+    nothing was linked."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,6 +89,10 @@ class SinkBatch:
         sink_id: names a sink whose batches are linked at most once each (None: only this
             attempt's own commit is idempotent).
         batch_id: the batch's number for ``sink_id``; batches link in increasing order.
+        query: the streaming query that numbers the batches (its id is kept in its
+            checkpoint); None for a batch job, numbered by its caller.
+        reset: start ``sink_id`` over from this batch when its record is another query's
+            or cannot vouch for this batch (instead of refusing it).
     """
 
     log: str
@@ -82,12 +100,16 @@ class SinkBatch:
     ledgers: tuple[SinkLedger, ...]
     sink_id: str | None = None
     batch_id: int = 0
+    query: str | None = None
+    reset: bool = False
 
     def tags(self) -> dict[str, str]:
         """The custom metadata of this batch's ledgers."""
         tags = {SINK_TAG: self.log, SINK_TXN_TAG: self.txn, SINK_BATCH_TAG: str(self.batch_id)}
         if self.sink_id is not None:
             tags[SINK_ID_TAG] = self.sink_id
+        if self.query is not None:
+            tags[SINK_QUERY_TAG] = self.query
         return tags
 
 
@@ -95,11 +117,51 @@ class SinkBatch:
 
 
 def already_linked(meta: LogMetadata, batch: SinkBatch) -> bool:
-    """True when ``batch`` (or another attempt of it) is in the log already (pure)."""
-    if batch.sink_id is not None and meta.sinks.get(batch.sink_id, -1) >= batch.batch_id:
-        return True
+    """True when ``batch`` (or another attempt of it) is in the log already (pure).
+
+    Raises:
+        SinkIdReusedError: the sink id's record was counted by another numbering (see the
+            module doc) and ``batch.reset`` is not set.
+    """
     known = {*meta.ledger_ids, *meta.pending_deletion}
-    return any(led.ledger_id in known for led in batch.ledgers)
+    if any(led.ledger_id in known for led in batch.ledgers):
+        return True
+    if batch.sink_id is None or batch.sink_id not in meta.sinks:
+        return False
+    mark = meta.sinks[batch.sink_id]
+    query = meta.sink_queries.get(batch.sink_id)
+    if batch.query is not None and batch.query == query:
+        return batch.batch_id <= mark  # the query's own numbering
+    if batch.reset:
+        return False  # the record is forgotten: this batch starts the sink id over
+    if query is None and batch.batch_id >= mark:
+        # A job's numbering, or a query's from before queries were recorded: only the
+        # last batch can be a rerun.
+        return batch.batch_id == mark
+    raise SinkIdReusedError(_reused(batch, mark, query))
+
+
+def _reused(batch: SinkBatch, mark: int, query: str | None) -> str:
+    """The refusal of ``batch``, naming the record it met and the ways out."""
+    held = f"log {batch.log!r}: sink id {batch.sink_id!r} has linked batches up to {mark}"
+    if query is not None:
+        held += f" of streaming query {query}"
+    if batch.query is not None and query is not None:
+        why = (
+            f"query {batch.query} numbers its batches anew (a new checkpoint starts again "
+            f"at 0), so its batch {batch.batch_id} cannot be told linked or not"
+        )
+    elif query is not None:
+        why = f"batch {batch.batch_id} of a batch job does not continue that query's numbering"
+    else:
+        why = (
+            f"batch {batch.batch_id} is below it (a new checkpoint or a numbering started "
+            "again), so it cannot be told linked or not"
+        )
+    return (
+        f"{held}; {why}. Nothing was linked. Restart from the old checkpoint, use a new "
+        "sinkId, or set resetSinkId=true to start the sink id over from this batch"
+    )
 
 
 def list_floor(meta: LogMetadata) -> int:
@@ -144,10 +206,19 @@ def link(
         )
         for led in batch.ledgers
     )
-    sinks = dict(meta.sinks)
+    sinks, queries = dict(meta.sinks), dict(meta.sink_queries)
     if batch.sink_id is not None:
         sinks[batch.sink_id] = batch.batch_id
-    return closed.replace(ledgers=(*closed.ledgers, *added), epoch=meta.epoch + 1, sinks=sinks)
+        if batch.query is None:
+            queries.pop(batch.sink_id, None)
+        else:
+            queries[batch.sink_id] = batch.query
+    return closed.replace(
+        ledgers=(*closed.ledgers, *added),
+        epoch=meta.epoch + 1,
+        sinks=sinks,
+        sink_queries=queries,
+    )
 
 
 def abandoned(
@@ -158,8 +229,13 @@ def abandoned(
     if tags.get(SINK_TAG) != name:
         return False
     sink_id, batch = tags.get(SINK_ID_TAG), tags.get(SINK_BATCH_TAG)
-    if sink_id is not None and batch is not None and meta.sinks.get(sink_id, -1) >= int(batch):
-        return True
+    if (
+        sink_id is not None
+        and batch is not None
+        and tags.get(SINK_QUERY_TAG) == meta.sink_queries.get(sink_id)
+        and meta.sinks.get(sink_id, -1) >= int(batch)
+    ):
+        return True  # the sink's own numbering has linked this batch (another attempt's)
     return now - ctime > grace
 
 
@@ -264,6 +340,8 @@ async def commit_sink_batch(
 
     Raises:
         SinkCommitError: a ledger of the batch is gone or older than ``grace / 2``.
+        SinkIdReusedError: the sink id's record cannot vouch for this batch (see the module
+            doc); the caller deletes the batch's ledgers.
         walog.NoSuchLogError: the log does not exist.
     """
     await _check_fresh(client, batch, grace / 2, time.time())
@@ -341,10 +419,12 @@ __all__ = [
     "DEFAULT_ORPHAN_GRACE",
     "SINK_BATCH_TAG",
     "SINK_ID_TAG",
+    "SINK_QUERY_TAG",
     "SINK_TAG",
     "SINK_TXN_TAG",
     "SinkBatch",
     "SinkCommitError",
+    "SinkIdReusedError",
     "SinkLedger",
     "abandoned",
     "already_linked",

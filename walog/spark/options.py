@@ -191,6 +191,9 @@ class WriteOptions:
         log: the log written to (option ``log``, required; created when missing).
         sink_id: ``sinkId``: batches of one sink id are linked at most once each.
         batch_id: ``batchId``: a batch job's number for its ``sinkId`` (needs it).
+        reset_sink_id: ``resetSinkId``: start ``sinkId`` over from this query's (or job's)
+            batches when the log's record of it is another query's or past this job's
+            batch, instead of refusing the write; a query's own record is kept.
         serialize: ``serialize``: ``json`` writes whole rows as JSON; None needs ``data``.
         link_order: ``linkOrder``: ``partition`` (default) links the tasks' ledgers in
             partition order, copying on the driver those created out of that order;
@@ -208,6 +211,7 @@ class WriteOptions:
     log: str
     sink_id: str | None = None
     batch_id: int | None = None
+    reset_sink_id: bool = False
     serialize: str | None = None
     link_order: str = "partition"
     ledger: LedgerOptions = dataclasses.field(default_factory=LedgerOptions)
@@ -241,6 +245,9 @@ class WriteOptions:
                 "options sinkId and batchId go together on a batch job: the log links "
                 "batch N of a sink id once, and only after every lower batch id"
             )
+        reset_sink_id = _flag(lowered, "resetSinkId", False)
+        if reset_sink_id and sink_id is None:
+            raise ValueError("option resetSinkId needs option sinkId: the sink id to start over")
         if "batchid" in lowered:
             raw = lowered["batchid"]
             if not raw.strip().isdigit():
@@ -267,6 +274,7 @@ class WriteOptions:
             log=lowered["log"],
             sink_id=None if sink_id is None else sink_id.strip(),
             batch_id=batch_id,
+            reset_sink_id=reset_sink_id,
             serialize=None if serialize is None else "json",
             link_order=link_order,
             ledger=LedgerOptions(

@@ -8,8 +8,10 @@ in partition order with one CAS. Exactly once per batch job and per micro-batch:
   attempt whose report Spark discards, leave a ledger no commit links, which the commit
   (same transaction) or the orphan collector (later) deletes;
 - with ``sinkId`` (required for streams: Spark's micro-batch id is the batch id; optional
-  ``batchId`` for jobs) the log records the last linked batch, so a retried commit, a stream
-  restarted from its checkpoint after the CAS or a rerun job links nothing twice;
+  ``batchId`` for jobs) the log records the last linked batch and the query that numbered
+  it, so a retried commit, a stream restarted from its checkpoint after the CAS or a rerun
+  job links nothing twice; a query with another checkpoint, or a job's batch below the
+  last one, is refused (``resetSinkId=true`` starts the sink id over instead);
 - abort deletes the failed attempt's ledgers.
 
 Rows: one column ``data`` (binary or string) becomes one record each; any other column is
@@ -42,6 +44,7 @@ from walog.client import Client, LedgerWriter
 from walog.log.records import RecordBatch
 from walog.log.sink import (
     SinkBatch,
+    SinkCommitError,
     SinkLedger,
     collect_sink_orphans,
     commit_sink_batch,
@@ -55,6 +58,9 @@ IN_FLIGHT_ENTRIES = 64
 """Entries a task has sent and not yet seen acknowledged, at most."""
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """The local property Spark sets to the micro-batch id on a stream's tasks."""
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property Spark sets to the query's id (kept in its checkpoint) on a stream's
+tasks."""
 
 
 # -- executor side -----------------------------------------------------------------------
@@ -62,10 +68,12 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 @dataclasses.dataclass(frozen=True)
 class SinkMessage(WriterCommitMessage):
-    """A task's report: its partition and the closed ledgers it wrote (none if empty)."""
+    """A task's report: its partition, the closed ledgers it wrote (none if empty) and its
+    streaming query (None in a batch job)."""
 
     partition: int
     ledgers: tuple[SinkLedger, ...]
+    query: str | None = None
 
 
 def _json_default(value: object) -> object:
@@ -171,13 +179,17 @@ class _TaskLedger:
 
 
 def write_partition(
-    options: WriteOptions, txn: str, batch_id: int, batches: Iterator[pa.RecordBatch]
+    options: WriteOptions,
+    txn: str,
+    batch_id: int,
+    batches: Iterator[pa.RecordBatch],
+    query: str | None = None,
 ) -> SinkMessage:
     """Write one partition's rows into a ledger of its own (runs on executors)."""
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
     client = worker_client(options.metadata, options.timeout, options.access)
-    tags = SinkBatch(options.log, txn, (), options.sink_id, batch_id).tags()
+    tags = SinkBatch(options.log, txn, (), options.sink_id, batch_id, query).tags()
     task = _TaskLedger(client, options, tags)
     try:
         task.start()
@@ -189,15 +201,26 @@ def write_partition(
     except BaseException:
         task.discard()
         raise
-    return SinkMessage(partition, ledgers)
+    return SinkMessage(partition, ledgers, query)
 
 
 # -- driver side -------------------------------------------------------------------------
 
 
+def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[SinkMessage]:
+    return sorted((m for m in messages if isinstance(m, SinkMessage)), key=lambda m: m.partition)
+
+
 def _ledgers(messages: Sequence[WriterCommitMessage | None]) -> list[SinkLedger]:
-    reports = sorted((m for m in messages if isinstance(m, SinkMessage)), key=lambda m: m.partition)
-    return [led for m in reports for led in m.ledgers]
+    return [led for m in _reports(messages) for led in m.ledgers]
+
+
+def _query(messages: Sequence[WriterCommitMessage | None]) -> str | None:
+    """The streaming query the tasks ran for (None for a batch job)."""
+    queries = {m.query for m in _reports(messages)}
+    if len(queries) > 1:
+        raise RuntimeError(f"one batch's tasks ran for several streaming queries: {queries}")
+    return queries.pop() if queries else None
 
 
 def commit_batch(
@@ -206,18 +229,37 @@ def commit_batch(
     """Link the tasks' ledgers in partition order, then delete what was not linked.
 
     Returns True when this commit linked the batch (False: it was linked before).
+
+    Raises:
+        SinkCommitError: the batch cannot be linked (:class:`SinkIdReusedError`: the sink
+            id's record cannot vouch for it); its ledgers are deleted, nothing was linked.
     """
     client = worker_client(options.metadata, options.timeout, options.access)
     ledgers = _ledgers(messages)
     if options.link_order == "written":
         ledgers.sort(key=lambda led: led.ledger_id)
-    batch = SinkBatch(options.log, txn, tuple(ledgers), options.sink_id, batch_id)
+    batch = SinkBatch(
+        options.log,
+        txn,
+        tuple(ledgers),
+        options.sink_id,
+        batch_id,
+        query=_query(messages),
+        reset=options.reset_sink_id,
+    )
 
     async def run() -> bool:
         ctx = client.async_client
         linked = True
-        if ledgers:  # an empty batch has nothing to link (and fences no writer)
-            linked = await commit_sink_batch(ctx, batch, options.ledger, grace=options.orphan_grace)
+        try:
+            if ledgers:  # an empty batch has nothing to link (and fences no writer)
+                linked = await commit_sink_batch(
+                    ctx, batch, options.ledger, grace=options.orphan_grace
+                )
+        except SinkCommitError:
+            # Nothing was linked and no later commit will link these ledgers.
+            await delete_unlinked(ctx, options.log, [led.ledger_id for led in ledgers])
+            raise
         await delete_unlinked(ctx, options.log, [led.ledger_id for led in ledgers])
         await collect_sink_orphans(ctx, options.log, grace=options.orphan_grace, txn=txn)
         return linked
@@ -285,7 +327,10 @@ class WalogStreamWriter(DataSourceStreamArrowWriter):
         if raw is None:
             raise RuntimeError(f"Spark did not set {BATCH_ID_PROPERTY} on a stream's task")
         batch_id = int(raw)
-        return write_partition(self.options, self._txn(batch_id), batch_id, iterator)
+        query = None if ctx is None else ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        if query is None:
+            raise RuntimeError(f"Spark did not set {QUERY_ID_PROPERTY} on a stream's task")
+        return write_partition(self.options, self._txn(batch_id), batch_id, iterator, query)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Link the micro-batch (driver); a batch linked before is not linked again."""
@@ -298,6 +343,7 @@ class WalogStreamWriter(DataSourceStreamArrowWriter):
 
 __all__ = [
     "BATCH_ID_PROPERTY",
+    "QUERY_ID_PROPERTY",
     "SinkMessage",
     "WalogBatchWriter",
     "WalogStreamWriter",
