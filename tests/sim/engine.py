@@ -319,8 +319,12 @@ class EngineTunables:
             entry_log_file_bytes=self.entry_log_file_bytes,
             write_cache_bytes=self.write_cache_bytes,
             checkpoint_interval_s=self.checkpoint_interval_s,
+            # Thresholds above the defaults: logs here hold few entries, so compaction
+            # finds work as soon as some of their ledgers are deleted.
             compaction=CompactionPolicy(
+                minor_threshold=0.5,
                 minor_interval_s=self.compaction_interval_s,
+                major_threshold=0.9,
                 major_interval_s=self.compaction_interval_s * 3,
                 rate_bytes=1 << 20,
             ),

@@ -234,14 +234,10 @@ DISK_FAULT_KINDS = ("write", "sync", "read", "open", "commit", "dirsync", "renam
 """File-system calls the disk nemesis fails with EIO now and then."""
 
 
-class DiskNemesis:
+class DiskNemesis(Nemesis):
     """Faults of the engines' disks: a crash planned at one of the next few file-system
     calls (it may fall inside a checkpoint, a replay or a compaction), short bursts of EIO,
     and disks that fill up for a while."""
-
-    def __init__(self, world: World, max_faulty: int) -> None:
-        self.world = world
-        self.max_faulty = max_faulty
 
     async def run(self) -> None:
         """Inject disk faults until cancelled."""
