@@ -42,6 +42,8 @@ Known mutations:
 - ``archive_marks_unsynced_output``: the archive job marks its ledgers archived without
   syncing the files and directories it published, and a rerun trusts a staging directory
   that holds Spark's ``_SUCCESS`` whether or not its files reached the disk.
+- ``statemachine_accepts_volatile``: a replicated state machine is built on a VOLATILE log,
+  so its leader answers commands whose records no bookie has synced.
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -71,6 +73,7 @@ KNOWN: frozenset[str] = frozenset(
         "verify_counts_unreadable_as_held",
         "volatile_writer_ignores_restart",
         "archive_marks_unsynced_output",
+        "statemachine_accepts_volatile",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -79,6 +79,11 @@ CASES: dict[str, tuple[str, int, set[str]] | tuple[str, int, set[str], dict[str,
         ENGINE,
     ),
     "compaction_skips_unreadable": ("disk_trouble", 200, {"bookie_lost_entry"}, ENGINE),
+    "statemachine_accepts_volatile": (
+        "state_machine",
+        100,
+        {"sm_answer_lost", "sm_state_not_fold"},
+    ),
 }
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.processes import DIE_WITH_PARENT, REPO
 from walog.errors import MetadataError
 from walog.metadata import open_store
 
@@ -77,3 +81,74 @@ async def test_a_database_file_others_can_write_is_refused(tmp_path: Path) -> No
     (tmp_path / "meta.db").chmod(0o602)
     with pytest.raises(MetadataError, match="writable by other users"):
         await open_store(f"sqlite://{tmp_path}/meta.db")
+
+
+# One opener process: after "ready", opens (and closes) the store of each path it reads from
+# stdin and answers "ok" or the error, one line each; ends at end of input.
+OPENER = """
+import asyncio, sys
+from walog.metadata import open_store
+
+async def main():
+    print("ready", flush=True)
+    while path := (await asyncio.to_thread(sys.stdin.readline)).strip():
+        try:
+            await (await open_store("sqlite://" + path)).close()
+            print("ok", flush=True)
+        except Exception as exc:
+            print(f"{type(exc).__name__}: {exc}", flush=True)
+
+asyncio.run(main())
+"""
+OPENERS = 4
+FRESH_FILES = 600
+MEMORY_FS = Path("/dev/shm")
+
+
+def test_opening_a_metadata_file_never_fails_because_another_process_opens_it() -> None:
+    # Processes that open a fresh file together all switch it to WAL and create the schema
+    # at the same moment (the bookies of a new local cluster do). The files live in memory
+    # so that no disk flush paces the openers apart: the race is between their locks.
+    assert MEMORY_FS.is_dir(), f"{MEMORY_FS} (a tmpfs) is missing on this machine"
+    with tempfile.TemporaryDirectory(dir=MEMORY_FS, prefix="walog-test-") as tmp:
+        failures = open_together(Path(tmp))
+    assert not failures, f"{len(failures)} of {OPENERS * FRESH_FILES} opens failed: {failures}"
+
+
+def open_together(tmp: Path) -> list[str]:
+    """Let OPENERS processes open each of FRESH_FILES new files at once; their failures."""
+    openers = [
+        subprocess.Popen(
+            [*DIE_WITH_PARENT, sys.executable, "-c", OPENER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(OPENERS)
+    ]
+    failures: list[str] = []
+    try:
+        pipes = [(p.stdin, p.stdout) for p in openers]
+        for _, out in pipes:
+            assert out is not None and out.readline() == "ready\n"
+        for n in range(FRESH_FILES):
+            path = tmp / f"meta-{n}.db"
+            for inp, _ in pipes:
+                assert inp is not None
+                inp.write(f"{path}\n")
+                inp.flush()
+            for _, out in pipes:
+                assert out is not None
+                answer = out.readline().strip()
+                if answer != "ok":
+                    failures.append(f"{path.name}: {answer or 'opener died'}")
+    finally:
+        for p in openers:
+            assert p.stdin is not None
+            p.stdin.close()
+        for p in openers:
+            p.wait(timeout=30)
+            assert p.stdout is not None
+            p.stdout.close()
+    return failures

@@ -14,9 +14,11 @@ Layout of the file:
   transaction; watch pollers compare it before looking at individual records.
 
 Writes use ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy timeout);
-WAL mode lets readers run beside the writer. ``synchronous=FULL``: a committed CAS survives
-a power loss, which ledger closes rely on. Every sqlite3 call runs on a thread of this
-module (one connection per thread), never on the event loop.
+WAL mode lets readers run beside the writer. Processes that open a new file at the same
+moment all switch it to WAL mode; each waits for the others' switch the same way.
+``synchronous=FULL``: a committed CAS survives a power loss, which ledger closes rely on.
+Every sqlite3 call runs on a thread of this module (one connection per thread), never on
+the event loop.
 
 Whoever can write the file can rewrite any ledger's metadata, so a new file is created
 with mode 0600 whatever the process's umask (SQLite gives its ``-wal`` and ``-shm`` files
@@ -37,6 +39,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from walog.errors import MetadataConflictError, MetadataError
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
@@ -92,10 +96,35 @@ def _secure_file(path: str) -> None:
         raise err
 
 
+def _is_busy(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and (
+        exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+    )
+
+
 def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
+    try:
+        # Switching a new file to WAL reads its header and then upgrades that read lock to
+        # a write lock. When another connection took the write lock in between (processes
+        # that open a fresh file together all switch it), SQLite answers SQLITE_BUSY at once
+        # instead of calling the busy handler, since two connections that each hold a read
+        # lock and wait for the other's would wait forever. The statement releases its read
+        # lock when it fails, so retrying lets the other switch finish; once one has, the
+        # file stays in WAL mode and the pragma only reads. The retries end with the busy
+        # timeout, as any other wait for a lock does.
+        for attempt in Retrying(
+            retry=retry_if_exception(_is_busy),
+            stop=stop_after_delay(busy_timeout),
+            wait=wait_random_exponential(multiplier=0.001, max=0.05),
+            reraise=True,
+        ):
+            with attempt:
+                conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

@@ -17,6 +17,9 @@ Invariants:
 - A leader never serves before it applied every record before its own ledger.
 - A command whose append failed is never applied by the leader: its node goes back to
   standby and applies it from the log if the takeover kept it.
+- The log is PERSISTENT: a VOLATILE log's bookies acknowledge records from their page
+  cache, so a command answered on such an acknowledgement could be lost by a crash that
+  the leader's state (and any snapshot taken of it) survives.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from walog import mutations
 from walog._log import get_logger
 from walog.errors import DataLossError, LedgerFencedError, WalogError
 from walog.log.log import AsyncLog
@@ -40,6 +44,7 @@ from walog.recipes.commands import CommandPipeline, ResultSink
 from walog.recipes.keeper import RESTORE_ATTEMPTS, SnapshotChurnError, SnapshotKeeper
 from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
 from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
+from walog.wire.durability import Durability
 
 log = get_logger(__name__)
 
@@ -55,6 +60,21 @@ class _SteppedDown(WalogError):
     """The leader's term ended (its election record was lost)."""
 
 
+def _require_persistent(log: AsyncLog) -> None:
+    """Refuse a log whose bookies acknowledge records before they are durable.
+
+    Raises:
+        ValueError: the log was opened with ``durability=Durability.VOLATILE``.
+    """
+    volatile = log.ledger_options.durability is Durability.VOLATILE
+    if volatile and not mutations.enabled("statemachine_accepts_volatile"):
+        raise ValueError(
+            f"log {log.name!r} is VOLATILE: its bookies acknowledge records from their page "
+            "cache, so a command the state machine answered could be lost by a crash; open "
+            "the log with durability=Durability.PERSISTENT (the default) for a state machine"
+        )
+
+
 class AsyncStateMachine:
     """A node of a replicated state machine over one log (the asyncio API).
 
@@ -66,6 +86,9 @@ class AsyncStateMachine:
         snapshot_policy: when to snapshot and how many to keep (default: never).
         snapshot_dir: keep snapshots as files here instead of in ledgers of their own.
         election: the election's name (default ``statemachine-<log>``).
+
+    Raises:
+        ValueError: ``node_id`` is empty, or the log is VOLATILE (open it PERSISTENT).
 
     Attributes:
         role: :class:`Role` now.
@@ -84,6 +107,7 @@ class AsyncStateMachine:
     ) -> None:
         if not node_id:
             raise ValueError("node_id is empty")
+        _require_persistent(log)
         self._log = log
         self._client = log.client
         self._service = service

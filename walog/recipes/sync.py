@@ -27,6 +27,9 @@ class StateMachine(SyncContext):
     ``service`` callbacks run on the client's event loop thread, one at a time: keep them
     quick and never call sync walog APIs from them.
 
+    Raises:
+        ValueError: ``node_id`` is empty, or the log is VOLATILE (open it PERSISTENT).
+
     Attributes:
         async_machine: the underlying :class:`walog.recipes.AsyncStateMachine`.
     """

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, cast
@@ -24,6 +25,7 @@ from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolic
 from walog.recipes.keeper import SnapshotKeeper
 from walog.recipes.snapshots import POSITION_TAG, SNAPSHOT_TAG
 from walog.testing import LocalCluster
+from walog.wire.durability import Durability
 
 
 class Counter:
@@ -85,6 +87,14 @@ async def test_a_standby_applies_every_acknowledged_command_in_order_and_takes_o
             await b.wait_for(lambda: is_leader(b), 30)
             assert await b.submit(b"after") == 21
     assert b_state.seen == [*(f"c{i}" for i in range(20)), "after"]
+
+
+async def test_a_state_machine_refuses_a_volatile_log(cluster: LocalCluster, log_name: str) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri) as client:
+        log = await client.open_log(log_name, durability=Durability.VOLATILE)
+        refused = rf"log '{re.escape(log_name)}' is VOLATILE: .*durability=Durability.PERSISTENT"
+        with pytest.raises(ValueError, match=refused):
+            AsyncStateMachine(log, Counter(), node_id="a")
 
 
 async def test_a_new_node_restores_the_newest_snapshot_after_truncation(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import IO
 
@@ -13,6 +14,7 @@ from walog import cli
 from walog.log.position import Position, Record
 from walog.recipes import NotLeaderError, Role, SnapshotPolicy, StateMachine
 from walog.testing import LocalCluster
+from walog.wire.durability import Durability
 
 
 class Balances:
@@ -114,3 +116,11 @@ def test_sync_commands_from_many_threads_are_applied_once_in_log_order(
         info.checksum,
         "a",
     ]
+
+
+def test_a_sync_state_machine_refuses_a_volatile_log(cluster: LocalCluster, log_name: str) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name, durability=Durability.VOLATILE)
+        refused = rf"log '{re.escape(log_name)}' is VOLATILE: .*durability=Durability.PERSISTENT"
+        with pytest.raises(ValueError, match=refused):
+            StateMachine(log, Balances(), node_id="a")
