@@ -23,7 +23,8 @@ Known mutations:
 - ``log_sends_across_roll_at_once``: after a roll, the log writer sends entries to the new
   ledger while entries of the previous one are still in flight.
 - ``lost_answer_taken_for_rival``: a log takeover or roll that finds its own change in the
-  list (its CAS applied, the answer lost) takes it for a rival's.
+  list (its CAS applied, the answer lost) takes it for a rival's and deletes its new ledger
+  at once (as ``failed_list_change_deletes_new_ledger``).
 - ``volatile_log_flush_skips_force``: a VOLATILE log's ``flush()`` returns once its records
   are acknowledged, without forcing them.
 - ``failed_list_change_deletes_new_ledger``: a log takeover or roll whose list change failed

@@ -280,6 +280,10 @@ async def disk_trouble(world: World) -> None:
         await asyncio.gather(*writers)
         for ctx in clients:
             await world.crash_client(ctx)
+        for engine in world.engines:  # checkpoints that fail during the recoveries
+            if rng.random() < 0.5:
+                kind = rng.choice(("write", "sync", "commit"))
+                engine.disk.fail_next(kind, 1, "data.mdb" if kind == "commit" else "entrylogs")
         await asyncio.gather(
             *(
                 recoverer(world, f"r{term}.{n}.{i}", record, rng.uniform(0.0, 0.5))

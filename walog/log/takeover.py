@@ -115,7 +115,9 @@ async def discard_unlisted(client: LedgerClientLike, name: str, ledger_id: int) 
     :func:`walog.log.truncation.scan_orphans`). A ledger the list does name is left alone:
     the next takeover fences it like any other.
     """
-    if mutations.enabled("failed_list_change_deletes_new_ledger"):
+    if mutations.enabled("failed_list_change_deletes_new_ledger") or mutations.enabled(
+        "lost_answer_taken_for_rival"  # the whole old takeover: a rival's, so delete it
+    ):
         await delete_ledger_if_exists(client, ledger_id)
         return True
     store, path = client.ctx.store, log_path(name)
