@@ -231,6 +231,10 @@ class SimDisk:
         """The file at ``path`` now, or None."""
         return self.dirs.get(path.parent, {}).get(path.name)
 
+    def files_in(self, directory: Path) -> list[Path]:
+        """The files of a directory now, by name."""
+        return [directory / name for name in sorted(self.dirs.get(directory, {}))]
+
     def is_dir(self, path: Path) -> bool:
         """Whether ``path`` is a directory."""
         return path in self.dirs

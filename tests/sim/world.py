@@ -259,10 +259,21 @@ class DiskNemesis(Nemesis):
                 place = "data.mdb" if kind == "commit" else "entrylogs"
                 engine.disk.fail_next(kind, rng.randint(1, 3), place)
                 world.trace.log(f"{engine.bookie_id} disk: EIO on next {kind} of {place}")
-            elif action < 0.75:
+            elif action < 0.7:
                 kind = rng.choice(DISK_FAULT_KINDS)
                 engine.disk.fail_next(kind, rng.randint(1, 3))
                 world.trace.log(f"{engine.bookie_id} disk: EIO on next {kind}")
+            elif action < 0.75:  # lasting: a failing disk, or bad sectors under an entry log
+                if rng.random() < 0.5:
+                    kind = rng.choice(DISK_FAULT_KINDS)
+                    engine.disk.fail_next(kind, 1000)
+                    world.trace.log(f"{engine.bookie_id} disk: EIO on every {kind} from now")
+                else:
+                    logs = engine.disk.files_in(engine.config.data_dir / "entrylogs")
+                    if logs:
+                        bad = rng.choice(logs)
+                        engine.disk.break_file(bad)
+                        world.trace.log(f"{engine.bookie_id} disk: bad sectors in {bad.name}")
             else:
                 room = rng.randint(0, 4096)
                 engine.disk.capacity = engine.disk.used() + room

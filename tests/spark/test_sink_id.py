@@ -83,6 +83,7 @@ def test_a_sink_id_reused_with_a_fresh_checkpoint_is_refused(
     assert _log_rows(spark, uri, target) == _records(0, 50)
 
 
+@pytest.mark.slow  # two stream queries; the reset rules themselves: tests/unit/log/test_sink.py
 def test_reset_sink_id_starts_the_sink_id_over_from_a_fresh_checkpoints_batches(
     spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
 ) -> None:
