@@ -98,8 +98,6 @@ class BookieCore:
     def __init__(self, config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> None:
         """Use :meth:`open`."""
         self.config = config
-        self.env = env
-        """The engine's file system, index, threads and journal writer (bookie/environment.py)."""
         self.incarnation = new_incarnation()
         """This opening of the storage, a random nonzero 64-bit id: every add and force
         answer carries it, and a writer that sees it change knows that the bookie

@@ -98,6 +98,9 @@ def applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
     return meta.epoch == epoch and meta.last_ledger_id == new_id
 
 
+DISCARD_ATTEMPTS = 5
+"""Read-and-rewrite rounds :func:`discard_unlisted` tries before it leaves the ledger to the
+orphan scan."""
 _discards: set[asyncio.Task[bool]] = set()
 """Discards still running after the failure that started them was raised (kept referenced)."""
 
@@ -121,7 +124,8 @@ async def discard_unlisted(client: LedgerClientLike, name: str, ledger_id: int) 
         await delete_ledger_if_exists(client, ledger_id)
         return True
     store, path = client.ctx.store, log_path(name)
-    async for attempt in cas_retrying():
+    # A few attempts: when they fail too (the store is out), the orphan scan takes over.
+    async for attempt in cas_retrying(DISCARD_ATTEMPTS):
         with attempt:
             try:
                 raw, version = await store.get(path)
