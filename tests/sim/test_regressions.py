@@ -138,3 +138,36 @@ class _Commands:
 
     def restore(self, data: IO[bytes], position: Position) -> None:
         self.applied = data.read().split(b"\n")
+
+
+def test_a_node_that_applied_nothing_never_starts_past_records_truncated_after_it_looked() -> None:
+    # Found as seed 1000484 (state_machine, engine, cancellations). A node that had applied
+    # nothing checked that the log was not truncated, then, taking the log over, opened
+    # its catch-up reader at "earliest"; another node's snapshot truncated the log in
+    # between, so "earliest" was past the first commands: the node led without them and
+    # answered a later command as the first.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, SimLoop)
+        world = World(loop, 3, FaultConfig())
+        log = await world.async_client("b").open_log(
+            "sm", ensemble_size=2, write_quorum=2, ack_quorum=2,
+            roll_policy=RollPolicy(max_entries=1),
+        )  # fmt: skip
+        leader = AsyncStateMachine(log, _Commands(), node_id="b")
+        await leader.start()
+        await leader.wait_for(lambda: leader.role is Role.LEADER, timeout=10)
+        for n in range(4):
+            await leader.submit(b"c%d" % n)
+            await asyncio.sleep(0.5)  # the roll after each entry completes
+        late = _Commands()
+        node = AsyncStateMachine(await world.async_client("a").open_log("sm"), late, node_id="a")
+        await node._check_replayable()  # not truncated yet: nothing to restore
+        assert await leader.snapshot_now() is not None  # the truncation comes now
+        assert (await log.metadata()).truncated_through is not None
+        reader = await node._reader_at_resume()  # where its catch-up starts
+        await reader.close()
+        assert late.applied == [b"c0", b"c1", b"c2", b"c3"]
+        await leader.close()
+
+    run(scenario(), seed=1000484)

@@ -52,6 +52,8 @@ CATCH_UP_POLL_SECONDS = 0.05
 """While catching up, how often the new leader checks whether its reader reached its ledger."""
 DRAIN_SECONDS = 30.0
 """On losing the lead, how long acknowledgements of commands in flight are awaited."""
+LOG_START = Position(0, 0, 0)
+"""Before the first record any log can hold (ledger ids start at 1)."""
 RETRY_SECONDS = 1.0
 """Pause before a node starts over after an unexpected failure of its role."""
 
@@ -314,7 +316,11 @@ class AsyncStateMachine:
         """
         for _ in range(RESTORE_ATTEMPTS):
             try:
-                return await self._log.open_reader(self._resume or "earliest")
+                # A node that applied nothing reads from the log's very first position, not
+                # from "earliest": if a truncation came after this node looked (another
+                # node snapshotted), that is a DataLossError and a restore, never a silent
+                # start past the truncated records.
+                return await self._log.open_reader(self._resume or LOG_START)
             except DataLossError as exc:
                 await self._restore_past_truncation(exc)
         raise SnapshotChurnError(
