@@ -387,6 +387,11 @@ class EngineBookie:
         """Ledgers its collector deleted (their metadata was gone)."""
 
     @property
+    def opening(self) -> bool:
+        """True while a new engine is being opened (replaying)."""
+        return self._opening is not None
+
+    @property
     def failed(self) -> bool:
         """True while the engine's journal has failed: it refuses every write until a
         restart (a bookie's health check reports it; its operator restarts it)."""

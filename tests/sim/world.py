@@ -113,8 +113,13 @@ class World:
         False if some did not within ``limit_s``."""
         deadline = self.loop.time() + limit_s
         while self.loop.time() < deadline:
-            if all(b.up for i, b in self.bookies.items() if i not in self.held):
+            down = [i for i, b in self.bookies.items() if not b.up and i not in self.held]
+            if not down:
                 return True
+            for bookie_id in down:  # a supervisor starts a process whose start failed again
+                bookie = self.bookies[bookie_id]
+                if isinstance(bookie, EngineBookie) and not bookie.opening:
+                    self.restart(bookie_id)
             await asyncio.sleep(0.01)
         return False
 
