@@ -240,6 +240,9 @@ async def _agree(world: World, cluster: Cluster) -> None:
     check the rules."""
     deadline = world.loop.time() + CATCH_UP_S
     while world.loop.time() < deadline:
+        for name in cluster.names:
+            if name not in cluster.nodes:  # its last start failed (bookies, metadata): again
+                await cluster.start(name)
         leader = cluster.leader()
         if leader is not None and len(cluster.nodes) == len(cluster.names):
             ends = {
