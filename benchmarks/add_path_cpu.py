@@ -1,11 +1,11 @@
 """CPU time per entry of a bookie's add-path checks: ``python benchmarks/add_path_cpu.py``.
 
 Runs what the bookie's event-loop thread does to every add batch before it stores it:
-unpack the packed batch (bookie.fastpath.unpack_entries) and find the entries to refuse
-(bookie.fastpath.refused_entries: ids, lac, size, digest), over batches of valid entries,
+unpack the packed batch (bookie.storage.fastpath.unpack_entries) and find the entries to refuse
+(bookie.storage.fastpath.refused_entries: ids, lac, size, digest), over batches of valid entries,
 and reports CPU seconds of this process per entry, each step's and their sum, from the
 best of ``--repeat`` runs (the one of least total). The
-code is what the bookie selects: compiled (bookie/_fastadd.c) when it is built, pure
+code is what the bookie selects: compiled (bookie/storage/_fastadd.c) when it is built, pure
 Python with ``WALOG_PURE_PYTHON=1``; ``--both`` measures the two in turn.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bookie import fastpath
+from bookie.storage import fastpath
 from walog.wire.digest import entry_digest
 from walog.wire.packing import ENTRY_HEADER
 

@@ -1,7 +1,7 @@
 """CPU time per entry of a bookie checkpoint: ``python benchmarks/checkpoint_cpu.py``.
 
-Drives :meth:`bookie.storage.EntryStorage.checkpoint` directly (entry-log append, fsync,
-index rows, ledger rows and mark in one LMDB transaction) on a scratch directory and
+Drives :meth:`bookie.storage.entry_storage.EntryStorage.checkpoint` directly (entry-log
+append, fsync, index rows, ledger rows and mark in one LMDB transaction) on a scratch directory and
 reports user + system CPU seconds of this process per checkpointed entry, which
 contention on a shared machine distorts far less than wall-clock time.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bookie.journal_files import JournalMark
-from bookie.ledgers import LedgerState
-from bookie.storage import CachedEntry, EntryStorage
+from bookie.storage.entry_storage import CachedEntry, EntryStorage
+from bookie.storage.journal_files import JournalMark
+from bookie.storage.ledger_state import LedgerState
 from walog.wire.digest import entry_digest
 
 

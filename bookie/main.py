@@ -31,18 +31,18 @@ from prometheus_client import CollectorRegistry
 import walog._loop
 from bookie.config import BookieConfig, parse_listen
 from bookie.cookie import check_cookie
-from bookie.core import BookieCore
 from bookie.disks import DiskMonitor
+from bookie.exit_with import exit_with
 from bookie.gc import LedgerCollector
-from bookie.health import BookieHealth, read_only_reason
-from bookie.http import MetricsServer
-from bookie.logging import configure_logging
+from bookie.log_output import configure_logging
 from bookie.metric_parts import BookieParts
 from bookie.metrics import BookieCollector
 from bookie.notices import DamageReports, DrainMark
-from bookie.owner import exit_with
 from bookie.registration import Registration
-from bookie.server import BookieServer
+from bookie.server.grpc_port import BookieServer
+from bookie.server.health import BookieHealth, read_only_reason
+from bookie.server.http import MetricsServer
+from bookie.storage.engine import BookieCore
 from walog._version import __version__
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
@@ -455,7 +455,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     used, in help and errors); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if "--rebuild-index" in args:
-        from bookie.rebuild import main as rebuild_main
+        from bookie.storage.rebuild import main as rebuild_main
 
         return rebuild_main(args)
     config, level = parse_config(args, prog)

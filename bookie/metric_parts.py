@@ -13,11 +13,11 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import TypeVar
 
-from bookie.core import BookieCore
 from bookie.disks import DiskMonitor
 from bookie.gc import LedgerCollector
-from bookie.health import read_only_reason
-from bookie.server import BookieServer
+from bookie.server.grpc_port import BookieServer
+from bookie.server.health import read_only_reason
+from bookie.storage.engine import BookieCore
 from walog.latency import StageLatencies
 from walog.metrics.histogram import LoopHistogram
 

@@ -37,7 +37,7 @@ SERVICE_COUNTERS = {
     "fences": "Fence requests, fencing reads included",
     "add_streams": "Add streams opened",
 }
-"""Counters of ``bookie.accounting.ServiceStats``: ``walog_bookie_<field>_total``."""
+"""Counters of ``bookie.server.admission.ServiceStats``: ``walog_bookie_<field>_total``."""
 
 STORAGE_METRICS: dict[str, tuple[str, str, str]] = {
     "journal_syncs": ("counter", "walog_bookie_journal_syncs", "Journal fdatasync calls"),

@@ -34,7 +34,7 @@ Known mutations:
   disk between freezing its write cache and queueing the journal barrier of its mark.
 - ``compaction_skips_unreadable``: a bookie's compaction takes an entry the disk failed to
   read (EIO) for a damaged one: it leaves it behind and deletes the entry log
-  (bookie/storage.py).
+  (bookie/storage/entry_storage.py).
 - ``verify_counts_unreadable_as_held``: auto-recovery's share check counts a copy its
   bookie cannot read (IO_ERROR) as held, so the copy is never replaced.
 - ``volatile_writer_ignores_restart``: a VOLATILE ledger's writer counts the answers of a

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from bookie.journal_files import StorageIOError
+from bookie.storage.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, open_core, payload
 from walog.wire.status import Status
 

@@ -6,7 +6,7 @@ stopped bookie, the restarted bookie either refuses to start with a clear
 :class:`StorageIOError`, or answers every acknowledged entry with the entry itself or
 IO_ERROR, never with absence, still refuses plain adds to its fenced ledgers and adds with
 a wrong master key. It never dies: the index file is checked before LMDB maps it
-(bookie/lmdb_check.py), since LMDB follows damaged page numbers into SIGBUS or SIGSEGV. The
+(bookie/storage/lmdb_check.py), since LMDB follows damaged page numbers into SIGBUS or SIGSEGV. The
 checks run in child processes (``index_flips.py``) so that a crash is counted, not fatal.
 
 The store (``index_flips.build``) holds ledger 1 (enough entries for a multi-page B-tree)

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from bookie.health import WRITES_SERVICE
+from bookie.server.health import WRITES_SERVICE
 from tests.integration.bookies import BookieProcess, free_port, make_add, send_frames
 from tests.integration.disks import fill, small_tmpfs
 from walog.testing import LocalCluster

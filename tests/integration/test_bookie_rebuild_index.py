@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bookie.journal_files import journal_files
+from bookie.storage.journal_files import journal_files
 from tests.integration.bookies import REPO_ROOT, make_add
 from tests.integration.disks import add_status, read_entries, wait_until
 from walog.testing import BookieProcess

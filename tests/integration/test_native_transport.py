@@ -15,8 +15,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 import walog.aio
 from bookie.config import BookieConfig
-from bookie.core import BookieCore
-from bookie.server import BookieServer
+from bookie.server.grpc_port import BookieServer
+from bookie.storage.engine import BookieCore
 from tests.integration.bookies import make_add
 from tests.zk import free_port
 from walog.config import ClientConfig, Timeouts

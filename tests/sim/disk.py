@@ -2,8 +2,8 @@
 
 :class:`SimDisk` is one machine's persistent state: directories, files and the committed
 index (tests/sim/lmdb.py), and the faults planned for it. :class:`SimFiles` is one process
-incarnation's view of it and implements :class:`bookie.files.Files`, so the real engine
-(bookie/core.py) runs on it unchanged.
+incarnation's view of it and implements :class:`bookie.storage.files.Files`, so the real engine
+(bookie/storage/engine.py) runs on it unchanged.
 
 What survives :meth:`SimDisk.crash` follows POSIX, not one file system's kindness:
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bookie.files import Bytes
+from bookie.storage.files import Bytes
 
 
 class SimCrash(BaseException):
@@ -241,7 +241,7 @@ class SimDisk:
 
 
 class SimFiles:
-    """One process incarnation's :class:`bookie.files.Files` on a :class:`SimDisk`.
+    """One process incarnation's :class:`bookie.storage.files.Files` on a :class:`SimDisk`.
 
     Args:
         disk: the machine's disk.
@@ -281,7 +281,7 @@ class SimFiles:
     # -- Files ------------------------------------------------------------------------------
 
     def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
-        """See :meth:`bookie.files.Files.open`."""
+        """See :meth:`bookie.storage.files.Files.open`."""
         self._check("open", path)
         entries = self._dir(path)
         inode = entries.get(path.name)
@@ -301,7 +301,7 @@ class SimFiles:
         return fd
 
     def close(self, fd: int) -> None:
-        """See :meth:`bookie.files.Files.close`."""
+        """See :meth:`bookie.storage.files.Files.close`."""
         if self.dead:
             raise SimCrash("close after the crash")
         handle = self._handles.pop(fd, None)
@@ -313,7 +313,7 @@ class SimFiles:
             del self.disk.locks[handle.path]
 
     def write(self, fd: int, data: Bytes) -> int:
-        """See :meth:`bookie.files.Files.write`."""
+        """See :meth:`bookie.storage.files.Files.write`."""
         handle = self._handle(fd)
         self._check("write", handle.path)
         chunk = bytes(data)
@@ -327,13 +327,13 @@ class SimFiles:
         return len(chunk)
 
     def pread(self, fd: int, length: int, offset: int) -> bytes:
-        """See :meth:`bookie.files.Files.pread`."""
+        """See :meth:`bookie.storage.files.Files.pread`."""
         handle = self._handle(fd)
         self._check("read", handle.path)
         return bytes(handle.inode.data[offset : offset + length])
 
     def fsync(self, fd: int) -> None:
-        """See :meth:`bookie.files.Files.fsync`."""
+        """See :meth:`bookie.storage.files.Files.fsync`."""
         handle = self._handle(fd)
         self._check("sync", handle.path)
         handle.inode.durable = bytes(handle.inode.data)
@@ -342,7 +342,7 @@ class SimFiles:
     fdatasync = fsync
 
     def ftruncate(self, fd: int, length: int) -> None:
-        """See :meth:`bookie.files.Files.ftruncate`."""
+        """See :meth:`bookie.storage.files.Files.ftruncate`."""
         handle = self._handle(fd)
         self._check("truncate", handle.path)
         inode = handle.inode
@@ -354,11 +354,11 @@ class SimFiles:
         inode.pending.append(("t", length, b""))
 
     def size(self, fd: int) -> int:
-        """See :meth:`bookie.files.Files.size`."""
+        """See :meth:`bookie.storage.files.Files.size`."""
         return len(self._handle(fd).inode.data)
 
     def fallocate(self, fd: int, offset: int, length: int) -> None:
-        """See :meth:`bookie.files.Files.fallocate`."""
+        """See :meth:`bookie.storage.files.Files.fallocate`."""
         handle = self._handle(fd)
         self._check("fallocate", handle.path)
         inode = handle.inode
@@ -366,11 +366,11 @@ class SimFiles:
         inode.reserved = max(inode.reserved, offset + length)
 
     def drop_cache(self, fd: int) -> None:
-        """See :meth:`bookie.files.Files.drop_cache` (nothing to drop here)."""
+        """See :meth:`bookie.storage.files.Files.drop_cache` (nothing to drop here)."""
         self._handle(fd)
 
     def replace(self, source: Path, target: Path) -> None:
-        """See :meth:`bookie.files.Files.replace`."""
+        """See :meth:`bookie.storage.files.Files.replace`."""
         self._check("rename", source)
         entries = self._dir(source)
         inode = entries.pop(source.name, None)
@@ -379,25 +379,25 @@ class SimFiles:
         self._dir(target)[target.name] = inode
 
     def unlink(self, path: Path, *, missing_ok: bool = False) -> None:
-        """See :meth:`bookie.files.Files.unlink`."""
+        """See :meth:`bookie.storage.files.Files.unlink`."""
         self._check("unlink", path)
         if self._dir(path).pop(path.name, None) is None and not missing_ok:
             raise FileNotFoundError(errno.ENOENT, "No such file (simulated)", str(path))
 
     def exists(self, path: Path) -> bool:
-        """See :meth:`bookie.files.Files.exists`."""
+        """See :meth:`bookie.storage.files.Files.exists`."""
         self._check("list", path)
         return self.disk.is_dir(path) or self.disk.lookup(path) is not None
 
     def listdir(self, path: Path) -> list[str]:
-        """See :meth:`bookie.files.Files.listdir`."""
+        """See :meth:`bookie.storage.files.Files.listdir`."""
         self._check("list", path)
         names = list(self.disk.dirs.get(path, {}))
         names += self.disk.subdirs.get(path, ())
         return sorted(names)
 
     def makedirs(self, path: Path) -> None:
-        """See :meth:`bookie.files.Files.makedirs`."""
+        """See :meth:`bookie.storage.files.Files.makedirs`."""
         self._check("dirsync", path)
         for directory in (*reversed(path.parents), path):
             if directory not in self.disk.dirs:
@@ -407,14 +407,14 @@ class SimFiles:
                     self.disk.subdirs.setdefault(directory.parent, []).append(directory.name)
 
     def fsync_dir(self, path: Path) -> None:
-        """See :meth:`bookie.files.Files.fsync_dir`."""
+        """See :meth:`bookie.storage.files.Files.fsync_dir`."""
         self._check("dirsync", path)
         if not self.disk.is_dir(path):
             raise FileNotFoundError(errno.ENOENT, "No such directory (simulated)", str(path))
         self.disk.durable_dirs[path] = dict(self.disk.dirs[path])
 
     def lock(self, path: Path) -> int:
-        """See :meth:`bookie.files.Files.lock`."""
+        """See :meth:`bookie.storage.files.Files.lock`."""
         holder = self.disk.locks.get(path)
         if holder is not None and holder != self.incarnation:
             raise BlockingIOError(errno.EWOULDBLOCK, "lock held (simulated)", str(path))

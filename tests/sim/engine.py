@@ -1,9 +1,9 @@
 """The bookie's real storage engine in simulated worlds.
 
 :class:`EngineBookie` stands where :class:`tests.sim.bookie.SimBookie` (an in-memory model)
-stands, but answers every request with :class:`bookie.core.BookieCore`: the journal and its
-group commit, the write cache, checkpoints, replay, the index, compaction and the ledger
-collector (bookie/gc.py) all run, unchanged, on
+stands, but answers every request with :class:`bookie.storage.engine.BookieCore`: the
+journal and its group commit, the write cache, checkpoints, replay, the index, compaction
+and the ledger collector (bookie/gc.py) all run, unchanged, on
 
 - a :class:`~tests.sim.disk.SimDisk` (only what was synced survives a crash; ENOSPC, EIO),
 - an in-memory LMDB (tests/sim/lmdb.py),
@@ -37,14 +37,14 @@ from typing import Any, TypeVar
 
 import crc32c
 
-from bookie.compaction import CompactionPolicy
-from bookie.config import StorageConfig
-from bookie.core import BookieCore
-from bookie.environment import StorageEnv
-from bookie.files import write_all
 from bookie.gc import LedgerCollector
-from bookie.journal_files import FRAME, StorageIOError
-from bookie.journal_writer import Completion, JournalWriter
+from bookie.storage.compaction import CompactionPolicy
+from bookie.storage.config import StorageConfig
+from bookie.storage.engine import BookieCore
+from bookie.storage.environment import StorageEnv
+from bookie.storage.files import write_all
+from bookie.storage.journal_files import FRAME, StorageIOError
+from bookie.storage.journal_writer import Completion, JournalWriter
 from tests.sim.disk import SimCrash, SimDisk, SimFiles
 from tests.sim.lmdb import SimOpener
 from tests.sim.loop import Trace
@@ -75,7 +75,7 @@ SYNC_DELAY_S = (5e-5, 1e-3)
 
 
 class SimWorkers:
-    """:class:`bookie.environment.Workers` on the virtual clock: jobs run in submission
+    """:class:`bookie.storage.environment.Workers` on the virtual clock: jobs run in submission
     order, each a short random delay after the one before, whether or not their caller still
     waits (a thread runs what it was handed)."""
 
@@ -88,7 +88,7 @@ class SimWorkers:
         self._tail = 0.0
 
     async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """See :meth:`bookie.environment.Workers.run`."""
+        """See :meth:`bookie.storage.environment.Workers.run`."""
         loop = self._loop
         future: asyncio.Future[_T] = loop.create_future()
         took = self._rng.uniform(*(SLOW_JOB_S if self._rng.random() < self._slow else JOB_DELAY_S))
@@ -97,7 +97,7 @@ class SimWorkers:
         return await future
 
     def shutdown(self) -> None:
-        """See :meth:`bookie.environment.Workers.shutdown` (queued jobs still run)."""
+        """See :meth:`bookie.storage.environment.Workers.shutdown` (queued jobs still run)."""
 
 
 def _execute(future: asyncio.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -124,7 +124,8 @@ class _Job:
 
 
 class _SimWriter:
-    """The journal writer's interface (bookie/journal_writer.py) for :class:`SimJournalRunner`."""
+    """The journal writer's interface (bookie/storage/journal_writer.py) for
+    :class:`SimJournalRunner`."""
 
     def __init__(self, runner: SimJournalRunner) -> None:
         self._runner = runner
@@ -178,15 +179,15 @@ class SimJournalRunner:
 
     @property
     def writer(self) -> JournalWriter:
-        """See :attr:`bookie.journal_writer.WriterRunner.writer`."""
+        """See :attr:`bookie.storage.journal_writer.WriterRunner.writer`."""
         return self._writer
 
     def start(self, loop: asyncio.AbstractEventLoop, collect: Callable[[], None]) -> None:
-        """See :meth:`bookie.journal_writer.WriterRunner.start`."""
+        """See :meth:`bookie.storage.journal_writer.WriterRunner.start`."""
         self._collect = collect
 
     async def stop(self, abandon: bool) -> None:
-        """See :meth:`bookie.journal_writer.WriterRunner.stop`."""
+        """See :meth:`bookie.storage.journal_writer.WriterRunner.stop`."""
         self.halt(abandon)
         if not self._files.dead:
             await self._idle.wait()

@@ -8,8 +8,9 @@ live in ``disk.indexes`` and survive the process's crashes. A commit is a file-s
 of the disk (a planned crash may fall before or after it; a full or failing disk makes it
 raise ``lmdb.DiskError``, as LMDB does).
 
-Only the calls the bookie makes are here (bookie/storage.py, bookie/index_audit.py):
-environments with named tables, transactions, and cursors positioned by key.
+Only the calls the bookie makes are here (bookie/storage/entry_storage.py,
+bookie/storage/index_audit.py): environments with named tables, transactions, and cursors
+positioned by key.
 """
 
 from __future__ import annotations

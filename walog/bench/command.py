@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 import walog._loop
 import walog.aio
-from bookie.journal_files import journal_files
+from bookie.storage.journal_files import journal_files
 from walog.bench import checkpoint_tail, floors, metrics_cost, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report

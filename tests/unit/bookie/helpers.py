@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-import bookie.journal_writer
-from bookie.config import StorageConfig
-from bookie.core import BookieCore
+import bookie.storage.journal_writer
+from bookie.storage.config import StorageConfig
+from bookie.storage.engine import BookieCore
 from walog.wire.digest import entry_digest, master_key
 from walog.wire.durability import Durability
 from walog.wire.status import Status
@@ -79,19 +79,19 @@ async def read_all(core: BookieCore, ledger_id: int, last: int) -> dict[int, byt
 
 
 def compiled_checkpoint_module() -> ModuleType:
-    """The compiled checkpoint loop (bookie/_fastcheckpoint.c); the calling test fails with
+    """The compiled checkpoint loop (bookie/storage/_fastcheckpoint.c); the calling test fails with
     one line when it is not built (tests never fall back to the pure-Python loop silently)."""
     return _compiled("_fastcheckpoint")
 
 
 def compiled_add_module() -> ModuleType:
-    """The compiled add-path checks (bookie/_fastadd.c); the calling test fails with one
+    """The compiled add-path checks (bookie/storage/_fastadd.c); the calling test fails with one
     line when they are not built (tests never fall back to pure Python silently)."""
     return _compiled("_fastadd")
 
 
 def compiled_journal_module() -> ModuleType:
-    """The compiled journal writer (bookie/_fastjournal.c); the calling test fails with one
+    """The compiled journal writer (bookie/storage/_fastjournal.c); the calling test fails with one
     line when it is not built (tests never fall back to pure Python silently)."""
     return _compiled("_fastjournal")
 
@@ -100,7 +100,7 @@ def python_journal_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Journals started from now on write through the pure-Python writer, whose
     ``os.write`` and ``os.fdatasync`` a test can replace (the compiled writer calls the C
     library's directly)."""
-    monkeypatch.setattr(bookie.journal_writer, "_fastjournal", None)
+    monkeypatch.setattr(bookie.storage.journal_writer, "_fastjournal", None)
 
 
 def probe_pure_python(probe: str, values: Sequence[str | None]) -> dict[str | None, str]:
@@ -121,13 +121,13 @@ def probe_pure_python(probe: str, values: Sequence[str | None]) -> dict[str | No
 
 def _compiled(name: str) -> ModuleType:
     try:
-        module = importlib.import_module(f"bookie.{name}")
+        module = importlib.import_module(f"bookie.storage.{name}")
     except ImportError as exc:
         problem = str(exc)
     else:
         return module
     pytest.fail(
-        f"bookie.{name} is not built ({problem}): run `pip install -e .` "
+        f"bookie.storage.{name} is not built ({problem}): run `pip install -e .` "
         "(needs a C compiler and the Python headers)",
         pytrace=False,
     )

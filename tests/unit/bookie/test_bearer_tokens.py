@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.security import BearerTokens
+from bookie.server.security import BearerTokens
 
 
 def test_the_previous_token_is_accepted_only_within_its_grace(tmp_path: Path) -> None:

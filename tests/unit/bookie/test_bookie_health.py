@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from bookie import health
-from bookie.health import BookieHealth, BookieState
+from bookie.server import health
+from bookie.server.health import BookieHealth, BookieState
 
 
 def _health(

@@ -1,4 +1,4 @@
-"""The checkpoint loop, compiled (bookie/_fastcheckpoint.c) and pure Python: the same entry
+"""The checkpoint loop, compiled (bookie/storage/_fastcheckpoint.c) and pure Python: the same entry
 logs, index rows, live-byte counts, flush points and errors for the same entries.
 
 The compiled loop must be built here (``pip install -e .``): these tests fail, not skip,
@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-import bookie.storage as storage_module
-from bookie.index import entry_row
-from bookie.journal_files import JournalMark
-from bookie.ledgers import LedgerState
-from bookie.storage import CachedEntry, EntryStorage
+import bookie.storage.entry_storage as storage_module
+from bookie.storage.entry_storage import CachedEntry, EntryStorage
+from bookie.storage.index import entry_row
+from bookie.storage.journal_files import JournalMark
+from bookie.storage.ledger_state import LedgerState
 from tests.unit.bookie.helpers import compiled_checkpoint_module
 from walog.wire.digest import entry_digest
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bookie.core import BookieCore
-from bookie.journal_files import StorageIOError
+from bookie.storage.engine import BookieCore
+from bookie.storage.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
 from walog.mutations import enabled_mutations
 from walog.wire.status import Status

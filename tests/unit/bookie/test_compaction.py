@@ -1,4 +1,4 @@
-"""Entry-log compaction (bookie/compaction.py): which logs, space given back, rate limit,
+"""Entry-log compaction (bookie/storage/compaction.py): which logs, space given back, rate limit,
 steps that never bring a deleted ledger back, a log the disk failed to read kept for a
 later pass while a damaged record is left behind."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie.compaction import CompactionPolicy, logs_to_compact
-from bookie.core import BookieCore
-from bookie.storage import EntryStorage
+from bookie.storage.compaction import CompactionPolicy, logs_to_compact
+from bookie.storage.engine import BookieCore
+from bookie.storage.entry_storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload, read_all
 from walog import mutations
 from walog.wire.status import Status

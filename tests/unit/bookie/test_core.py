@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bookie.core import checkpoint_wait
-from bookie.journal_files import JournalMark, StorageIOError, journal_file
-from bookie.ledgers import LedgerState
-from bookie.storage import READ_ENTRY_OVERHEAD, EntryStorage
+from bookie.storage.engine import checkpoint_wait
+from bookie.storage.entry_storage import READ_ENTRY_OVERHEAD, EntryStorage
+from bookie.storage.journal_files import JournalMark, StorageIOError, journal_file
+from bookie.storage.ledger_state import LedgerState
 from tests.unit.bookie.helpers import (
     KEY,
     OTHER_KEY,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.core import BookieCore
+from bookie.storage.engine import BookieCore
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
 from walog.wire.durability import Durability
 from walog.wire.status import Status

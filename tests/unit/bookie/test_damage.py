@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.journal_files import HEADER_BYTES, journal_files
-from bookie.records import RecordKind, decode_record
-from bookie.storage import EntryStorage
+from bookie.storage.entry_storage import EntryStorage
+from bookie.storage.journal_files import HEADER_BYTES, journal_files
+from bookie.storage.journal_records import RecordKind, decode_record
 from tests.unit.bookie.helpers import add, open_core, payload
 from walog.wire.durability import Durability
 from walog.wire.packing import unpack_entries

@@ -1,10 +1,10 @@
-"""The add path's per-entry checks, compiled (bookie/_fastadd.c) and pure Python
-(:func:`walog.wire.packing.unpack_entries`, :func:`bookie.fastpath.refused_entries_python`):
+"""The add path's per-entry checks, compiled (bookie/storage/_fastadd.c) and pure Python
+(:func:`walog.wire.packing.unpack_entries`, :func:`bookie.storage.fastpath.refused_entries_python`):
 the same entries, problems and refusals, exceptions included, for well-formed, random and
 hostile input.
 
 The compiled module must be built here (``pip install -e .``): these tests fail, not skip,
-when it is not. The other bookie tests run with whichever code bookie/fastpath.py selected
+when it is not. The other bookie tests run with whichever code bookie/storage/fastpath.py selected
 (``WALOG_PURE_PYTHON=1`` picks pure Python); ./test runs them both ways.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-import bookie.add_stream
-import bookie.core
-import bookie.startup
-from bookie import fastpath
-from bookie.fastpath import refused_entries_python
+import bookie.server.add_stream
+import bookie.storage.engine
+import bookie.storage.replay
+from bookie.storage import fastpath
+from bookie.storage.fastpath import refused_entries_python
 from tests.unit.bookie.helpers import compiled_add_module, probe_pure_python
 from walog.wire.digest import entry_digest
 from walog.wire.packing import ENTRY_HEADER, unpack_entries
@@ -313,9 +313,9 @@ def test_the_compiled_refusal_wants_int_ids_and_its_five_arguments() -> None:
 
 
 def test_the_bookie_uses_the_selected_checks() -> None:
-    assert bookie.add_stream.unpack_entries is fastpath.unpack_entries
-    assert bookie.startup.unpack_entries is fastpath.unpack_entries
-    assert bookie.core.refused_entries is fastpath.refused_entries
+    assert bookie.server.add_stream.unpack_entries is fastpath.unpack_entries
+    assert bookie.storage.replay.unpack_entries is fastpath.unpack_entries
+    assert bookie.storage.engine.refused_entries is fastpath.refused_entries
     if fastpath.COMPILED:
         assert fastpath.unpack_entries is compiled_add_module().unpack_entries
     else:
@@ -326,7 +326,8 @@ def test_the_bookie_uses_the_selected_checks() -> None:
 def test_the_compiled_checks_are_selected_unless_pure_python_is_asked_for() -> None:
     compiled_add_module()
     probe = (
-        "import bookie.fastpath as f, bookie.storage as s, walog.wire.packing as p; "
+        "import bookie.storage.fastpath as f, bookie.storage.entry_storage as s, "
+        "walog.wire.packing as p; "
         "print(f.COMPILED, s._COMPILED, f.unpack_entries is p.unpack_entries)"
     )
     seen = probe_pure_python(probe, (None, "0", "", "1", "yes"))

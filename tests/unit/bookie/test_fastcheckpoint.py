@@ -1,4 +1,4 @@
-"""The compiled checkpoint loop's module (bookie/_fastcheckpoint.c) on its own: its CRC32C
+"""The compiled checkpoint loop's module (bookie/storage/_fastcheckpoint.c) on its own: its CRC32C
 and its refusal of bad arguments. tests/unit/bookie/test_checkpoint_loop.py checks that
 checkpoints through it store what the pure-Python loop stores.
 

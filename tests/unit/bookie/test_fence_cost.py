@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bookie.core import BookieCore
-from bookie.records import fence_record
+from bookie.storage.engine import BookieCore
+from bookie.storage.journal_records import fence_record
 from tests.unit.bookie.helpers import KEY, add, open_core, python_journal_writer
 from walog.wire.status import Status
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from bookie.index import ENTRY_KEY, FORMAT_KEY, LEDGER_KEY, MARK_KEY, seal
-from bookie.journal_files import StorageIOError
+from bookie.storage.index import ENTRY_KEY, FORMAT_KEY, LEDGER_KEY, MARK_KEY, seal
+from bookie.storage.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
 from walog.wire.status import Status
 

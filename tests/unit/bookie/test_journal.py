@@ -12,8 +12,8 @@ from typing import cast
 import crc32c
 import pytest
 
-from bookie.journal import RESERVE_BYTES, GroupReport, Journal
-from bookie.journal_files import (
+from bookie.storage.journal import RESERVE_BYTES, GroupReport, Journal
+from bookie.storage.journal_files import (
     HEADER_BYTES,
     JournalMark,
     crc_seed,

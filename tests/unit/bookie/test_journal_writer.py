@@ -1,5 +1,5 @@
-"""The journal's writer thread, compiled (bookie/_fastjournal.c) and pure Python
-(:class:`bookie.journal_writer.ThreadWriter`): the same bytes in the file, the same groups,
+"""The journal's writer thread, compiled (bookie/storage/_fastjournal.c) and pure Python
+(:class:`bookie.storage.journal_writer.ThreadWriter`): the same bytes in the file, the same groups,
 the same failures.
 
 Each test queues its jobs first and then runs the writer's loop in the test's own thread
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bookie import fastpath
-from bookie.journal_files import (
+from bookie.storage import fastpath
+from bookie.storage.journal_files import (
     FRAME,
     HEADER_BYTES,
     JournalMark,
@@ -30,7 +30,7 @@ from bookie.journal_files import (
     journal_file,
     replay,
 )
-from bookie.journal_writer import JournalWriter, ThreadWriter
+from bookie.storage.journal_writer import JournalWriter, ThreadWriter
 from tests.unit.bookie.helpers import compiled_journal_module, probe_pure_python
 
 MakeWriter = Callable[[int, float], JournalWriter]
@@ -174,11 +174,11 @@ def test_a_woken_writer_makes_its_eventfd_readable_once_a_group_completed(
 def test_journals_use_the_compiled_writer_unless_pure_python_is_asked_for() -> None:
     compiled_journal_module()
     probe = (
-        "import bookie.fastpath as f, bookie.journal_writer as w; "
+        "import bookie.storage.fastpath as f, bookie.storage.journal_writer as w; "
         "print(f.JOURNAL_COMPILED, type(w.new_writer(1, 0.0)).__module__)"
     )
     seen = probe_pure_python(probe, (None, "0", "1"))
-    compiled, pure = "True bookie._fastjournal", "False bookie.journal_writer"
+    compiled, pure = "True bookie.storage._fastjournal", "False bookie.storage.journal_writer"
     assert seen == {None: compiled, "0": compiled, "1": pure}
     if not fastpath.pure_python_asked():
         assert fastpath.unbuilt() == []  # the bookie's start-up warning names none

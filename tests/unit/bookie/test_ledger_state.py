@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.ledgers import LedgerState, SyncCursor
+from bookie.storage.ledger_state import LedgerState, SyncCursor
 
 
 def test_in_order_sync_advances_last_add_synced() -> None:

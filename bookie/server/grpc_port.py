@@ -2,8 +2,8 @@
 
 :class:`BookieServer` owns the grpc.aio server (TLS, the bearer-token check, message size
 limits, the standard health service: SERVING once started, NOT_SERVING while draining) and
-the native listener (bookie/native.py); both call the same :class:`BookieService`
-(bookie/service.py).
+the native listener (bookie/server/native_port.py); both call the same :class:`BookieService`
+(bookie/server/service.py).
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
 from bookie.config import BookieConfig, parse_listen
-from bookie.core import BookieCore
-from bookie.health import WRITES_SERVICE, BookieState
-from bookie.native import NativeServer
-from bookie.security import (
+from bookie.server.health import WRITES_SERVICE, BookieState
+from bookie.server.native_port import NativeServer
+from bookie.server.security import (
     BearerTokens,
     ServerCertificates,
     TokenAuthInterceptor,
     server_certificates,
 )
-from bookie.service import BookieService
+from bookie.server.service import BookieService
+from bookie.storage.engine import BookieCore
 from walog.wire.limits import MAX_MESSAGE_BYTES
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
-log = structlog.get_logger("bookie.server")
+log = structlog.get_logger("bookie.server.grpc_port")
 
 SERVICE_NAME = "walog.bookie.v1.Bookie"
 MAX_CONCURRENT_STREAMS = 256
@@ -122,7 +122,7 @@ class BookieServer:
         await self._server.start()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        # Not writable until registered: bookie/health.py keeps this one up to date.
+        # Not writable until registered: bookie/server/health.py keeps this one up to date.
         await self.health.set(WRITES_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info(
             "bookie serving",
@@ -134,7 +134,7 @@ class BookieServer:
         )
 
     async def apply_state(self, state: BookieState) -> None:
-        """Bring the gRPC health statuses in line with ``state`` (see bookie/health.py)."""
+        """Bring the gRPC health statuses in line with ``state`` (see bookie/server/health.py)."""
         serving, not_serving = (
             health_pb2.HealthCheckResponse.SERVING,
             health_pb2.HealthCheckResponse.NOT_SERVING,

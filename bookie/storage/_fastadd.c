@@ -1,5 +1,5 @@
 /*
- * The per-entry checks of a bookie's add path, compiled (bookie/fastpath.py selects them).
+ * The per-entry checks of a bookie's add path, compiled (bookie/storage/fastpath.py selects them).
  * Both return exactly what their pure-Python versions return:
  *
  * unpack_entries(blob) -> (entries, problem)
@@ -13,7 +13,7 @@
  *
  * refused_entries(ledger_id, entries, max_entry_bytes, bad_request, digest_mismatch)
  *     -> {entry_id: status}
- *     bookie.fastpath.refused_entries_python: ``bad_request`` for an entry with a negative
+ *     bookie.storage.fastpath.refused_entries_python: ``bad_request`` for an entry with a negative
  *     ledger or entry id, a lac not in [-1, entry_id) or more than ``max_entry_bytes`` of
  *     payload, else ``digest_mismatch`` when its digest is not the CRC32C of
  *     ``DIGEST_HEADER.pack(ledger_id, entry_id, lac)`` then the payload. ``entries`` is any
@@ -411,17 +411,17 @@ refused_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
 static PyMethodDef methods[] = {
     {"unpack_entries", unpack_entries, METH_O,
      "The entries packed in a blob and what is wrong with its tail (None when nothing), as "
-     "walog.wire.packing.unpack_entries; see bookie/_fastadd.c."},
+     "walog.wire.packing.unpack_entries; see bookie/storage/_fastadd.c."},
     {"refused_entries", (PyCFunction)(void (*)(void))refused_entries, METH_FASTCALL,
      "The entries of an add batch a bookie refuses, by entry id, as "
-     "bookie.fastpath.refused_entries_python; see bookie/_fastadd.c."},
+     "bookie.storage.fastpath.refused_entries_python; see bookie/storage/_fastadd.c."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "bookie._fastadd",
-    "The per-entry checks of a bookie's add path, compiled (bookie/fastpath.py).",
+    "bookie.storage._fastadd",
+    "The per-entry checks of a bookie's add path, compiled (bookie/storage/fastpath.py).",
     -1,
     methods,
     NULL,

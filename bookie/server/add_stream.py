@@ -37,9 +37,8 @@ from typing import Any, Protocol, cast
 
 import structlog
 
-from bookie.accounting import Admission, ServiceStats
-from bookie.core import BookieCore
-from bookie.fastpath import unpack_entries
+from bookie.server.admission import Admission, ServiceStats
+from bookie.storage.engine import BookieCore, unpack_entries
 from walog.wire.digest import MASTER_KEY_BYTES
 from walog.wire.durability import Durability
 from walog.wire.packing import PackedEntry
@@ -71,7 +70,7 @@ def batch_problem(batch: pb.AddBatch) -> str | None:
 
 
 class StreamOwner(Protocol):
-    """What an add stream uses of the service that opened it (bookie/service.py)."""
+    """What an add stream uses of the service that opened it (bookie/server/service.py)."""
 
     @property
     def core(self) -> BookieCore:

@@ -2,7 +2,7 @@
 
 ``/metrics`` is prometheus_client's exposition of the bookie's registry (text format, or
 OpenMetrics when the scraper asks for it). ``/healthz`` and ``/readyz`` answer 200 or 503
-with one line of text (bookie/health.py says what each means); ``/readyz?writes=1`` also
+with one line of text (bookie/server/health.py says what each means); ``/readyz?writes=1`` also
 requires the bookie to accept adds. Requests are served by a small thread pool, so a scrape
 never waits on the event loop and never blocks it.
 """
@@ -19,9 +19,9 @@ import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from bookie.health import BookieHealth
+from bookie.server.health import BookieHealth
 
-log = structlog.get_logger("bookie.http")
+log = structlog.get_logger("bookie.server.http")
 
 StartResponse = Callable[..., Any]
 

@@ -11,7 +11,8 @@ and the page; the bookie then refuses to start, and ``python -m bookie --rebuild
 builds a new index from the entry logs.
 
 What it does not check is the meaning of keys and values: those rows carry their own
-checksums (bookie/index.py ``seal``) and are audited after opening (bookie/index_audit.py).
+checksums (bookie/storage/index.py ``seal``) and are audited after opening
+(bookie/storage/index_audit.py).
 
 Layout (LMDB 0.9, 64-bit): a page starts with ``pgno:u64 pad:u16 flags:u16`` and then
 ``lower:u16 upper:u16`` (branch and leaf pages) or ``pages:u32`` (the first page of an
@@ -26,7 +27,7 @@ import mmap
 import struct
 from pathlib import Path
 
-from bookie.journal_files import StorageIOError
+from bookie.storage.journal_files import StorageIOError
 
 _HEADER = struct.Struct("<QHHHH")  # pgno, pad, flags, lower, upper
 _OVERFLOW_PAGES = struct.Struct("<I")  # at offset 12 of an overflow page

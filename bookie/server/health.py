@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from bookie.core import BookieCore
+from bookie.storage.engine import BookieCore
 
-log = structlog.get_logger("bookie.health")
+log = structlog.get_logger("bookie.server.health")
 
 WRITES_SERVICE = "walog.bookie.v1.Bookie.Writes"
 """The gRPC health service name that is SERVING only while the bookie accepts adds."""

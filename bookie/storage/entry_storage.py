@@ -4,7 +4,7 @@ Layout under ``data_dir``:
 
 - ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints. Each
   record is ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` followed by the data.
-- ``index/`` — one LMDB environment (format version 2, bookie/index.py) with four
+- ``index/`` — one LMDB environment (format version 2, bookie/storage/index.py) with four
   tables: ``entries`` ((ledger, entry) -> (log, offset, record length)), ``ledgers``
   (ledger -> index summary + :class:`LedgerState` record), ``logs`` (log -> live bytes per
   ledger, for GC) and ``meta`` (format, checkpoint mark, next log id, censuses). Every
@@ -16,13 +16,13 @@ mark in one LMDB transaction (LMDB syncs on commit). So the mark never passes a 
 whose entry is not durable in an entry log, an index row never points at bytes that are
 not on disk, and a ledger's summary always counts exactly its entry rows.
 
-A checkpoint's per-entry work (records, index rows) runs in C (bookie/_fastcheckpoint.c)
+A checkpoint's per-entry work (records, index rows) runs in C (bookie/storage/_fastcheckpoint.c)
 when the extension is built, and in Python otherwise or with ``WALOG_PURE_PYTHON=1``: the
 same bytes either way.
 
 Reads check the index row's checksum, the stored digest (CRC32C over header and payload,
 walog/wire/digest.py) and the record header against the index key: a damaged record is never
-served. A lookup miss is reported as absence only when it is proven (bookie/index.py);
+served. A lookup miss is reported as absence only when it is proven (bookie/storage/index.py);
 otherwise the read answers "damaged" (IO_ERROR), never "no such entry".
 
 Everything here is blocking; the core runs it in dedicated threads.
@@ -43,10 +43,10 @@ import crc32c
 import lmdb
 import structlog
 
-from bookie.environment import open_lmdb_index
-from bookie.fastpath import CHECKPOINT_COMPILED, unbuilt
-from bookie.files import LOCAL_FILES, Files, write_all
-from bookie.index import (
+from bookie.storage.environment import open_lmdb_index
+from bookie.storage.fastpath import CHECKPOINT_COMPILED, unbuilt
+from bookie.storage.files import LOCAL_FILES, Files, write_all
+from bookie.storage.index import (
     ENTRY_KEY,
     LEDGER_KEY,
     LEDGERS_CENSUS_KEY,
@@ -67,8 +67,8 @@ from bookie.index import (
     unseal,
     unseal_entry_row,
 )
-from bookie.index_audit import AbsenceProof, audit_index, initialise, open_tables
-from bookie.journal_files import JournalMark, StorageIOError
+from bookie.storage.index_audit import AbsenceProof, audit_index, initialise, open_tables
+from bookie.storage.journal_files import JournalMark, StorageIOError
 from walog import mutations
 from walog.wire.digest import entry_digest
 
@@ -85,7 +85,8 @@ _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in 
 _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 
 
-#: The checkpoint loop, chosen once at import (bookie/fastpath.py): True for the compiled one.
+#: The checkpoint loop, chosen once at import (bookie/storage/fastpath.py): True for the
+#: compiled one.
 _COMPILED = CHECKPOINT_COMPILED
 
 READ_ENTRY_OVERHEAD = 64
@@ -183,7 +184,7 @@ class EntryStorage:
     """Entry logs plus the LMDB index. Not thread-safe for writers: one writer thread
     calls :meth:`checkpoint` and :meth:`delete_ledgers`; readers may run concurrently.
 
-    Opening audits the index (bookie/index_audit.py): a damaged index either refuses to
+    Opening audits the index (bookie/storage/index_audit.py): a damaged index either refuses to
     open with a :class:`StorageIOError` or names the ledgers it cannot vouch for in
     :attr:`damaged_ledgers`.
 
@@ -297,7 +298,7 @@ class EntryStorage:
     ) -> None:
         """Commit index rows for records already in the entry logs (``entry_row`` rows
         by ledger, live bytes by log and ledger, ledger states, the journal mark): the
-        rebuild of a lost index (bookie/rebuild.py), on a fresh index only."""
+        rebuild of a lost index (bookie/storage/rebuild.py), on a fresh index only."""
         self._commit(rows, live, states, mark, repoint=False)
 
     def probe(self) -> None:
@@ -571,11 +572,11 @@ class EntryStorage:
         rows: dict[int, list[tuple[bytes, bytes]]],
         live: dict[int, dict[int, int]],
     ) -> int:
-        """:meth:`_append_python` with the per-entry work compiled (bookie/_fastcheckpoint.c):
-        it builds the records of a chunk in one buffer and the index rows, and returns here
-        to roll the log, to write and sync a full chunk, and at the end. The same bytes,
-        rows, live counts and errors."""
-        from bookie._fastcheckpoint import DONE, ROLL, append_entries
+        """:meth:`_append_python` with the per-entry work compiled
+        (bookie/storage/_fastcheckpoint.c): it builds the records of a chunk in one buffer
+        and the index rows, and returns here to roll the log, to write and sync a full
+        chunk, and at the end. The same bytes, rows, live counts and errors."""
+        from bookie.storage._fastcheckpoint import DONE, ROLL, append_entries
 
         items = iter(entries)
         buffer = bytearray()

@@ -1,6 +1,6 @@
 """What the bookie's calls count and bound: counters since start, add bytes in flight.
 
-Shared by the service (bookie/service.py) and its add streams (bookie/add_stream.py).
+Shared by the service (bookie/server/service.py) and its add streams (bookie/server/add_stream.py).
 """
 
 from __future__ import annotations

@@ -36,12 +36,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bookie.config import StorageConfig
-from bookie.files import LOCAL_FILES
-from bookie.index import entry_row
-from bookie.journal_files import JournalMark, StorageIOError
-from bookie.ledgers import LedgerState, SyncCursor
-from bookie.storage import _RECORD, EntryStorage, lock_directory
+from bookie.storage.config import StorageConfig
+from bookie.storage.entry_storage import _RECORD, EntryStorage, lock_directory
+from bookie.storage.files import LOCAL_FILES
+from bookie.storage.index import entry_row
+from bookie.storage.journal_files import JournalMark, StorageIOError
+from bookie.storage.ledger_state import LedgerState, SyncCursor
 from walog.wire.digest import entry_digest
 
 

@@ -1,7 +1,7 @@
 """Where a bookie's storage engine does its blocking work, and on which disk.
 
-:class:`StorageEnv` bundles what the engine (bookie/core.py) needs from its surroundings:
-the file system (bookie/files.py), how its index is opened, the worker threads that run
+:class:`StorageEnv` bundles what the engine (bookie/storage/engine.py) needs from its surroundings:
+the file system (bookie/storage/files.py), how its index is opened, the worker threads that run
 blocking steps, and the runner of the journal's writer. A bookie process uses
 :data:`LOCAL_ENV`: its own disks, LMDB, real threads. The deterministic simulator
 (tests/sim/engine.py) passes a simulated file system and index, and workers and a journal
@@ -19,9 +19,9 @@ from typing import Any, Protocol, TypeVar
 
 import lmdb
 
-from bookie.files import LOCAL_FILES, Files
-from bookie.journal_writer import ThreadRunner, WriterRunner
-from bookie.lmdb_check import check_index_file
+from bookie.storage.files import LOCAL_FILES, Files
+from bookie.storage.journal_writer import ThreadRunner, WriterRunner
+from bookie.storage.lmdb_check import check_index_file
 from walog._sync import name_os_thread
 
 _T = TypeVar("_T")

@@ -1,8 +1,8 @@
 """The bookie's native port: the ``Bookie`` RPCs as frames over TCP or TLS (and a Unix
 socket for clients on the same host).
 
-Same service object (bookie/service.py), same messages and same answers as the gRPC port
-(bookie/server.py); only the carriage differs (walog/wire/frames.py), at a fraction of
+Same service object (bookie/server/service.py), same messages and same answers as the gRPC port
+(bookie/server/grpc_port.py); only the carriage differs (walog/wire/frames.py), at a fraction of
 gRPC's CPU per message. Each connection starts with a HELLO that carries the bearer token
 when the bookie requires one. An add stream is driven by calls
 (:meth:`IncomingAddStream.run_direct`): each frame is dispatched as it arrives and each loop turn's
@@ -24,9 +24,9 @@ from typing import Any, cast
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from bookie.add_stream import IncomingAddStream
-from bookie.security import BearerTokens
-from bookie.service import BookieService
+from bookie.server.add_stream import IncomingAddStream
+from bookie.server.security import BearerTokens
+from bookie.server.service import BookieService
 from walog.wire.frames import (
     HELLO_MAGIC,
     RPC_NAMES,
@@ -42,7 +42,7 @@ from walog.wire.frames import (
 from walog.wire.keepalive import keepalive
 from walog.wire.proto import bookie_pb2 as pb
 
-log = structlog.get_logger("bookie.native")
+log = structlog.get_logger("bookie.server.native_port")
 
 _UNIX_PATH_MAX = 108
 """Bytes in a Unix socket address on Linux, the terminating NUL included."""

@@ -1,6 +1,6 @@
 /*
- * The journal's writer thread, compiled (bookie/journal_writer.py selects it): the same
- * interface and the same behaviour as bookie.journal_writer.ThreadWriter, but its thread
+ * The journal's writer thread, compiled (bookie/storage/journal_writer.py selects it): the same
+ * interface and the same behaviour as bookie.storage.journal_writer.ThreadWriter, but its thread
  * never holds the interpreter lock. A record handed over wakes it without waiting for the
  * event loop to let go of the lock, and its group's completion wakes the loop through an
  * eventfd without the thread taking the lock back first: the two hand-overs of every
@@ -522,8 +522,8 @@ static PyMethodDef Writer_methods[] = {
 };
 
 static PyTypeObject WriterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bookie._fastjournal.Writer",
-    .tp_doc = "The journal's writer thread, compiled; see bookie/_fastjournal.c.",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bookie.storage._fastjournal.Writer",
+    .tp_doc = "The journal's writer thread, compiled; see bookie/storage/_fastjournal.c.",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Writer_new,
@@ -534,8 +534,8 @@ static PyTypeObject WriterType = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "bookie._fastjournal",
-    "The journal's writer thread, compiled (see bookie/journal_writer.py).",
+    "bookie.storage._fastjournal",
+    "The journal's writer thread, compiled (see bookie/storage/journal_writer.py).",
     -1,
     NULL,
     NULL,

@@ -1,5 +1,5 @@
-"""The per-entry checks of a bookie's add path, compiled (bookie/_fastadd.c); selected by
-bookie/fastpath.py."""
+"""The per-entry checks of a bookie's add path, compiled (bookie/storage/_fastadd.c); selected by
+bookie/storage/fastpath.py."""
 
 from collections.abc import Iterable
 from typing import Final, TypeVar
@@ -24,4 +24,4 @@ def refused_entries(
     /,
 ) -> dict[int, _S]:
     """The entries a bookie refuses, by entry id: ``bad_request`` or ``digest_mismatch``,
-    as :func:`bookie.fastpath.refused_entries_python`."""
+    as :func:`bookie.storage.fastpath.refused_entries_python`."""

@@ -1,7 +1,7 @@
 """Journal record payloads: what each record a bookie journals says.
 
 Every change a bookie acknowledges is one of these records first (the journal frames them;
-see bookie/journal.py). ADD carries whole entries (a client's batch, packed as it arrived:
+see bookie/storage/journal.py). ADD carries whole entries (a client's batch, packed as it arrived:
 no per-entry work on the journal path), so replay can rebuild the write cache;
 KEY, FENCE, LAC and DELETE rebuild the ledger state. Integers are big endian.
 """

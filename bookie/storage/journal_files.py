@@ -3,7 +3,7 @@
 A journal file starts with a 16-byte header (``WALJ``, format version, its sequence
 number); records follow, framed as ``length:u32 crc32c:u32 payload`` (big endian). The CRC
 covers the payload and is seeded with the file's sequence number, so a record is valid in
-the one file it was written to. That lets the journal recycle files (bookie/journal.py):
+the one file it was written to. That lets the journal recycle files (bookie/storage/journal.py):
 a retired file is renamed to the next sequence number and overwritten from the start, and
 the old records left after the new ones fail their CRC under the new number, so replay
 stops at the new records' end. Files without the header, written before it existed, are
@@ -28,10 +28,10 @@ from typing import NamedTuple
 import crc32c
 import structlog
 
-from bookie.files import LOCAL_FILES, Files
+from bookie.storage.files import LOCAL_FILES, Files
 from walog.errors import BookieError
 
-_log = structlog.get_logger("bookie.journal")
+_log = structlog.get_logger("bookie.storage.journal")
 
 FRAME = struct.Struct(">II")
 """A record's frame: payload length and CRC32C (seeded, see :func:`crc_seed`)."""

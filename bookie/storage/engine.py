@@ -36,28 +36,28 @@ from typing import Any, TypeVar, cast
 
 import structlog
 
-from bookie.compaction import Compactor
-from bookie.config import StorageConfig
-from bookie.environment import LOCAL_ENV, StorageEnv
-from bookie.fastpath import refused_entries
-from bookie.journal import GroupReport, Journal
-from bookie.journal_files import JournalMark, StorageIOError
-from bookie.ledgers import LedgerState
-from bookie.records import (
-    add_header,
-    delete_record,
-    fence_record,
-    key_record,
-    lac_record,
-)
-from bookie.startup import load_store
-from bookie.storage import (
+from bookie.storage.compaction import Compactor
+from bookie.storage.config import StorageConfig
+from bookie.storage.entry_storage import (
     READ_ENTRY_OVERHEAD,
     CachedEntry,
     EntryStorage,
     StoredRecord,
     WriteCache,
 )
+from bookie.storage.environment import LOCAL_ENV, StorageEnv
+from bookie.storage.fastpath import refused_entries, unpack_entries
+from bookie.storage.journal import GroupReport, Journal
+from bookie.storage.journal_files import JournalMark, StorageIOError
+from bookie.storage.journal_records import (
+    add_header,
+    delete_record,
+    fence_record,
+    key_record,
+    lac_record,
+)
+from bookie.storage.ledger_state import LedgerState
+from bookie.storage.replay import load_store
 from walog import mutations
 from walog.latency import StageLatencies
 from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
@@ -134,7 +134,7 @@ class BookieCore:
         self._storage: EntryStorage | None = None
         self._background: asyncio.Task[None] | None = None
         self.compactor = Compactor(config.compaction, self.in_storage)
-        """Minor and major compaction of partly dead entry logs (bookie/compaction.py)."""
+        """Minor and major compaction of partly dead entry logs (bookie/storage/compaction.py)."""
         self._compaction: asyncio.Task[None] | None = None
         self._closed = False
         #: Called on the loop after every checkpoint with the number of entries it wrote.
@@ -886,6 +886,8 @@ def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]
             yield ledger_id, entry_id, entries[entry_id]
 
 
+# The front ends (bookie/server) reach the storage through this module only: with the
+# engine they get the stored-entry type and the add path's entry unpacker from here.
 __all__ = [
     "BookieCore",
     "BookieStats",
@@ -893,4 +895,5 @@ __all__ = [
     "StoredRecord",
     "checkpoint_wait",
     "new_incarnation",
+    "unpack_entries",
 ]

@@ -1,6 +1,6 @@
 /*
  * CRC32C (Castagnoli), as crc32c.crc32c(data, crc) computes it, for the bookie's C
- * extensions (bookie/_fastcheckpoint.c, bookie/_fastadd.c): a slicing-by-8 table, and the
+ * extensions (bookie/storage/_fastcheckpoint.c, bookie/storage/_fastadd.c): a slicing-by-8 table, and the
  * SSE4.2 crc32 instruction where the CPU has it. Each extension includes this file and
  * gets its own copy of the table; call crc_select() once, at module init, before any CRC.
  *

@@ -1,11 +1,11 @@
 """Opening a bookie's storage: load the index, replay the journal after the checkpoint mark.
 
 Replay applies every intact record after the mark to the ledger states and the write cache,
-in journal order. It is idempotent (bookie/ledgers.py): every piece of state moves one way
-only, entries already in the index are not cached again, and a DELETE record voids the
+in journal order. It is idempotent (bookie/storage/ledger_state.py): every piece of state
+moves one way only, entries already in the index are not cached again, and a DELETE record voids the
 ledger's earlier records. Blocking; the core runs it in its storage thread.
 
-Ledgers the index cannot vouch for (bookie/index_audit.py) stay unknown-but-damaged:
+Ledgers the index cannot vouch for (bookie/storage/index_audit.py) stay unknown-but-damaged:
 replay leaves them alone (their records after the mark are not applied) until a DELETE
 record drops them, and the core answers IO_ERROR for them. The checkpoint mark must point
 into an existing journal file: if the files from the mark on are not all there, the index
@@ -22,13 +22,13 @@ from pathlib import Path
 import lmdb
 import structlog
 
-from bookie.config import StorageConfig
-from bookie.environment import LOCAL_ENV, StorageEnv
-from bookie.fastpath import unpack_entries
-from bookie.journal_files import JournalMark, StorageIOError, journal_files, replay
-from bookie.ledgers import LedgerState
-from bookie.records import Record, RecordKind, decode_record
-from bookie.storage import EntryStorage, WriteCache
+from bookie.storage.config import StorageConfig
+from bookie.storage.entry_storage import EntryStorage, WriteCache
+from bookie.storage.environment import LOCAL_ENV, StorageEnv
+from bookie.storage.fastpath import unpack_entries
+from bookie.storage.journal_files import JournalMark, StorageIOError, journal_files, replay
+from bookie.storage.journal_records import Record, RecordKind, decode_record
+from bookie.storage.ledger_state import LedgerState
 from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)

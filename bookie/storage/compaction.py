@@ -31,10 +31,10 @@ from typing import Any
 
 import structlog
 
-from bookie.journal_files import StorageIOError
-from bookie.storage import EntryStorage, UnreadableEntryLogError
+from bookie.storage.entry_storage import EntryStorage, UnreadableEntryLogError
+from bookie.storage.journal_files import StorageIOError
 
-_log = structlog.get_logger("bookie.compaction")
+_log = structlog.get_logger("bookie.storage.compaction")
 
 STEP_BYTES = 1024 * 1024
 """Payload bytes copied per step (one storage-thread job between checkpoints)."""

@@ -1,7 +1,7 @@
 """Opening the LMDB index and checking it whole before the bookie trusts it.
 
 At start the bookie reads every row of the small tables (``meta``, ``ledgers``, ``logs``)
-and verifies each one (bookie/index.py), then skips through ``entries`` once per ledger
+and verifies each one (bookie/storage/index.py), then skips through ``entries`` once per ledger
 to find ledgers that have entry rows but no ledger row. The outcome is one of:
 
 - a clear :class:`StorageIOError` (the bookie refuses to start): the format version is
@@ -27,7 +27,7 @@ import json
 import lmdb
 import structlog
 
-from bookie.index import (
+from bookie.storage.index import (
     ENTRY_KEY,
     FORMAT_KEY,
     FORMAT_VERSION,
@@ -52,7 +52,7 @@ from bookie.index import (
     unseal,
     unseal_entry_row,
 )
-from bookie.journal_files import StorageIOError
+from bookie.storage.journal_files import StorageIOError
 
 _log = structlog.get_logger(__name__)
 
@@ -115,7 +115,7 @@ def initialise(
 ) -> None:
     """Write the ``meta`` rows of a new index (one transaction), given the names of the
     entry logs already there; ``rebuild``: for an index about to be rebuilt from those logs
-    (bookie/rebuild.py)."""
+    (bookie/storage/rebuild.py)."""
     if not rebuild and log_names:
         raise StorageIOError(
             f"index in {env.path()} is empty but the data directory holds entry logs "

@@ -1,9 +1,10 @@
 """The bookie's calls: adds, reads, fencing, LAC, info, over one storage core.
 
 :class:`BookieService` is the one object both front ends call: the gRPC port
-(bookie/server.py) registers it as the ``walog.bookie.v1.Bookie`` servicer, the native port
-(bookie/native.py) dispatches its frames to the same methods. The add stream lives in
-bookie/add_stream.py.
+(bookie/server/grpc_port.py) registers it as the ``walog.bookie.v1.Bookie`` servicer, the
+native port (bookie/server/native_port.py) dispatches its frames to the same methods. The
+add stream lives in
+bookie/server/add_stream.py.
 
 Protocol answers are statuses, never gRPC errors: clients count them (coverage, quorums).
 gRPC errors are left for transport problems (bad token, server shutting down).
@@ -21,11 +22,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from bookie.accounting import Admission, ServiceStats
-from bookie.add_stream import IncomingAddStream, wire_status
 from bookie.config import BookieConfig
-from bookie.core import BookieCore
-from bookie.storage import StoredRecord
+from bookie.server.add_stream import IncomingAddStream, wire_status
+from bookie.server.admission import Admission, ServiceStats
+from bookie.storage.engine import BookieCore, StoredRecord
 from walog._version import __version__
 from walog.metrics.histogram import LoopHistogram
 from walog.wire.digest import MASTER_KEY_BYTES
@@ -35,8 +35,8 @@ from walog.wire.status import Status
 
 DEFAULT_READ_BYTES = 4 * 1024 * 1024 - 1024
 """A range read's answer holds at most this many bytes (payload and
-:data:`~bookie.storage.READ_ENTRY_OVERHEAD` per entry) unless the request asks less: it fits
-a gRPC client's default 4 MiB message limit (unless a single entry is larger)."""
+:data:`~bookie.storage.entry_storage.READ_ENTRY_OVERHEAD` per entry) unless the request
+asks less: it fits a gRPC client's default 4 MiB message limit (unless a single entry is larger)."""
 MAX_READ_BYTES = 32 * 1024 * 1024
 """A range read's answer holds at most this many bytes, whatever the request asks, so it
 stays under the message limit (a single entry is always served)."""
@@ -92,14 +92,14 @@ class BookieService(pb_grpc.BookieServicer):
         self.last_write[ledger_id] = time.monotonic()
 
     def open_add_stream(self) -> IncomingAddStream:
-        """A new add stream of this service (either port's; see bookie/add_stream.py)."""
+        """A new add stream of this service (either port's; see bookie/server/add_stream.py)."""
         self.stats.add_streams += 1
         return IncomingAddStream(self, self._mark_write)
 
     async def Add(
         self, request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.AddResponseFrame]:
-        """Bidirectional add stream (see bookie/add_stream.py)."""
+        """Bidirectional add stream (see bookie/server/add_stream.py)."""
         async for frame in self.open_add_stream().run(request_iterator):
             yield frame
 

@@ -1,6 +1,6 @@
 """The journal's writer thread: group commit of the records the event loop frames out.
 
-The event loop (:class:`bookie.journal.Journal`) decides what goes where: the file, the
+The event loop (:class:`bookie.storage.journal.Journal`) decides what goes where: the file, the
 seed of each record's CRC, whether a record must be synced. A writer takes the records
 handed over (*jobs*) in order and commits them in groups: everything queued when it looks
 (consecutive jobs on one file, up to ``group_max_bytes``), one ``write`` and, when any job
@@ -18,7 +18,7 @@ disk; jobs dropped by ``stop(abandon=True)`` fail with ``ECANCELED``.
 
 Two implementations of the one interface, chosen once at import:
 
-- ``bookie._fastjournal.Writer`` (C): its thread never holds the interpreter lock, so a
+- ``bookie.storage._fastjournal.Writer`` (C): its thread never holds the interpreter lock, so a
   record handed over and its group's completion each cost a plain thread wake-up, not a
   wait for the lock the event loop holds;
 - :class:`ThreadWriter` (pure Python, ``WALOG_PURE_PYTHON=1`` or an unbuilt extension):
@@ -40,8 +40,8 @@ from typing import Protocol
 import crc32c
 import structlog
 
-from bookie.fastpath import compiled_module
-from bookie.journal_files import FRAME
+from bookie.storage.fastpath import compiled_module
+from bookie.storage.journal_files import FRAME
 from walog._sync import name_os_thread
 
 _log = structlog.get_logger(__name__)
@@ -243,12 +243,12 @@ def _failed(jobs: list[_Job], error: int) -> list[Completion]:
     return [(0, error, False, 0.0, 0.0, 0.0) for _ in jobs]
 
 
-_fastjournal = compiled_module("bookie._fastjournal")
+_fastjournal = compiled_module("bookie.storage._fastjournal")
 
 
 def new_writer(group_max_bytes: int, group_wait_s: float) -> JournalWriter:
     """A writer of the implementation chosen at import: the compiled one when it is built
-    and pure Python was not asked for (``bookie.fastpath.JOURNAL_COMPILED``)."""
+    and pure Python was not asked for (``bookie.storage.fastpath.JOURNAL_COMPILED``)."""
     if _fastjournal is not None:
         writer: JournalWriter = _fastjournal.Writer(group_max_bytes, group_wait_s)
         return writer

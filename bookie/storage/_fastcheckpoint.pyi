@@ -1,4 +1,4 @@
-"""The per-entry work of a bookie checkpoint, compiled (bookie/_fastcheckpoint.c)."""
+"""The per-entry work of a bookie checkpoint, compiled (bookie/storage/_fastcheckpoint.c)."""
 
 from typing import Final
 
@@ -26,7 +26,7 @@ def append_entries(
 ) -> tuple[int, _Entry | None, int, int, int]:
     """Append entries (an iterator of ``(ledger_id, entry_id, (lac, digest, data))``)
     to ``buf`` from ``used`` and their index rows to ``rows`` and ``live``; returns
-    ``(status, held, used, offset, count)``. See bookie/_fastcheckpoint.c."""
+    ``(status, held, used, offset, count)``. See bookie/storage/_fastcheckpoint.c."""
 
 def crc32c(data: bytes | bytearray | memoryview, /) -> int:
     """CRC32C of ``data``, as ``crc32c.crc32c(data)``."""

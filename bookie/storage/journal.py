@@ -1,7 +1,7 @@
 """The bookie journal: group commit, one fdatasync per group, recycled files.
 
 Every change a bookie acknowledges (entry, master key, fence, explicit LAC, deletion) is a
-journal record first. The files and their format are in :mod:`bookie.journal_files`. Once
+journal record first. The files and their format are in :mod:`bookie.storage.journal_files`. Once
 a checkpoint no longer needs a file, it is retired: kept for reuse (up to
 ``recycle_files``) or deleted. The next file is a kept one renamed and overwritten from the
 start: a file of full size gains no size, so its syncs have no file metadata to write, and
@@ -13,7 +13,7 @@ zeros as at any torn tail.
 
 :class:`Journal` runs on the event loop: it places each record (file, position, the seed of
 its CRC), rolls and reserves files, and hands the record to a writer thread
-(:mod:`bookie.journal_writer`), which frames, writes and syncs the records in groups: what
+(:mod:`bookie.storage.journal_writer`), which frames, writes and syncs the records in groups: what
 is queued when it looks forms a group, a lone record pays one write and one sync, and
 records that arrive meanwhile form the next group. Unsynced VOLATILE records are synced by
 a timer within ``flush_interval_s``. Each completed group comes back to the loop as a
@@ -35,8 +35,8 @@ from typing import Any
 
 import structlog
 
-from bookie.files import LOCAL_FILES, Files, write_all
-from bookie.journal_files import (
+from bookie.storage.files import LOCAL_FILES, Files, write_all
+from bookie.storage.journal_files import (
     FRAME,
     HEADER_BYTES,
     JournalMark,
@@ -49,7 +49,7 @@ from bookie.journal_files import (
     recycle,
     recycled_files,
 )
-from bookie.journal_writer import JournalWriter, ThreadRunner, WriterRunner
+from bookie.storage.journal_writer import JournalWriter, ThreadRunner, WriterRunner
 
 _log = structlog.get_logger(__name__)
 

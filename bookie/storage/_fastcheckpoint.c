@@ -1,5 +1,5 @@
 /*
- * The per-entry work of a bookie checkpoint (bookie/storage.py, EntryStorage._write),
+ * The per-entry work of a bookie checkpoint (bookie/storage/entry_storage.py, EntryStorage._write),
  * compiled. Everything with a side effect beyond memory stays in Python: the entry-log
  * writes, syncs and rolls, error handling and LMDB. This module only turns entries into
  *
@@ -481,7 +481,7 @@ crc32c_software_py(PyObject *Py_UNUSED(module), PyObject *arg)
 static PyMethodDef methods[] = {
     {"append_entries", (PyCFunction)(void (*)(void))append_entries, METH_FASTCALL,
      "Append entries' records to a chunk buffer and their index rows to row lists; see "
-     "bookie/_fastcheckpoint.c."},
+     "bookie/storage/_fastcheckpoint.c."},
     {"crc32c", crc32c_py, METH_O, "CRC32C of a bytes-like object (as crc32c.crc32c)."},
     {"crc32c_software", crc32c_software_py, METH_O,
      "CRC32C of a bytes-like object, always by table (checks the hardware path)."},
@@ -490,8 +490,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "bookie._fastcheckpoint",
-    "The per-entry work of a bookie checkpoint, compiled (bookie/storage.py).",
+    "bookie.storage._fastcheckpoint",
+    "The per-entry work of a bookie checkpoint, compiled (bookie/storage/entry_storage.py).",
     -1,
     methods,
     NULL,

@@ -1,10 +1,11 @@
 """The bookie's per-entry hot paths, compiled or pure Python, chosen once at import.
 
 The compiled code lives in C extensions built by ``pip install -e .`` (setup.py):
-``bookie._fastcheckpoint`` (the checkpoint loop, which bookie/storage.py runs),
-``bookie._fastadd`` (the add path's checks), both selected here, and
-``bookie._fastjournal`` (the journal's writer thread, selected by
-bookie/journal_writer.py). Each returns exactly what its pure-Python version returns.
+``bookie.storage._fastcheckpoint`` (the checkpoint loop, which
+bookie/storage/entry_storage.py runs),
+``bookie.storage._fastadd`` (the add path's checks), both selected here, and
+``bookie.storage._fastjournal`` (the journal's writer thread, selected by
+bookie/storage/journal_writer.py). Each returns exactly what its pure-Python version returns.
 ``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does a checkout where an extension
 is not built (the bookie warns at start).
 
@@ -36,7 +37,7 @@ def pure_python_asked() -> bool:
 
 
 def compiled_module(name: str) -> ModuleType | None:
-    """The compiled module ``name`` (``bookie._fastadd``, ...) when it is built, unless
+    """The compiled module ``name`` (``bookie.storage._fastadd``, ...) when it is built, unless
     ``WALOG_PURE_PYTHON`` asks for pure Python; else None."""
     if pure_python_asked():
         return None
@@ -66,14 +67,15 @@ def refused_entries_python(
     return refused
 
 
-_fastadd = compiled_module("bookie._fastadd")
+_fastadd = compiled_module("bookie.storage._fastadd")
 
 #: The add path's checks, chosen once at import: True for the compiled ones.
 COMPILED = _fastadd is not None
-#: The checkpoint loop (bookie/storage.py), chosen once at import: True for the compiled one.
-CHECKPOINT_COMPILED = compiled_module("bookie._fastcheckpoint") is not None
-#: The journal's writer thread (bookie/journal_writer.py): True for the compiled one.
-JOURNAL_COMPILED = compiled_module("bookie._fastjournal") is not None
+#: The checkpoint loop (bookie/storage/entry_storage.py), chosen once at import: True for
+#: the compiled one.
+CHECKPOINT_COMPILED = compiled_module("bookie.storage._fastcheckpoint") is not None
+#: The journal's writer thread (bookie/storage/journal_writer.py): True for the compiled one.
+JOURNAL_COMPILED = compiled_module("bookie.storage._fastjournal") is not None
 
 
 def unbuilt() -> list[str]:
@@ -82,9 +84,9 @@ def unbuilt() -> list[str]:
     if pure_python_asked():
         return []
     selected = {
-        "bookie._fastadd": COMPILED,
-        "bookie._fastcheckpoint": CHECKPOINT_COMPILED,
-        "bookie._fastjournal": JOURNAL_COMPILED,
+        "bookie.storage._fastadd": COMPILED,
+        "bookie.storage._fastcheckpoint": CHECKPOINT_COMPILED,
+        "bookie.storage._fastjournal": JOURNAL_COMPILED,
     }
     return [name for name, compiled in selected.items() if not compiled]
 
@@ -101,7 +103,7 @@ if _fastadd is not None:
         entries: Sequence[tuple[int, int, int, bytes]],
         max_entry_bytes: int,
     ) -> dict[int, Status]:
-        """:func:`refused_entries_python`, compiled (bookie/_fastadd.c)."""
+        """:func:`refused_entries_python`, compiled (bookie/storage/_fastadd.c)."""
         refused: dict[int, Status] = _refused_compiled(
             ledger_id, entries, max_entry_bytes, _BAD_REQUEST, _DIGEST_MISMATCH
         )

@@ -1,0 +1,19 @@
+"""The bookie's storage engine: the only room of the bookie that touches its disks.
+
+- ``engine``: ``BookieCore``, what the front ends call (adds, fences, reads, LAC,
+  checkpoints, ledger deletion), and the names they need with it: the one module of this
+  room the front ends import;
+- ``journal``, ``journal_files``, ``journal_records``, ``journal_writer``: the journal
+  (group commit, files and framing, record payloads, the writer thread);
+- ``entry_storage``: the write cache, entry logs and index (checkpoints, reads, GC);
+- ``index``, ``index_audit``, ``lmdb_check``: the index rows, their audit on open, and the
+  structural check of the LMDB file;
+- ``replay``: opening the store and replaying the journal; ``rebuild``: rebuilding a lost
+  index from the entry logs (an offline command);
+- ``compaction``: moving the live entries out of partly dead entry logs;
+- ``ledger_state``: per-ledger state (key, fence, LAC, sync cursor), pure rules;
+- ``config``: ``StorageConfig``; ``files`` and ``environment``: the disk, threads and
+  journal writer the engine runs on (swapped by the simulator);
+- ``fastpath`` and the ``_fast*`` extensions: the compiled hot paths and the choice of
+  compiled or pure-Python code.
+"""
