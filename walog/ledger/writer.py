@@ -84,6 +84,9 @@ _GAP_SLACK = 1.5
 """A steady writer's next append is due this many times the last gap between two appends
 after its last one."""
 
+LAC_REFRESH_MAX_S = 30.0
+"""An idle writer tells its LAC again at most this long after the last time (bookies forget
+an explicit LAC in a restart)."""
 METADATA_ATTEMPTS = 10
 UNREPLACEABLE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Pauses before looking again for bookies to replace the ones no bookie could replace
@@ -229,6 +232,7 @@ class AsyncLedgerWriter:
         self._last_append_time = self._loop.time()
         self._append_gap = 0.0  # time between the last two appends
         self._lac_timer: asyncio.TimerHandle | None = None
+        self._lac_refresh: asyncio.TimerHandle | None = None  # an idle writer's LAC, again
         self._lac_check_due = False  # a check whether an append carried the new LAC is due
 
     # -- public state -----------------------------------------------------------------
@@ -558,13 +562,42 @@ class AsyncLedgerWriter:
         self._send_explicit_lac()
 
     def _send_explicit_lac(self) -> None:
-        """Tell every healthy bookie of the ensemble the LAC, unless it already knows."""
+        """Tell every healthy bookie of the ensemble the LAC, unless it already knows; then
+        tell it again now and then while the writer stays idle (:meth:`_refresh_lac`)."""
         if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
             return
+        self._tell_lac()
+        self._lac_told = self._lac
+        if self._lac_refresh is not None:
+            self._lac_refresh.cancel()
+        after = self._ctx.config.timeouts.explicit_lac
+        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
+
+    def _tell_lac(self) -> None:
         for index, bookie in enumerate(self._ensemble):
             if index not in self._failed and index not in self._unreplaceable:
                 self._ctx.pool.get(bookie).send_lac(self._ledger_id, self._lac, self._master_key)
-        self._lac_told = self._lac
+
+    def _refresh_lac(self, waited: float) -> None:
+        """An idle writer tells its LAC again, twice as long after each time (up to
+        :data:`LAC_REFRESH_MAX_S`): bookies do not sync an explicit LAC, so one that
+        restarted meanwhile forgot it, and a tailer would wait for the next append to learn
+        that the last entries are confirmed. An append ends the refreshes (it carries the
+        LAC; its own explicit LAC starts them again)."""
+        self._lac_refresh = None
+        if self._error is not None or self._state != "open":
+            return
+        if self._loop.time() - self._last_append_time < waited:
+            return  # appended since: its LAC goes out with it or as a new explicit LAC
+        self._tell_lac()
+        after = min(waited * 2, LAC_REFRESH_MAX_S)
+        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
+
+    def _stop_lac_timers(self) -> None:
+        for timer in (self._lac_timer, self._lac_refresh):
+            if timer is not None:
+                timer.cancel()
+        self._lac_timer = self._lac_refresh = None
 
     # -- failures ---------------------------------------------------------------------
 
@@ -580,9 +613,7 @@ class AsyncLedgerWriter:
         self._error = error
         if self._metrics is not None and isinstance(error, LedgerFencedError):
             self._metrics.fenced_writers += 1
-        if self._lac_timer is not None:
-            self._lac_timer.cancel()
-            self._lac_timer = None
+        self._stop_lac_timers()
         self._cancel_retry()
         log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
         pending, self._pending = self._pending, collections.deque()
@@ -841,9 +872,7 @@ class AsyncLedgerWriter:
                     await asyncio.shield(self._change_task)
                 else:
                     await self._drained.wait()
-            if self._lac_timer is not None:
-                self._lac_timer.cancel()
-                self._lac_timer = None
+            self._stop_lac_timers()
             await self._cas_close(await self._closing_end())
         except WalogError as exc:
             if self._error is None:
