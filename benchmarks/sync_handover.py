@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import walog
-from walog._sync import Sink
+from walog._sinks import Sink
 from walog.bench.floors import thread_handover_floor
 from walog.testing import LocalCluster
 

@@ -28,7 +28,7 @@ from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
-from walog.log.log import AsyncLog, delete_log, list_log_names, open_log
+from walog.log.async_log import AsyncLog, delete_log, list_log_names, open_log
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.writer import LedgerOptions, LogWriterConfig
 from walog.memory import keep_freed_memory

@@ -569,7 +569,7 @@ def _configure_logging() -> None:
     # kazoo logs every reconnect attempt; its failures reach the user as one MetadataError
     # line, so its own lines show only when a level was asked for.
     logging.getLogger("kazoo").setLevel(level if chosen else logging.CRITICAL)
-    # The library logs through the standard logging module (walog._log).
+    # The library logs through the standard logging module (walog._loggers).
     logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s: %(message)s")
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(level),

@@ -1,7 +1,7 @@
 """The sync walog API: ``walog.connect(...)`` returns a :class:`Client`.
 
 Every object here wraps its ``walog.aio`` counterpart and runs it on the process-wide event
-loop thread (:class:`walog._sync.LoopThread`). Appends do not hop threads one by one:
+loop thread (:class:`walog._loop_thread.LoopThread`). Appends do not hop threads one by one:
 :meth:`LedgerWriter.append_async` puts the entry on a queue that the loop drains in batches
 (one wake-up per batch), and completions are handed back in batches too.
 """
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from walog import aio
-from walog._sync import Handoff, LoopThread, SyncContext
+from walog._loop_thread import Handoff, LoopThread, SyncContext
 from walog.config import ClientConfig
 from walog.ledger.entry import Entry
 from walog.ledger.placement import PlacementPolicy

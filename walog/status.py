@@ -23,7 +23,7 @@ import walog.aio
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
 from walog.ledger.ensemble import available_bookies, read_only_bookies
-from walog.log.metadata import list_logs, read_log
+from walog.log.log_metadata import list_logs, read_log
 from walog.metadata.election import ELECTIONS, current_leader
 from walog.metadata.layout import (
     AVAILABLE_BOOKIES,

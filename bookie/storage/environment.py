@@ -22,7 +22,7 @@ import lmdb
 from bookie.storage.files import LOCAL_FILES, Files
 from bookie.storage.journal_writer import ThreadRunner, WriterRunner
 from bookie.storage.lmdb_check import check_index_file
-from walog._sync import name_os_thread
+from walog._loop_thread import name_os_thread
 
 _T = TypeVar("_T")
 

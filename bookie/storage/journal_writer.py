@@ -42,7 +42,7 @@ import structlog
 
 from bookie.storage.fastpath import compiled_module
 from bookie.storage.journal_files import FRAME
-from walog._sync import name_os_thread
+from walog._loop_thread import name_os_thread
 
 _log = structlog.get_logger(__name__)
 

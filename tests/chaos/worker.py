@@ -34,7 +34,7 @@ from tests.chaos.records import JsonLines, RecordKey, payload
 from walog import mutations
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError, WriterFencedError
-from walog.log.log import AsyncLog
+from walog.log.async_log import AsyncLog
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
 from walog.wire.durability import Durability

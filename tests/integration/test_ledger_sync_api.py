@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import walog
-from walog._sync import LoopThread
+from walog._loop_thread import LoopThread
 from walog.client import Client
 from walog.testing import LocalCluster
 

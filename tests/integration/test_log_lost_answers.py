@@ -27,7 +27,7 @@ import walog.aio as aio
 import walog.log.takeover as takeover_module
 from tests.integration.cutting_proxy import CuttingProxy, zk_set_data_request
 from walog.errors import MetadataError
-from walog.log.log import AsyncLog
+from walog.log.async_log import AsyncLog
 from walog.metadata.layout import log_path
 from walog.metadata.store import MetadataStore, WatchCallback
 from walog.metadata.uri import ZooKeeperURI, parse_uri

@@ -26,7 +26,7 @@ import walog.log.writer
 from tests.integration.waiting import eventually
 from walog.aio import AsyncClient
 from walog.errors import WalogError
-from walog.log.log import AsyncLog
+from walog.log.async_log import AsyncLog
 from walog.log.records import encode_records
 from walog.log.sink import SinkBatch, SinkLedger, commit_sink_batch
 from walog.log.takeover import LedgerOptions

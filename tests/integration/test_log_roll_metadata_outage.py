@@ -16,7 +16,7 @@ import asyncio
 
 import walog.aio as aio
 from tests.integration.cutting_proxy import CuttingProxy, zk_set_data_request
-from walog.log.log import AsyncLog
+from walog.log.async_log import AsyncLog
 from walog.metadata.layout import log_path
 from walog.metadata.uri import ZooKeeperURI, parse_uri
 from walog.testing import LocalCluster

@@ -10,9 +10,9 @@ import pytest
 import walog.aio
 from walog.aio import AsyncClient
 from walog.errors import NoSuchLedgerError
+from walog.log.async_log import AsyncLog
 from walog.log.ledgers import LOG_TAG
-from walog.log.log import AsyncLog
-from walog.log.metadata import update_log
+from walog.log.log_metadata import update_log
 from walog.log.position import Position
 from walog.log.retention import RetentionPolicy
 from walog.log.truncation import enforce_retention

@@ -34,7 +34,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
-from walog.log.metadata import LogMetadata
+from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position
 from walog.metadata.layout import LEDGERS, LOGS
 

@@ -16,7 +16,7 @@ from tests.sim.log_invariants import LogAck
 from tests.sim.world import World, cancellable, guard
 from walog.aio import AsyncClient
 from walog.errors import DataLossError, WalogError
-from walog.log.log import AsyncLog
+from walog.log.async_log import AsyncLog
 from walog.log.position import Position
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.writer import AsyncLogWriter

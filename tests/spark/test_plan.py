@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from walog.errors import DataLossError
-from walog.log.metadata import LedgerInfo, LogMetadata
+from walog.log.log_metadata import LedgerInfo, LogMetadata
 from walog.log.position import Position
 from walog.spark.archive import archivable
 from walog.spark.options import ReadOptions

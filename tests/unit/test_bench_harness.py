@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from walog._sync import name_os_thread
+from walog._loop_thread import name_os_thread
 from walog.bench import floors, main
 from walog.bench.echo_server import METHOD
 from walog.bench.profile import summarise

@@ -29,7 +29,7 @@ import json
 import time
 from collections.abc import Callable
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.autorecovery.replicate import copy_entries, master_key_for, recover
 from walog.autorecovery.report import Report
 from walog.autorecovery.rules import damaged_fragments, lost_bookies, shares_to_check

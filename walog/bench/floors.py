@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 
 import walog._loop
-from walog._sync import LoopThread
+from walog._loop_thread import LoopThread
 from walog.bench.echo_server import METHOD, reserve
 from walog.bench.stats import Latency, Rate, cpu_seconds, payload
 from walog.transport.native import EOF, NativeCall, NativeConnection
@@ -69,7 +69,7 @@ def fdatasync_floor(directory: str | os.PathLike[str], seconds: float, size: int
 
 def thread_handover_floor(count: int) -> tuple[Latency, Latency]:
     """What the sync API's two thread wake-ups cost with nothing else to do: ``count`` calls
-    handed to an idle event-loop thread (:meth:`walog._sync.LoopThread.call_soon`, as the
+    handed to an idle event-loop thread (:meth:`walog._loop_thread.LoopThread.call_soon`, as the
     sync writers hand appends over), each settling at once a ``concurrent.futures`` future
     the caller waits on. Returns the times from the call to the loop thread running it, and
     from the future's result to the caller running again."""

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import BookieError, WalogError
 from walog.transport.base import BookiePool, ReadReply
 from walog.wire.status import Status

@@ -25,7 +25,7 @@ import random
 from collections.abc import Collection, Mapping, Sequence
 from typing import ClassVar
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import NotEnoughBookiesError
 from walog.ledger.quorum import write_quorums
 from walog.metadata.layout import DEFAULT_RACK

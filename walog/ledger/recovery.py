@@ -38,7 +38,7 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog import mutations
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import (
     BookieError,
     BookieUnavailableError,

@@ -47,8 +47,8 @@ import crc32c
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog import mutations
-from walog._log import get_logger
-from walog._sync import ALREADY_SETTLED, Sink
+from walog._loggers import get_logger
+from walog._sinks import ALREADY_SETTLED, Sink
 from walog.errors import (
     BookieReadOnlyError,
     BookieRestartedError,
@@ -279,9 +279,9 @@ class AsyncLedgerWriter:
 
     def append_into(self, data: bytes | bytearray | memoryview, sink: Sink[int]) -> None:
         """Like :meth:`append_nowait`, resolving ``sink`` (an asyncio or a
-        ``concurrent.futures`` future, or any :class:`walog._sync.Sink`) with the entry id instead:
-        the sync facade hands its own futures in and saves a future and a callback per
-        entry. Call it on the loop thread."""
+        ``concurrent.futures`` future, or any :class:`walog._sinks.Sink`) with the entry id
+        instead: the sync facade hands its own futures in and saves a future and a callback
+        per entry. Call it on the loop thread."""
         # The per-entry path of every append: the usual case (bytes, an open writer) costs
         # a comparison each; the checks that raise run only when it is not that case.
         max_bytes = self._ctx.config.max_entry_bytes

@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from walog.ledger.entry import Entry
-from walog.log.metadata import LogMetadata
+from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.records import encode_records
 

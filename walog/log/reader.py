@@ -25,12 +25,12 @@ from typing import Literal
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.log.archived import ArchivedLedger, archive_covers, archived_entries, archived_only
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
-from walog.log.metadata import LogMetadata, read_log
+from walog.log.log_metadata import LogMetadata, read_log
 from walog.log.position import Position, Record, ledger_start, unchecked_position
 from walog.log.records import iter_records
 from walog.metadata.layout import log_path

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from walog.log.metadata import LedgerInfo
+from walog.log.log_metadata import LedgerInfo
 from walog.log.position import Position, ledger_end
 
 
@@ -77,7 +77,7 @@ class RetentionPolicy:
         max_age: seconds a closed ledger is kept.
         max_bytes: bytes the closed ledgers of the log may hold.
         require_archived: only delete ledgers wholly before the log's archived-through mark
-            (set by the archive job through ``walog.log.metadata.mark_archived``).
+            (set by the archive job through ``walog.log.log_metadata.mark_archived``).
     """
 
     max_age: float | None = None

@@ -39,10 +39,10 @@ import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
-from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
+from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
 from walog.log.takeover import LedgerOptions, ListChanged, recover_listed, to_fence, with_recovered
 
 log = get_logger(__name__)

@@ -1,7 +1,7 @@
 """The sync log API: :class:`Log`, :class:`LogWriter`, :class:`LogReader`.
 
 Each wraps its ``walog.log`` coroutine counterpart and runs it on the client's event loop
-thread (:class:`walog._sync.LoopThread`). The hot paths do not pay one thread hop per call:
+thread (:class:`walog._loop_thread.LoopThread`). The hot paths do not pay one thread hop per call:
 appends are queued by user threads and drained by the loop in batches, the writer resolves
 the callers' futures directly, and a reader fetches every record already available in one
 hop.
@@ -13,9 +13,9 @@ import collections
 import concurrent.futures
 from collections.abc import Iterable, Iterator
 
-from walog._sync import Handoff, LoopThread, SyncContext
-from walog.log.log import AsyncLog
-from walog.log.metadata import LogMetadata
+from walog._loop_thread import Handoff, LoopThread, SyncContext
+from walog.log.async_log import AsyncLog
+from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
@@ -153,7 +153,7 @@ class Log:
     """A named log: an ordered list of ledgers. Made by ``Client.open_log``.
 
     Attributes:
-        async_log: the underlying :class:`walog.log.log.AsyncLog`.
+        async_log: the underlying :class:`walog.log.async_log.AsyncLog`.
     """
 
     def __init__(self, log: AsyncLog, loop: LoopThread) -> None:

@@ -14,10 +14,10 @@ import dataclasses
 import time
 
 from walog import mutations
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
-from walog.log.metadata import (
+from walog.log.log_metadata import (
     LedgerInfo,
     LogMetadata,
     cas_retrying,

@@ -13,10 +13,10 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, delete_ledger_if_exists
-from walog.log.metadata import LedgerInfo, LogMetadata, read_log, update_log
+from walog.log.log_metadata import LedgerInfo, LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end
 from walog.log.retention import RetentionPolicy, retention_count, truncation_count
 from walog.log.sink import collect_sink_orphans

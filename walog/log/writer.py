@@ -37,8 +37,8 @@ import time
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
 from walog import mutations
-from walog._log import get_logger
-from walog._sync import ALREADY_SETTLED, Sink
+from walog._loggers import get_logger
+from walog._sinks import ALREADY_SETTLED, Sink
 from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -49,7 +49,7 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
-from walog.log.metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
+from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
 from walog.log.retention import RollPolicy

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from walog._sync import Sink
+from walog._sinks import Sink
 from walog.log.position import Position, Record
 
 ResultSink = Sink[Any]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import WalogError
-from walog.log.log import AsyncLog
-from walog.log.metadata import SnapshotInfo
+from walog.log.async_log import AsyncLog
+from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position
 from walog.recipes.policy import SnapshotPolicy, restore_order, truncation_point
 from walog.recipes.service import Service

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from walog import mutations
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import DataLossError, LedgerFencedError, WalogError
-from walog.log.log import AsyncLog
-from walog.log.metadata import SnapshotInfo
+from walog.log.async_log import AsyncLog
+from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position, Record
 from walog.log.reader import AsyncLogReader
 from walog.log.writer import AsyncLogWriter

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Sequence
 from typing import Literal
 
-from walog.log.metadata import SnapshotInfo
+from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position
 
 

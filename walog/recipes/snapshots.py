@@ -22,7 +22,7 @@ from typing import IO, Protocol
 
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
-from walog.log.metadata import LogMetadata, SnapshotInfo, read_log, update_log
+from walog.log.log_metadata import LogMetadata, SnapshotInfo, read_log, update_log
 from walog.log.position import Position
 from walog.log.writer import LedgerOptions
 from walog.recipes.policy import with_snapshot

@@ -1,7 +1,7 @@
 """The sync replicated state machine: :class:`StateMachine` over the asyncio driver.
 
 The driver and the service's callbacks run on the client's event loop thread; commands are
-handed over from user threads in batches (:class:`walog._sync.Handoff`), and each caller
+handed over from user threads in batches (:class:`walog._loop_thread.Handoff`), and each caller
 waits on its own ``concurrent.futures.Future``.
 """
 
@@ -11,8 +11,8 @@ import concurrent.futures
 from pathlib import Path
 from typing import Any
 
-from walog._sync import Handoff, SyncContext
-from walog.log.metadata import SnapshotInfo
+from walog._loop_thread import Handoff, SyncContext
+from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position
 from walog.log.sync import Log
 from walog.recipes.machine import AsyncStateMachine

@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 import walog
 from walog.errors import MetadataConflictError, WalogError
-from walog.log.metadata import LogMetadata, read_log, update_log
+from walog.log.log_metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.truncation import refresh_closed
 from walog.spark.archive_files import ArchiveFiles, LocalFiles, archive_root

@@ -27,13 +27,13 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 import walog
-from walog._sync import LoopThread
+from walog._loop_thread import LoopThread
 from walog.client import Client
 from walog.errors import NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
 from walog.log.archived import archive_covers, archived_entries, archived_only
-from walog.log.metadata import read_log
+from walog.log.log_metadata import read_log
 from walog.spark.arrow import record_batches
 from walog.spark.options import BookieAccess, ReadOptions
 from walog.spark.plan import LedgerSpan, LogSnapshot, ReadRange, check_start, plan_ranges, resolve

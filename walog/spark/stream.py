@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from walog.client import Client
-from walog.log.metadata import commit_cursor, read_log
+from walog.log.log_metadata import commit_cursor, read_log
 from walog.log.position import Position
 from walog.log.records import iter_records
 from walog.spark.batch import (

@@ -19,7 +19,7 @@ from walog.testing.process import BookieProcess, LocalClusterError, free_port
 from walog.testing.tempdirs import owned_temp_dir
 
 if TYPE_CHECKING:
-    from walog._sync import LoopThread
+    from walog._loop_thread import LoopThread
     from walog.client import Client
     from walog.metadata.store import MetadataStore
 
@@ -308,7 +308,7 @@ class LocalCluster:
         return bookie
 
     def _open_store(self) -> None:
-        from walog._sync import LoopThread
+        from walog._loop_thread import LoopThread
         from walog.metadata import open_store
 
         self._loop = LoopThread(name="walog-local-cluster")

@@ -32,7 +32,7 @@ class ControlHost:
     """
 
     def __init__(self, host: Host, metadata_uri: str) -> None:
-        from walog._sync import LoopThread
+        from walog._loop_thread import LoopThread
         from walog.metadata import open_store
 
         self._uri = metadata_uri

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import grpc
 import grpc.aio
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
 from walog.transport.base import BatchCallback, StoredEntry
 from walog.transport.native import NativeCallError

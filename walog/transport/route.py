@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from walog._log import get_logger
+from walog._loggers import get_logger
 from walog.config import ClientConfig
 from walog.errors import BookieUnavailableError, UnauthorizedError
 from walog.transport.codec import translate_rpc_error

@@ -17,8 +17,8 @@ import pytest
 import walog.aio
 from walog.aio import AsyncClient
 from walog.errors import DataLossError, WriterFencedError
-from walog.log.log import AsyncLog
-from walog.log.metadata import LogMetadata
+from walog.log.async_log import AsyncLog
+from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, Record
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.recipes import AsyncStateMachine, NotLeaderError, Role, SnapshotPolicy

@@ -1,4 +1,4 @@
-"""The event-loop thread behind the sync facades (walog._sync)."""
+"""The event-loop thread behind the sync facades (walog._loop_thread)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from walog._sync import LoopThread
+from walog._loop_thread import LoopThread
 
 
 @pytest.fixture

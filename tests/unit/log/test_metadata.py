@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from walog.log.metadata import LedgerInfo, LogMetadata, validate_log_name
+from walog.log.log_metadata import LedgerInfo, LogMetadata, validate_log_name
 from walog.log.position import Position
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from walog.log.metadata import LedgerInfo
+from walog.log.log_metadata import LedgerInfo
 from walog.log.position import Position
 from walog.log.retention import RetentionPolicy, RollPolicy, retention_count, truncation_count
 

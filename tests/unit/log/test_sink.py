@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from walog.log.metadata import LedgerInfo, LogMetadata
+from walog.log.log_metadata import LedgerInfo, LogMetadata
 from walog.log.position import Position
 from walog.log.sink import (
     SINK_BATCH_TAG,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walog.log.metadata import LedgerInfo, LogMetadata
+from walog.log.log_metadata import LedgerInfo, LogMetadata
 from walog.log.takeover import to_fence, with_recovered
 
 

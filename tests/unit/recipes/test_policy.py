@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from walog.log.metadata import LogMetadata, SnapshotInfo
+from walog.log.log_metadata import LogMetadata, SnapshotInfo
 from walog.log.position import Position
 from walog.recipes.policy import (
     Role,

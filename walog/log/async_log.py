@@ -11,7 +11,7 @@ import contextlib
 from walog.errors import NoSuchLedgerError
 from walog.log import truncation
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
-from walog.log.metadata import (
+from walog.log.log_metadata import (
     LogMetadata,
     commit_cursor,
     create_log,
