@@ -17,7 +17,6 @@ from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 from walog.metadata.uri import parse_uri
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
-_METADATA_SCHEMES = ("zk://", "sqlite:///")
 _MIB = 1024 * 1024
 
 

@@ -1,6 +1,22 @@
 """walog: a replicated write-ahead log for Python services, built on BookKeeper-style ledgers.
 
 This module is the public API; everything else may change. docs/api.md is its reference.
+
+The package, top to bottom (docs/architecture.md draws the layers):
+
+- ``client``: the sync API (``walog.connect``); ``aio``: the same as coroutines;
+- ``log``: logs made of ledgers; ``ledger``: the ledger protocol, client side;
+- ``transport``: connections to bookies; ``metadata``: the metadata stores;
+- ``config``: a client's settings; ``wire``: what clients and bookies share;
+- ``recipes``: the replicated state machine; ``spark``: the Spark data source, sink and
+  archive job; ``autorecovery``: re-replication of lost bookies' ledgers;
+- ``cli``: the ``walog`` command, with ``status``, ``quickstart`` and ``tables``;
+  ``bench``: ``walog bench``; ``testing``: local clusters for tests and demos;
+- ``metrics``: Prometheus metrics; ``errors``: the exceptions, rooted at ``WalogError``;
+- shared helpers: ``_loggers`` (logging), ``_loop`` (the event loop walog starts),
+  ``_loop_thread`` (the loop thread behind the sync facades), ``_sinks`` (where results
+  go), ``latency`` (a bookie's add-stage histograms), ``memory`` (keeping freed memory),
+  ``mutations`` (test-only switches that plant known bugs), ``_version``.
 """
 
 from __future__ import annotations

@@ -1,1 +1,13 @@
-"""The BookKeeper ledger protocol, client side."""
+"""The ledger protocol, client side (docs/protocol.md, "Ledgers" and "Fencing and recovery").
+
+- ``quorum``: write sets and coverage, pure; ``durability``: the LAC of a VOLATILE ledger
+  and restarted bookies, pure;
+- ``placement``: which bookies an ensemble gets; ``ensemble``: fragment changes;
+- ``create``: creating a ledger; ``writer``: the single writer (adds, completion, LAC,
+  ensemble changes, force, close);
+- ``readops``: quorum reads shared by readers and recovery; ``recovery``: fencing and
+  recovery; ``reader``: reading, LAC reads and tailing; ``lacwatch``: the standing LAC
+  watches behind a tailer; ``entry``: the entry readers return;
+- ``context``: what every operation needs (metadata store, bookie connections, settings),
+  the one place the simulator swaps in its own.
+"""

@@ -1,11 +1,12 @@
-"""The single writer of a ledger: striping, ack quorums, in-order completion, LAC (seed 000).
+"""The single writer of a ledger: striping, ack quorums, in-order completion, LAC
+(docs/protocol.md, "Ledgers").
 
 An append takes the next entry id and is sent to the write quorum of the current fragment's
 ensemble (``write_set``) at the end of the event-loop turn, packed together with the other
 appends of that turn: one call per bookie, and replies acknowledge runs of entries. It
 completes when ``Qa`` bookies of its write quorum acknowledged it **and** every lower entry
-completed; the LAC is the highest completed entry (VOLATILE ledgers: see seed 004, the LAC
-follows the bookies' LastAddSynced values).
+completed; the LAC is the highest completed entry (VOLATILE ledgers: the LAC follows the
+bookies' LastAddSynced values, docs/protocol.md, "The LAC of a VOLATILE ledger").
 
 A bookie that errors or times out is replaced by an ensemble change (a new fragment starting
 at the first entry not yet completed, CAS on the metadata), then the pending entries of that
@@ -20,15 +21,16 @@ while an index was failed or had no replacement), no pending entry misses a book
 write quorum: a request in flight to a bookie that stays is either answered or times out,
 and the timeout replaces that bookie.
 
-A VOLATILE ledger never changes its ensemble (seed 004), and its bookies acknowledge
-entries from their page cache: a bookie that restarts loses those it had not synced. Every
-answer carries the bookie's incarnation (drawn anew each time its storage opens); the writer
-keeps, per ensemble index, the incarnation of the bookie's answers and the highest entry it
-acknowledged. An answer from a new incarnation of a bookie that had acknowledged entries
-above every LastAddSynced it reported (before or in that answer) stops the writer before the
-answer counts: entries acknowledged after the loss would follow a gap. A restart that kept
-everything (a clean one, or a kill the page cache survived) changes nothing. PERSISTENT
-acknowledgements are durable, so their incarnations are not checked.
+A VOLATILE ledger never changes its ensemble (docs/protocol.md, "VOLATILE restrictions"),
+and its bookies acknowledge entries from their page cache: a bookie that restarts loses
+those it had not synced. Every answer carries the bookie's incarnation (drawn anew each time
+its storage opens); the writer keeps, per ensemble index, the incarnation of the bookie's
+answers and the highest entry it acknowledged. An answer from a new incarnation of a bookie
+that had acknowledged entries above every LastAddSynced it reported (before or in that
+answer) stops the writer before the answer counts: entries acknowledged after the loss would
+follow a gap. A restart that kept everything (a clean one, or a kill the page cache
+survived) changes nothing. PERSISTENT acknowledgements are durable, so their incarnations
+are not checked.
 
 Only :class:`LedgerContext` (store, pool, config) and the event loop are used here: no
 sockets, threads or wall clock, so the simulator runs this code unchanged.
@@ -146,8 +148,9 @@ def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> li
     """Remove and return the adds that complete now, in entry-id order.
 
     An add completes when ``ack_quorum`` bookies of its write quorum acknowledged it **and**
-    every lower entry completed (seed 000): only the acknowledged prefix of ``pending``
-    (ordered by entry id) completes; an acknowledged add behind a gap waits.
+    every lower entry completed (docs/protocol.md, "Entry ids and completion"): only the
+    acknowledged prefix of ``pending`` (ordered by entry id) completes; an acknowledged add
+    behind a gap waits.
     """
     if mutations.enabled("out_of_order_ack"):
         ready = [add for add in pending if add.acked.bit_count() >= ack_quorum]
@@ -194,8 +197,8 @@ class AsyncLedgerWriter:
         self._ensemble = list(metadata.last_ensemble)
         self._clients = [ctx.pool.get(b) for b in self._ensemble]  # by ensemble index
         self._on_replies = self._reply_handlers()  # by ensemble index
-        # Write quorums repeat every E entries (seed 000): entry e goes to the ensemble
-        # indexes set in _write_masks[e % E].
+        # Write quorums repeat every E entries (docs/protocol.md, "Write quorums"): entry e
+        # goes to the ensemble indexes set in _write_masks[e % E].
         self._write_masks = [
             sum(1 << index for index in write_set(i, self._e, self._qw)) for i in range(self._e)
         ]
@@ -490,7 +493,8 @@ class AsyncLedgerWriter:
 
     def _advance_lac(self) -> None:
         if self._durability is Durability.VOLATILE:
-            # Seed 004: the LAC passes only entries synced on enough bookies.
+            # The LAC passes only entries synced on enough bookies (docs/protocol.md, "The
+            # LAC of a VOLATILE ledger").
             synced = lac_from_last_add_synced(self._las, self._qw, self._qa)
             lac = max(self._lac, min(synced, self._completed))
         else:
@@ -640,7 +644,8 @@ class AsyncLedgerWriter:
         if self._metrics is not None:
             self._metrics.bookie_errors[bookie] += 1
         if self._durability is Durability.VOLATILE:
-            # Seed 004: VOLATILE ledgers never change their ensemble.
+            # VOLATILE ledgers never change their ensemble (docs/protocol.md, "VOLATILE
+            # restrictions").
             read_only = reason == Status.READ_ONLY.name
             error = BookieReadOnlyError if read_only else BookieUnavailableError
             what = "turned read-only" if read_only else f"failed ({reason})"
@@ -818,8 +823,8 @@ class AsyncLedgerWriter:
 
     async def _force_ensemble(self) -> list[str]:
         """Ask every bookie of the ensemble to sync the ledger and advance the LAC over what
-        they synced (seed 004); return what went wrong, one text per bookie that did not
-        answer OK (while closing, a failed bookie does not stop the writer)."""
+        they synced (docs/protocol.md, "Force"); return what went wrong, one text per bookie
+        that did not answer OK (while closing, a failed bookie does not stop the writer)."""
         ensemble = list(self._ensemble)
         replies = await asyncio.gather(
             *(self._ctx.pool.get(b).force(self._ledger_id, self._master_key) for b in ensemble),
@@ -882,10 +887,10 @@ class AsyncLedgerWriter:
             self._state = "closed"
 
     async def _closing_end(self) -> int:
-        """The last entry the close records: the last one acknowledged to the caller (seed
-        000, "Closing a ledger as a writer"), never less.
+        """The last entry the close records: the last one acknowledged to the caller
+        (docs/protocol.md, "Closing as a writer"), never less.
 
-        A VOLATILE ledger's LAC follows what its bookies synced (seed 004), which may lag
+        A VOLATILE ledger's LAC follows what its bookies synced, which may lag
         the acknowledged entries: the close forces the ensemble first and closes at the
         LAC that reaches. If it cannot reach every acknowledged entry (a bookie is down),
         the close fails and the ledger stays OPEN, so that recovery, which reads what the

@@ -32,6 +32,12 @@ racks and faults between hosts (:mod:`walog.testing.hosts`).
 
 :class:`StandaloneSpark` starts a Spark standalone master and workers from the installed
 pyspark, for Spark jobs on a real cluster (:mod:`walog.testing.spark`).
+
+Modules: ``cluster`` (LocalCluster), ``process`` (one bookie process), ``hosts``
+(HostCluster), ``netns`` (hosts as network namespaces, faults between them), ``zookeeper``
+(a ZooKeeper ensemble on those hosts), ``control`` (HostCluster's control host),
+``delay_proxy`` (latency between hosts), ``spark`` (StandaloneSpark), ``tempdirs``
+(temporary directories a later run can clean up).
 """
 
 from walog.testing.cluster import BookieRef, LocalCluster
