@@ -13,7 +13,7 @@ import pytest
 
 import walog.aio as aio
 from walog.autorecovery import recover
-from walog.cli import main as walog_main
+from walog.main import main as walog_main
 from walog.config import ClientConfig, Timeouts
 from walog.testing import LocalCluster
 from walog.wire.proto import bookie_pb2 as pb

@@ -13,7 +13,7 @@ import pytest
 
 import walog
 from tests.zk import ZooKeeperServer
-from walog import cli
+from walog import main as cli
 from walog.ledger.create import password_check
 from walog.testing import LocalCluster
 from walog.wire.digest import master_key

@@ -321,7 +321,7 @@ def archive_log(
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``walog archive``."""
-    from walog.cli import CommandParser, add_connection_options
+    from walog.cli.options import CommandParser, add_connection_options
 
     parser = CommandParser(
         prog="walog archive",
