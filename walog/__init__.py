@@ -130,9 +130,18 @@ __all__ = [
 ]
 
 
+# The subpackages reached as attributes of walog (also imported on first use).
+_SUBPACKAGES: dict[str, str] = {
+    "aio": "walog.aio",
+    "recipes": "walog.recipes",
+    "spark": "walog.spark",
+    "testing": "walog.testing",
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("aio", "recipes", "testing", "spark"):
-        return importlib.import_module(f"walog.{name}")
+    if name in _SUBPACKAGES:
+        return importlib.import_module(_SUBPACKAGES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'walog' has no attribute {name!r}")
