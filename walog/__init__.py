@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     # What the lazy table below resolves at run time, spelled out for type checkers (a
     # test keeps the two in step): they see each walog.X as what it is, not as Any.
     from walog import aio, recipes, spark, testing
-    from walog.client import Client, LedgerReader, LedgerWriter, connect
+    from walog.client import Client, connect
     from walog.config import ClientConfig, Timeouts
     from walog.errors import (
         BookieError,
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
         WriterFencedError,
     )
     from walog.ledger.entry import Entry
+    from walog.ledger.placement import PlacementPolicy
+    from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.position import Position, Record, Segment
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.sync import Log, LogReader, LogWriter
@@ -49,8 +51,9 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "connect": "walog.client",
     "Client": "walog.client",
-    "LedgerWriter": "walog.client",
-    "LedgerReader": "walog.client",
+    "LedgerWriter": "walog.ledger.sync",
+    "LedgerReader": "walog.ledger.sync",
+    "PlacementPolicy": "walog.ledger.placement",
     "Durability": "walog.wire.durability",
     "Entry": "walog.ledger.entry",
     "LedgerMetadata": "walog.metadata.layout",
@@ -112,6 +115,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NoSuchLogError",
     "NotEnoughBookiesError",
+    "PlacementPolicy",
     "Position",
     "Record",
     "RetentionPolicy",
