@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     # What the lazy table below resolves at run time, spelled out for type checkers (a
     # test keeps the two in step): they see each walog.X as what it is, not as Any.
     from walog import aio, recipes, spark, testing
-    from walog.client import Client, LedgerReader, LedgerWriter, connect
+    from walog.client import Client, connect
     from walog.config import ClientConfig, Timeouts
     from walog.errors import (
         BookieError,
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
         WriterFencedError,
     )
     from walog.ledger.entry import Entry
+    from walog.ledger.placement import PlacementPolicy
+    from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.position import Position, Record, Segment
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.sync import Log, LogReader, LogWriter
@@ -65,8 +67,9 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "connect": "walog.client",
     "Client": "walog.client",
-    "LedgerWriter": "walog.client",
-    "LedgerReader": "walog.client",
+    "LedgerWriter": "walog.ledger.sync",
+    "LedgerReader": "walog.ledger.sync",
+    "PlacementPolicy": "walog.ledger.placement",
     "Durability": "walog.wire.durability",
     "Entry": "walog.ledger.entry",
     "LedgerMetadata": "walog.metadata.layout",
@@ -128,6 +131,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NoSuchLogError",
     "NotEnoughBookiesError",
+    "PlacementPolicy",
     "Position",
     "Record",
     "RetentionPolicy",
@@ -146,9 +150,18 @@ __all__ = [
 ]
 
 
+# The subpackages reached as attributes of walog (also imported on first use).
+_SUBPACKAGES: dict[str, str] = {
+    "aio": "walog.aio",
+    "recipes": "walog.recipes",
+    "spark": "walog.spark",
+    "testing": "walog.testing",
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("aio", "recipes", "testing", "spark"):
-        return importlib.import_module(f"walog.{name}")
+    if name in _SUBPACKAGES:
+        return importlib.import_module(_SUBPACKAGES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'walog' has no attribute {name!r}")

@@ -26,7 +26,7 @@ from tests.integration.disks import (
     used_share,
     wait_until,
 )
-from walog import cli
+from walog import main as cli
 from walog.testing import LocalCluster, free_port
 from walog.wire.digest import master_key
 from walog.wire.proto import bookie_pb2 as pb

@@ -25,7 +25,7 @@ from walog.autorecovery.daemon import Daemon
 from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import recover
 from walog.autorecovery.report import Report
-from walog.cli import CommandParser, add_connection_options, connect_options
+from walog.cli.options import CommandParser, add_connection_options, connect_options
 from walog.errors import WalogError
 from walog.ledger.placement import POLICIES, placement_policy
 

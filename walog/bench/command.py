@@ -87,7 +87,7 @@ class _Plan:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``walog bench`` (it starts a cluster of its own: no --metadata)."""
-    from walog.cli import CommandParser
+    from walog.cli.options import CommandParser
 
     parser = CommandParser(
         prog="walog bench",
