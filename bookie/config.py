@@ -15,7 +15,6 @@ from bookie.storage.compaction import CompactionPolicy
 from bookie.storage.config import StorageConfig
 from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 from walog.metadata.uri import parse_uri
-from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 _METADATA_SCHEMES = ("zk://", "sqlite:///")
 _MIB = 1024 * 1024
@@ -108,8 +107,9 @@ class BookieConfig:
     max_inflight_bytes: int = 256 * 1024 * 1024
     """``--max-inflight-bytes``: payload bytes of unanswered adds; above it adds get
     TOO_MANY_REQUESTS (admission control)."""
-    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
-    """``--max-entry-bytes``: larger entries are refused with BAD_REQUEST."""
+    max_entry_bytes: int = StorageConfig.max_entry_bytes
+    """``--max-entry-bytes``: larger entries are refused with BAD_REQUEST; the storage
+    engine's default, a little more than a client's (walog/wire/limits.py)."""
     entry_log_file_bytes: int = 512 * _MIB
     """``--entry-log-file-bytes``: an entry log is rolled over once it grows past this size;
     the log being filled is never compacted, so smaller logs give space back sooner."""
