@@ -24,7 +24,7 @@ DELEGATED = {
 }
 # Commands that start a cluster of their own take no --metadata and no --timeout.
 OWN_CLUSTER = {("quickstart",), ("bench",)}
-# The bookie is a server: its metadata store has --metadata-timeout, not --timeout.
+# The bookie is a server: its metadata store has --metadata-timeout-s, not --timeout.
 NO_TIMEOUT = {("bookie",)}
 
 
