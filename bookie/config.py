@@ -1,10 +1,11 @@
 """Bookie configuration: the settings of the server process, :class:`BookieConfig`.
 
 ``BookieConfig`` maps 1:1 onto the flags of ``python -m bookie`` (bookie/main.py builds them
-from its fields). A setting of the storage engine (``StorageConfig``), of compaction
-(``CompactionPolicy``) or of read-only mode by disk usage (``DiskThresholds``) is declared
-there, with its default, unit and help text, and taken over here under the same name
-(:func:`walog.config_file.same_as`); the process's own settings are declared here.
+from its fields) and onto the keys of its ``--config`` file. A setting of the storage engine
+(``StorageConfig``), of compaction (``CompactionPolicy``) or of read-only mode by disk usage
+(``DiskThresholds``) is declared there, with its default, unit and help text, and taken over
+here under the same name (:func:`walog.config_file.same_as`); the process's own settings are
+declared here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from bookie.disks import DiskThresholds
 from bookie.storage.compaction import CompactionPolicy
 from bookie.storage.config import StorageConfig
-from walog.config_file import flag_of, owned, same_as, setting, with_flag_names
+from walog.config_file import ENV_METADATA, flag_of, owned, same_as, setting, with_flag_names
 from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 from walog.metadata.uri import parse_uri
 
@@ -43,7 +44,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 @dataclasses.dataclass(frozen=True)
 class BookieConfig:
-    """Settings of one bookie process; each field is one flag.
+    """Settings of one bookie process; each field is one flag and one key of the file.
 
     The bookie id is ``listen`` (``HOST:PORT``): clients find the bookie under that id in
     the metadata store and connect to that address, so it must be reachable by clients.
@@ -61,6 +62,7 @@ class BookieConfig:
         help="the metadata store: zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db",
         group="network",
         metavar="URI",
+        env=ENV_METADATA,
     )
     rack: str = setting(
         DEFAULT_RACK,

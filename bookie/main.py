@@ -18,12 +18,13 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import os
 import re
 import signal
 import ssl
 import sys
 import typing
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -46,7 +47,14 @@ from bookie.server.health import BookieHealth, read_only_reason
 from bookie.server.http import MetricsServer
 from bookie.storage.engine import BookieCore
 from walog._version import __version__
-from walog.config_file import HELP, add_deprecated_flag, flag_of
+from walog.config_file import (
+    ENV_METADATA,
+    HELP,
+    add_config_flags,
+    add_deprecated_flag,
+    flag_of,
+    resolve,
+)
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
@@ -110,6 +118,21 @@ _RENAMED: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
 converts where the unit changed. The old spellings still work (hidden, with a warning on
 stderr); the configuration file knows only the new keys."""
 
+ENVIRONMENT_ONLY = {
+    "WALOG_EVENT_LOOP": "the event loop: uvloop (the default where installed) or asyncio",
+    "WALOG_PURE_PYTHON": "1: the pure-Python journal and storage paths instead of the compiled",
+}
+"""The environment variables a bookie reads that are no flag, with what they choose."""
+
+_SKIP = ("rebuild_index",)
+"""Flags that are no setting (a command)."""
+
+
+def _environment() -> dict[str, str]:
+    """The environment variable of each setting that has one, by field name."""
+    fields = dataclasses.fields(BookieConfig)
+    return {field.name: field.metadata["env"] for field in fields if "env" in field.metadata}
+
 
 def _add_flag(group: argparse._ArgumentGroup, field: dataclasses.Field[Any], hint: Any) -> None:
     """The flag of one BookieConfig field: its type from the annotation and the unit in the
@@ -144,8 +167,8 @@ def _add_flag(group: argparse._ArgumentGroup, field: dataclasses.Field[Any], hin
 
 def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
     """The argument parser of the bookie command: one flag per BookieConfig field, named,
-    typed, defaulted and described by the field (``bookie/config.py``), plus
-    ``--log-level`` and ``--rebuild-index``.
+    typed, defaulted and described by the field (``bookie/config.py``), plus ``--config``,
+    ``--print-config``, ``--log-level`` and ``--rebuild-index``.
 
     Args:
         prog: how the command was started (``walog bookie`` or ``python -m bookie``).
@@ -154,6 +177,10 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
         prog=prog,
         description="Run a walog bookie: the storage server of ledger entries. "
         "See docs/bookies.md.",
+        epilog="Environment: "
+        f"{ENV_METADATA} gives --metadata where neither the flag nor the file does; "
+        + "; ".join(f"{name}: {text}" for name, text in ENVIRONMENT_ONLY.items())
+        + ".",
     )
     p.add_argument("--version", action="version", version=f"walog bookie {__version__}")
     groups = {name: p.add_argument_group(name) for name in GROUPS}
@@ -169,26 +196,45 @@ def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
     groups["maintenance"].add_argument(
         "--log-level", default="INFO", choices=LOG_LEVELS, help="lowest level logged [INFO]"
     )
+    add_config_flags(p)
     for old, (new, convert) in _RENAMED.items():
         add_deprecated_flag(p, old, new, convert)
     return p
 
 
 def parse_config(
-    argv: Sequence[str] | None = None, prog: str = "walog bookie"
+    argv: Sequence[str] | None = None,
+    prog: str = "walog bookie",
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[BookieConfig, str]:
-    """Parse flags into a validated BookieConfig and the log level.
+    """A validated BookieConfig and the log level, from the flags, the environment and the
+    ``--config`` file (in that order of precedence; walog/config_file.py).
 
-    Exits with status 2 and one error line on bad flags (argparse convention).
+    With ``--print-config``, prints the effective settings and where each came from, and
+    exits with status 0. Exits with status 2 and one error line on bad flags or a bad file
+    (argparse convention).
     """
     parser = build_parser(prog)
-    args = vars(parser.parse_args(argv))
-    level = args.pop("log_level")
-    args.pop("rebuild_index")  # handled by main() before parsing
+    resolved = resolve(
+        parser,
+        list(sys.argv[1:] if argv is None else argv),
+        environment=_environment(),
+        environ=environ,
+        skip=_SKIP,
+    )
+    values = resolved.values()
+    level = values.pop("log_level")
     try:
-        return BookieConfig(**args), level
+        config = BookieConfig(**values)
     except ValueError as exc:
-        parser.error(str(exc))
+        resolved.error(str(exc))
+    if resolved.print_config:
+        env = os.environ if environ is None else environ
+        notes = ["", "# -- environment only --"]
+        notes += [f"# {name}: {env.get(name, '(not set)')}" for name in ENVIRONMENT_ONLY]
+        print(resolved.render(prog) + "\n".join(notes), flush=True)
+        parser.exit(0)
+    return config, level
 
 
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
@@ -353,6 +399,19 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
     return False
 
 
+def _rebuild_args(args: list[str], prog: str) -> list[str]:
+    """The flags of ``--rebuild-index``: as given, or the settings it needs from the
+    ``--config`` file."""
+    if not any(a == "--config" or a.startswith("--config=") for a in args):
+        return args
+    resolved = resolve(build_parser(prog), args, environment=_environment(), skip=_SKIP)
+    values = resolved.values()
+    rebuild = ["--rebuild-index", "--data-dir", str(values["data_dir"])]
+    if resolved.sources["max_entry_bytes"] != "default":
+        rebuild += ["--max-entry-bytes", str(values["max_entry_bytes"])]
+    return rebuild
+
+
 GC_THRESHOLDS = (20_000, 20, 20)
 """The bookie's garbage-collector thresholds (the interpreter's: 700, 10, 10).
 
@@ -370,7 +429,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     if "--rebuild-index" in args:
         from bookie.storage.rebuild import main as rebuild_main
 
-        return rebuild_main(args)
+        return rebuild_main(_rebuild_args(args, prog))
     config, level = parse_config(args, prog)
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
@@ -385,6 +444,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
 
 
 __all__ = [
+    "ENVIRONMENT_ONLY",
     "GC_THRESHOLDS",
     "build_parser",
     "main",

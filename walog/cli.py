@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from walog._version import __version__
+from walog.config_file import ENV_METADATA
 from walog.errors import NoSuchLogError, WalogError
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from walog.log.position import Position
     from walog.log.sync import Log
 
-ENV_METADATA = "WALOG_METADATA"
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
 ENV_TRACEBACK = "WALOG_TRACEBACK"
 
@@ -404,9 +404,6 @@ def _run_delegated(name: str, argv: list[str], target: tuple[str, str, str] | No
         if {"-h", "--help"} & set(argv):
             _build_parser().parse_args([name, "--help"])
         raise CliError(f"{feature} is not available in this build", 2)
-    given = any(a == "--metadata" or a.startswith("--metadata=") for a in argv)
-    if name == "bookie" and os.environ.get(ENV_METADATA) and not given:
-        argv = [*argv, "--metadata", os.environ[ENV_METADATA]]
     return entry(argv) or 0
 
 

@@ -102,7 +102,7 @@ def test_metadata_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(cli.ENV_METADATA, "sqlite:///from/env.db")
     for words, parser in commands():
         if words in OWN_CLUSTER or words == ("bookie",):
-            continue  # the bookie gets it from `walog bookie` (its flag is required)
+            continue  # the bookie reads the variable when it resolves its settings
         action = _options(parser).get("--metadata")
         assert action is not None and action.default == "sqlite:///from/env.db", words
 
