@@ -52,6 +52,7 @@ from walog.config_file import (
     HELP,
     add_config_flags,
     add_deprecated_flag,
+    example_file,
     flag_of,
     resolve,
 )
@@ -235,6 +236,52 @@ def parse_config(
         print(resolved.render(prog) + "\n".join(notes), flush=True)
         parser.exit(0)
     return config, level
+
+
+EXAMPLE_SAMPLES: dict[str, object] = {
+    "data-dir": "/var/lib/walog/bookie",
+    "listen": "bookie1.example.com:3181",
+    "metadata": "zk://zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181/walog",
+}
+"""The values the example file sets for the settings a bookie must be given."""
+
+EXAMPLE_HINTS: dict[str, object] = {
+    "journal-dir": "/var/lib/walog/journal",
+    "metrics-port": 9101,
+    "tls-cert": "/etc/walog/tls/bookie.crt",
+    "tls-key": "/etc/walog/tls/bookie.key",
+    "tls-ca": "/etc/walog/tls/ca.crt",
+    "auth-token-file": "/etc/walog/bookie.token",
+    "discard-instance": "INSTANCE-ID-FROM-THE-REFUSAL",
+    "exit-with": 4242,
+}
+"""The values the example file shows, commented out, for the settings off by default."""
+
+
+def example_config() -> str:
+    """The example configuration file shipped as docs/ops/bookie.toml: every key with its
+    help text and its default, built from the flags (so it cannot drift from them).
+
+    Regenerate it with ``python -c 'import bookie.main as m; print(m.example_config(),
+    end="")' > docs/ops/bookie.toml``.
+    """
+    return example_file(
+        build_parser("python -m bookie"),
+        title=[
+            "An example configuration of a walog bookie: every key, its help text and its",
+            "default. Run: python -m bookie --config /etc/walog/bookie.toml",
+            "",
+            "Keys are the flags' names without the dashes; a flag given on the command line",
+            f"wins over the file, and so does {ENV_METADATA} over its key. Units are in the",
+            'names: _s seconds, _bytes bytes (an integer or a size such as "64MiB").',
+            "A commented-out key is off unless given (its value an example). python -m bookie",
+            "--config FILE --print-config shows the effective settings and where each came from.",
+            "This file is generated from the flags: bookie.main.example_config().",
+        ],
+        samples=EXAMPLE_SAMPLES,
+        hints=EXAMPLE_HINTS,
+        skip=_SKIP,
+    )
 
 
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
@@ -445,8 +492,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
 
 __all__ = [
     "ENVIRONMENT_ONLY",
+    "EXAMPLE_HINTS",
+    "EXAMPLE_SAMPLES",
     "GC_THRESHOLDS",
     "build_parser",
+    "example_config",
     "main",
     "parse_config",
     "run",

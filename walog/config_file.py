@@ -33,6 +33,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path, PurePath
@@ -61,7 +62,7 @@ class ConfigFileError(ValueError):
 
 def setting(default: Any = dataclasses.MISSING, *, help: str, **extra: Any) -> Any:
     """A dataclass field declaring a setting: its default and its help text, the one place
-    either is written (flags, ``--help`` and derived dataclasses read them).
+    either is written (flags, ``--help``, example files and derived dataclasses read them).
 
     Args:
         default: the default; leave out for a setting that must be given.
@@ -487,6 +488,53 @@ def toml_value(value: object) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
+def plain_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help text of a setting as ``--help`` shows it, without the ``[default]`` that
+    ends it."""
+    text = parser._get_formatter()._expand_help(action)
+    return re.sub(r"\s*\[[^\[\]]*\]$", "", " ".join(text.split()))
+
+
+def example_file(
+    parser: argparse.ArgumentParser,
+    *,
+    title: Sequence[str],
+    samples: Mapping[str, object],
+    hints: Mapping[str, object],
+    skip: Iterable[str] = (),
+) -> str:
+    """A commented TOML file with every setting of ``parser``, each after its help text and
+    with its default, which the program reads back as it is.
+
+    Args:
+        parser: the program's parser.
+        title: the comment lines at the top.
+        samples: values to set instead of the default, by key (e.g. the metadata store).
+        hints: values to show commented out, by key, for settings off by default (a path).
+        skip: ``dest`` of the flags that are no settings.
+    """
+    lines = [f"# {line}" if line else "#" for line in title]
+    for group_title, actions in _groups(parser, _settings(parser, skip)):
+        lines += ["", f"# -- {group_title} --"]
+        for action in actions:
+            key = _key(action)
+            lines.append("")
+            lines += textwrap.wrap(
+                plain_help(parser, action),
+                92,
+                initial_indent="# ",
+                subsequent_indent="# ",
+                break_on_hyphens=False,
+            )
+            if key in samples:
+                lines.append(f"{key} = {toml_value(samples[key])}")
+            elif action.default is not None:
+                lines.append(f"{key} = {toml_value(action.default)}")
+            else:
+                lines.append(f"# {key} = {toml_value(hints.get(key, ''))}")
+    return "\n".join(lines) + "\n"
+
+
 __all__ = [
     "ENV_METADATA",
     "HELP",
@@ -496,8 +544,10 @@ __all__ = [
     "Resolved",
     "add_config_flags",
     "add_deprecated_flag",
+    "example_file",
     "flag_of",
     "owned",
+    "plain_help",
     "resolve",
     "same_as",
     "setting",

@@ -26,7 +26,7 @@ from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import recover
 from walog.autorecovery.report import Report
 from walog.cli import CommandParser, add_connection_options, connect_options
-from walog.config_file import ENV_METADATA, add_config_flags, resolve
+from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
 from walog.ledger.placement import POLICIES, placement_policy
 
@@ -98,6 +98,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_flags(parser)
     return parser
+
+
+def example_config() -> str:
+    """The example configuration file shipped as docs/ops/autorecovery.toml: every key with
+    its help text and its default, built from the flags.
+
+    Regenerate it with ``python -c 'import walog.autorecovery.command as m;
+    print(m.example_config(), end="")' > docs/ops/autorecovery.toml``.
+    """
+    return example_file(
+        build_parser(),
+        title=[
+            "An example configuration of the walog autorecovery daemon: every key, its help",
+            "text and its default. Run: walog autorecovery --config /etc/walog/autorecovery.toml",
+            "",
+            "Keys are the flags' names without the dashes; a flag given on the command line",
+            f"wins over the file, and so does {ENV_METADATA} over its key. A commented-out",
+            "key is off unless given (its value an example). walog autorecovery --config",
+            "FILE --print-config shows the effective settings and where each came from.",
+            "This file is generated from the flags: walog.autorecovery.command.example_config().",
+        ],
+        samples=EXAMPLE_SAMPLES,
+        hints=EXAMPLE_HINTS,
+    )
+
+
+EXAMPLE_SAMPLES: dict[str, object] = {
+    "metadata": "zk://zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181/walog",
+}
+"""The values the example file sets instead of the defaults."""
+
+EXAMPLE_HINTS: dict[str, object] = {
+    "tls-ca": "/etc/walog/tls/ca.crt",
+    "tls-cert": "/etc/walog/tls/autorecovery.crt",
+    "tls-key": "/etc/walog/tls/autorecovery.key",
+    "auth-token-file": "/etc/walog/autorecovery.token",
+    "metrics-listen": "0.0.0.0:9102",
+}
+"""The values the example file shows, commented out, for the settings off by default."""
 
 
 def _print(report: Report, as_json: bool) -> None:
@@ -237,4 +276,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-__all__ = ["main"]
+__all__ = ["EXAMPLE_HINTS", "EXAMPLE_SAMPLES", "example_config", "main"]
