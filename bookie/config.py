@@ -4,7 +4,7 @@
 from its fields) and onto the keys of its ``--config`` file. A setting of the storage engine
 (``StorageConfig``), of compaction (``CompactionPolicy``) or of read-only mode by disk usage
 (``DiskThresholds``) is declared there, with its default, unit and help text, and taken over
-here under the same name (:func:`walog.config_file.same_as`); the process's own settings are
+here under the same name (:func:`walog.settings.same_as`); the process's own settings are
 declared here.
 """
 
@@ -16,9 +16,10 @@ from pathlib import Path
 from bookie.disks import DiskThresholds
 from bookie.storage.compaction import CompactionPolicy
 from bookie.storage.config import StorageConfig
-from walog.config_file import ENV_METADATA, flag_of, owned, same_as, setting, with_flag_names
+from walog.config_file import ENV_METADATA
 from walog.metadata.layout import DEFAULT_RACK, check_rack_name
 from walog.metadata.uri import parse_uri
+from walog.settings import flag_of, owned, same_as, setting, with_flag_names
 
 GROUPS = ("storage", "journal", "network", "security", "maintenance")
 """The groups of ``python -m bookie --help`` (and of its example file), in order."""

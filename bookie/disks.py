@@ -30,7 +30,7 @@ from pathlib import Path
 
 import structlog
 
-from walog.config_file import setting
+from walog.settings import setting
 
 _log = structlog.get_logger("bookie.disks")
 

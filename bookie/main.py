@@ -47,19 +47,12 @@ from bookie.server.health import BookieHealth, read_only_reason
 from bookie.server.http import MetricsServer
 from bookie.storage.engine import BookieCore
 from walog._version import __version__
-from walog.config_file import (
-    ENV_METADATA,
-    HELP,
-    add_config_flags,
-    add_deprecated_flag,
-    example_file,
-    flag_of,
-    resolve,
-)
+from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.store import MetadataStore
+from walog.settings import HELP, add_deprecated_flag, flag_of
 
 log = structlog.get_logger("bookie")
 

@@ -16,12 +16,8 @@ from, and exits 0; settings the program refuses are the usual error instead. Bad
 unknown key, a value of the wrong type or out of range) is one line naming the file and the
 key, exit status 2 (the parser's ``error``).
 
-Units are in the names: ``_s`` seconds (a number), ``_bytes`` bytes (an integer, or a size
-such as ``"64MiB"`` where the flag takes one). Settings kept in dataclasses (the bookie's
-``StorageConfig``, ``CompactionPolicy``, ``DiskThresholds``) declare their default and help
-text with :func:`setting`; a dataclass that passes them on (``BookieConfig``) takes both over
-with :func:`same_as` instead of restating them, and builds the owner back with
-:func:`owned`.
+The settings themselves, their units and their flags' spellings are declared as
+walog/settings.py describes.
 """
 
 from __future__ import annotations
@@ -32,20 +28,16 @@ import difflib
 import json
 import os
 import re
-import sys
 import textwrap
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any, NoReturn
 
+from walog.settings import DeprecatedFlag
+
 ENV_METADATA = "WALOG_METADATA"
 """The environment variable that names the metadata store where ``--metadata`` is not given."""
-
-HELP = "help"
-"""Key of a setting's help text in its dataclass field's metadata."""
-OWNER = "owner"
-"""Key of the dataclass a setting taken over with :func:`same_as` belongs to."""
 
 _CONFIG_DEST = "config"
 _PRINT_DEST = "print_config"
@@ -55,73 +47,6 @@ _UNSET: Any = object()
 
 class ConfigFileError(ValueError):
     """Settings a program cannot use; the message names the file (or variable) and key."""
-
-
-# -- settings in dataclasses -------------------------------------------------------------------
-
-
-def setting(default: Any = dataclasses.MISSING, *, help: str, **extra: Any) -> Any:
-    """A dataclass field declaring a setting: its default and its help text, the one place
-    either is written (flags, ``--help``, example files and derived dataclasses read them).
-
-    Args:
-        default: the default; leave out for a setting that must be given.
-        help: what the setting does, as ``--help`` shows it (units are in the name).
-        extra: more metadata for the program that shows it (e.g. its ``--help`` group).
-    """
-    return dataclasses.field(default=default, metadata={HELP: help, **extra})
-
-
-def same_as(owner: type, name: str, **extra: Any) -> Any:
-    """A dataclass field for the setting ``name`` of the dataclass ``owner``, with its
-    default and help text; the field must be called ``name`` too (:func:`owned` checks).
-
-    Args:
-        owner: the dataclass that declares the setting with :func:`setting`.
-        name: the setting's name there.
-        extra: more metadata, e.g. the ``--help`` group it is shown in.
-    """
-    field = _fields(owner)[name]
-    metadata = {**field.metadata, OWNER: owner, "name": name, **extra}
-    if field.default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=field.default_factory, metadata=metadata)
-    return dataclasses.field(default=field.default, metadata=metadata)
-
-
-def owned(settings: Any, owner: type) -> dict[str, Any]:
-    """The values of the settings of dataclass instance ``settings`` taken over from
-    ``owner`` with :func:`same_as`, by name: the keyword arguments to build an ``owner``.
-
-    Raises:
-        TypeError: a field is not named like the setting it takes over.
-    """
-    values: dict[str, Any] = {}
-    for field in dataclasses.fields(settings):
-        if field.metadata.get(OWNER) is owner:
-            if field.metadata["name"] != field.name:
-                raise TypeError(
-                    f"{type(settings).__name__}.{field.name} takes over "
-                    f"{owner.__name__}.{field.metadata['name']}: one setting, one name"
-                )
-            values[field.name] = getattr(settings, field.name)
-    return values
-
-
-def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
-    return {field.name: field for field in dataclasses.fields(cls)}
-
-
-def flag_of(name: str) -> str:
-    """The flag of a setting: ``group_wait_s`` -> ``--group-wait-s``."""
-    return "--" + name.replace("_", "-")
-
-
-def with_flag_names(message: str, names: Iterable[str]) -> str:
-    """``message`` with each setting of ``names`` it mentions (``group_wait_s``, also as
-    ``StorageConfig.group_wait_s``) spelled as its flag, for the user of a program."""
-    for name in sorted(names, key=len, reverse=True):
-        message = re.sub(rf"(?<![\w-])(?:[A-Z]\w*\.)?{name}(?!\w)", flag_of(name), message)
-    return message
 
 
 # -- flags, file and environment --------------------------------------------------------------
@@ -142,65 +67,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the effective settings, each with where it came from (flag, "
         "environment, file, default), and exit",
-    )
-
-
-class DeprecatedFlag(argparse.Action):
-    """An old spelling of a flag, hidden from ``--help``: it sets the new flag's setting
-    (converted where the unit changed) and warns on stderr.
-
-    Args:
-        replacement: the flag to use instead.
-        convert: turns the old flag's value into the new one's (a unit change), if needed.
-    """
-
-    def __init__(
-        self,
-        option_strings: Sequence[str],
-        dest: str,
-        *,
-        replacement: str,
-        convert: Callable[[Any], Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        kwargs["help"] = argparse.SUPPRESS
-        super().__init__(option_strings, dest, **kwargs)
-        self.replacement = replacement
-        self.convert = convert
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        """Store the value under the new flag's setting and warn."""
-        print(
-            f"{parser.prog}: warning: {option_string} is deprecated; use {self.replacement}",
-            file=sys.stderr,
-        )
-        setattr(namespace, self.dest, self.convert(values) if self.convert else values)
-
-
-def add_deprecated_flag(
-    parser: argparse.ArgumentParser,
-    old: str,
-    new: str,
-    convert: Callable[[Any], Any] | None = None,
-) -> None:
-    """Keep ``old`` working as a hidden alias of the flag ``new`` (see :class:`DeprecatedFlag`);
-    it is no key of the configuration file."""
-    action = next(a for a in parser._actions if new in a.option_strings)
-    typed: dict[str, Any] = {"type": action.type} if action.type is not None else {}
-    parser.add_argument(
-        old,
-        dest=action.dest,
-        **typed,
-        metavar=action.metavar,
-        action=DeprecatedFlag,
-        replacement=new,
-        convert=convert,
     )
 
 
@@ -537,20 +403,11 @@ def example_file(
 
 __all__ = [
     "ENV_METADATA",
-    "HELP",
-    "OWNER",
     "ConfigFileError",
-    "DeprecatedFlag",
     "Resolved",
     "add_config_flags",
-    "add_deprecated_flag",
     "example_file",
-    "flag_of",
-    "owned",
     "plain_help",
     "resolve",
-    "same_as",
-    "setting",
     "toml_value",
-    "with_flag_names",
 ]

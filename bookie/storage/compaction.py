@@ -34,7 +34,7 @@ import structlog
 
 from bookie.storage.entry_storage import EntryStorage, UnreadableEntryLogError
 from bookie.storage.journal_files import StorageIOError
-from walog.config_file import setting
+from walog.settings import setting
 
 _log = structlog.get_logger("bookie.storage.compaction")
 

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from bookie.storage.compaction import CompactionPolicy
-from walog.config_file import setting
+from walog.settings import setting
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 _MIB = 1024 * 1024
@@ -16,8 +16,8 @@ _MIB = 1024 * 1024
 class StorageConfig:
     """Where and how a bookie stores entries (the storage engine's settings).
 
-    Each field's default and help text are declared here once (:func:`walog.config_file.
-    setting`); the bookie's flags take over those it has (``BookieConfig``).
+    Each field's default and help text are declared here once (:func:`walog.settings.setting`);
+    the bookie's flags take over those it has (``BookieConfig``).
 
     Group commit (``group_wait_s``, ``group_max_bytes``): with no wait, a group is written
     and synced as soon as the journal thread is free, and the records that arrive during

@@ -18,7 +18,7 @@ from bookie.main import build_parser, main, parse_config
 from bookie.storage.compaction import CompactionPolicy
 from bookie.storage.config import StorageConfig
 from walog.config import ClientConfig
-from walog.config_file import HELP, OWNER
+from walog.settings import HELP, OWNER
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 BASE = ["--data-dir", "/d", "--listen", "127.0.0.1:3181", "--metadata", "sqlite:///m.db"]
