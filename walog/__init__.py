@@ -7,10 +7,13 @@ The package, top to bottom (docs/architecture.md draws the layers):
 - ``client``: the sync API (``walog.connect``); ``aio``: the same as coroutines;
 - ``log``: logs made of ledgers; ``ledger``: the ledger protocol, client side;
 - ``transport``: connections to bookies; ``metadata``: the metadata stores;
-- ``config``: a client's settings; ``wire``: what clients and bookies share;
+- ``config``: a client's settings; ``settings``: how a program declares a setting once;
+  ``config_file``: settings from flags, the environment and a TOML file;
+  ``wire``: what clients and bookies share;
 - ``recipes``: the replicated state machine; ``spark``: the Spark data source, sink and
   archive job; ``autorecovery``: re-replication of lost bookies' ledgers;
-- ``cli``: the ``walog`` command, with ``status``, ``quickstart`` and ``tables``;
+- ``cli``: the ``walog`` commands, with ``status``, ``quickstart`` and ``tables``; ``main``:
+  the ``walog`` program, which runs them;
   ``bench``: ``walog bench``; ``testing``: local clusters for tests and demos;
 - ``metrics``: Prometheus metrics; ``errors``: the exceptions, rooted at ``WalogError``;
 - shared helpers: ``_loggers`` (logging), ``_loop`` (the event loop walog starts),

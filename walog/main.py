@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from walog.cli import parser
-from walog.cli.options import ENV_LOG_LEVEL, ENV_METADATA, ENV_TRACEBACK, CliError, CommandParser
+from walog.cli.options import ENV_LOG_LEVEL, ENV_TRACEBACK, CliError, CommandParser
 from walog.errors import WalogError
 
 Main = Callable[[list[str]], "int | None"]
@@ -124,9 +124,6 @@ def _run_delegated(name: str, argv: list[str], delegated: Delegated) -> int:
         if {"-h", "--help"} & set(argv):
             build_parser().parse_args([name, "--help"])
         raise CliError(f"{delegated.feature} is not available in this build", 2)
-    given = any(a == "--metadata" or a.startswith("--metadata=") for a in argv)
-    if name == "bookie" and os.environ.get(ENV_METADATA) and not given:
-        argv = [*argv, "--metadata", os.environ[ENV_METADATA]]
     return entry(argv) or 0
 
 

@@ -25,7 +25,7 @@ DELEGATED = {
 }
 # Commands that start a cluster of their own take no --metadata and no --timeout.
 OWN_CLUSTER = {("quickstart",), ("bench",)}
-# The bookie is a server: its metadata store has --metadata-timeout, not --timeout.
+# The bookie is a server: its metadata store has --metadata-timeout-s, not --timeout.
 NO_TIMEOUT = {("bookie",)}
 
 
@@ -103,7 +103,7 @@ def test_metadata_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(ENV_METADATA, "sqlite:///from/env.db")
     for words, parser in commands():
         if words in OWN_CLUSTER or words == ("bookie",):
-            continue  # the bookie gets it from `walog bookie` (its flag is required)
+            continue  # the bookie reads the variable when it resolves its settings
         action = _options(parser).get("--metadata")
         assert action is not None and action.default == "sqlite:///from/env.db", words
 

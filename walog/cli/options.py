@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from walog.config_file import ENV_METADATA
+
 if TYPE_CHECKING:
     from walog.client import Client
 
-ENV_METADATA = "WALOG_METADATA"
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
 ENV_TRACEBACK = "WALOG_TRACEBACK"
 

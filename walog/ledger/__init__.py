@@ -8,6 +8,7 @@
 - ``readops``: quorum reads shared by readers and recovery; ``recovery``: fencing and
   recovery; ``reader``: reading, LAC reads and tailing; ``lacwatch``: the standing LAC
   watches behind a tailer; ``entry``: the entry readers return;
+- ``sync``: the blocking facades of the writer and reader, for the sync client;
 - ``context``: what every operation needs (metadata store, bookie connections, settings),
   the one place the simulator swaps in its own.
 """
