@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 async def connect(
     metadata_uri: str,
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109 - also the metadata store's per-call limit
+    timeout: float = 10.0,  # noqa: ASYNC109 - the connection's limit, not a deadline
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
@@ -58,7 +58,8 @@ async def connect(
 
     Args:
         metadata_uri: ``zk://HOST:PORT[,HOST:PORT...]/CHROOT`` or ``sqlite:///ABS/PATH.db``.
-        timeout: seconds to wait for the metadata store.
+        timeout: seconds to wait for the connection to the metadata store; each later
+            metadata call is bounded by ``config.timeouts.metadata``.
         tls: TLS settings for bookie connections (None: plaintext).
         auth_token: bearer token for bookies started with ``--auth-token-file``.
         config: client settings (timeouts, entry and frame limits).
@@ -77,7 +78,7 @@ async def connect(
     if config.keep_freed_memory:
         keep_freed_memory()
     pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
-    store = await open_store(metadata_uri, timeout=timeout)
+    store = await open_store(metadata_uri, timeout=timeout, call_timeout=config.timeouts.metadata)
     return AsyncClient(LedgerContext(store, pool, config, metrics), placement=policy)
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from walog.client import Client, connect
+from walog.config import ClientConfig, Timeouts
 from walog.errors import MetadataConflictError, WalogError
 from walog.log.log_metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
@@ -283,7 +284,8 @@ def archive_log(
     files = files or LocalFiles()
     files.make_dirs(root)
     access = access or BookieAccess()
-    with connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
+    config = ClientConfig(timeouts=Timeouts(metadata=timeout))
+    with connect(metadata_uri, timeout=timeout, config=config, **access.connect_kwargs()) as client:
         archiver = _Archiver(client, log, root, access, files)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)

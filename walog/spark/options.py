@@ -135,7 +135,8 @@ class ReadOptions:
             metadata store as micro-batches complete, which retention respects.
         max_records_per_trigger: ``maxRecordsPerTrigger``: streaming only; records per
             micro-batch at most.
-        timeout: ``timeout``: seconds to wait for the metadata store (default 10).
+        timeout: ``timeout``: seconds to wait for the metadata store, to connect and for
+            each call (``Timeouts.metadata``; default 10).
         access: TLS and token options for the bookies (:class:`BookieAccess`).
     """
 
@@ -203,7 +204,8 @@ class WriteOptions:
         max_entry_bytes: ``maxEntryBytes``: records are packed into entries up to this.
         orphan_grace: ``orphanGraceSeconds``: age after which an unlinked sink ledger of no
             linked batch is deleted (a commit refuses ledgers older than half of it).
-        timeout: ``timeout``: seconds to wait for the metadata store.
+        timeout: ``timeout``: seconds to wait for the metadata store, to connect and for
+            each call (``Timeouts.metadata``).
         access: TLS and token options for the bookies (:class:`BookieAccess`).
     """
 
