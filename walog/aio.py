@@ -24,13 +24,14 @@ from walog.errors import NoSuchLedgerError
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
 from walog.ledger.ensemble import available_bookies, available_racks, read_only_bookies
+from walog.ledger.options import LedgerOptions
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
 from walog.log.async_log import AsyncLog, delete_log, list_log_names, open_log
 from walog.log.retention import RetentionPolicy, RollPolicy
-from walog.log.writer import LedgerOptions, LogWriterConfig
+from walog.log.writer import LogWriterConfig
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
@@ -119,20 +120,29 @@ class AsyncClient:
     ) -> AsyncLedgerWriter:
         """Create a ledger and return its writer.
 
+        The settings are checked as a :class:`walog.LedgerOptions`, the one object every
+        path that creates ledgers uses.
+
         Raises:
             ValueError: unless ``ensemble_size >= write_quorum >= ack_quorum >= 1``, or a
-                VOLATILE ledger with ``ensemble_size != write_quorum``.
+                VOLATILE ledger with ``ensemble_size != write_quorum`` (the message names
+                the bad value).
+            TypeError: a setting of the wrong type.
             NotEnoughBookiesError: fewer than ``ensemble_size`` bookies are available.
         """
+        options = LedgerOptions(ensemble_size, write_quorum, ack_quorum, durability, password)
+        return await self.create_ledger_with(options, custom_metadata=custom_metadata)
+
+    async def create_ledger_with(
+        self, options: LedgerOptions, *, custom_metadata: Mapping[str, str] | None = None
+    ) -> AsyncLedgerWriter:
+        """Create a ledger with ``options`` (see :meth:`create_ledger`) and return its writer.
+
+        Raises:
+            NotEnoughBookiesError: fewer than ``options.ensemble_size`` bookies are available.
+        """
         return await create_ledger(
-            self.ctx,
-            ensemble_size,
-            write_quorum,
-            ack_quorum,
-            durability=durability,
-            password=password,
-            custom_metadata=custom_metadata,
-            placement=self._placement,
+            self.ctx, options, custom_metadata=custom_metadata, placement=self._placement
         )
 
     async def open_ledger(
