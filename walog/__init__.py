@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         WriterFencedError,
     )
     from walog.ledger.entry import Entry
+    from walog.ledger.options import LedgerOptions
     from walog.ledger.placement import PlacementPolicy
     from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.position import Position, Record, Segment
@@ -85,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "RollPolicy": "walog.log.retention",
     "RetentionPolicy": "walog.log.retention",
     "LogWriterConfig": "walog.log.writer",
+    "LedgerOptions": "walog.ledger.options",
     "ClientConfig": "walog.config",
     "Timeouts": "walog.config",
     "TlsConfig": "walog.transport.credentials",
@@ -122,6 +124,7 @@ __all__ = [
     "LedgerClosedError",
     "LedgerFencedError",
     "LedgerMetadata",
+    "LedgerOptions",
     "LedgerReader",
     "LedgerWriter",
     "Log",

@@ -24,13 +24,14 @@ from walog.errors import NoSuchLedgerError
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger, verify_password
 from walog.ledger.ensemble import available_bookies, available_racks, read_only_bookies
+from walog.ledger.options import LedgerOptions
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
 from walog.log.async_log import AsyncLog, delete_log, list_log_names, open_log
 from walog.log.retention import RetentionPolicy, RollPolicy
-from walog.log.writer import LedgerOptions, LogWriterConfig
+from walog.log.writer import LogWriterConfig
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.layout import LEDGERS, LedgerMetadata, ledger_path
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 async def connect(
     metadata_uri: str,
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109 - also the metadata store's per-call limit
+    timeout: float = 10.0,  # noqa: ASYNC109 - the connection's limit, not a deadline
     tls: TlsConfig | None = None,
     auth_token: str | None = None,
     config: ClientConfig | None = None,
@@ -58,7 +59,8 @@ async def connect(
 
     Args:
         metadata_uri: ``zk://HOST:PORT[,HOST:PORT...]/CHROOT`` or ``sqlite:///ABS/PATH.db``.
-        timeout: seconds to wait for the metadata store.
+        timeout: seconds to wait for the connection to the metadata store; each later
+            metadata call is bounded by ``config.timeouts.metadata``.
         tls: TLS settings for bookie connections (None: plaintext).
         auth_token: bearer token for bookies started with ``--auth-token-file``.
         config: client settings (timeouts, entry and frame limits).
@@ -77,7 +79,7 @@ async def connect(
     if config.keep_freed_memory:
         keep_freed_memory()
     pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
-    store = await open_store(metadata_uri, timeout=timeout)
+    store = await open_store(metadata_uri, timeout=timeout, call_timeout=config.timeouts.metadata)
     return AsyncClient(LedgerContext(store, pool, config, metrics), placement=policy)
 
 
@@ -118,20 +120,29 @@ class AsyncClient:
     ) -> AsyncLedgerWriter:
         """Create a ledger and return its writer.
 
+        The settings are checked as a :class:`walog.LedgerOptions`, the one object every
+        path that creates ledgers uses.
+
         Raises:
             ValueError: unless ``ensemble_size >= write_quorum >= ack_quorum >= 1``, or a
-                VOLATILE ledger with ``ensemble_size != write_quorum``.
+                VOLATILE ledger with ``ensemble_size != write_quorum`` (the message names
+                the bad value).
+            TypeError: a setting of the wrong type.
             NotEnoughBookiesError: fewer than ``ensemble_size`` bookies are available.
         """
+        options = LedgerOptions(ensemble_size, write_quorum, ack_quorum, durability, password)
+        return await self.create_ledger_with(options, custom_metadata=custom_metadata)
+
+    async def create_ledger_with(
+        self, options: LedgerOptions, *, custom_metadata: Mapping[str, str] | None = None
+    ) -> AsyncLedgerWriter:
+        """Create a ledger with ``options`` (see :meth:`create_ledger`) and return its writer.
+
+        Raises:
+            NotEnoughBookiesError: fewer than ``options.ensemble_size`` bookies are available.
+        """
         return await create_ledger(
-            self.ctx,
-            ensemble_size,
-            write_quorum,
-            ack_quorum,
-            durability=durability,
-            password=password,
-            custom_metadata=custom_metadata,
-            placement=self._placement,
+            self.ctx, options, custom_metadata=custom_metadata, placement=self._placement
         )
 
     async def open_ledger(

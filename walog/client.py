@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from walog import aio
 from walog._loop_thread import LoopThread, SyncContext
 from walog.config import ClientConfig
+from walog.ledger.options import LedgerOptions
 from walog.ledger.placement import PlacementPolicy
 from walog.ledger.sync import LedgerReader, LedgerWriter
 from walog.log.retention import RetentionPolicy, RollPolicy
@@ -81,15 +82,16 @@ class Client(SyncContext):
         custom_metadata: Mapping[str, str] | None = None,
     ) -> LedgerWriter:
         """Create a ledger and return its writer (see ``AsyncClient.create_ledger``)."""
+        options = LedgerOptions(ensemble_size, write_quorum, ack_quorum, durability, password)
+        return self.create_ledger_with(options, custom_metadata=custom_metadata)
+
+    def create_ledger_with(
+        self, options: LedgerOptions, *, custom_metadata: Mapping[str, str] | None = None
+    ) -> LedgerWriter:
+        """Create a ledger with ``options`` and return its writer (see
+        ``AsyncClient.create_ledger_with``)."""
         writer = self.loop_thread.run(
-            self.async_client.create_ledger(
-                ensemble_size,
-                write_quorum,
-                ack_quorum,
-                durability=durability,
-                password=password,
-                custom_metadata=custom_metadata,
-            )
+            self.async_client.create_ledger_with(options, custom_metadata=custom_metadata)
         )
         return LedgerWriter(writer, self.loop_thread, self.async_client.ctx.config.max_entry_bytes)
 

@@ -20,7 +20,11 @@ class Timeouts:
     read: float = 10.0
     """A read, fence or LAC read not answered within this time counts as *unknown*."""
     metadata: float = 10.0
-    """A metadata store call."""
+    """A metadata store call (ZooKeeper or SQLite), retries while the connection is down
+    included, that has not completed within this time fails with a retriable
+    :class:`walog.MetadataError`; for a change (a ledger or log record written, a ledger id
+    taken) its outcome is then unknown, and walog re-reads before acting on it. The
+    connection itself is bounded by ``walog.connect(timeout=...)``."""
     explicit_lac: float = 0.1
     """An idle writer sends its LAC explicitly after this long without adds."""
 

@@ -24,9 +24,10 @@ import pytest
 import walog.aio
 from walog.aio import AsyncClient
 from walog.errors import MetadataError
+from walog.ledger.options import LedgerOptions
 from walog.log.reader import AsyncLogReader, open_log_reader
 from walog.log.retention import RollPolicy
-from walog.log.writer import LedgerOptions, LogWriterConfig, open_log_writer
+from walog.log.writer import LogWriterConfig, open_log_writer
 from walog.testing import LocalCluster
 
 

@@ -26,10 +26,10 @@ import walog.log.writer
 from tests.integration.waiting import eventually
 from walog.aio import AsyncClient
 from walog.errors import WalogError
+from walog.ledger.options import LedgerOptions
 from walog.log.async_log import AsyncLog
 from walog.log.records import encode_records
 from walog.log.sink import SinkBatch, SinkLedger, commit_sink_batch
-from walog.log.takeover import LedgerOptions
 from walog.log.writer import AsyncLogWriter
 from walog.testing import LocalCluster
 from walog.wire.durability import Durability

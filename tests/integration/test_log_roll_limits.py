@@ -44,11 +44,11 @@ class FailingClient(GatingClient):
         super().__init__(inner)
         self.failing_creates = 0
 
-    async def create_ledger(self, *args: Any, **kwargs: Any) -> Any:
+    async def create_ledger_with(self, *args: Any, **kwargs: Any) -> Any:
         if self.failing_creates:
             self.failing_creates -= 1
             raise NotEnoughBookiesError("need 3 bookies, 2 available")
-        return await super().create_ledger(*args, **kwargs)
+        return await super().create_ledger_with(*args, **kwargs)
 
 
 @pytest.fixture

@@ -25,10 +25,11 @@ import walog.aio
 from tests.integration.waiting import eventually
 from walog.aio import AsyncClient
 from walog.errors import LedgerFencedError, NotEnoughBookiesError, WalogError, WriterFencedError
+from walog.ledger.options import LedgerOptions
 from walog.ledger.writer import AsyncLedgerWriter
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
-from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
+from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
 from walog.testing import LocalCluster
 
 
@@ -79,8 +80,8 @@ class GatingClient:
     def ctx(self) -> Any:
         return self._inner.ctx
 
-    async def create_ledger(self, *args: Any, **kwargs: Any) -> GatedLedger:
-        ledger = GatedLedger(await self._inner.create_ledger(*args, **kwargs))
+    async def create_ledger_with(self, *args: Any, **kwargs: Any) -> GatedLedger:
+        ledger = GatedLedger(await self._inner.create_ledger_with(*args, **kwargs))
         self.ledgers.append(ledger)
         return ledger
 

@@ -21,9 +21,10 @@ import pytest
 import walog.aio
 from tests.integration.test_log_roll_order import GatedLedger, GatingClient
 from walog.errors import LedgerClosedError
+from walog.ledger.options import LedgerOptions
 from walog.log.position import Position
 from walog.log.retention import RollPolicy
-from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
+from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
 from walog.testing import LocalCluster
 
 

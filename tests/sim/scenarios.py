@@ -35,6 +35,7 @@ from walog.errors import WalogError
 from walog.ledger import recovery as recovery_module
 from walog.ledger.context import LedgerContext
 from walog.ledger.create import create_ledger
+from walog.ledger.options import LedgerOptions
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
@@ -162,9 +163,8 @@ async def new_ledger(
     ensemble = rng.randint(2, min(4, len(world.bookies)))
     write = ensemble if durability is Durability.VOLATILE else rng.randint(2, ensemble)
     ack = write if full_ack else (rng.randint(1, write) if write > 2 else 2)
-    writer = await create_ledger(
-        ctx, ensemble, write, ack, durability=durability, placement=world.placement()
-    )
+    options = LedgerOptions(ensemble, write, ack, durability)
+    writer = await create_ledger(ctx, options, placement=world.placement())
     world.trace.log(f"{who} created L{writer.ledger_id} E={ensemble} Qw={write} Qa={ack}")
     return writer, world.history.ledger(writer.metadata)
 

@@ -18,8 +18,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 import walog
 from tests.archive_files import RecordingFiles, durable_after, tree
+from walog.log.archive_layout import STAGING
 from walog.log.position import Position
-from walog.spark.archive import STAGING, ArchiveIntent, _Archiver, archive_log
+from walog.spark.archive import ArchiveIntent, _Archiver, archive_log
 from walog.spark.archive_files import LocalFiles
 from walog.testing import LocalCluster
 

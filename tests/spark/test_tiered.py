@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,9 @@ from tests.spark.test_spark import (
     _open,
     _rows,
 )
+from walog.log import archive_layout
+from walog.log.archived import archived_only
+from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position
 from walog.spark.archive import archive_log
 from walog.testing import LocalCluster
@@ -44,6 +48,23 @@ def _tiered_log(
     return written, meta.truncated_through
 
 
+def _assert_one_layout(meta: LogMetadata, root: Path) -> None:
+    """The archive job wrote, and the tiered reader finds, what walog.log.archive_layout
+    defines: a ``ledger=<id>`` directory per ledger, Parquet files of its columns."""
+    import pyarrow.parquet as pq
+
+    archived = [a.ledger_id for a in archived_only(meta)]
+    dirs = sorted(filter(None, map(archive_layout.ledger_of_dir, os.listdir(root))))
+    assert len(archived) >= 2 and archived == dirs
+    assert sorted(os.listdir(root)) == sorted(
+        [archive_layout.STAGING, *map(archive_layout.ledger_dir_name, dirs)]
+    )
+    columns = [name for name, _ in archive_layout.COLUMNS]
+    for ledger_id in archived:
+        files = archive_layout.parquet_files(root, ledger_id)
+        assert files and all(pq.read_schema(f).names == columns for f in files)
+
+
 def test_every_reader_reads_across_the_archive_bookie_boundary_with_the_same_positions(
     spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
 ) -> None:
@@ -52,6 +73,7 @@ def test_every_reader_reads_across_the_archive_bookie_boundary_with_the_same_pos
         written, truncated = _tiered_log(spark, client, uri, log_name, tmp_path / "archive")
         assert written[0][0] < truncated < written[-1][0]
         log = client.open_log(log_name)
+        _assert_one_layout(log.metadata(), tmp_path / "archive")
         mid = len(written) // 3
         starts: list[tuple[Literal["earliest"] | Position, Written]] = [
             ("earliest", written),

@@ -68,12 +68,14 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
 
 
 def connect_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``timeout``, ``tls`` and ``auth_token`` for ``walog.connect`` from the options of
-    :func:`add_connection_options`.
+    """``timeout``, ``tls``, ``auth_token`` and ``config`` for ``walog.connect`` from the
+    options of :func:`add_connection_options` (``--timeout`` bounds the connection and, as
+    ``Timeouts.metadata``, each metadata call).
 
     Raises:
         CliError: a TLS or token file is missing or unreadable (status 2).
     """
+    from walog.config import ClientConfig, Timeouts
     from walog.transport.credentials import credentials_from_files
 
     try:
@@ -82,7 +84,8 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
         )
     except ValueError as exc:
         raise CliError(str(exc), 2) from None
-    return {"timeout": args.timeout, "tls": tls, "auth_token": token}
+    config = ClientConfig(timeouts=Timeouts(metadata=args.timeout))
+    return {"timeout": args.timeout, "tls": tls, "auth_token": token, "config": config}
 
 
 def metadata_of(args: argparse.Namespace) -> str:

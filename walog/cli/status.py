@@ -290,9 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
-    """``options``: what :func:`walog.cli.options.connect_options` gives (timeout, TLS, token)."""
+    """``options``: what :func:`walog.cli.options.connect_options` gives (timeout, TLS,
+    token, client settings)."""
     timeouts = Timeouts(read=INFO_TIMEOUT_S, metadata=options["timeout"])
-    client = await walog.aio.connect(uri, config=ClientConfig(timeouts=timeouts), **options)
+    options = {**options, "config": ClientConfig(timeouts=timeouts)}
+    client = await walog.aio.connect(uri, **options)
     try:
         return await gather(client, uri)
     finally:

@@ -3,6 +3,7 @@
 - ``quorum``: write sets and coverage, pure; ``durability``: the LAC of a VOLATILE ledger
   and restarted bookies, pure;
 - ``placement``: which bookies an ensemble gets; ``ensemble``: fragment changes;
+- ``options``: a ledger's settings (``LedgerOptions``) and the one check of them;
 - ``create``: creating a ledger; ``writer``: the single writer (adds, completion, LAC,
   ensemble changes, force, close);
 - ``readops``: quorum reads shared by readers and recovery; ``recovery``: fencing and

@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from walog.errors import UnauthorizedError
 from walog.ledger.context import LedgerContext
 from walog.ledger.ensemble import placement_candidates
+from walog.ledger.options import LedgerOptions
 from walog.ledger.placement import PlacementPolicy, placement_policy
-from walog.ledger.quorum import check_quorums
 from walog.ledger.writer import AsyncLedgerWriter, metadata_retrying
 from walog.metadata.layout import LEDGER_ID_COUNTER, LedgerMetadata, ledger_path
 from walog.wire.digest import master_key as derive_master_key
-from walog.wire.durability import Durability
 
 
 def password_check(master_key: bytes) -> str:
@@ -47,22 +46,7 @@ def _password_bytes(password: object) -> bytes:
     return bytes(password)
 
 
-def validate_ledger_options(
-    ensemble_size: int,
-    write_quorum: int,
-    ack_quorum: int,
-    durability: Durability,
-    custom_metadata: Mapping[str, str] | None,
-) -> None:
-    """Raise ValueError/TypeError for options a ledger cannot be created with."""
-    check_quorums(ensemble_size, write_quorum, ack_quorum)
-    if not isinstance(durability, Durability):
-        raise TypeError(f"durability must be a walog.Durability, got {durability!r}")
-    if durability is Durability.VOLATILE and ensemble_size != write_quorum:
-        raise ValueError(
-            "Durability.VOLATILE ledgers cannot be striped: ensemble_size must equal "
-            f"write_quorum, got ensemble_size={ensemble_size}, write_quorum={write_quorum}"
-        )
+def _check_custom_metadata(custom_metadata: Mapping[str, str] | None) -> None:
     if custom_metadata is not None and not all(
         isinstance(k, str) and isinstance(v, str) for k, v in custom_metadata.items()
     ):
@@ -71,24 +55,20 @@ def validate_ledger_options(
 
 async def create_ledger(
     ctx: LedgerContext,
-    ensemble_size: int = 3,
-    write_quorum: int = 3,
-    ack_quorum: int = 2,
+    options: LedgerOptions,
     *,
-    durability: Durability = Durability.PERSISTENT,
-    password: bytes = b"",
     custom_metadata: Mapping[str, str] | None = None,
     placement: PlacementPolicy | None = None,
 ) -> AsyncLedgerWriter:
-    """Create a ledger and return its writer.
+    """Create a ledger with ``options`` (checked when they were built) and return its writer.
 
     Raises:
-        ValueError: unless ``ensemble_size >= write_quorum >= ack_quorum >= 1``, or a
-            VOLATILE ledger with ``ensemble_size != write_quorum``.
+        TypeError: ``custom_metadata`` does not map str to str.
         NotEnoughBookiesError: fewer than ``ensemble_size`` bookies are available.
     """
-    validate_ledger_options(ensemble_size, write_quorum, ack_quorum, durability, custom_metadata)
-    key = derive_master_key(_password_bytes(password))
+    _check_custom_metadata(custom_metadata)
+    ensemble_size, write_quorum = options.ensemble_size, options.write_quorum
+    key = derive_master_key(options.password)
     placement = placement_policy(placement)
     async for attempt in metadata_retrying():
         with attempt:
@@ -101,10 +81,10 @@ async def create_ledger(
         ledger_id=ledger_id,
         ensemble_size=ensemble_size,
         write_quorum=write_quorum,
-        ack_quorum=ack_quorum,
+        ack_quorum=options.ack_quorum,
         state="OPEN",
         ensembles=((0, tuple(ensemble)),),
-        durability=durability,
+        durability=options.durability,
         custom_metadata=dict(custom_metadata) if custom_metadata is not None else None,
         password_check=password_check(key),
     )
@@ -114,4 +94,4 @@ async def create_ledger(
     return AsyncLedgerWriter(ctx, metadata, version, key, placement=placement)
 
 
-__all__ = ["create_ledger", "password_check", "validate_ledger_options", "verify_password"]
+__all__ = ["create_ledger", "password_check", "verify_password"]

@@ -82,19 +82,9 @@ def entry_absent(answers: Iterable[Answer], write_quorum: int, ack_quorum: int) 
     )
 
 
-def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
-    """Raise ValueError unless ``ensemble_size >= write_quorum >= ack_quorum >= 1``."""
-    if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
-        raise ValueError(
-            "quorums must satisfy ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-            f"ensemble_size={ensemble_size}, write_quorum={write_quorum}, ack_quorum={ack_quorum}"
-        )
-
-
 __all__ = [
     "Answer",
     "QuorumCoverage",
-    "check_quorums",
     "coverage_threshold",
     "entry_absent",
     "write_quorums",

@@ -7,7 +7,8 @@
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
 - ``writer``        the log writer: record batching, rolling, retiring old ledgers
-- ``reader``        the non-fencing tailing reader; ``archived``: reading the archive
+- ``reader``        the non-fencing tailing reader; ``archived``: reading the archive;
+                    ``archive_layout``: the archive's directories and columns, defined once
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``sink``          linking ledgers written elsewhere into a log exactly once (Spark sink)

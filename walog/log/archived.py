@@ -1,7 +1,7 @@
 """Reading archived ledgers back: the records truncation removed from the bookies.
 
 The archive job (``walog.spark.archive``) writes each closed ledger whole to
-``ROOT/ledger=<id>/*.parquet`` (columns ``ledger_id, entry_id, slot, timestamp, data``),
+``ROOT/ledger=<id>/*.parquet`` (the layout and columns of :mod:`walog.log.archive_layout`),
 advances the log's ``archived_through`` and records ``ROOT`` as its ``archive_location``.
 Ledgers archived and then truncated are read from there: the files are turned back into
 the ledger's entries (records in slot order), so every reader handles them like entries
@@ -23,11 +23,18 @@ import os
 from typing import Any
 
 from walog.ledger.entry import Entry
+from walog.log.archive_layout import (
+    DATA,
+    ENTRY_ID,
+    SLOT,
+    TIMESTAMP,
+    ledger_of_dir,
+    parquet_files,
+)
 from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.records import encode_records
 
-LEDGER_DIR_PREFIX = "ledger="
 _TICKS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
@@ -54,20 +61,11 @@ def _parquet() -> Any:
     return pq
 
 
-def _ledger_dir(location: str, ledger_id: int) -> str:
-    return os.path.join(location, f"{LEDGER_DIR_PREFIX}{ledger_id}")
-
-
 def _table(location: str, ledger_id: int, columns: list[str] | None = None) -> Any:
     pq = _parquet()
-    files = sorted(
-        os.path.join(_ledger_dir(location, ledger_id), name)
-        for name in os.listdir(_ledger_dir(location, ledger_id))
-        if name.endswith(".parquet")
-    )
     import pyarrow as pa
 
-    tables = [pq.read_table(f, columns=columns) for f in files]
+    tables = [pq.read_table(f, columns=columns) for f in parquet_files(location, ledger_id)]
     return pa.concat_tables(tables) if tables else None
 
 
@@ -81,23 +79,19 @@ def archived_only(meta: LogMetadata) -> list[ArchivedLedger]:
     if location is None or meta.archived_through is None or not os.path.isdir(location):
         return []
     first = meta.ledgers[0].ledger_id if meta.ledgers else None
-    ids = sorted(
-        int(name[len(LEDGER_DIR_PREFIX) :])
-        for name in os.listdir(location)
-        if name.startswith(LEDGER_DIR_PREFIX) and name[len(LEDGER_DIR_PREFIX) :].isdigit()
-    )
+    ids = sorted(i for i in map(ledger_of_dir, os.listdir(location)) if i is not None)
     out: list[ArchivedLedger] = []
     for ledger_id in ids:
         if first is not None and ledger_id >= first:
             break
         if ledger_start(ledger_id) >= meta.archived_through:
             break
-        table = _table(location, ledger_id, ["entry_id"])
+        table = _table(location, ledger_id, [ENTRY_ID])
         if table is None or table.num_rows == 0:
             continue
         import pyarrow.compute as pc
 
-        out.append(ArchivedLedger(ledger_id, int(pc.max(table.column("entry_id")).as_py())))
+        out.append(ArchivedLedger(ledger_id, int(pc.max(table.column(ENTRY_ID)).as_py())))
     return out
 
 
@@ -110,22 +104,22 @@ def archive_covers(meta: LogMetadata) -> bool:
 
 def archived_entries(location: str, ledger_id: int, first: int, last: int) -> list[Entry]:
     """Entries ``first..last`` of an archived ledger, rebuilt from its records."""
-    table = _table(location, ledger_id, ["entry_id", "slot", "timestamp", "data"])
+    table = _table(location, ledger_id, [ENTRY_ID, SLOT, TIMESTAMP, DATA])
     if table is None:
         return []
     import pyarrow as pa
     import pyarrow.compute as pc
 
     keep = pc.and_(
-        pc.greater_equal(table.column("entry_id"), first),
-        pc.less_equal(table.column("entry_id"), last),
+        pc.greater_equal(table.column(ENTRY_ID), first),
+        pc.less_equal(table.column(ENTRY_ID), last),
     )
-    table = table.filter(keep).sort_by([("entry_id", "ascending"), ("slot", "ascending")])
-    entry_ids = table.column("entry_id").to_pylist()
+    table = table.filter(keep).sort_by([(ENTRY_ID, "ascending"), (SLOT, "ascending")])
+    entry_ids = table.column(ENTRY_ID).to_pylist()
     # Spark writes the timestamps in whatever unit its Parquet settings say.
-    per_second = _TICKS_PER_SECOND[table.schema.field("timestamp").type.unit]
-    ticks = table.column("timestamp").cast(pa.int64()).to_pylist()
-    data = table.column("data").to_pylist()
+    per_second = _TICKS_PER_SECOND[table.schema.field(TIMESTAMP).type.unit]
+    ticks = table.column(TIMESTAMP).cast(pa.int64()).to_pylist()
+    data = table.column(DATA).to_pylist()
     entries: list[Entry] = []
     rows = zip(entry_ids, ticks, data, strict=True)
     for entry_id, group in itertools.groupby(rows, key=lambda row: row[0]):
@@ -135,7 +129,6 @@ def archived_entries(location: str, ledger_id: int, first: int, last: int) -> li
 
 
 __all__ = [
-    "LEDGER_DIR_PREFIX",
     "ArchivedLedger",
     "archive_covers",
     "archived_entries",

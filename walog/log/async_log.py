@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 from walog.errors import NoSuchLedgerError
+from walog.ledger.options import LedgerOptions
 from walog.log import truncation
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_metadata import (
@@ -25,7 +26,7 @@ from walog.log.position import Position, Segment
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sink import collect_sink_orphans
-from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
+from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
 
 
 class AsyncLog:

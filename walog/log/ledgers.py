@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.entry import Entry
+from walog.ledger.options import LedgerOptions
 from walog.metadata.layout import LedgerMetadata
 from walog.metadata.store import MetadataStore
-from walog.wire.durability import Durability
 
 LOG_TAG = "walog.log"
 """Custom metadata key naming the log a ledger was created for."""
@@ -77,15 +77,8 @@ class LedgerClientLike(Protocol):
     @property
     def ctx(self) -> LedgerContextLike: ...
 
-    async def create_ledger(
-        self,
-        ensemble_size: int = ...,
-        write_quorum: int = ...,
-        ack_quorum: int = ...,
-        *,
-        durability: Durability = ...,
-        password: bytes = ...,
-        custom_metadata: dict[str, str] | None = ...,
+    async def create_ledger_with(
+        self, options: LedgerOptions, *, custom_metadata: Mapping[str, str] | None = ...
     ) -> LedgerWriterLike: ...
 
     async def open_ledger(

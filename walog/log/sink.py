@@ -41,9 +41,10 @@ from collections.abc import Iterable, Sequence
 
 from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
+from walog.ledger.options import LedgerOptions
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, read_log, update_log
-from walog.log.takeover import LedgerOptions, ListChanged, recover_listed, to_fence, with_recovered
+from walog.log.takeover import ListChanged, recover_listed, to_fence, with_recovered
 
 log = get_logger(__name__)
 
@@ -247,14 +248,7 @@ async def copy_ledger(
 ) -> SinkLedger:
     """Copy a closed ledger's entries into a new ledger (a newer id); delete the old one."""
     reader = await client.open_ledger(led.ledger_id, recovery=False, password=options.password)
-    writer = await client.create_ledger(
-        options.ensemble_size,
-        options.write_quorum,
-        options.ack_quorum,
-        durability=options.durability,
-        password=options.password,
-        custom_metadata=tags,
-    )
+    writer = await client.create_ledger_with(options, custom_metadata=tags)
     try:
         for first in range(0, led.last_entry_id + 1, COPY_BATCH_ENTRIES):
             last = min(led.last_entry_id, first + COPY_BATCH_ENTRIES - 1)

@@ -10,12 +10,12 @@ its CAS sticks; the writer's rolls create, recover and record ledgers with the s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 
 from walog import mutations
 from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
+from walog.ledger.options import LedgerOptions
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.log_metadata import (
     LedgerInfo,
@@ -26,27 +26,8 @@ from walog.log.log_metadata import (
 )
 from walog.metadata.layout import log_path
 from walog.metadata.store import NodeNotFoundError
-from walog.wire.durability import Durability
 
 log = get_logger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class LedgerOptions:
-    """How the ledgers of a log are created (see ``Client.create_ledger``)."""
-
-    ensemble_size: int = 3
-    write_quorum: int = 3
-    ack_quorum: int = 2
-    durability: Durability = Durability.PERSISTENT
-    password: bytes = b""
-
-    def __post_init__(self) -> None:
-        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise ValueError(
-                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-                f"{self.ensemble_size}, {self.write_quorum}, {self.ack_quorum}"
-            )
 
 
 async def record_closed(
@@ -74,14 +55,7 @@ async def create_log_ledger(
 ) -> LedgerWriterLike:
     """Create a ledger for log ``name`` with ``options``, tagged with the log's name (the
     orphan scan finds it by that tag if no list ever names it)."""
-    return await client.create_ledger(
-        options.ensemble_size,
-        options.write_quorum,
-        options.ack_quorum,
-        durability=options.durability,
-        password=options.password,
-        custom_metadata={LOG_TAG: name},
-    )
+    return await client.create_ledger_with(options, custom_metadata={LOG_TAG: name})
 
 
 def applied(meta: LogMetadata, epoch: int, new_id: int) -> bool:
@@ -256,7 +230,6 @@ async def take_over_once(
 
 
 __all__ = [
-    "LedgerOptions",
     "ListChanged",
     "applied",
     "create_log_ledger",

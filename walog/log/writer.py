@@ -48,13 +48,13 @@ from walog.errors import (
     WalogError,
     WriterFencedError,
 )
+from walog.ledger.options import LedgerOptions
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
 from walog.log.retention import RollPolicy
 from walog.log.takeover import (
-    LedgerOptions,
     ListChanged,
     applied,
     create_log_ledger,
@@ -778,4 +778,4 @@ async def open_log_writer(
     raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
 
-__all__ = ["AsyncLogWriter", "LedgerOptions", "LogWriterConfig", "open_log_writer"]
+__all__ = ["AsyncLogWriter", "LogWriterConfig", "open_log_writer"]

@@ -17,14 +17,18 @@ from walog.metadata.uri import ACCEPTED_FORMS, SqliteURI, ZooKeeperURI, parse_ur
 async def open_store(
     uri: str,
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+    timeout: float = 10.0,  # noqa: ASYNC109 - the connection's limit, not a deadline
+    call_timeout: float | None = None,
 ) -> MetadataStore:
     """Open the metadata store named by ``uri``.
 
     Args:
         uri: ``zk://HOST:PORT[,HOST:PORT...]/CHROOT`` (the chroot is created if missing;
             without one, ``/walog``) or ``sqlite:///ABS/PATH.db``.
-        timeout: seconds to wait for the connection and, later, for each call.
+        timeout: seconds to wait for the connection.
+        call_timeout: seconds each later call may take, retries included, before it fails
+            with a retriable :class:`walog.errors.MetadataError` (for a change: outcome
+            unknown); None: ``timeout``.
 
     Returns:
         A connected store; close it with :meth:`MetadataStore.close`.
@@ -35,14 +39,16 @@ async def open_store(
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    if call_timeout is not None and not call_timeout > 0:
+        raise ValueError(f"call_timeout must be > 0 seconds, got {call_timeout}")
     config = parse_uri(uri)
     if isinstance(config, SqliteURI):
         from walog.metadata.sqlite import SqliteStore
 
-        return await SqliteStore.open(config, timeout=timeout)
+        return await SqliteStore.open(config, timeout=timeout, call_timeout=call_timeout)
     from walog.metadata.zookeeper import ZooKeeperStore
 
-    return await ZooKeeperStore.open(config, timeout=timeout)
+    return await ZooKeeperStore.open(config, timeout=timeout, call_timeout=call_timeout)
 
 
 __all__ = [

@@ -13,7 +13,8 @@ Layout of the file:
 - ``changes``: one global change number, bumped by every write transaction in that same
   transaction; watch pollers compare it before looking at individual records.
 
-Writes use ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy timeout);
+Writes use ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy timeout, which
+is the store's call timeout);
 WAL mode lets readers run beside the writer. Processes that open a new file at the same
 moment all switch it to WAL mode; each waits for the others' switch the same way.
 ``synchronous=FULL``: a committed CAS survives a power loss, which ledger closes rely on.
@@ -43,7 +44,13 @@ from typing import TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from walog.errors import MetadataConflictError, MetadataError
-from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
+from walog.metadata.store import (
+    MetadataStore,
+    NodeExistsError,
+    NodeNotFoundError,
+    WatchCallback,
+    call_timed_out,
+)
 from walog.metadata.uri import SqliteURI, check_counter, check_path, parent_of
 
 log = logging.getLogger(__name__)
@@ -218,9 +225,11 @@ class SqliteStore(MetadataStore):
     run on that thread, once when the watch is established and then after every change.
     """
 
-    def __init__(self, config: SqliteURI, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, config: SqliteURI, *, timeout: float = 10.0, call_timeout: float | None = None
+    ) -> None:
         self._config = config
-        self._timeout = timeout
+        self._call_timeout = timeout if call_timeout is None else call_timeout
         self._session = uuid.uuid4().hex
         self._local = threading.local()
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -247,13 +256,22 @@ class SqliteStore(MetadataStore):
         cls,
         config: SqliteURI,
         *,
-        timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+        timeout: float = 10.0,  # noqa: ASYNC109 - the opening's limit, not a deadline
+        call_timeout: float | None = None,
     ) -> SqliteStore:
-        """Open (creating if needed) the database file and start the heartbeat thread."""
-        store = cls(config, timeout=timeout)
+        """Open (creating if needed) the database file, waiting up to ``timeout`` seconds,
+        and start the heartbeat thread; each later call ends within ``call_timeout``
+        seconds (None: ``timeout``)."""
+        store = cls(config, timeout=timeout, call_timeout=call_timeout)
         try:
             await asyncio.to_thread(_secure_file, config.path)
-            await store._run(lambda conn: conn.executescript(_SCHEMA))
+            await store._run(
+                lambda conn: conn.executescript(_SCHEMA),
+                what="open",
+                path="/",
+                change=True,
+                limit=timeout,
+            )
         except BaseException:
             store._executor.shutdown(wait=False)
             raise
@@ -270,7 +288,7 @@ class SqliteStore(MetadataStore):
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = _connect(self._config.path, self._timeout)
+            conn = _connect(self._config.path, self._call_timeout)
             self._local.conn = conn
         return conn
 
@@ -280,11 +298,28 @@ class SqliteStore(MetadataStore):
         except sqlite3.Error as exc:
             raise MetadataError(f"sqlite metadata store {self._config.path}: {exc}") from exc
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        what: str,
+        path: str,
+        change: bool,
+        limit: float | None = None,
+    ) -> T:
+        """Run ``fn`` on the store's thread within the call timeout (or ``limit``);
+        ``what``, ``path`` and ``change`` name the call for the error raised when time runs
+        out (a call queued behind a slow one, or waiting for another process's lock)."""
         if self._closed:
             raise self._closed_error()
+        seconds = self._call_timeout if limit is None else limit
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn)
+        try:
+            async with asyncio.timeout(seconds):
+                return await loop.run_in_executor(self._executor, self._call, fn)
+        except TimeoutError as exc:
+            where = f"sqlite metadata store {self._config.path}"
+            raise call_timed_out(where, what, path, seconds, change=change) from exc
 
     # -- records -------------------------------------------------------------------------
 
@@ -301,12 +336,14 @@ class SqliteStore(MetadataStore):
                 raise NodeNotFoundError(f"metadata record {path} does not exist")
             return bytes(row[0]), int(row[1])
 
-        return await self._run(op)
+        return await self._run(op, what="get", path=path, change=False)
 
     async def exists(self, path: str) -> int | None:
         """Return the record's version, or None when it does not exist."""
         check_path(path)
-        return await self._run(lambda conn: _visible_version(conn, path))
+        return await self._run(
+            lambda conn: _visible_version(conn, path), what="exists", path=path, change=False
+        )
 
     async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
         """Create a record (version 0); :class:`NodeExistsError` if it exists."""
@@ -318,7 +355,7 @@ class SqliteStore(MetadataStore):
                 _insert(conn, path, payload, seq, None, make_parents)
             return 0
 
-        return await self._run(op)
+        return await self._run(op, what="create", path=path, change=True)
 
     async def set(self, path: str, data: bytes, version: int) -> int:
         """Compare-and-swap the data (``version == -1`` matches any); return the new version."""
@@ -340,7 +377,7 @@ class SqliteStore(MetadataStore):
                 )
             return current + 1
 
-        return await self._run(op)
+        return await self._run(op, what="set", path=path, change=True)
 
     async def delete(self, path: str, version: int = -1) -> None:
         """Delete a record and everything below it (any version when ``version == -1``)."""
@@ -359,7 +396,7 @@ class SqliteStore(MetadataStore):
                     )
                 _delete_tree(conn, path, seq)
 
-        await self._run(op)
+        await self._run(op, what="delete", path=path, change=True)
 
     async def children(self, path: str) -> list[str]:
         """Sorted names of the direct children of ``path``; [] when none or absent."""
@@ -373,7 +410,7 @@ class SqliteStore(MetadataStore):
             )
             return sorted(r[0][cut:] for r in rows)
 
-        return await self._run(op)
+        return await self._run(op, what="children", path=path, change=False)
 
     async def next_id(self, counter: str) -> int:
         """A new id from the named 64-bit counter; the first id is 1."""
@@ -388,7 +425,7 @@ class SqliteStore(MetadataStore):
                 ).fetchone()
             return int(value)
 
-        return await self._run(op)
+        return await self._run(op, what="next_id", path=f"/_counters/{counter}", change=True)
 
     # -- liveness ------------------------------------------------------------------------
 
@@ -415,7 +452,7 @@ class SqliteStore(MetadataStore):
                     _insert(conn, path, payload, seq, self._session, True)
                 self._registered[path] = payload
 
-        await self._run(op)
+        await self._run(op, what="register", path=path, change=True)
 
     async def unregister(self, path: str) -> None:
         """Remove a record made by :meth:`register` (no error if already gone)."""
@@ -431,7 +468,7 @@ class SqliteStore(MetadataStore):
                     if row is not None:
                         _delete_tree(conn, path, seq)
 
-        await self._run(op)
+        await self._run(op, what="unregister", path=path, change=True)
 
     def _heartbeat_once(self, conn: sqlite3.Connection) -> None:
         """Refresh this session (re-creating purged records) and purge expired sessions."""
@@ -542,7 +579,7 @@ class SqliteStore(MetadataStore):
             self._local.conn = None
 
         try:
-            await self._run(op)
+            await self._run(op, what="close", path="/", change=True)
         finally:
             self._closed = True
             self._stop.set()

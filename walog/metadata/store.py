@@ -8,6 +8,12 @@ store's root (the ZooKeeper chroot, or the SQLite file).
 Every version is an integer that starts at 0 when a record is created and grows by one on
 each set. A ``set`` or ``delete`` with the wrong version raises
 :class:`walog.MetadataConflictError`.
+
+Every call ends within the store's call timeout (a client's ``Timeouts.metadata``), retries
+included, or raises the retriable :class:`walog.MetadataError` of :func:`call_timed_out`.
+A change that ran out of time may still apply afterwards (its request may have reached the
+store, or still runs in the store's thread): its outcome is unknown, never "not applied",
+and the caller re-reads the record to find out (docs/protocol.md, "Compare-and-swap").
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 
-from walog.errors import WalogError
+from walog.errors import MetadataError, WalogError
 
 
 class NodeNotFoundError(WalogError):
@@ -24,6 +30,27 @@ class NodeNotFoundError(WalogError):
 
 class NodeExistsError(WalogError):
     """A metadata record already exists at that path."""
+
+
+def call_timed_out(
+    store: str, what: str, path: str, seconds: float, *, change: bool
+) -> MetadataError:
+    """The error of a store call that did not end within the call timeout.
+
+    Retriable: the same call may succeed once the store answers again. For a change
+    (``change``: create, set, delete, a counter or a registration) the message says that
+    its outcome is unknown.
+    """
+    outcome = (
+        "; the change may or may not have been applied (re-read the record to find out)"
+        if change
+        else ""
+    )
+    err = MetadataError(
+        f"{store} did not complete {what} {path} within {seconds:g}s (Timeouts.metadata){outcome}"
+    )
+    err.retriable = True
+    return err
 
 
 WatchCallback = Callable[[], None]
@@ -108,4 +135,10 @@ class MetadataStore(abc.ABC):
         """Release the session; liveness-bound records of this store disappear."""
 
 
-__all__ = ["MetadataStore", "NodeExistsError", "NodeNotFoundError", "WatchCallback"]
+__all__ = [
+    "MetadataStore",
+    "NodeExistsError",
+    "NodeNotFoundError",
+    "WatchCallback",
+    "call_timed_out",
+]

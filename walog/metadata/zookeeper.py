@@ -1,9 +1,10 @@
 """ZooKeeper metadata store through kazoo: znode versions are the compare-and-swap.
 
 Every record lives under the URI's chroot (created when missing). kazoo calls run on a
-small thread pool of this store, each bounded by the store's timeout, never on the event
-loop. While the connection is suspended, calls are retried (tenacity, on the retriable
-:class:`~walog.errors.MetadataError`) until the timeout passes.
+small thread pool of this store, never on the event loop. While the connection is
+suspended, calls are retried (tenacity, on the retriable :class:`~walog.errors.MetadataError`);
+each call of the store, retries included, ends within the store's call timeout (see
+:func:`~walog.metadata.store.call_timed_out`).
 
 Liveness-bound records are ephemeral znodes. A kazoo state listener notes a lost session
 and, once a new session is connected, re-creates them and re-arms every watch from the
@@ -51,7 +52,13 @@ from tenacity import (
 )
 
 from walog.errors import MetadataConflictError, MetadataError, UnauthorizedError, is_retriable
-from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
+from walog.metadata.store import (
+    MetadataStore,
+    NodeExistsError,
+    NodeNotFoundError,
+    WatchCallback,
+    call_timed_out,
+)
 from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
 
 log = logging.getLogger(__name__)
@@ -104,10 +111,13 @@ class ZooKeeperStore(MetadataStore):
     every reconnection (changes made while disconnected are never missed).
     """
 
-    def __init__(self, config: ZooKeeperURI, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, config: ZooKeeperURI, *, timeout: float = 10.0, call_timeout: float | None = None
+    ) -> None:
         self._config = config
         self._root = "" if config.chroot == "/" else config.chroot
         self._timeout = timeout
+        self._call_timeout = timeout if call_timeout is None else call_timeout
         self._client = KazooClient(
             hosts=config.connect_string,
             timeout=config.session_timeout,
@@ -133,10 +143,13 @@ class ZooKeeperStore(MetadataStore):
         cls,
         config: ZooKeeperURI,
         *,
-        timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+        timeout: float = 10.0,  # noqa: ASYNC109 - the connection's limit, not a deadline
+        call_timeout: float | None = None,
     ) -> ZooKeeperStore:
-        """Connect, create the chroot if missing, and start watching the session state."""
-        store = cls(config, timeout=timeout)
+        """Connect (waiting up to ``timeout`` seconds), create the chroot if missing, and
+        start watching the session state; each later call ends within ``call_timeout``
+        seconds (None: ``timeout``)."""
+        store = cls(config, timeout=timeout, call_timeout=call_timeout)
         store._client.add_listener(store._on_state)
         try:
             # Not retried: kazoo's start() already keeps connecting until the timeout.
@@ -183,26 +196,34 @@ class ZooKeeperStore(MetadataStore):
             hosts = self._config.connect_string
             raise MetadataError(f"ZooKeeper {hosts} failed on {path}: {exc!r}") from exc
 
-    async def _run(self, fn: Callable[[bool], T], path: str) -> T:
-        """Run ``fn(retried)`` on the call pool, retrying connection errors until the
-        timeout; ``retried`` tells ``fn`` that an earlier attempt may have been applied
-        by the server although its reply was lost."""
+    async def _run(self, fn: Callable[[bool], T], path: str, *, what: str, change: bool) -> T:
+        """Run ``fn(retried)`` on the call pool, retrying connection errors, all within the
+        call timeout; ``retried`` tells ``fn`` that an earlier attempt may have been applied
+        by the server although its reply was lost. ``what`` names the call and ``change``
+        says whether it changes the store, for the error raised when time runs out."""
         if self._closed:
             raise self._closed_error()
         loop = asyncio.get_running_loop()
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_is_connection_error),
-            stop=stop_after_delay(self._timeout),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
-            reraise=True,
-        ):
-            with attempt:
-                call = functools.partial(fn, attempt.retry_state.attempt_number > 1)
-                return await loop.run_in_executor(self._calls, self._call, call, path)
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                # No stop of its own: the call timeout ends the retries, so running out of
+                # time always reads as a timeout (an unknown outcome for a change).
+                async for attempt in AsyncRetrying(
+                    retry=retry_if_exception(_is_connection_error),
+                    wait=wait_exponential(multiplier=0.05, max=1.0),
+                    reraise=True,
+                ):
+                    with attempt:
+                        call = functools.partial(fn, attempt.retry_state.attempt_number > 1)
+                        return await loop.run_in_executor(self._calls, self._call, call, path)
+        except TimeoutError as exc:
+            where = f"ZooKeeper {self._config.connect_string}"
+            raise call_timed_out(where, what, path, self._call_timeout, change=change) from exc
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _wait(self, async_result: Any) -> Any:
-        return async_result.get(timeout=self._timeout)
+        # The awaiting call gives up at the call timeout; this thread does not wait longer.
+        return async_result.get(timeout=self._call_timeout)
 
     # -- records -------------------------------------------------------------------------
 
@@ -210,14 +231,22 @@ class ZooKeeperStore(MetadataStore):
         """Return ``(data, version)``; :class:`NodeNotFoundError` if absent."""
         full = self._full(path)
         data, stat = await self._run(
-            lambda _retried: self._wait(self._client.get_async(full)), path
+            lambda _retried: self._wait(self._client.get_async(full)),
+            path,
+            what="get",
+            change=False,
         )
         return bytes(data), int(stat.version)
 
     async def exists(self, path: str) -> int | None:
         """Return the record's version, or None when it does not exist."""
         full = self._full(path)
-        stat = await self._run(lambda _retried: self._wait(self._client.exists_async(full)), path)
+        stat = await self._run(
+            lambda _retried: self._wait(self._client.exists_async(full)),
+            path,
+            what="exists",
+            change=False,
+        )
         return None if stat is None else int(stat.version)
 
     async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
@@ -232,7 +261,7 @@ class ZooKeeperStore(MetadataStore):
                     raise
             return 0
 
-        return await self._run(op, path)
+        return await self._run(op, path, what="create", change=True)
 
     async def set(self, path: str, data: bytes, version: int) -> int:
         """Compare-and-swap the data (``version == -1`` matches any); return the new version."""
@@ -246,7 +275,7 @@ class ZooKeeperStore(MetadataStore):
                     return version + 1
                 raise
 
-        return await self._run(op, path)
+        return await self._run(op, path, what="set", change=True)
 
     async def delete(self, path: str, version: int = -1) -> None:
         """Delete a record and everything below it (any version when ``version == -1``).
@@ -273,7 +302,7 @@ class ZooKeeperStore(MetadataStore):
                     self._delete_children(full)
                     self._wait(self._client.delete_async(full, version))
 
-        await self._run(op, path)
+        await self._run(op, path, what="delete", change=True)
 
     def _is_state(self, full: str, data: bytes, version: int) -> bool:
         """After a lost reply: does the record hold what our own call would have left?"""
@@ -307,7 +336,7 @@ class ZooKeeperStore(MetadataStore):
                 names = [n for n in names if n != COUNTERS[1:]]
             return sorted(names)
 
-        return await self._run(op, path)
+        return await self._run(op, path, what="children", change=False)
 
     async def next_id(self, counter: str) -> int:
         """A new id from the named counter: the znode version produced by a blind set.
@@ -325,7 +354,7 @@ class ZooKeeperStore(MetadataStore):
                     self._wait(self._client.create_async(full, b"", makepath=True))
                 return int(self._wait(self._client.set_async(full, b"", -1)).version)
 
-        return await self._run(op, f"{COUNTERS}/{counter}")
+        return await self._run(op, f"{COUNTERS}/{counter}", what="next_id", change=True)
 
     # -- liveness ------------------------------------------------------------------------
 
@@ -345,7 +374,12 @@ class ZooKeeperStore(MetadataStore):
     async def register(self, path: str, data: bytes) -> None:
         """Create an ephemeral record; :class:`NodeExistsError` if the path is taken."""
         full, payload = self._full(path), bytes(data)
-        await self._run(lambda _retried: self._create_ephemeral(full, payload), path)
+        await self._run(
+            lambda _retried: self._create_ephemeral(full, payload),
+            path,
+            what="register",
+            change=True,
+        )
         with self._lock:
             self._registered[path] = payload
 
@@ -361,7 +395,7 @@ class ZooKeeperStore(MetadataStore):
                 with contextlib.suppress(NoNodeError):
                     self._wait(self._client.delete_async(full))
 
-        await self._run(op, path)
+        await self._run(op, path, what="unregister", change=True)
 
     def _on_state(self, state: str) -> bool:
         # Runs on kazoo's connection thread: note the state, hand work to the event thread.
@@ -441,7 +475,7 @@ class ZooKeeperStore(MetadataStore):
         full = self._full(path)
         for attempt in Retrying(
             retry=retry_if_exception(_is_connection_error),
-            stop=stop_after_delay(self._timeout),
+            stop=stop_after_delay(self._call_timeout),
             wait=wait_exponential(multiplier=0.05, max=1.0),
             reraise=True,
         ):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from walog.errors import NoSuchLedgerError, WalogError
+from walog.ledger.options import LedgerOptions
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_metadata import LogMetadata, SnapshotInfo, read_log, update_log
 from walog.log.position import Position
-from walog.log.writer import LedgerOptions
 from walog.recipes.policy import with_snapshot
+from walog.wire.durability import Durability
 
 CHUNK_BYTES = 512 * 1024
 """Bytes per ledger entry of a snapshot."""
@@ -123,12 +125,11 @@ class LedgerSnapshotStore:
 
     async def save(self, data: IO[bytes], position: Position, node: str) -> SnapshotInfo:
         """Write ``data`` into a new ledger, close it, and describe it."""
-        opts = self._options
-        writer = await self._client.create_ledger(
-            opts.ensemble_size,
-            opts.write_quorum,
-            opts.ack_quorum,
-            password=opts.password,
+        # Always PERSISTENT, whatever the log's ledgers are: the log is truncated up to a
+        # snapshot, so a snapshot lost with a bookie's unsynced writes could not be rebuilt.
+        opts = dataclasses.replace(self._options, durability=Durability.PERSISTENT)
+        writer = await self._client.create_ledger_with(
+            opts,
             custom_metadata={
                 SNAPSHOT_TAG: self._log_name,
                 "walog.snapshot-position": str(position),

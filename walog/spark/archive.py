@@ -1,7 +1,8 @@
 """``walog archive``: copy a log's closed ledgers to Parquet, then mark them archived.
 
-Layout: ``DIR/ledger=<id>/part-*.parquet`` with the data source's columns (plus the
-``ledger`` partition column when read back with ``spark.read.parquet(DIR)``).
+Layout (:mod:`walog.log.archive_layout`, which the tiered reader reads by too):
+``DIR/ledger=<id>/part-*.parquet`` with the data source's columns (plus the ``ledger``
+partition column when read back with ``spark.read.parquet(DIR)``).
 
 A run is two-phase so that a crash or a rerun never leaves duplicates or a half-marked
 ledger, and so that a power loss never takes archived records the bookies no longer hold:
@@ -39,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from walog.client import Client, connect
+from walog.config import ClientConfig, Timeouts
 from walog.errors import MetadataConflictError, WalogError
+from walog.log.archive_layout import LEDGER_ID, PARTITION_COLUMN, STAGING, ledger_dir_name
 from walog.log.log_metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.truncation import refresh_closed
@@ -49,10 +52,6 @@ from walog.spark.options import BookieAccess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-STAGING = "_staging"
-"""Directory under the archive root holding unfinished writes (Spark skips ``_`` paths)."""
-PARTITION_COLUMN = "ledger"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -212,7 +211,7 @@ class _Archiver:
         )
         for name, path in self.access.options().items():
             reader = reader.option(name, path)
-        frame = reader.load().withColumn(PARTITION_COLUMN, F.col("ledger_id"))
+        frame = reader.load().withColumn(PARTITION_COLUMN, F.col(LEDGER_ID))
         frame.write.partitionBy(PARTITION_COLUMN).parquet(str(staging))
         return sum(int(pq.ParquetFile(p).metadata.num_rows) for p in staging.rglob("*.parquet"))
 
@@ -283,7 +282,8 @@ def archive_log(
     files = files or LocalFiles()
     files.make_dirs(root)
     access = access or BookieAccess()
-    with connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
+    config = ClientConfig(timeouts=Timeouts(metadata=timeout))
+    with connect(metadata_uri, timeout=timeout, config=config, **access.connect_kwargs()) as client:
         archiver = _Archiver(client, log, root, access, files)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)
@@ -309,7 +309,7 @@ def archive_log(
                 files,
                 root,
                 archiver.staging(intent),
-                [f"{PARTITION_COLUMN}={i}" for i in intent.ledger_ids],
+                [ledger_dir_name(i) for i in intent.ledger_ids],
                 lambda: archiver.mark(intent),
                 on_step=step,
             )

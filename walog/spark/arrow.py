@@ -14,22 +14,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from walog.ledger.entry import Entry
+from walog.log import archive_layout
 from walog.log.position import Position
 from walog.log.records import iter_record_views
 from walog.spark.plan import ReadRange
 
-SCHEMA_DDL = "ledger_id long, entry_id long, slot int, timestamp timestamp, data binary"
-"""The data source's columns, as Spark DDL."""
+SCHEMA_DDL = archive_layout.SCHEMA_DDL
+"""The data source's columns, as Spark DDL: a record's row, as the archive stores it too
+(:mod:`walog.log.archive_layout`)."""
 
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("ledger_id", pa.int64(), nullable=True),
-        pa.field("entry_id", pa.int64(), nullable=True),
-        pa.field("slot", pa.int32(), nullable=True),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
-        pa.field("data", pa.binary(), nullable=True),
-    ]
-)
+ARROW_SCHEMA = archive_layout.arrow_schema()
 """The same columns as Arrow types; every batch a reader yields has exactly this schema."""
 
 DEFAULT_BATCH_ROWS = 8192

@@ -28,6 +28,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from walog._loop_thread import LoopThread
 from walog.client import Client, connect
+from walog.config import ClientConfig, Timeouts
 from walog.errors import NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
@@ -118,7 +119,8 @@ def worker_client(metadata: str, timeout: float, access: BookieAccess = _NO_ACCE
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = connect(metadata, timeout=timeout, **access.connect_kwargs())
+            config = ClientConfig(timeouts=Timeouts(metadata=timeout))
+            client = connect(metadata, timeout=timeout, config=config, **access.connect_kwargs())
             _clients[key] = client
             if len(_clients) == 1:
                 atexit.register(_close_clients)

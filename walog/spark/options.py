@@ -13,9 +13,10 @@ from typing import Any
 
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from walog.ledger.options import LedgerOptions
 from walog.log.records import RecordBatch
 from walog.log.sink import DEFAULT_ORPHAN_GRACE
-from walog.log.writer import LedgerOptions, LogWriterConfig
+from walog.log.writer import LogWriterConfig
 from walog.spark.plan import DEFAULT_MAX_ENTRIES_PER_PARTITION, Bound, parse_bound
 
 DEFAULT_MAX_ENTRY_BYTES = LogWriterConfig().max_entry_bytes
@@ -42,6 +43,16 @@ def _positive_int(options: Mapping[str, str], name: str, default: int | None) ->
     if value < 1:
         raise ValueError(f"option {name}={raw!r}: expected a whole number >= 1")
     return value
+
+
+def _whole_int(options: Mapping[str, str], name: str, default: int) -> int:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name}={raw!r}: expected a whole number") from None
 
 
 def _positive_float(options: Mapping[str, str], name: str, default: float) -> float:
@@ -135,7 +146,8 @@ class ReadOptions:
             metadata store as micro-batches complete, which retention respects.
         max_records_per_trigger: ``maxRecordsPerTrigger``: streaming only; records per
             micro-batch at most.
-        timeout: ``timeout``: seconds to wait for the metadata store (default 10).
+        timeout: ``timeout``: seconds to wait for the metadata store, to connect and for
+            each call (``Timeouts.metadata``; default 10).
         access: TLS and token options for the bookies (:class:`BookieAccess`).
     """
 
@@ -203,7 +215,8 @@ class WriteOptions:
         max_entry_bytes: ``maxEntryBytes``: records are packed into entries up to this.
         orphan_grace: ``orphanGraceSeconds``: age after which an unlinked sink ledger of no
             linked batch is deleted (a commit refuses ledgers older than half of it).
-        timeout: ``timeout``: seconds to wait for the metadata store.
+        timeout: ``timeout``: seconds to wait for the metadata store, to connect and for
+            each call (``Timeouts.metadata``).
         access: TLS and token options for the bookies (:class:`BookieAccess`).
     """
 
@@ -261,11 +274,11 @@ class WriteOptions:
             raise ValueError(
                 f"option linkOrder={lowered['linkorder']!r}: expected 'partition' or 'written'"
             )
+        # Whole numbers here; LedgerOptions checks their order (and names a bad one).
         defaults = LedgerOptions()
-        ensemble = _positive_int(lowered, "ensembleSize", defaults.ensemble_size)
-        write_quorum = _positive_int(lowered, "writeQuorum", defaults.write_quorum)
-        ack_quorum = _positive_int(lowered, "ackQuorum", defaults.ack_quorum)
-        assert ensemble is not None and write_quorum is not None and ack_quorum is not None
+        ensemble = _whole_int(lowered, "ensembleSize", defaults.ensemble_size)
+        write_quorum = _whole_int(lowered, "writeQuorum", defaults.write_quorum)
+        ack_quorum = _whole_int(lowered, "ackQuorum", defaults.ack_quorum)
         max_entry = _positive_int(lowered, "maxEntryBytes", DEFAULT_MAX_ENTRY_BYTES)
         assert max_entry is not None
         RecordBatch(max_entry, 1)  # validates the bound

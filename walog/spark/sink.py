@@ -124,14 +124,7 @@ class _TaskLedger:
         """Create the ledger now: tasks start in partition order, so ledgers created at
         their start mostly ascend in it (fewer copies at the commit)."""
         led = self.options.ledger
-        self.writer = self.client.create_ledger(
-            led.ensemble_size,
-            led.write_quorum,
-            led.ack_quorum,
-            durability=led.durability,
-            password=led.password,
-            custom_metadata=self.tags,
-        )
+        self.writer = self.client.create_ledger_with(led, custom_metadata=self.tags)
 
     def add(self, timestamp: float, payload: bytes) -> None:
         if len(payload) > self.entry.max_payload_bytes:

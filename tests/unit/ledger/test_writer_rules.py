@@ -9,11 +9,10 @@ import pytest
 
 from walog import mutations
 from walog.errors import UnauthorizedError
-from walog.ledger.create import password_check, validate_ledger_options, verify_password
+from walog.ledger.create import password_check, verify_password
 from walog.ledger.writer import PendingAdd, as_payload, pop_completed
 from walog.metadata.layout import LedgerMetadata
 from walog.wire.digest import master_key
-from walog.wire.durability import Durability
 
 
 def _mask(indexes: set[int]) -> int:
@@ -79,24 +78,6 @@ def test_entry_over_max_entry_bytes_is_refused_with_value_error() -> None:
     assert as_payload(b"x" * 10, 10) == b"x" * 10
     with pytest.raises(ValueError, match="11 bytes exceeds max_entry_bytes=10"):
         as_payload(b"x" * 11, 10)
-
-
-@pytest.mark.parametrize(("e", "qw", "qa"), [(2, 3, 2), (3, 2, 3), (3, 3, 0), (0, 0, 0)])
-def test_quorums_must_satisfy_e_ge_qw_ge_qa_ge_1(e: int, qw: int, qa: int) -> None:
-    with pytest.raises(ValueError, match="ensemble_size >= write_quorum >= ack_quorum >= 1"):
-        validate_ledger_options(e, qw, qa, Durability.PERSISTENT, None)
-
-
-def test_volatile_ledger_requires_ensemble_size_equal_write_quorum() -> None:
-    validate_ledger_options(3, 3, 2, Durability.VOLATILE, None)
-    with pytest.raises(ValueError, match="VOLATILE"):
-        validate_ledger_options(4, 3, 2, Durability.VOLATILE, None)
-
-
-def test_custom_metadata_must_map_str_to_str() -> None:
-    validate_ledger_options(3, 3, 2, Durability.PERSISTENT, {"a": "b"})
-    with pytest.raises(TypeError, match="custom_metadata"):
-        validate_ledger_options(3, 3, 2, Durability.PERSISTENT, {"a": 1})  # type: ignore[dict-item]
 
 
 def test_wrong_password_is_refused_without_the_password_being_stored() -> None:
