@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from walog.ledger.entry import Entry
     from walog.ledger.placement import PlacementPolicy
     from walog.ledger.sync import LedgerReader, LedgerWriter
+    from walog.log.log_config import ArchivePolicy, LogConfig
     from walog.log.position import Position, Record, Segment
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.sync import Log, LogReader, LogWriter
@@ -83,6 +84,8 @@ _EXPORTS: dict[str, str] = {
     "Record": "walog.log.position",
     "Segment": "walog.log.position",
     "RollPolicy": "walog.log.retention",
+    "LogConfig": "walog.log.log_config",
+    "ArchivePolicy": "walog.log.log_config",
     "RetentionPolicy": "walog.log.retention",
     "LogWriterConfig": "walog.log.writer",
     "ClientConfig": "walog.config",
@@ -109,6 +112,7 @@ _EXPORTS: dict[str, str] = {
 
 # A literal list, so type checkers know what is exported (a test compares it with the table).
 __all__ = [
+    "ArchivePolicy",
     "BookieError",
     "BookieReadOnlyError",
     "BookieRestartedError",
@@ -125,6 +129,7 @@ __all__ = [
     "LedgerReader",
     "LedgerWriter",
     "Log",
+    "LogConfig",
     "LogReader",
     "LogWriter",
     "LogWriterConfig",
