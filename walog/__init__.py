@@ -12,6 +12,7 @@ The package, top to bottom (docs/architecture.md draws the layers):
   ``wire``: what clients and bookies share;
 - ``recipes``: the replicated state machine; ``spark``: the Spark data source, sink and
   archive job; ``autorecovery``: re-replication of lost bookies' ledgers;
+  ``maintenance``: ``walog maintain``, which keeps every log to its stored settings;
 - ``cli``: the ``walog`` commands, with ``status``, ``quickstart`` and ``tables``; ``main``:
   the ``walog`` program, which runs them;
   ``bench``: ``walog bench``; ``testing``: local clusters for tests and demos;

@@ -12,6 +12,7 @@
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``retention_runner``  the retention a writer applies by itself after each roll
+- ``health``        a log's figures for operators (size, age, what retention waits for)
 - ``sink``          linking ledgers written elsewhere into a log exactly once (Spark sink)
 - ``async_log``     AsyncLog and the functions on logs; ``sync``: the Log / LogWriter /
                     LogReader facades
