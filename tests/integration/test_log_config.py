@@ -69,6 +69,8 @@ def test_a_process_giving_other_settings_than_stored_is_refused_naming_them(
             client.open_log(log_name, write_quorum=2)
         with pytest.raises(ValueError, match="max_entry_bytes"):
             client.open_log(log_name, writer_config=walog.LogWriterConfig(max_entry_bytes=1 << 23))
+        smaller = walog.LogWriterConfig(max_entry_bytes=4096)  # a writer may batch smaller
+        assert client.open_log(log_name, writer_config=smaller).async_log.writer_config == smaller
         with pytest.raises(ValueError, match=r"retention\.max_age"):
             client.create_log(log_name, walog.LogConfig())
         assert (

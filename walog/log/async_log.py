@@ -119,23 +119,16 @@ class AsyncLog:
         return effective_config(meta)
 
     def writer_config_for(self, config: LogWriterConfig | None) -> LogWriterConfig:
-        """``config`` (a writer's batching) with the log's entry size limit.
+        """``config`` (a writer's batching) within the log's entry size limit: one left at
+        the default takes the log's limit, a smaller one is kept (the writer's entries, and
+        so its records, are smaller).
 
         Raises:
-            ValueError: ``config.max_entry_bytes`` is set and differs from the stored one.
+            ValueError: ``config.max_entry_bytes`` exceeds the log's stored limit.
         """
         if config is None:
             return self.writer_config
-        limit = self.config.max_entry_bytes
-        if config.max_entry_bytes in (limit, LogWriterConfig.max_entry_bytes):
-            return dataclasses.replace(config, max_entry_bytes=limit)
-        if self.override_config:
-            return config
-        raise ValueError(
-            f"log {self.name!r} stores max_entry_bytes={limit}, this writer's config gives "
-            f"{config.max_entry_bytes}: leave it out to use the stored one, or change it "
-            f"with 'walog log config {self.name} --set max_entry_bytes=N'"
-        )
+        return batching_within(self.name, self.config, config, self.override_config)
 
     async def open_writer(self, config: LogWriterConfig | None = None) -> AsyncLogWriter:
         """Take over as the log's writer (fences the last two ledgers, CAS-appends a new one).
@@ -222,7 +215,8 @@ async def open_log(
     those of ``ledger_options``, ``roll_policy``, ``retention`` and a ``writer_config``'s
     ``max_entry_bytes`` that is not the default); an existing one is opened with its
     stored settings, and a given setting that differs from them is an error unless
-    ``override_config`` (for tests: this process then uses its own).
+    ``override_config`` (for tests: this process then uses its own). A ``writer_config``
+    may batch in entries smaller than the log's limit, never larger.
 
     Raises:
         ValueError: a bad name (empty, over 200 characters, ``/``, ``..``, control chars),
@@ -240,20 +234,16 @@ async def open_log(
             )
         )
     given.update(given_settings(roll=roll_policy, retention=retention))
-    if (
-        writer_config is not None
-        and writer_config.max_entry_bytes != LogWriterConfig.max_entry_bytes
-    ):
-        given["max_entry_bytes"] = writer_config.max_entry_bytes
     given.update(settings or {})
-    new = resolve(name, None, given)  # refuses a bad setting before anything is stored
+    creating = dict(given)
+    if writer_config is not None and writer_config.max_entry_bytes != _DEFAULT_ENTRY_BYTES:
+        creating["max_entry_bytes"] = writer_config.max_entry_bytes  # a new log's limit
+    new = resolve(name, None, creating)  # refuses a bad setting before anything is stored
     meta, _ = await create_log(client.ctx.store, name, new.to_doc())
     config = resolve(name, stored_config(meta), given, override=override_config)
     if password is None:
         password = ledger_options.password if ledger_options is not None else b""
-    batching = dataclasses.replace(
-        writer_config or LogWriterConfig(), max_entry_bytes=config.max_entry_bytes
-    )
+    batching = batching_within(name, config, writer_config or LogWriterConfig(), override_config)
     return AsyncLog(
         client,
         name,
@@ -269,6 +259,31 @@ async def open_log(
         writer_config=batching,
         config=config,
         override_config=override_config,
+    )
+
+
+_DEFAULT_ENTRY_BYTES = LogWriterConfig().max_entry_bytes
+
+
+def batching_within(
+    name: str, config: LogConfig, batching: LogWriterConfig, override: bool = False
+) -> LogWriterConfig:
+    """A writer's ``batching`` within log ``name``'s entry size limit (see
+    :meth:`AsyncLog.writer_config_for`).
+
+    Raises:
+        ValueError: ``batching.max_entry_bytes`` exceeds the limit (unless ``override``).
+    """
+    limit = config.max_entry_bytes
+    wanted = batching.max_entry_bytes
+    if wanted == _DEFAULT_ENTRY_BYTES:
+        return dataclasses.replace(batching, max_entry_bytes=limit)
+    if wanted <= limit or override:
+        return batching
+    raise ValueError(
+        f"log {name!r} stores max_entry_bytes={limit}, this writer's config gives {wanted}: "
+        f"a writer's entries may not exceed the log's; change it with 'walog log config "
+        f"{name} --set max_entry_bytes={wanted}'"
     )
 
 
