@@ -112,3 +112,25 @@ async def test_a_log_created_before_logs_kept_settings_opens_as_it_did(
         await writer.append(b"x")
         await writer.close()
         assert (await log.metadata()).config is None  # nobody stored settings for it
+
+
+async def test_a_failed_retention_run_is_counted_and_never_fails_an_append(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    async with await walog.aio.connect(cluster.metadata_uri) as client:
+        log = await client.create_log(log_name, _retained(walog.RetentionPolicy(max_age=1e-6)))
+        writer = await log.open_writer()
+        # Settings this version cannot read, stored behind the running writer's back.
+        await update_log(
+            client.ctx.store, log_name, lambda meta: meta.replace(config={"retention": 1})
+        )
+        for i in range(4):
+            await writer.append(b"%d" % i)
+        await writer.roll()
+        runner = writer.after_roll
+        assert runner is not None
+        await runner.wait_idle()  # type: ignore[attr-defined]
+        assert runner.failures >= 1 and runner.runs == 0  # type: ignore[attr-defined]
+        assert len(await log.segments()) > 1  # nothing deleted
+        await writer.append(b"appends go on")
+        await writer.close()

@@ -166,3 +166,22 @@ def test_the_maintenance_service_applies_retention_to_a_log_with_no_writer(
             if service.poll() is None:
                 service.kill()
                 service.wait()
+
+
+def test_maintain_says_so_when_an_archive_is_due_but_pyspark_is_missing(
+    cluster: LocalCluster,
+    log_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    archive = walog.ArchivePolicy(to=str(tmp_path / "archive"))
+    with walog.connect(cluster.metadata_uri) as client:
+        client.create_log(log_name, walog.LogConfig(archive=archive))
+        _closed_ledgers(client, log_name, 2)
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if not installed
+    status, out, err = _run(["maintain", "--once", "--metadata", cluster.metadata_uri], capsys)
+    assert status == 0, out + err
+    line = next(x for x in out.splitlines() if x.startswith(f"log {log_name!r}:"))
+    assert "archive: skipped (2 ledger(s) to archive to " in line
+    assert "pyspark is not installed" in line
