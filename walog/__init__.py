@@ -12,6 +12,7 @@ The package, top to bottom (docs/architecture.md draws the layers):
   ``wire``: what clients and bookies share;
 - ``recipes``: the replicated state machine; ``spark``: the Spark data source, sink and
   archive job; ``autorecovery``: re-replication of lost bookies' ledgers;
+  ``maintenance``: ``walog maintain``, which keeps every log to its stored settings;
 - ``cli``: the ``walog`` commands, with ``status``, ``quickstart`` and ``tables``; ``main``:
   the ``walog`` program, which runs them;
   ``bench``: ``walog bench``; ``testing``: local clusters for tests and demos;
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from walog.ledger.options import LedgerOptions
     from walog.ledger.placement import PlacementPolicy
     from walog.ledger.sync import LedgerReader, LedgerWriter
+    from walog.log.log_config import ArchivePolicy, LogConfig
     from walog.log.position import Position, Record, Segment
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.sync import Log, LogReader, LogWriter
@@ -84,6 +86,8 @@ _EXPORTS: dict[str, str] = {
     "Record": "walog.log.position",
     "Segment": "walog.log.position",
     "RollPolicy": "walog.log.retention",
+    "LogConfig": "walog.log.log_config",
+    "ArchivePolicy": "walog.log.log_config",
     "RetentionPolicy": "walog.log.retention",
     "LogWriterConfig": "walog.log.writer",
     "LedgerOptions": "walog.ledger.options",
@@ -111,6 +115,7 @@ _EXPORTS: dict[str, str] = {
 
 # A literal list, so type checkers know what is exported (a test compares it with the table).
 __all__ = [
+    "ArchivePolicy",
     "BookieError",
     "BookieReadOnlyError",
     "BookieRestartedError",
@@ -128,6 +133,7 @@ __all__ = [
     "LedgerReader",
     "LedgerWriter",
     "Log",
+    "LogConfig",
     "LogReader",
     "LogWriter",
     "LogWriterConfig",

@@ -29,7 +29,8 @@ from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.reader import AsyncLedgerReader
 from walog.ledger.recovery import recover
 from walog.ledger.writer import AsyncLedgerWriter
-from walog.log.async_log import AsyncLog, delete_log, list_log_names, open_log
+from walog.log.async_log import AsyncLog, create_log_with, delete_log, list_log_names, open_log
+from walog.log.log_config import LogConfig, given_settings
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.writer import LogWriterConfig
 from walog.memory import keep_freed_memory
@@ -205,34 +206,58 @@ class AsyncClient:
         self,
         name: str,
         *,
-        ensemble_size: int = 3,
-        write_quorum: int = 3,
-        ack_quorum: int = 2,
-        durability: Durability = Durability.PERSISTENT,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        durability: Durability | None = None,
         password: bytes = b"",
         roll_policy: RollPolicy | None = None,
         retention: RetentionPolicy | None = None,
         writer_config: LogWriterConfig | None = None,
+        override_config: bool = False,
     ) -> AsyncLog:
         """Open log ``name`` (created empty if it does not exist).
 
-        The quorum settings, durability and password apply to the ledgers its writers
-        create; ``roll_policy`` and ``retention`` default to never rolling, keeping all.
+        A log stores its settings (:class:`walog.LogConfig`): a new one stores the
+        defaults (3, 3, 2, PERSISTENT, never rolling, keeping everything) with the settings
+        given here; an existing one is opened with its stored settings, and a setting given
+        here that differs from them is an error (``override_config=True``, for tests, uses
+        the given ones in this process). The password applies to the ledgers its writers
+        create. A ``writer_config`` sets a writer's batching; its ``max_entry_bytes`` is the
+        log's.
 
         Raises:
             ValueError: a bad log name (empty, over 200 characters, ``/``, ``..``, control
-                characters) or quorum settings.
+                characters), bad quorum settings, or a setting that differs from the
+                stored one (the message names it).
         """
         return await open_log(
             self,
             name,
-            ledger_options=LedgerOptions(
-                ensemble_size, write_quorum, ack_quorum, durability, password
+            settings=given_settings(
+                ensemble_size=ensemble_size,
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+                durability=durability,
             ),
             roll_policy=roll_policy,
             retention=retention,
             writer_config=writer_config,
+            password=password,
+            override_config=override_config,
         )
+
+    async def create_log(
+        self, name: str, config: LogConfig | None = None, *, password: bytes = b""
+    ) -> AsyncLog:
+        """Create log ``name`` with the settings ``config`` (None: the defaults) stored with
+        it; a log that exists with the same settings is opened.
+
+        Raises:
+            ValueError: a bad name, or the log exists with other settings (the message
+                names them: change them with :meth:`AsyncLog.configure`).
+        """
+        return await create_log_with(self, name, config, password=password)
 
     async def list_logs(self) -> list[str]:
         """Names of every log, sorted."""

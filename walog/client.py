@@ -18,6 +18,7 @@ from walog.config import ClientConfig
 from walog.ledger.options import LedgerOptions
 from walog.ledger.placement import PlacementPolicy
 from walog.ledger.sync import LedgerReader, LedgerWriter
+from walog.log.log_config import LogConfig
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sync import Log
 from walog.log.writer import LogWriterConfig
@@ -135,16 +136,18 @@ class Client(SyncContext):
         self,
         name: str,
         *,
-        ensemble_size: int = 3,
-        write_quorum: int = 3,
-        ack_quorum: int = 2,
-        durability: Durability = Durability.PERSISTENT,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        durability: Durability | None = None,
         password: bytes = b"",
         roll_policy: RollPolicy | None = None,
         retention: RetentionPolicy | None = None,
         writer_config: LogWriterConfig | None = None,
+        override_config: bool = False,
     ) -> Log:
-        """Open log ``name``, creating it if it does not exist (see ``AsyncClient.open_log``)."""
+        """Open log ``name``, creating it if it does not exist (see ``AsyncClient.open_log``:
+        an existing log is opened with its stored settings)."""
         log = self.loop_thread.run(
             self.async_client.open_log(
                 name,
@@ -156,8 +159,16 @@ class Client(SyncContext):
                 roll_policy=roll_policy,
                 retention=retention,
                 writer_config=writer_config,
+                override_config=override_config,
             )
         )
+        return Log(log, self.loop_thread)
+
+    def create_log(
+        self, name: str, config: LogConfig | None = None, *, password: bytes = b""
+    ) -> Log:
+        """Create log ``name`` with ``config`` stored with it (see ``AsyncClient.create_log``)."""
+        log = self.loop_thread.run(self.async_client.create_log(name, config, password=password))
         return Log(log, self.loop_thread)
 
     def list_logs(self) -> list[str]:

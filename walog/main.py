@@ -8,10 +8,11 @@ variable) and answers ``--help``. Log lines of the library go to stderr, from WA
 stderr and exit non-zero (1 for a failed operation, 2 for bad usage or a feature missing from
 this build, 130 on Ctrl-C); never a traceback.
 
-``walog autorecovery``, ``bookie decommission``, ``archive`` and ``bench`` live in their own
-packages and build their parsers from :mod:`walog.cli.options`, below them; this module is
-the one above them all and imports each only when its command runs. ``walog bookie`` runs
-the bookie's own program, imported by name: the client library never imports the bookie.
+``walog autorecovery``, ``bookie decommission``, ``maintain``, ``archive`` and ``bench`` live
+in their own packages and build their parsers from :mod:`walog.cli.options`, below them;
+this module is the one above them all and imports each only when its command runs.
+``walog bookie`` runs the bookie's own program, imported by name: the client library never
+imports the bookie.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def _autorecovery() -> Main:
     return main
 
 
+def _maintain() -> Main:
+    from walog.maintenance.command import main
+
+    return main
+
+
 def _status() -> Main:
     from walog.cli.status import main
 
@@ -93,6 +100,12 @@ DELEGATED: dict[str, Delegated] = {
         _autorecovery,
         "re-replicate ledgers of lost bookies",
         "autorecovery",
+    ),
+    "maintain": Delegated(
+        "walog.maintenance.command",
+        _maintain,
+        "apply every log's stored retention and archive policy, once or as a service",
+        "maintenance",
     ),
     "status": Delegated(
         "walog.cli.status",

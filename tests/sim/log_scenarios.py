@@ -46,6 +46,7 @@ async def _open_log(
             roll_policy=RollPolicy(max_entries=options[3]),
             durability=options[4],
             retention=retention,
+            override_config=retention is not None,  # a policy of this process's own
         ),
     )
     return log

@@ -19,6 +19,7 @@ import pytest
 
 import bookie.main
 import walog.autorecovery.command
+import walog.maintenance.command
 from walog.config_file import ENV_METADATA
 
 OPS = Path(__file__).resolve().parents[2] / "docs" / "ops"
@@ -65,6 +66,7 @@ def test_dashboard_and_alerts_use_only_documented_metrics() -> None:
 EXAMPLES = {
     "bookie.toml": (bookie.main, "bookie.main"),
     "autorecovery.toml": (walog.autorecovery.command, "walog.autorecovery.command"),
+    "maintain.toml": (walog.maintenance.command, "walog.maintenance.command"),
 }
 
 
@@ -125,6 +127,11 @@ UNITS = {
         walog.autorecovery.command.build_parser,
         "/etc/walog/autorecovery.toml",
     ),
+    "walog-maintain.service": (
+        "maintain",
+        walog.maintenance.command.build_parser,
+        "/etc/walog/maintain.toml",
+    ),
 }
 
 
@@ -146,14 +153,17 @@ def test_a_systemd_unit_starts_its_program_from_its_configuration_file(name: str
     assert not unknown and str(args.config) == config
 
 
-def test_the_maintenance_unit_says_it_needs_the_walog_maintain_command() -> None:
-    unit = (OPS / "walog-maintain.service").read_text()
-    assert _exec_start(unit)[1:3] == ["maintain", "--config"]
-    assert "NEEDS `walog maintain`" in unit
-    assert "needs the walog maintain command" in unit  # in its Description, for systemctl
+def test_the_example_maintain_toml_is_a_configuration_the_service_accepts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_METADATA, raising=False)
+    config = str(OPS / "maintain.toml")
+    assert walog.maintenance.command.main(["--config", config, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert 'metadata = "zk://zk1.example.com:2181' in printed and "interval-s = 60.0" in printed
 
 
-@pytest.mark.parametrize("name", [*sorted(UNITS), "walog-maintain.service"])
+@pytest.mark.parametrize("name", sorted(UNITS))
 def test_a_systemd_unit_passes_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:

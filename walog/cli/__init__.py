@@ -7,6 +7,8 @@
 - :mod:`walog.cli.parser`: the parser of ``walog``, with the commands below and the names
   of the ones that live elsewhere;
 - :mod:`walog.cli.logs`: ``walog append``, ``tail``, ``logs``, ``log show``, ``truncate``;
+- :mod:`walog.cli.log_settings`: ``walog log create`` and ``log config``, a log's stored
+  settings;
 - :mod:`walog.cli.ledgers`: ``walog ledgers``, ``ledger show``, ``recover``;
 - :mod:`walog.cli.cluster`: ``walog local`` (a cluster on this host) and ``walog bookies``;
 - :mod:`walog.cli.status`: ``walog status``, one screen that says whether a cluster needs a

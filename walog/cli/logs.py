@@ -1,4 +1,5 @@
-"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show`` and ``truncate``."""
+"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show`` and ``truncate``
+(``log create`` and ``log config``: :mod:`walog.cli.log_settings`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from walog.cli import log_settings
 from walog.cli.options import AddCommand, add_password_options, connect, emit, password_of
 from walog.cli.tables import render_table
 from walog.errors import NoSuchLogError
@@ -119,6 +121,7 @@ def show_log(args: argparse.Namespace) -> int:
         log = existing_log(client, args)
         segments = log.segments()
         snapshots = log.metadata().snapshots
+        config = log.config
     doc: dict[str, object] = {
         "name": args.log,
         "segments": [
@@ -132,6 +135,8 @@ def show_log(args: argparse.Namespace) -> int:
         ],
         # State-machine snapshots (walog.recipes), oldest first.
         "snapshots": [info.to_doc() for info in snapshots],
+        # The settings stored with the log (walog log config), by key.
+        "config": log_settings.settings_json(config),
     }
     if args.json:
         emit(json.dumps(doc, indent=2))
@@ -154,6 +159,9 @@ def show_log(args: argparse.Namespace) -> int:
         ]
         for line in render_table(["SNAPSHOT AT", "STORED IN", "BYTES", "CHECKSUM", "NODE"], snaps):
             emit(line)
+    emit("")
+    for line in render_table(["SETTING", "VALUE"], log_settings.setting_rows(config)):
+        emit(line)
     return 0
 
 
@@ -173,9 +181,9 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
     parser = command("append", append, "append records to a log (takes over its writer)")
     parser.add_argument("log", help="log name (created if missing)")
     parser.add_argument("records", nargs="*", help="records; none: one per line of stdin")
-    parser.add_argument("--ensemble-size", type=int, default=3, help="for a new log [3]")
-    parser.add_argument("--write-quorum", type=int, default=3, help="for a new log [3]")
-    parser.add_argument("--ack-quorum", type=int, default=2, help="for a new log [2]")
+    parser.add_argument("--ensemble-size", type=int, help="for a new log [3]")
+    parser.add_argument("--write-quorum", type=int, help="for a new log [3]")
+    parser.add_argument("--ack-quorum", type=int, help="for a new log [2]")
     add_password_options(parser)
     parser.epilog = "Opening the writer fences the log's current writer. Prints positions."
 
@@ -197,9 +205,11 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
 
     parser = command("logs", list_logs, "list log names")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
-    parser = group("log", "inspect a log")("show", show_log, "print a log's segments")
+    log_action = group("log", "inspect and configure a log")
+    parser = log_action("show", show_log, "print a log's segments and settings")
     parser.add_argument("log", help="log name")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
+    log_settings.add_commands(log_action)
 
     parser = command("truncate", truncate, "delete a log's ledgers before a position")
     parser.add_argument("log", help="log name")

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -25,6 +26,8 @@ from walog.cli.tables import render_table
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
 from walog.ledger.ensemble import available_bookies, read_only_bookies
+from walog.log.health import LogHealth, log_health
+from walog.log.log_config import effective_config
 from walog.log.log_metadata import list_logs, read_log
 from walog.metadata.election import ELECTIONS, current_leader
 from walog.metadata.layout import (
@@ -96,11 +99,16 @@ class ClusterStatus:
     """Ledgers whose ensembles name a bookie that is neither writable nor read-only."""
     logs: list[LogStatus]
     elections: list[LeaderStatus] = dataclasses.field(default_factory=list)
+    log_health: list[LogHealth] = dataclasses.field(default_factory=list)
+    """Each log's figures: bytes, oldest record, what retention waits for, archive lag."""
+    log_problems: list[str] = dataclasses.field(default_factory=list)
+    """Logs whose stored settings do not parse, one line each."""
 
     @property
     def problems(self) -> list[str]:
         """What needs a human, one line each (empty: healthy)."""
         out = [f"bookie {b.bookie_id} is {b.state}: {b.problem}" for b in self.bookies if b.problem]
+        out += self.log_problems
         if self.under_replicated:
             shown = ", ".join(str(i) for i in self.under_replicated[:10])
             more = " ..." if len(self.under_replicated) > 10 else ""
@@ -119,6 +127,7 @@ class ClusterStatus:
             "under_replicated_ledgers": self.under_replicated,
             "logs": [dataclasses.asdict(log) for log in self.logs],
             "elections": [dataclasses.asdict(e) for e in self.elections],
+            "log_health": [dataclasses.asdict(h) for h in self.log_health],
             "problems": self.problems,
             "healthy": not self.problems,
         }
@@ -195,6 +204,9 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
         if any(b not in serving for _, ensemble in metadata.ensembles for b in ensemble):
             under_replicated.append(metadata.ledger_id)
     logs = []
+    health = []
+    log_problems = []
+    now = time.time()
     for name in await list_logs(store):
         try:
             meta, _ = await read_log(store, name)
@@ -203,6 +215,10 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
         last = meta.ledgers[-1] if meta.ledgers else None
         open_segment = last.ledger_id if last is not None and not last.is_closed else None
         logs.append(LogStatus(name, len(meta.ledgers), open_segment, meta.epoch))
+        try:
+            health.append(log_health(name, meta, effective_config(meta), now))
+        except ValueError as exc:
+            log_problems.append(f"log {name!r}: its stored settings do not parse: {exc}")
     elections = []
     for name in await store.children(ELECTIONS):
         try:
@@ -210,7 +226,18 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
         except (ValueError, KeyError):
             leader = None  # a record this version cannot read: shown as no leader
         elections.append(LeaderStatus(name, *(leader if leader is not None else (None, None))))
-    return ClusterStatus(metadata_uri, bookies, counts, under_replicated, logs, elections)
+    return ClusterStatus(
+        metadata_uri, bookies, counts, under_replicated, logs, elections, health, log_problems
+    )
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _bytes(value: int | None) -> str:
@@ -259,6 +286,23 @@ def render(status: ClusterStatus) -> str:
             for log in status.logs
         ]
         lines += render_table(["LOG", "SEGMENTS", "WRITING TO", "WRITER EPOCH"], log_rows)
+    if status.log_health:
+        lines.append("")
+        health_rows = [
+            [
+                h.name,
+                _bytes(h.size_bytes)
+                + (f" (+{h.unmeasured_ledgers} unmeasured)" if h.unmeasured_ledgers else ""),
+                _age(h.oldest_record_age_s),
+                h.retention_waiting_for,
+                f"{h.archive_lag_ledgers} ({_age(h.archive_lag_s)})"
+                if h.archive_lag_ledgers
+                else "0",
+            ]
+            for h in status.log_health
+        ]
+        headers = ["LOG", "BYTES", "OLDEST RECORD", "RETENTION WAITS FOR", "ARCHIVE LAG"]
+        lines += render_table(headers, health_rows)
     if status.elections:
         lines.append("")
         rows = [

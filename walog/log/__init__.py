@@ -3,6 +3,7 @@
 - ``position``      Position, Record, Segment
 - ``records``       how records are packed into entries (entry format, version 1)
 - ``log_metadata``  the log's metadata record (ledger list, cursors, marks) and CAS helpers
+- ``log_config``    LogConfig: the settings stored with a log, and how a process's meet them
 - ``ledgers``       what the log layer needs from the ledger layer (structural types)
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
@@ -11,6 +12,8 @@
                     ``archive_layout``: the archive's directories and columns, defined once
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
+- ``retention_runner``  the retention a writer applies by itself after each roll
+- ``health``        a log's figures for operators (size, age, what retention waits for)
 - ``sink``          linking ledgers written elsewhere into a log exactly once (Spark sink)
 - ``async_log``     AsyncLog and the functions on logs; ``sync``: the Log / LogWriter /
                     LogReader facades

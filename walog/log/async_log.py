@@ -7,11 +7,21 @@ facade (walog.log.sync).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections.abc import Mapping
 
 from walog.errors import NoSuchLedgerError
 from walog.ledger.options import LedgerOptions
 from walog.log import truncation
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
+from walog.log.log_config import (
+    DEFAULT_CONFIG,
+    LogConfig,
+    effective_config,
+    given_settings,
+    resolve,
+    stored_config,
+)
 from walog.log.log_metadata import (
     LogMetadata,
     commit_cursor,
@@ -20,11 +30,13 @@ from walog.log.log_metadata import (
     list_logs,
     mark_archived,
     read_log,
+    update_log,
     validate_log_name,
 )
 from walog.log.position import Position, Segment
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
 from walog.log.retention import RetentionPolicy, RollPolicy
+from walog.log.retention_runner import RetentionRunner
 from walog.log.sink import collect_sink_orphans
 from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
 
@@ -45,6 +57,8 @@ class AsyncLog:
         roll_policy: RollPolicy,
         retention: RetentionPolicy,
         writer_config: LogWriterConfig,
+        config: LogConfig | None = None,
+        override_config: bool = False,
     ) -> None:
         self._client = client
         self.name = name
@@ -52,6 +66,17 @@ class AsyncLog:
         self.roll_policy = roll_policy
         self.retention = retention
         self.writer_config = writer_config
+        self.config = config or LogConfig(
+            ensemble_size=ledger_options.ensemble_size,
+            write_quorum=ledger_options.write_quorum,
+            ack_quorum=ledger_options.ack_quorum,
+            durability=ledger_options.durability,
+            max_entry_bytes=writer_config.max_entry_bytes,
+            roll=roll_policy,
+            retention=retention,
+        )
+        """The settings this process uses for the log (those stored with it)."""
+        self.override_config = override_config
 
     @property
     def client(self) -> LedgerClientLike:
@@ -66,18 +91,69 @@ class AsyncLog:
         """The log's ledgers, oldest first."""
         return [info.segment() for info in (await self.metadata()).ledgers]
 
+    async def stored_config(self) -> LogConfig:
+        """The settings stored with the log now (the defaults for a log created before logs
+        kept their settings).
+
+        Raises:
+            ValueError: the stored settings do not parse (the message names the key).
+        """
+        return effective_config(await self.metadata())
+
+    async def configure(self, changes: Mapping[str, object]) -> LogConfig:
+        """Change settings stored with the log, by key (``{"retention.max_age": 3600}``;
+        a value may be text as ``walog log config --set`` takes it), in one compare-and-swap;
+        return the settings now stored. Writers opened from now on use them; the retention
+        that a writer applies after its rolls, and ``walog maintain``, use them at once.
+
+        Raises:
+            ValueError: an unknown key or a value it does not take (nothing is stored).
+        """
+        DEFAULT_CONFIG.with_settings(changes)  # refuse a bad key or value before any I/O
+
+        def mutate(meta: LogMetadata) -> LogMetadata | None:
+            new = effective_config(meta).with_settings(changes)
+            doc = new.to_doc()
+            return None if doc == meta.config else meta.replace(config=doc)
+
+        meta, _ = await update_log(self._client.ctx.store, self.name, mutate)
+        return effective_config(meta)
+
+    def writer_config_for(self, config: LogWriterConfig | None) -> LogWriterConfig:
+        """``config`` (a writer's batching) within the log's entry size limit: one left at
+        the default takes the log's limit, a smaller one is kept (the writer's entries, and
+        so its records, are smaller).
+
+        Raises:
+            ValueError: ``config.max_entry_bytes`` exceeds the log's stored limit.
+        """
+        if config is None:
+            return self.writer_config
+        return batching_within(self.name, self.config, config, self.override_config)
+
     async def open_writer(self, config: LogWriterConfig | None = None) -> AsyncLogWriter:
         """Take over as the log's writer (fences the last two ledgers, CAS-appends a new one).
 
         Any earlier writer's next append fails with :class:`walog.WriterFencedError`.
-        Afterwards it deletes what crashes left behind (see :meth:`collect_orphans`).
+        Afterwards it deletes what crashes left behind (see :meth:`collect_orphans`). After
+        each roll the writer applies the log's stored retention in the background
+        (:mod:`walog.log.retention_runner`; ``writer.after_roll``).
+
+        Raises:
+            ValueError: ``config.max_entry_bytes`` differs from the log's stored limit.
         """
         writer = await open_log_writer(
             self._client,
             self.name,
             self.ledger_options,
             self.roll_policy,
-            config or self.writer_config,
+            self.writer_config_for(config),
+        )
+        writer.after_roll = RetentionRunner(
+            self._client,
+            self.name,
+            password=self.ledger_options.password,
+            fixed=self.retention if self.override_config else None,
         )
         await truncation.collect_orphans(self._client, self.name)
         await truncation.scan_orphans(self._client, self.name)
@@ -130,22 +206,104 @@ async def open_log(
     roll_policy: RollPolicy | None = None,
     retention: RetentionPolicy | None = None,
     writer_config: LogWriterConfig | None = None,
+    settings: Mapping[str, object] | None = None,
+    password: bytes | None = None,
+    override_config: bool = False,
 ) -> AsyncLog:
     """Open log ``name``, creating it (empty) when it does not exist.
 
+    A new log stores the defaults with the settings given (``settings`` by key, and
+    those of ``ledger_options``, ``roll_policy``, ``retention`` and a ``writer_config``'s
+    ``max_entry_bytes`` that is not the default); an existing one is opened with its
+    stored settings, and a given setting that differs from them is an error unless
+    ``override_config`` (for tests: this process then uses its own). A ``writer_config``
+    may batch in entries smaller than the log's limit, never larger.
+
     Raises:
-        ValueError: a bad name (empty, over 200 characters, ``/``, ``..``, control chars).
+        ValueError: a bad name (empty, over 200 characters, ``/``, ``..``, control chars),
+            a bad setting, or a given setting that differs from the stored one.
     """
     validate_log_name(name)
-    await create_log(client.ctx.store, name)
+    given: dict[str, object] = {}
+    if ledger_options is not None:
+        given.update(
+            given_settings(
+                ensemble_size=ledger_options.ensemble_size,
+                write_quorum=ledger_options.write_quorum,
+                ack_quorum=ledger_options.ack_quorum,
+                durability=ledger_options.durability,
+            )
+        )
+    given.update(given_settings(roll=roll_policy, retention=retention))
+    given.update(settings or {})
+    creating = dict(given)
+    if writer_config is not None and writer_config.max_entry_bytes != _DEFAULT_ENTRY_BYTES:
+        creating["max_entry_bytes"] = writer_config.max_entry_bytes  # a new log's limit
+    new = resolve(name, None, creating)  # refuses a bad setting before anything is stored
+    meta, _ = await create_log(client.ctx.store, name, new.to_doc())
+    config = resolve(name, stored_config(meta), given, override=override_config)
+    if password is None:
+        password = ledger_options.password if ledger_options is not None else b""
+    batching = batching_within(name, config, writer_config or LogWriterConfig(), override_config)
     return AsyncLog(
         client,
         name,
-        ledger_options=ledger_options or LedgerOptions(),
-        roll_policy=roll_policy or RollPolicy(),
-        retention=retention or RetentionPolicy(),
-        writer_config=writer_config or LogWriterConfig(),
+        ledger_options=LedgerOptions(
+            config.ensemble_size,
+            config.write_quorum,
+            config.ack_quorum,
+            config.durability,
+            password,
+        ),
+        roll_policy=config.roll,
+        retention=config.retention,
+        writer_config=batching,
+        config=config,
+        override_config=override_config,
     )
+
+
+_DEFAULT_ENTRY_BYTES = LogWriterConfig().max_entry_bytes
+
+
+def batching_within(
+    name: str, config: LogConfig, batching: LogWriterConfig, override: bool = False
+) -> LogWriterConfig:
+    """A writer's ``batching`` within log ``name``'s entry size limit (see
+    :meth:`AsyncLog.writer_config_for`).
+
+    Raises:
+        ValueError: ``batching.max_entry_bytes`` exceeds the limit (unless ``override``).
+    """
+    limit = config.max_entry_bytes
+    wanted = batching.max_entry_bytes
+    if wanted == _DEFAULT_ENTRY_BYTES:
+        return dataclasses.replace(batching, max_entry_bytes=limit)
+    if wanted <= limit or override:
+        return batching
+    raise ValueError(
+        f"log {name!r} stores max_entry_bytes={limit}, this writer's config gives {wanted}: "
+        f"a writer's entries may not exceed the log's; change it with 'walog log config "
+        f"{name} --set max_entry_bytes={wanted}'"
+    )
+
+
+async def create_log_with(
+    client: LedgerClientLike,
+    name: str,
+    config: LogConfig | None = None,
+    *,
+    password: bytes = b"",
+) -> AsyncLog:
+    """Create log ``name`` storing ``config`` (None: the defaults); a log that exists with
+    the same settings is opened.
+
+    Raises:
+        ValueError: a bad name, or the log exists with other settings (the message names
+            them).
+    """
+    wanted = config or DEFAULT_CONFIG
+    return await open_log(client, name, settings=wanted.settings(), password=password)
 
 
 async def list_log_names(client: LedgerClientLike) -> list[str]:
@@ -173,4 +331,4 @@ async def delete_log(client: LedgerClientLike, name: str, *, password: bytes = b
     await delete_log_record(client.ctx.store, name, delete)
 
 
-__all__ = ["AsyncLog", "delete_log", "list_log_names", "open_log"]
+__all__ = ["AsyncLog", "create_log_with", "delete_log", "list_log_names", "open_log"]

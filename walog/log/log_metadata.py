@@ -19,13 +19,17 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
                 "node": "a"}, ...],
  "sinks": {"etl": 41},              # optional: sink id -> last batch linked (walog.log.sink)
  "sink_queries": {"etl": "6f1c..."}, # optional: sink id -> the streaming query that linked it
- "archive_location": "/data/arch"}   # optional: the archive's root (walog.log.archived)
+ "archive_location": "/data/arch",  # optional: the archive's root (walog.log.archived)
+ "config": {"ensemble_size": 3, ..., "retention": {"max_age": 604800.0, ...}}}
+                                     # optional: the log's settings (walog.log.log_config)
 ```
 
 ``snapshots`` is written only when the log has some (state-machine snapshots, see
 ``walog.recipes``), so records without it read as before and older readers ignore it.
 Retention never deletes a ledger past the oldest listed snapshot's position. ``sinks``,
-``sink_queries`` and ``archive_location`` are likewise written only when set.
+``sink_queries``, ``archive_location`` and ``config`` are likewise written only when set; a
+record without ``config`` belongs to a log created before logs kept their settings, and
+uses the defaults.
 
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
 crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
@@ -196,6 +200,11 @@ class LogMetadata:
     sink_queries: dict[str, str] = dataclasses.field(default_factory=dict)
     """Sink id -> the streaming query whose batch ids ``sinks`` counts (none for a batch job's
     ids): another query's batch ids are not comparable with them."""
+    config: dict[str, Any] | None = None
+    """The log's stored settings as JSON (``walog.log.log_config.LogConfig.to_doc``); None
+    for a log created before logs kept their settings. Kept unparsed here: the settings
+    are parsed where they are used (``walog.log.log_config.stored_config``), so a record
+    whose settings this version cannot read still serves everything else."""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -245,6 +254,8 @@ class LogMetadata:
             doc["sink_queries"] = dict(sorted(self.sink_queries.items()))
         if self.archive_location is not None:
             doc["archive_location"] = self.archive_location
+        if self.config is not None:
+            doc["config"] = self.config
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -272,6 +283,7 @@ class LogMetadata:
                 sinks={str(k): int(v) for k, v in doc.get("sinks", {}).items()},
                 sink_queries={str(k): str(v) for k, v in doc.get("sink_queries", {}).items()},
                 archive_location=doc.get("archive_location"),
+                config=doc.get("config"),
             )
         except (TypeError, AttributeError, KeyError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed log metadata: {exc}") from exc
@@ -298,10 +310,15 @@ async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
     return LogMetadata.from_json(raw), version
 
 
-async def create_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
-    """Create an empty log unless it exists; return its metadata and version either way."""
+async def create_log(
+    store: MetadataStore, name: str, config: dict[str, Any] | None = None
+) -> tuple[LogMetadata, int]:
+    """Create an empty log unless it exists; return its metadata and version either way.
+
+    ``config``: the settings a new log stores (``LogConfig.to_doc``); an existing log keeps
+    its own."""
     validate_log_name(name)
-    meta = LogMetadata()
+    meta = LogMetadata(config=config)
     try:
         version = await store.create(log_path(name), meta.to_json())
     except NodeExistsError:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
 from walog.log.async_log import AsyncLog
+from walog.log.log_config import LogConfig
 from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
+from walog.log.retention_runner import RetentionRunner
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 
 
@@ -87,6 +89,13 @@ class LogWriter(SyncContext):
     def append_many(self, records: Iterable[bytes | bytearray | memoryview]) -> list[Position]:
         """Append ``records`` in order; return their positions once every one is durable."""
         return self.append_many_async(records).result()
+
+    def wait_retention(self) -> None:
+        """Wait until the retention this writer applies after its rolls has run (no run
+        under way or asked for)."""
+        runner = self.async_writer.after_roll
+        if isinstance(runner, RetentionRunner):
+            self._loop.run(runner.wait_idle())
 
     def flush(self) -> None:
         """Wait until every record appended so far is durable."""
@@ -170,6 +179,20 @@ class Log:
         """The event loop thread the log's coroutines run on."""
         return self._loop
 
+    @property
+    def config(self) -> LogConfig:
+        """The settings this process uses for the log (those stored with it)."""
+        return self.async_log.config
+
+    def stored_config(self) -> LogConfig:
+        """The settings stored with the log now (see ``AsyncLog.stored_config``)."""
+        return self._loop.run(self.async_log.stored_config())
+
+    def configure(self, changes: Mapping[str, object]) -> LogConfig:
+        """Change settings stored with the log by key, in one compare-and-swap; return the
+        settings now stored (see ``AsyncLog.configure``)."""
+        return self._loop.run(self.async_log.configure(changes))
+
     def segments(self) -> list[Segment]:
         """The log's ledgers, oldest first."""
         return self._loop.run(self.async_log.segments())
@@ -182,7 +205,7 @@ class Log:
         """Take over as the log's writer: fence and recover the last two ledgers, create a
         new one and CAS-write the ledger list. Any earlier writer's next append fails with
         :class:`walog.WriterFencedError`."""
-        config = config or self.async_log.writer_config
+        config = self.async_log.writer_config_for(config)
         writer = self._loop.run(self.async_log.open_writer(config))
         return LogWriter(writer, self._loop, config)
 

@@ -33,6 +33,7 @@ import collections
 import dataclasses
 import math
 import time
+from typing import Protocol
 
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
@@ -81,6 +82,17 @@ writer stops."""
 
 PositionSink = Sink[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
+
+
+class RollFollower(Protocol):
+    """What runs after each roll of a writer (``walog.log.retention_runner``): told of each
+    roll, never awaited by it, stopped when the writer closes."""
+
+    def rolled(self) -> None:
+        """A roll switched to a new ledger and closed the previous one."""
+
+    async def stop(self) -> None:
+        """The writer closes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +196,8 @@ class AsyncLogWriter:
         # while an entry of an earlier ledger is undelivered (:meth:`_behind_a_roll`).
         self._held: collections.deque[tuple[bytes, int, list[PositionSink]]] = collections.deque()
         self._current = self._activate(ledger)
+        self.after_roll: RollFollower | None = None
+        """Told after each roll (the log's retention, walog.log.retention_runner)."""
 
         # Leadership lasts as long as the metadata session that took the log over.
         def expired() -> None:
@@ -539,6 +553,8 @@ class AsyncLogWriter:
                 await self._retire(old)
             finally:
                 self._retired(old)
+            if self.after_roll is not None and self._failure is None:
+                self.after_roll.rolled()
         except WriterFencedError as exc:
             self._fail(exc)
             error = exc
@@ -736,6 +752,8 @@ class AsyncLogWriter:
 
     async def _close(self) -> None:
         self._give_up_at = self._loop.time() + CLOSE_RECOVERY_SECONDS
+        if self.after_roll is not None:
+            await self.after_roll.stop()  # its work is not the writer's to finish
         try:
             if self._failure is None:
                 # The close below forces a VOLATILE ledger.
@@ -778,4 +796,4 @@ async def open_log_writer(
     raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
 
-__all__ = ["AsyncLogWriter", "LogWriterConfig", "open_log_writer"]
+__all__ = ["AsyncLogWriter", "LogWriterConfig", "RollFollower", "open_log_writer"]

@@ -114,7 +114,9 @@ async def test_a_new_node_restores_the_newest_snapshot_after_truncation(
         assert meta.truncated_through is not None
         assert meta.truncated_through <= meta.snapshots[0].position
         # Retention keeps what the oldest snapshot still needs.
-        aggressive = await client.open_log(log_name, retention=RetentionPolicy(max_age=1e-9))
+        aggressive = await client.open_log(
+            log_name, retention=RetentionPolicy(max_age=1e-9), override_config=True
+        )
         await aggressive.enforce_retention()
         after = await log.metadata()
         assert after.truncated_through is not None
