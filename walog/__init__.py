@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.position import Position, Record, Segment
     from walog.log.retention import RetentionPolicy, RollPolicy
+    from walog.log.subscriptions import SubscriptionInfo
     from walog.log.sync import Log, LogReader, LogWriter
     from walog.log.writer import LogWriterConfig
     from walog.metadata.layout import LedgerMetadata
@@ -82,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "Position": "walog.log.position",
     "Record": "walog.log.position",
     "Segment": "walog.log.position",
+    "SubscriptionInfo": "walog.log.subscriptions",
     "RollPolicy": "walog.log.retention",
     "RetentionPolicy": "walog.log.retention",
     "LogWriterConfig": "walog.log.writer",
@@ -140,6 +142,7 @@ __all__ = [
     "RetentionPolicy",
     "RollPolicy",
     "Segment",
+    "SubscriptionInfo",
     "Timeouts",
     "TlsConfig",
     "UnauthorizedError",
