@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from walog.ledger.placement import PlacementPolicy
     from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.position import Position, Record, Segment
+    from walog.log.registration import WriterInfo
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.subscriptions import SubscriptionInfo
     from walog.log.sync import Log, LogReader, LogWriter
@@ -84,6 +85,7 @@ _EXPORTS: dict[str, str] = {
     "Record": "walog.log.position",
     "Segment": "walog.log.position",
     "SubscriptionInfo": "walog.log.subscriptions",
+    "WriterInfo": "walog.log.registration",
     "RollPolicy": "walog.log.retention",
     "RetentionPolicy": "walog.log.retention",
     "LogWriterConfig": "walog.log.writer",
@@ -148,6 +150,7 @@ __all__ = [
     "UnauthorizedError",
     "WalogError",
     "WriterFencedError",
+    "WriterInfo",
     "aio",
     "connect",
     "recipes",

@@ -23,6 +23,7 @@ from walog.log.log_metadata import (
 )
 from walog.log.position import Position, Segment
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
+from walog.log.registration import WriterInfo, forget_writers, live_writer
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sink import collect_sink_orphans
 from walog.log.subscriptions import SubscriptionInfo, subscriptions_of
@@ -119,6 +120,11 @@ class AsyncLog:
                     await handle.close()
         return subscriptions_of(meta, confirmed)
 
+    async def writer(self) -> WriterInfo | None:
+        """The log's live writer (host, pid, epoch, start time), None when none writes."""
+        store = self._client.ctx.store
+        return await live_writer(store, self.name, await self.metadata())
+
     async def truncate(self, before: Position) -> int:
         """Delete the ledgers whose every record is before ``before``; return how many.
 
@@ -201,6 +207,7 @@ async def delete_log(client: LedgerClientLike, name: str, *, password: bytes = b
         await delete_ledger_if_exists(client, ledger_id)
 
     await delete_log_record(client.ctx.store, name, delete)
+    await forget_writers(client.ctx.store, name)
 
 
 __all__ = ["AsyncLog", "delete_log", "list_log_names", "open_log"]

@@ -19,6 +19,7 @@ from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
+from walog.log.registration import WriterInfo
 from walog.log.subscriptions import SubscriptionInfo
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 
@@ -213,6 +214,10 @@ class Log:
     def subscriptions(self) -> list[SubscriptionInfo]:
         """The log's subscriptions with their positions and how far behind they are."""
         return self._loop.run(self.async_log.subscriptions())
+
+    def writer(self) -> WriterInfo | None:
+        """The log's live writer (host, pid, epoch, start time), None when none writes."""
+        return self._loop.run(self.async_log.writer())
 
     def truncate(self, before: Position) -> int:
         """Delete the ledgers whose every record is before ``before``; return how many."""
