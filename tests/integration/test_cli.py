@@ -34,6 +34,7 @@ SUBCOMMANDS = [
     ["logs"],
     ["status"],
     ["log", "show"],
+    ["log", "cursors"],
     ["truncate"],
     ["recover"],
     ["archive"],
@@ -292,7 +293,8 @@ def test_log_commands_against_a_cluster(
 
     status, out, err = _run(["log", "show", log_name], capsys)
     assert status == 0, err
-    header, *rows = out.splitlines()
+    writer, header, *rows = out.splitlines()
+    assert writer == "writer: none"  # each `walog append` closed its writer
     assert header.split() == ["LEDGER", "STATE", "FIRST", "POSITION", "LAST", "ENTRY"]
     assert [int(row.split()[0]) for row in rows] == [s["ledger_id"] for s in segments]
 
