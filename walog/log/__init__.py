@@ -8,6 +8,8 @@
                     discarding a new ledger no list can name
 - ``writer``        the log writer: record batching, rolling, retiring old ledgers
 - ``reader``        the non-fencing tailing reader; ``archived``: reading the archive
+- ``subscriptions`` named subscriptions: names, positions given as arguments, lag (pure)
+- ``registration``  a live writer's registration (host, pid, epoch, start time)
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``sink``          linking ledgers written elsewhere into a log exactly once (Spark sink)
