@@ -61,7 +61,9 @@ if TYPE_CHECKING:
     from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.log_config import ArchivePolicy, LogConfig
     from walog.log.position import Position, Record, Segment
+    from walog.log.registration import WriterInfo
     from walog.log.retention import RetentionPolicy, RollPolicy
+    from walog.log.subscriptions import SubscriptionInfo
     from walog.log.sync import Log, LogReader, LogWriter
     from walog.log.writer import LogWriterConfig
     from walog.metadata.layout import LedgerMetadata
@@ -85,6 +87,8 @@ _EXPORTS: dict[str, str] = {
     "Position": "walog.log.position",
     "Record": "walog.log.position",
     "Segment": "walog.log.position",
+    "SubscriptionInfo": "walog.log.subscriptions",
+    "WriterInfo": "walog.log.registration",
     "RollPolicy": "walog.log.retention",
     "LogConfig": "walog.log.log_config",
     "ArchivePolicy": "walog.log.log_config",
@@ -149,11 +153,13 @@ __all__ = [
     "RetentionPolicy",
     "RollPolicy",
     "Segment",
+    "SubscriptionInfo",
     "Timeouts",
     "TlsConfig",
     "UnauthorizedError",
     "WalogError",
     "WriterFencedError",
+    "WriterInfo",
     "aio",
     "connect",
     "recipes",

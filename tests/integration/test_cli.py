@@ -36,6 +36,7 @@ SUBCOMMANDS = [
     ["log", "show"],
     ["log", "create"],
     ["log", "config"],
+    ["log", "cursors"],
     ["truncate"],
     ["recover"],
     ["archive"],
@@ -295,7 +296,8 @@ def test_log_commands_against_a_cluster(
 
     status, out, err = _run(["log", "show", log_name], capsys)
     assert status == 0, err
-    header, *rows = out.split("\n\n")[0].splitlines()
+    writer, header, *rows = out.split("\n\n")[0].splitlines()
+    assert writer == "writer: none"  # each `walog append` closed its writer
     assert header.split() == ["LEDGER", "STATE", "FIRST", "POSITION", "LAST", "ENTRY"]
     assert [int(row.split()[0]) for row in rows] == [s["ledger_id"] for s in segments]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,18 +48,22 @@ async def test_status_of_a_healthy_cluster_exits_0_listing_bookies_logs_and_lead
     rows = [line.split() for line in done.stdout.splitlines()]
     for bookie in cluster.bookie_ids:
         assert [bookie, "writable"] in [row[:2] for row in rows]
-    # The log: one segment, its writer appending to it in its first epoch.
-    assert [log_name, "1", str(ledger_id), "1"] in rows
+    # The log: one segment, its writer (this process) appending to it in its first epoch.
+    assert [log_name, "1", str(ledger_id), "1", "pid", str(os.getpid()), "on"] in [
+        row[:7] for row in rows
+    ]
     assert [f"kv-{log_name}", "node-7", str(leadership.epoch)] in rows
     assert doc["healthy"] is True and doc["problems"] == []
     assert {b["bookie_id"] for b in doc["bookies"]} >= set(cluster.bookie_ids)
     logs = {entry["name"]: entry for entry in doc["logs"]}
+    writer_doc = logs[log_name].pop("writer")
     assert logs[log_name] == {
         "name": log_name,
         "segments": 1,
         "open_segment": ledger_id,
         "epoch": 1,
     }
+    assert writer_doc["pid"] == os.getpid() and writer_doc["epoch"] == 1
 
 
 async def _make_read_only(bookie: BookieProcess, journal_dir: Path) -> None:

@@ -56,12 +56,19 @@ def show_ledger(args: argparse.Namespace) -> int:
 
 
 def recover(args: argparse.Namespace) -> int:
-    """``walog recover ID``: fence, recover and close an open ledger."""
+    """``walog recover ID``: fence, recover and close an open ledger; a log's ledger is
+    marked CLOSED in the log's list too."""
+    from walog.log.takeover import record_recovered
+
     password = password_of(args)
     with connect(args) as client:
         with client.open_ledger(args.ledger_id, recovery=True, password=password) as reader:
             last = reader.last_add_confirmed
-        emit(f"ledger {args.ledger_id}: CLOSED, last entry {last}")
+        log_name = client.loop_thread.run(
+            record_recovered(client.async_client, args.ledger_id, last)
+        )
+        in_log = "" if log_name is None else f" (in log {log_name!r})"
+        emit(f"ledger {args.ledger_id}: CLOSED, last entry {last}{in_log}")
     return 0
 
 

@@ -1,11 +1,12 @@
-"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show`` and ``truncate``
-(``log create`` and ``log config``: :mod:`walog.cli.log_settings`)."""
+"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show``, ``log cursors`` and
+``truncate`` (``log create`` and ``log config``: :mod:`walog.cli.log_settings`)."""
 
 from __future__ import annotations
 
 import argparse
 import base64
 import collections
+import dataclasses
 import json
 import os
 import sys
@@ -13,7 +14,14 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from walog.cli import log_settings
-from walog.cli.options import AddCommand, add_password_options, connect, emit, password_of
+from walog.cli.options import (
+    AddCommand,
+    CliError,
+    add_password_options,
+    connect,
+    emit,
+    password_of,
+)
 from walog.cli.tables import render_table
 from walog.errors import NoSuchLogError
 
@@ -65,6 +73,14 @@ def append(args: argparse.Namespace) -> int:
             ack_quorum=args.ack_quorum,
             password=password_of(args),
         )
+        live = log.writer()
+        if live is not None and not args.take_over:
+            raise CliError(
+                f"log {args.log!r} has a live writer ({live.describe()}); appending would "
+                "fence it: pass --take-over to do so",
+                2,
+            )
+        # One writer, so one ledger, for every record of this call.
         with log.open_writer() as writer:
             # Pipelined: up to _APPEND_WINDOW appends in flight, positions printed in order.
             pending: collections.deque[Future[Position]] = collections.deque()
@@ -116,14 +132,17 @@ def list_logs(args: argparse.Namespace) -> int:
 
 
 def show_log(args: argparse.Namespace) -> int:
-    """``walog log show LOG``: the log's segments and snapshots."""
+    """``walog log show LOG``: the log's writer, segments and snapshots."""
     with connect(args) as client:
         log = existing_log(client, args)
         segments = log.segments()
         snapshots = log.metadata().snapshots
         config = log.config
+        writer = log.writer()
     doc: dict[str, object] = {
         "name": args.log,
+        # The live writer (walog.log.registration), null when none writes.
+        "writer": None if writer is None else dataclasses.asdict(writer),
         "segments": [
             {
                 "ledger_id": s.ledger_id,
@@ -141,6 +160,7 @@ def show_log(args: argparse.Namespace) -> int:
     if args.json:
         emit(json.dumps(doc, indent=2))
         return 0
+    emit(f"writer: {'none' if writer is None else writer.describe()}")
     rows = [
         [
             str(s.ledger_id),
@@ -165,6 +185,51 @@ def show_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cursors(args: argparse.Namespace) -> int:
+    """``walog log cursors LOG [--commit SUB POSITION | --delete SUB]``: list a log's
+    subscriptions, or move or remove one."""
+    from walog.log.subscriptions import position_argument, validate_subscription_name
+
+    with connect(args) as client:
+        log = existing_log(client, args)
+        try:
+            if args.commit is not None:
+                sub, text = args.commit
+                position = position_argument(text, "POSITION")
+                log.commit_cursor(validate_subscription_name(sub), position)
+                emit(f"subscription {sub!r} of log {args.log!r} now reads from {position}")
+                return 0
+            if args.delete is not None:
+                sub = validate_subscription_name(args.delete)
+                if sub not in log.metadata().cursors:
+                    raise CliError(f"log {args.log!r} has no subscription {sub!r}", 1)
+                log.commit_cursor(sub, None)
+                emit(f"subscription {sub!r} of log {args.log!r} deleted")
+                return 0
+        except (TypeError, ValueError) as exc:
+            raise CliError(str(exc), 2) from None
+        subscriptions = log.subscriptions()
+    if args.json:
+        doc = [
+            {
+                "name": s.name,
+                "position": str(s.position),
+                "entries_behind": s.entries_behind,
+                "backlog_bytes": s.backlog_bytes,
+            }
+            for s in subscriptions
+        ]
+        emit(json.dumps({"log": args.log, "subscriptions": doc}, indent=2))
+        return 0
+    rows = [
+        [s.name, str(s.position), str(s.entries_behind), str(s.backlog_bytes)]
+        for s in subscriptions
+    ]
+    for line in render_table(["SUBSCRIPTION", "POSITION", "ENTRIES BEHIND", "BACKLOG BYTES"], rows):
+        emit(line)
+    return 0
+
+
 def truncate(args: argparse.Namespace) -> int:
     """``walog truncate LOG --before POSITION``: delete the ledgers wholly before it."""
     from walog.log.position import Position
@@ -184,8 +249,16 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
     parser.add_argument("--ensemble-size", type=int, help="for a new log [3]")
     parser.add_argument("--write-quorum", type=int, help="for a new log [3]")
     parser.add_argument("--ack-quorum", type=int, help="for a new log [2]")
+    parser.add_argument(
+        "--take-over",
+        action="store_true",
+        help="fence the log's live writer if it has one (else: refuse, status 2)",
+    )
     add_password_options(parser)
-    parser.epilog = "Opening the writer fences the log's current writer. Prints positions."
+    parser.epilog = (
+        "Every record of one call goes to one new ledger. A log whose writer is alive is "
+        "refused unless --take-over is given: opening the writer fences it. Prints positions."
+    )
 
     parser = command("tail", tail, "print a log's records, following new ones")
     parser.add_argument("log", help="log name")
@@ -206,10 +279,23 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
     parser = command("logs", list_logs, "list log names")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     log_action = group("log", "inspect and configure a log")
-    parser = log_action("show", show_log, "print a log's segments and settings")
+    parser = log_action("show", show_log, "print a log's writer, segments and settings")
     parser.add_argument("log", help="log name")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     log_settings.add_commands(log_action)
+
+    parser = log_action("cursors", cursors, "list, commit or delete a log's subscriptions")
+    parser.add_argument("log", help="log name")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument(
+        "--commit",
+        nargs=2,
+        metavar=("SUB", "POSITION"),
+        help="set subscription SUB to read next from POSITION (LEDGER:ENTRY:SLOT)",
+    )
+    action.add_argument("--delete", metavar="SUB", help="remove subscription SUB")
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
+    add_password_options(parser)
 
     parser = command("truncate", truncate, "delete a log's ledgers before a position")
     parser.add_argument("log", help="log name")
@@ -220,6 +306,7 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
 __all__ = [
     "add_commands",
     "append",
+    "cursors",
     "existing_log",
     "list_logs",
     "show_log",

@@ -29,6 +29,7 @@ from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.log.health import LogHealth, log_health
 from walog.log.log_config import effective_config
 from walog.log.log_metadata import list_logs, read_log
+from walog.log.registration import live_writer
 from walog.metadata.election import ELECTIONS, current_leader
 from walog.metadata.layout import (
     AVAILABLE_BOOKIES,
@@ -75,6 +76,8 @@ class LogStatus:
     """Ledger id of the segment a writer appends to (None: no writer holds the log)."""
     epoch: int
     """Writer takeovers so far."""
+    writer: dict[str, Any] | None = None
+    """The live writer's registration (host, pid, epoch, started_at); None: none writes."""
 
 
 @dataclasses.dataclass
@@ -214,7 +217,16 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
             continue  # deleted meanwhile
         last = meta.ledgers[-1] if meta.ledgers else None
         open_segment = last.ledger_id if last is not None and not last.is_closed else None
-        logs.append(LogStatus(name, len(meta.ledgers), open_segment, meta.epoch))
+        writer = await live_writer(store, name, meta)
+        logs.append(
+            LogStatus(
+                name,
+                len(meta.ledgers),
+                open_segment,
+                meta.epoch,
+                None if writer is None else dataclasses.asdict(writer),
+            )
+        )
         try:
             health.append(log_health(name, meta, effective_config(meta), now))
         except ValueError as exc:
@@ -282,10 +294,11 @@ def render(status: ClusterStatus) -> str:
                 str(log.segments),
                 "-" if log.open_segment is None else str(log.open_segment),
                 str(log.epoch),
+                "-" if log.writer is None else f"pid {log.writer['pid']} on {log.writer['host']}",
             ]
             for log in status.logs
         ]
-        lines += render_table(["LOG", "SEGMENTS", "WRITING TO", "WRITER EPOCH"], log_rows)
+        lines += render_table(["LOG", "SEGMENTS", "WRITING TO", "WRITER EPOCH", "WRITER"], log_rows)
     if status.log_health:
         lines.append("")
         health_rows = [

@@ -10,6 +10,8 @@
 - ``writer``        the log writer: record batching, rolling, retiring old ledgers
 - ``reader``        the non-fencing tailing reader; ``archived``: reading the archive;
                     ``archive_layout``: the archive's directories and columns, defined once
+- ``subscriptions`` named subscriptions: names, positions given as arguments, lag (pure)
+- ``registration``  a live writer's registration (host, pid, epoch, start time)
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``retention_runner``  the retention a writer applies by itself after each roll

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 from collections.abc import Mapping
 
-from walog.errors import NoSuchLedgerError
+from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.options import LedgerOptions
 from walog.log import truncation
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
@@ -35,9 +35,11 @@ from walog.log.log_metadata import (
 )
 from walog.log.position import Position, Segment
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
+from walog.log.registration import WriterInfo, forget_writers, live_writer
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.retention_runner import RetentionRunner
 from walog.log.sink import collect_sink_orphans
+from walog.log.subscriptions import SubscriptionInfo, subscriptions_of
 from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
 
 
@@ -159,11 +161,46 @@ class AsyncLog:
         await truncation.scan_orphans(self._client, self.name)
         return writer
 
-    async def open_reader(self, start: StartAt = "earliest") -> AsyncLogReader:
-        """A tailing reader from ``"earliest"``, ``"latest"`` or a position; never fences."""
+    async def open_reader(
+        self, start: StartAt = "earliest", *, subscription: str | None = None
+    ) -> AsyncLogReader:
+        """A tailing reader from ``"earliest"``, ``"latest"`` or a position; never fences.
+
+        With ``subscription``, the reader resumes after what that subscription committed
+        (``start`` applies only to a subscription that never committed), and its
+        ``commit()`` records its progress.
+        """
         return await open_log_reader(
-            self._client, self.name, start, password=self.ledger_options.password
+            self._client,
+            self.name,
+            start,
+            password=self.ledger_options.password,
+            subscription=subscription,
         )
+
+    async def subscriptions(self) -> list[SubscriptionInfo]:
+        """The log's subscriptions with their positions and how far behind they are
+        (counting the open ledger's entries up to its last add confirmed)."""
+        meta = await self.metadata()
+        last = meta.ledgers[-1] if meta.ledgers else None
+        confirmed = -1
+        if meta.cursors and last is not None and not last.is_closed:
+            with contextlib.suppress(WalogError):  # then the open ledger counts none
+                handle = await self._client.open_ledger(
+                    last.ledger_id, recovery=False, password=self.ledger_options.password
+                )
+                try:
+                    confirmed = max(
+                        handle.last_add_confirmed, await handle.read_last_add_confirmed()
+                    )
+                finally:
+                    await handle.close()
+        return subscriptions_of(meta, confirmed)
+
+    async def writer(self) -> WriterInfo | None:
+        """The log's live writer (host, pid, epoch, start time), None when none writes."""
+        store = self._client.ctx.store
+        return await live_writer(store, self.name, await self.metadata())
 
     async def truncate(self, before: Position) -> int:
         """Delete the ledgers whose every record is before ``before``; return how many.
@@ -329,6 +366,7 @@ async def delete_log(client: LedgerClientLike, name: str, *, password: bytes = b
         await delete_ledger_if_exists(client, ledger_id)
 
     await delete_log_record(client.ctx.store, name, delete)
+    await forget_writers(client.ctx.store, name)
 
 
 __all__ = ["AsyncLog", "create_log_with", "delete_log", "list_log_names", "open_log"]

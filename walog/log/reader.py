@@ -30,9 +30,10 @@ from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_
 from walog.ledger.entry import Entry
 from walog.log.archived import ArchivedLedger, archive_covers, archived_entries, archived_only
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
-from walog.log.log_metadata import LogMetadata, read_log
+from walog.log.log_metadata import LogMetadata, commit_cursor, read_log
 from walog.log.position import Position, Record, ledger_start, unchecked_position
 from walog.log.records import iter_records
+from walog.log.subscriptions import position_argument, validate_subscription_name
 from walog.metadata.layout import log_path
 
 log = get_logger(__name__)
@@ -60,11 +61,18 @@ class AsyncLogReader:
     """Reads a log's records in order, tailing it. Made by :func:`open_log_reader`."""
 
     def __init__(
-        self, client: LedgerClientLike, name: str, meta: LogMetadata, password: bytes
+        self,
+        client: LedgerClientLike,
+        name: str,
+        meta: LogMetadata,
+        password: bytes,
+        subscription: str | None = None,
     ) -> None:
         self._client = client
         self._store = client.ctx.store
         self.name = name
+        self.subscription = subscription
+        """The subscription this reader reads for (walog.log.subscriptions), or None."""
         self._meta = meta
         self._password = password
         self._loop = asyncio.get_running_loop()
@@ -95,7 +103,30 @@ class AsyncLogReader:
             return max(ledger_start(self._archived[0].ledger_id), self._archive_skip or ORIGIN)
         if self._ledger_id is None:
             return None
-        return Position(self._ledger_id, self._next_entry, 0)
+        here = Position(self._ledger_id, self._next_entry, 0)
+        return here if self._skip is None or self._skip < here else self._skip
+
+    async def commit(self, position: Position | str | None = None) -> Position | None:
+        """Record in the log that this reader's subscription consumed every record before
+        ``position`` (default: before the next record this reader returns, i.e. every
+        record it returned); return the position committed, None when there is nothing
+        to commit yet (an empty log). Retention keeps what the subscription has not passed.
+
+        Raises:
+            ValueError: the reader was not opened for a subscription, or ``position`` is
+                text that is not a position.
+            TypeError: ``position`` is neither a Position nor text.
+        """
+        if self.subscription is None:
+            raise ValueError(
+                f"log reader of {self.name!r} has no subscription to commit: open it with "
+                "open_reader(subscription=NAME)"
+            )
+        target = self.position if position is None else position_argument(position, "position")
+        if target is None:
+            return None
+        await commit_cursor(self._store, self.name, self.subscription, target)
+        return target
 
     async def read_next(self, timeout: float | None = None) -> Record | None:  # noqa: ASYNC109
         """The next record; waits for one while tailing. None when ``timeout`` passes.
@@ -413,19 +444,30 @@ class AsyncLogReader:
 
 
 async def open_log_reader(
-    client: LedgerClientLike, name: str, start: StartAt = "earliest", *, password: bytes = b""
+    client: LedgerClientLike,
+    name: str,
+    start: StartAt = "earliest",
+    *,
+    password: bytes = b"",
+    subscription: str | None = None,
 ) -> AsyncLogReader:
-    """Open a tailing reader on log ``name`` at ``start``.
+    """Open a tailing reader on log ``name`` at ``start``; for ``subscription``, at its
+    committed position instead once it has one.
 
     Raises:
         NoSuchLogError: the log does not exist.
-        DataLossError: ``start`` was truncated.
-        ValueError: ``start`` is not "earliest", "latest" or a Position.
+        DataLossError: ``start`` (or the subscription's position) was truncated.
+        ValueError: ``start`` is not "earliest", "latest" or a Position; a bad
+            subscription name.
     """
     if not (start in ("earliest", "latest") or isinstance(start, Position)):
         raise ValueError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
+    if subscription is not None:
+        validate_subscription_name(subscription)
     meta, _ = await read_log(client.ctx.store, name)
-    reader = AsyncLogReader(client, name, meta, password)
+    if subscription is not None and subscription in meta.cursors:
+        start = meta.cursors[subscription]
+    reader = AsyncLogReader(client, name, meta, password, subscription)
     try:
         await reader._seek(start)
     except BaseException:

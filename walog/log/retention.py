@@ -73,20 +73,37 @@ class RetentionPolicy:
     hold more than ``max_bytes``; None disables a limit, so the default deletes nothing.
     Deletion stops at the first ledger that must stay.
 
+    A ledger a subscription (a cursor) has not read past stays, however old, unless that
+    subscription's backlog is over a backlog limit: more than ``backlog_limit_bytes`` of
+    closed ledgers it has not passed, or its oldest unread ledger closed more than
+    ``backlog_limit_s`` seconds ago. Retention then deletes past it (and moves its cursor
+    to where the log now starts), and says so.
+
     Attributes:
         max_age: seconds a closed ledger is kept.
         max_bytes: bytes the closed ledgers of the log may hold.
         require_archived: only delete ledgers wholly before the log's archived-through mark
             (set by the archive job through ``walog.log.log_metadata.mark_archived``).
+        backlog_limit_bytes: bytes of closed ledgers a subscription may hold back.
+        backlog_limit_s: seconds a subscription may hold back a closed ledger.
     """
 
     max_age: float | None = None
     max_bytes: int | None = None
     require_archived: bool = False
+    backlog_limit_bytes: int | None = None
+    backlog_limit_s: float | None = None
 
     def __post_init__(self) -> None:
-        _check_positive("RetentionPolicy", "max_age", self.max_age)
-        _check_positive("RetentionPolicy", "max_bytes", self.max_bytes)
+        for name in ("max_age", "max_bytes", "backlog_limit_bytes", "backlog_limit_s"):
+            _check_positive("RetentionPolicy", name, getattr(self, name))
+
+    def backlog_over(self, backlog_bytes: int, oldest_closed_at: float, now: float) -> bool:
+        """True when a subscription holding back ``backlog_bytes`` of closed ledgers, the
+        oldest closed at ``oldest_closed_at``, is past a backlog limit (pure)."""
+        return (
+            self.backlog_limit_bytes is not None and backlog_bytes > self.backlog_limit_bytes
+        ) or (self.backlog_limit_s is not None and now - oldest_closed_at > self.backlog_limit_s)
 
 
 def _removable(info: LedgerInfo, index: int, count: int) -> bool:
@@ -110,6 +127,74 @@ def truncation_count(ledgers: Sequence[LedgerInfo], before: Position) -> int:
     return count
 
 
+@dataclasses.dataclass(frozen=True)
+class RetentionDecision:
+    """What retention does to a log now (:func:`retention_decision`).
+
+    Attributes:
+        count: how many head ledgers it deletes.
+        overrun: the subscriptions it deletes past (their backlog is over a limit), each
+            with the bytes of closed ledgers it held back when retention started.
+    """
+
+    count: int
+    overrun: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _closed_at(info: LedgerInfo) -> float:
+    return info.closed_at if info.closed_at is not None else info.ctime
+
+
+def retention_decision(
+    ledgers: Sequence[LedgerInfo],
+    policy: RetentionPolicy,
+    *,
+    now: float,
+    archived_through: Position | None,
+    subscriptions: Mapping[str, Position] | None = None,
+    holds: Iterable[Position] = (),
+) -> RetentionDecision:
+    """How many head ledgers the policy deletes now, and which subscriptions it passes.
+
+    A ledger goes only if it is removable (not last, end known), wholly archived when the
+    policy requires it, passed by every hold (a snapshot: never overrun), passed by every
+    subscription whose backlog is within the limits, and either too old or needed to bring
+    the closed ledgers' total size under ``max_bytes``. A subscription's backlog is the
+    closed ledgers from the first it has not passed to the end of the list. Unknown sizes
+    count as 0, so callers measure ledgers of unknown size first when ``max_bytes`` or
+    ``backlog_limit_bytes`` is set.
+    """
+    fixed = list(holds)
+    total = sum(info.size_bytes or 0 for info in ledgers if info.is_closed)
+    # Bytes of the closed ledgers from index i to the end of the list.
+    suffix = [0] * (len(ledgers) + 1)
+    for i in range(len(ledgers) - 1, -1, -1):
+        info = ledgers[i]
+        suffix[i] = suffix[i + 1] + ((info.size_bytes or 0) if info.is_closed else 0)
+    overrun: dict[str, int] = {}
+    count = 0
+    for i, info in enumerate(ledgers):
+        if not _removable(info, i, len(ledgers)):
+            break
+        end = ledger_end(info.ledger_id, info.last_entry_id)
+        if policy.require_archived and (archived_through is None or archived_through < end):
+            break
+        if any(mark < end for mark in fixed):
+            break
+        behind = [name for name, mark in (subscriptions or {}).items() if mark < end]
+        if behind and not policy.backlog_over(suffix[i], _closed_at(info), now):
+            break
+        too_old = policy.max_age is not None and now - _closed_at(info) > policy.max_age
+        too_big = policy.max_bytes is not None and total > policy.max_bytes
+        if not (too_old or too_big):
+            break
+        for name in behind:
+            overrun.setdefault(name, suffix[i])
+        total -= info.size_bytes or 0
+        count += 1
+    return RetentionDecision(count, overrun)
+
+
 def retention_count(
     ledgers: Sequence[LedgerInfo],
     policy: RetentionPolicy,
@@ -118,32 +203,25 @@ def retention_count(
     archived_through: Position | None,
     cursors: Mapping[str, Position] | Iterable[Position] = (),
 ) -> int:
-    """How many head ledgers the policy deletes now.
+    """How many head ledgers the policy deletes now (:func:`retention_decision`'s count).
 
-    A ledger goes only if it is removable (not last, end known), wholly archived when the
-    policy requires it, passed by every cursor, and either too old or needed to bring the
-    closed ledgers' total size under ``max_bytes``. Unknown sizes count as 0, so callers
-    measure ledgers of unknown size first when ``max_bytes`` is set.
+    Named cursors (a mapping) are subscriptions, which a backlog limit may overrun;
+    unnamed positions are holds, which nothing overruns.
     """
-    marks = list(cursors.values()) if isinstance(cursors, Mapping) else list(cursors)
-    total = sum(info.size_bytes or 0 for info in ledgers if info.is_closed)
-    count = 0
-    for i, info in enumerate(ledgers):
-        if not _removable(info, i, len(ledgers)):
-            break
-        end = ledger_end(info.ledger_id, info.last_entry_id)
-        if policy.require_archived and (archived_through is None or archived_through < end):
-            break
-        if any(mark < end for mark in marks):
-            break
-        closed_at = info.closed_at if info.closed_at is not None else info.ctime
-        too_old = policy.max_age is not None and now - closed_at > policy.max_age
-        too_big = policy.max_bytes is not None and total > policy.max_bytes
-        if not (too_old or too_big):
-            break
-        total -= info.size_bytes or 0
-        count += 1
-    return count
+    if isinstance(cursors, Mapping):
+        return retention_decision(
+            ledgers, policy, now=now, archived_through=archived_through, subscriptions=cursors
+        ).count
+    return retention_decision(
+        ledgers, policy, now=now, archived_through=archived_through, holds=cursors
+    ).count
 
 
-__all__ = ["RetentionPolicy", "RollPolicy", "retention_count", "truncation_count"]
+__all__ = [
+    "RetentionDecision",
+    "RetentionPolicy",
+    "RollPolicy",
+    "retention_count",
+    "retention_decision",
+    "truncation_count",
+]

@@ -20,7 +20,9 @@ from walog.log.log_metadata import LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
+from walog.log.registration import WriterInfo
 from walog.log.retention_runner import RetentionRunner
+from walog.log.subscriptions import SubscriptionInfo
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 
 
@@ -153,6 +155,20 @@ class LogReader(SyncContext):
             if record is not None:
                 yield record
 
+    @property
+    def subscription(self) -> str | None:
+        """The subscription this reader reads for, or None."""
+        return self.async_reader.subscription
+
+    def commit(self, position: Position | str | None = None) -> Position | None:
+        """Record that this reader's subscription consumed every record before
+        ``position`` (default: every record this reader returned); return the position
+        committed (None: nothing to commit yet). See
+        :meth:`walog.log.reader.AsyncLogReader.commit`."""
+        if position is None and self._ready:
+            position = self._ready[0].position  # fetched, not returned yet
+        return self._loop.run(self.async_reader.commit(position))
+
     def close(self) -> None:
         """Stop reading; a read_next() waiting in another thread raises RuntimeError."""
         self._loop.run(self.async_reader.close())
@@ -209,9 +225,22 @@ class Log:
         writer = self._loop.run(self.async_log.open_writer(config))
         return LogWriter(writer, self._loop, config)
 
-    def open_reader(self, start: StartAt = "earliest") -> LogReader:
-        """A tailing reader from ``"earliest"``, ``"latest"`` or a :class:`walog.Position`."""
-        return LogReader(self._loop.run(self.async_log.open_reader(start)), self._loop)
+    def open_reader(
+        self, start: StartAt = "earliest", *, subscription: str | None = None
+    ) -> LogReader:
+        """A tailing reader from ``"earliest"``, ``"latest"`` or a :class:`walog.Position`;
+        with ``subscription``, from after what that subscription committed (``start``
+        applies only to one that never committed)."""
+        reader = self._loop.run(self.async_log.open_reader(start, subscription=subscription))
+        return LogReader(reader, self._loop)
+
+    def subscriptions(self) -> list[SubscriptionInfo]:
+        """The log's subscriptions with their positions and how far behind they are."""
+        return self._loop.run(self.async_log.subscriptions())
+
+    def writer(self) -> WriterInfo | None:
+        """The log's live writer (host, pid, epoch, start time), None when none writes."""
+        return self._loop.run(self.async_log.writer())
 
     def truncate(self, before: Position) -> int:
         """Delete the ledgers whose every record is before ``before``; return how many."""

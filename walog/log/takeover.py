@@ -14,7 +14,7 @@ import time
 
 from walog import mutations
 from walog._loggers import get_logger
-from walog.errors import NoSuchLedgerError, WalogError
+from walog.errors import NoSuchLedgerError, NoSuchLogError, WalogError
 from walog.ledger.options import LedgerOptions
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
 from walog.log.log_metadata import (
@@ -48,6 +48,36 @@ async def record_closed(
         await update_log(client.ctx.store, name, mutate)
     except WalogError as exc:  # the end is recovered again by the next takeover
         log.warning("could not record closed ledger", log=name, ledger=ledger_id, error=str(exc))
+
+
+async def record_recovered(client: LedgerClientLike, ledger_id: int, last: int) -> str | None:
+    """Mark ``ledger_id``, just recovered outside any writer (``walog recover``), CLOSED at
+    entry ``last`` in the list of the log it belongs to (its tag names the log), by CAS as
+    a writer's close does; return that log's name. None when it belongs to no log, or no
+    list names it any more.
+
+    Raises:
+        WalogError: the metadata store failed (the next takeover records the end anyway).
+    """
+    name = ((await client.ledger_metadata(ledger_id)).custom_metadata or {}).get(LOG_TAG)
+    if not name:
+        return None
+    now = time.time()
+    listed = False
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        nonlocal listed
+        i = meta.index_of(ledger_id)
+        listed = i is not None
+        if i is None or meta.ledgers[i].is_closed:
+            return None
+        return meta.with_ledger(meta.ledgers[i].closed(last, None, now))
+
+    try:
+        await update_log(client.ctx.store, name, mutate)
+    except NoSuchLogError:
+        return None
+    return name if listed else None
 
 
 async def create_log_ledger(
@@ -236,6 +266,7 @@ __all__ = [
     "discard_unlisted",
     "discard_unlisted_after",
     "record_closed",
+    "record_recovered",
     "recover_listed",
     "take_over_once",
     "to_fence",

@@ -18,7 +18,7 @@ from walog.errors import NoSuchLedgerError
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_metadata import LedgerInfo, LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end
-from walog.log.retention import RetentionPolicy, retention_count, truncation_count
+from walog.log.retention import RetentionPolicy, retention_decision, truncation_count
 from walog.log.sink import collect_sink_orphans
 
 log = get_logger(__name__)
@@ -135,13 +135,22 @@ _Decision = Callable[[LogMetadata], int]
 """How many head ledgers to remove, given the current metadata (pure, re-run per CAS)."""
 
 
-async def _remove(client: LedgerClientLike, name: str, decide: _Decision) -> int:
+_Overrun = Callable[[LogMetadata, int], LogMetadata]
+"""The metadata after removing ``count`` head ledgers, given that metadata (pure)."""
+
+
+async def _remove(
+    client: LedgerClientLike, name: str, decide: _Decision, after: _Overrun | None = None
+) -> int:
     chosen: set[int] = set()  # over every attempt: one may have applied, its answer lost
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
         count = decide(meta)
         chosen.update(i.ledger_id for i in meta.ledgers[:count])
-        return _remove_head(meta, count) if count else None
+        if not count:
+            return None
+        removed = _remove_head(meta, count)
+        return removed if after is None else after(removed, count)
 
     stored, _ = await update_log(client.ctx.store, name, mutate)
     removed = [i for i in stored.pending_deletion if i in chosen]
@@ -209,19 +218,57 @@ async def enforce_retention(
 
             await update_log(client.ctx.store, name, record_sizes)
     moment = time.time() if now is None else now
-    return await _remove(
-        client,
-        name,
-        lambda m: retention_count(
+    overrun: dict[str, int] = {}  # of the attempt whose CAS stuck (each attempt resets it)
+
+    def decide(m: LogMetadata) -> int:
+        decision = retention_decision(
             m.ledgers,
             policy,
             now=moment,
             archived_through=m.archived_through,
+            subscriptions=m.cursors,
             # A state-machine snapshot is a reader of the log from its position on: a
             # node restoring it replays what follows, so that stays.
-            cursors=[*m.cursors.values(), *(snap.position for snap in m.snapshots)],
-        ),
+            holds=[snap.position for snap in m.snapshots],
+        )
+        if decision.count:  # none after a lost answer to the CAS that removed them
+            overrun.clear()
+            overrun.update(decision.overrun)
+        return decision.count
+
+    def move_overrun(removed: LogMetadata, count: int) -> LogMetadata:
+        # An overrun subscription resumes where the log now starts.
+        start = removed.truncated_through
+        assert start is not None  # set by the removal
+        cursors = {
+            sub: max(mark, start) if sub in overrun else mark
+            for sub, mark in removed.cursors.items()
+        }
+        return removed.replace(cursors=cursors)
+
+    deleted = await _remove(client, name, decide, move_overrun)
+    if deleted:
+        for subscription, backlog in sorted(overrun.items()):
+            _report_overrun(client, name, subscription, backlog, policy)
+    return deleted
+
+
+def _report_overrun(
+    client: LedgerClientLike, name: str, subscription: str, backlog: int, policy: RetentionPolicy
+) -> None:
+    """Say that retention deleted records ``subscription`` had not read (log and metric)."""
+    log.warning(
+        "retention deleted records a subscription had not read: its backlog was over the "
+        "limit; it resumes where the log now starts",
+        log=name,
+        subscription=subscription,
+        backlog_bytes=backlog,
+        backlog_limit_bytes=policy.backlog_limit_bytes,
+        backlog_limit_s=policy.backlog_limit_s,
     )
+    metrics = getattr(client.ctx, "metrics", None)
+    if metrics is not None:
+        metrics.backlog_overruns[(name, subscription)] += 1
 
 
 __all__ = [

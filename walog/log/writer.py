@@ -54,6 +54,7 @@ from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
+from walog.log.registration import WriterRegistration, register_writer
 from walog.log.retention import RollPolicy
 from walog.log.takeover import (
     ListChanged,
@@ -198,6 +199,8 @@ class AsyncLogWriter:
         self._current = self._activate(ledger)
         self.after_roll: RollFollower | None = None
         """Told after each roll (the log's retention, walog.log.retention_runner)."""
+        self.registration: WriterRegistration | None = None
+        """This writer's registration (walog.log.registration), removed when it ends."""
 
         # Leadership lasts as long as the metadata session that took the log over.
         def expired() -> None:
@@ -457,6 +460,8 @@ class AsyncLogWriter:
             self._failure = exc
             self._stop_watching_session()
             log.warning("log writer failed", log=self.name, error=str(exc))
+            if self.registration is not None:
+                self.registration.end()
         if self._batch_futures:
             futures, self._batch_futures = self._batch_futures, []
             self._batch = self._new_batch()
@@ -772,6 +777,8 @@ class AsyncLogWriter:
             for task in recoveries:
                 task.cancel()  # the new writer's takeover recovers those ledgers
         await asyncio.gather(*recoveries, return_exceptions=True)  # failures: recorded
+        if self.registration is not None:
+            await self.registration.end()
         if self._recovery_failures:
             raise self._recovery_failures[0]
 
@@ -789,6 +796,23 @@ async def open_log_writer(
         NoSuchLogError: the log does not exist.
         MetadataConflictError: other writers kept winning the CAS (duel) for too long.
     """
+    writer = await _take_over(client, name, options, roll_policy, config)
+    try:
+        # Visible to `walog log show` and `walog status` while it lives.
+        writer.registration = await register_writer(client.ctx.store, name, writer.epoch)
+    except BaseException:
+        await writer.close()
+        raise
+    return writer
+
+
+async def _take_over(
+    client: LedgerClientLike,
+    name: str,
+    options: LedgerOptions,
+    roll_policy: RollPolicy,
+    config: LogWriterConfig,
+) -> AsyncLogWriter:
     async for attempt in cas_retrying(also=ListChanged):
         with attempt:
             stored, ledger = await take_over_once(client, name, options)

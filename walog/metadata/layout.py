@@ -4,6 +4,7 @@ JSON documents, one per record. Paths:
 
 - ``/ledgers/<id>``                 ledger metadata (:class:`LedgerMetadata`)
 - ``/logs/<name>``                  log metadata (the ordered ledger list; walog.log)
+- ``/logwriters/<name>/<epoch>``    liveness-bound registration of a log's writer
 - ``/bookies/available/<id>``       liveness-bound registration of a serving bookie
 - ``/bookies/readonly/<id>``        the same for a bookie serving reads only (full disks)
 - ``/bookies/decommissioning/<id>`` a bookie being drained (``walog bookie decommission``)
@@ -31,6 +32,7 @@ DECOMMISSIONING = "/bookies/decommissioning"
 UNDER_REPLICATED = "/underreplication/ledgers"
 REPAIR_LOCKS = "/underreplication/locks"
 COOKIES = "/bookies/cookies"
+LOG_WRITERS = "/logwriters"
 LEDGER_ID_COUNTER = "ledger-ids"
 
 LedgerState = Literal["OPEN", "IN_RECOVERY", "CLOSED"]
@@ -69,6 +71,16 @@ def ledger_path(ledger_id: int) -> str:
 def log_path(name: str) -> str:
     """Path of a log's metadata record."""
     return f"{LOGS}/{name}"
+
+
+def log_writers_path(name: str) -> str:
+    """Parent of the registrations of log ``name``'s writers."""
+    return f"{LOG_WRITERS}/{name}"
+
+
+def log_writer_path(name: str, epoch: int) -> str:
+    """Path of the registration of log ``name``'s writer that took it over as ``epoch``."""
+    return f"{log_writers_path(name)}/{epoch}"
 
 
 def bookie_path(bookie_id: str) -> str:
@@ -183,6 +195,7 @@ __all__ = [
     "LEDGERS",
     "LEDGER_ID_COUNTER",
     "LOGS",
+    "LOG_WRITERS",
     "READ_ONLY_BOOKIES",
     "REPAIR_LOCKS",
     "UNDER_REPLICATED",
@@ -194,6 +207,8 @@ __all__ = [
     "decommission_path",
     "ledger_path",
     "log_path",
+    "log_writer_path",
+    "log_writers_path",
     "read_only_bookie_path",
     "registered_rack",
     "repair_lock_path",

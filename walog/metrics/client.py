@@ -61,6 +61,9 @@ class ClientMetrics(Collector):
         self.failed_recoveries = 0
         self.bookie_errors: collections.Counter[str] = collections.Counter()
         """Errors and timeouts of bookies that made a writer replace them, per bookie."""
+        self.backlog_overruns: collections.Counter[tuple[str, str]] = collections.Counter()
+        """Retention runs that deleted records a subscription had not read (its backlog was
+        over the retention policy's limit), per (log, subscription)."""
 
     # -- counting (event loop thread) -------------------------------------------------
 
@@ -169,6 +172,14 @@ class ClientMetrics(Collector):
         for bookie, count in sorted(self.bookie_errors.items()):
             errors.add_metric([bookie], float(count))
         yield errors
+        overruns = CounterMetricFamily(
+            "walog_client_backlog_overruns",
+            "Retention runs that deleted records a subscription had not read (backlog limit)",
+            labels=["log", "subscription"],
+        )
+        for (log_name, subscription), count in sorted(self.backlog_overruns.items()):
+            overruns.add_metric([log_name, subscription], float(count))
+        yield overruns
 
 
 def register(registry: CollectorRegistry) -> ClientMetrics:

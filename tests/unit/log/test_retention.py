@@ -6,7 +6,13 @@ import pytest
 
 from walog.log.log_metadata import LedgerInfo
 from walog.log.position import Position
-from walog.log.retention import RetentionPolicy, RollPolicy, retention_count, truncation_count
+from walog.log.retention import (
+    RetentionPolicy,
+    RollPolicy,
+    retention_count,
+    retention_decision,
+    truncation_count,
+)
 
 
 def closed(lid: int, last: int, *, at: float = 0.0, size: int | None = 10) -> LedgerInfo:
@@ -91,3 +97,52 @@ def test_retention_never_passes_a_cursor() -> None:
 def test_default_retention_deletes_nothing() -> None:
     ledgers = [closed(1, 3), closed(2, 3), LedgerInfo(3)]
     assert retention_count(ledgers, RetentionPolicy(), now=1e12, archived_through=None) == 0
+
+
+def test_retention_passes_a_subscription_only_past_its_backlog_bytes_limit() -> None:
+    # Four closed ledgers of 10 bytes each and the open one; "slow" has read nothing.
+    ledgers = [closed(i, 3) for i in (1, 2, 3, 4)] + [LedgerInfo(5)]
+    subs = {"slow": Position(1, 0, 0), "fast": Position(5, 0, 0)}
+    within = RetentionPolicy(max_age=1, backlog_limit_bytes=40)
+    kept = retention_decision(ledgers, within, now=100, archived_through=None, subscriptions=subs)
+    assert kept.count == 0 and kept.overrun == {}
+    over = RetentionPolicy(max_age=1, backlog_limit_bytes=25)
+    passed = retention_decision(ledgers, over, now=100, archived_through=None, subscriptions=subs)
+    # 40 bytes behind: deleting two ledgers brings its backlog to 20, within the limit.
+    assert passed.count == 2 and passed.overrun == {"slow": 40}
+
+
+def test_retention_passes_a_subscription_only_past_its_backlog_age_limit() -> None:
+    ledgers = [closed(1, 3, at=10), closed(2, 3, at=80), LedgerInfo(3)]
+    subs = {"slow": Position(1, 2, 0)}
+    policy = RetentionPolicy(max_age=5, backlog_limit_s=50)
+    decision = retention_decision(
+        ledgers, policy, now=100, archived_through=None, subscriptions=subs
+    )
+    # Ledger 1 closed 90 s ago (over the limit), ledger 2 20 s ago (within it).
+    assert decision.count == 1 and decision.overrun == {"slow": 20}
+
+
+def test_retention_never_passes_a_snapshot_whatever_the_backlog_limit() -> None:
+    ledgers = [closed(1, 3), closed(2, 3), LedgerInfo(3)]
+    policy = RetentionPolicy(max_age=1, backlog_limit_bytes=1, backlog_limit_s=1)
+    decision = retention_decision(
+        ledgers, policy, now=100, archived_through=None, holds=[Position(1, 0, 0)]
+    )
+    assert decision.count == 0
+
+
+def test_a_backlog_limit_deletes_only_what_the_policy_retires() -> None:
+    ledgers = [closed(1, 3, at=99), closed(2, 3, at=99), LedgerInfo(3)]
+    subs = {"slow": Position(1, 0, 0)}
+    policy = RetentionPolicy(max_age=50, backlog_limit_bytes=1)
+    decision = retention_decision(
+        ledgers, policy, now=100, archived_through=None, subscriptions=subs
+    )
+    assert decision.count == 0 and decision.overrun == {}
+
+
+@pytest.mark.parametrize("field", ["backlog_limit_bytes", "backlog_limit_s"])
+def test_backlog_limits_refuse_non_positive_values(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        RetentionPolicy(**{field: 0})  # type: ignore[arg-type]
