@@ -34,6 +34,7 @@ SUBCOMMANDS = [
     ["logs"],
     ["status"],
     ["log", "show"],
+    ["log", "repair"],
     ["truncate"],
     ["recover"],
     ["archive"],
@@ -292,8 +293,10 @@ def test_log_commands_against_a_cluster(
 
     status, out, err = _run(["log", "show", log_name], capsys)
     assert status == 0, err
-    header, *rows = out.splitlines()
+    table, marks = out.split("\n\n", 1)
+    header, *rows = table.splitlines()
     assert header.split() == ["LEDGER", "STATE", "FIRST", "POSITION", "LAST", "ENTRY"]
+    assert f"starts at        {segments[0]['first_position']}" in marks
     assert [int(row.split()[0]) for row in rows] == [s["ledger_id"] for s in segments]
 
     status, out, err = _run(["truncate", log_name, "--before", str(positions[0])], capsys)

@@ -1,4 +1,5 @@
-"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show`` and ``truncate``."""
+"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show``, ``log repair`` and
+``truncate``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from walog.client import Client
+    from walog.log.log_metadata import LogMetadata
     from walog.log.position import Position
     from walog.log.sync import Log
 
@@ -117,8 +119,10 @@ def show_log(args: argparse.Namespace) -> int:
     """``walog log show LOG``: the log's segments and snapshots."""
     with connect(args) as client:
         log = existing_log(client, args)
-        segments = log.segments()
-        snapshots = log.metadata().snapshots
+        meta = log.metadata()
+        segments = [info.segment() for info in meta.ledgers]
+        snapshots = meta.snapshots
+    marks = _marks(meta)
     doc: dict[str, object] = {
         "name": args.log,
         "segments": [
@@ -132,6 +136,8 @@ def show_log(args: argparse.Namespace) -> int:
         ],
         # State-machine snapshots (walog.recipes), oldest first.
         "snapshots": [info.to_doc() for info in snapshots],
+        **marks,
+        "damaged": [{"field": d.name, "stored": d.raw, "problem": d.problem} for d in meta.damaged],
     }
     if args.json:
         emit(json.dumps(doc, indent=2))
@@ -154,6 +160,47 @@ def show_log(args: argparse.Namespace) -> int:
         ]
         for line in render_table(["SNAPSHOT AT", "STORED IN", "BYTES", "CHECKSUM", "NODE"], snaps):
             emit(line)
+    _show_marks(marks)
+    for bad in meta.damaged:
+        emit(f"DAMAGED: {bad.describe()}; 'walog log repair {args.log}' removes it")
+    return 0
+
+
+def _marks(meta: LogMetadata) -> dict[str, Any]:
+    """The log's marks as positions a record can hold (None: not set): where it starts,
+    the first record not archived, and each cursor's next record."""
+    first = meta.ledgers[0].segment().first_position if meta.ledgers else None
+
+    def shown(position: Position | None) -> str | None:
+        return None if position is None else str(meta.existing_at_or_after(position))
+
+    return {
+        "starts_at": None if first is None else str(first),
+        "archived_before": shown(meta.archived_through),
+        "cursors": {name: shown(p) for name, p in sorted(meta.cursors.items())},
+    }
+
+
+def _show_marks(marks: dict[str, Any]) -> None:
+    emit("")
+    emit(f"starts at        {marks['starts_at'] or '- (no ledgers)'}")
+    before = marks["archived_before"]
+    emit(f"archived up to   {'- (nothing)' if before is None else before + ' (not included)'}")
+    for name, position in marks["cursors"].items():
+        emit(f"cursor {name!r} next reads {position}")
+
+
+def repair_log(args: argparse.Namespace) -> int:
+    """``walog log repair LOG``: remove the fields of the log's record that do not parse."""
+    with connect(args) as client:
+        removed = existing_log(client, args).repair()
+    if args.json:
+        emit(json.dumps({"log": args.log, "removed": [d.describe() for d in removed]}))
+        return 0
+    if not removed:
+        emit(f"log {args.log!r}: every field parses; nothing to repair")
+    for bad in removed:
+        emit(f"log {args.log!r}: removed {bad.describe()}")
     return 0
 
 
@@ -197,7 +244,13 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
 
     parser = command("logs", list_logs, "list log names")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
-    parser = group("log", "inspect a log")("show", show_log, "print a log's segments")
+    log_action = group("log", "inspect a log")
+    parser = log_action("show", show_log, "print a log's segments")
+    parser.add_argument("log", help="log name")
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
+    parser = log_action(
+        "repair", repair_log, "remove the fields of a log's record that do not parse"
+    )
     parser.add_argument("log", help="log name")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
 
@@ -212,6 +265,7 @@ __all__ = [
     "append",
     "existing_log",
     "list_logs",
+    "repair_log",
     "show_log",
     "tail",
     "truncate",

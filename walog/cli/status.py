@@ -23,7 +23,7 @@ import walog.aio
 from walog.cli.options import CommandParser, add_connection_options, connect_options
 from walog.cli.tables import render_table
 from walog.config import ClientConfig, Timeouts
-from walog.errors import WalogError
+from walog.errors import NoSuchLogError, WalogError
 from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.log.log_metadata import list_logs, read_log
 from walog.metadata.election import ELECTIONS, current_leader
@@ -72,6 +72,8 @@ class LogStatus:
     """Ledger id of the segment a writer appends to (None: no writer holds the log)."""
     epoch: int
     """Writer takeovers so far."""
+    damaged: list[str] = dataclasses.field(default_factory=list)
+    """Fields of its record that do not parse (``walog log repair`` removes them)."""
 
 
 @dataclasses.dataclass
@@ -101,6 +103,11 @@ class ClusterStatus:
     def problems(self) -> list[str]:
         """What needs a human, one line each (empty: healthy)."""
         out = [f"bookie {b.bookie_id} is {b.state}: {b.problem}" for b in self.bookies if b.problem]
+        out += [
+            f"log {log.name!r}: {bad}; 'walog log repair {log.name}' removes it"
+            for log in self.logs
+            for bad in log.damaged
+        ]
         if self.under_replicated:
             shown = ", ".join(str(i) for i in self.under_replicated[:10])
             more = " ..." if len(self.under_replicated) > 10 else ""
@@ -198,11 +205,16 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
     for name in await list_logs(store):
         try:
             meta, _ = await read_log(store, name)
-        except NodeNotFoundError:
+        except NoSuchLogError:
             continue  # deleted meanwhile
+        except ValueError as exc:
+            # Its core (format, epoch, ledger list) does not parse: the other logs still show.
+            logs.append(LogStatus(name, 0, None, 0, damaged=[str(exc)]))
+            continue
         last = meta.ledgers[-1] if meta.ledgers else None
         open_segment = last.ledger_id if last is not None and not last.is_closed else None
-        logs.append(LogStatus(name, len(meta.ledgers), open_segment, meta.epoch))
+        damaged = [d.describe() for d in meta.damaged]
+        logs.append(LogStatus(name, len(meta.ledgers), open_segment, meta.epoch, damaged))
     elections = []
     for name in await store.children(ELECTIONS):
         try:

@@ -3,6 +3,7 @@
 - ``position``      Position, Record, Segment
 - ``records``       how records are packed into entries (entry format, version 1)
 - ``log_metadata``  the log's metadata record (ledger list, cursors, marks) and CAS helpers
+- ``damaged``       fields of a stored record that do not parse, kept aside until repaired
 - ``ledgers``       what the log layer needs from the ledger layer (structural types)
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name

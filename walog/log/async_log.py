@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 
+from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError
 from walog.log import truncation
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_metadata import (
+    DamagedField,
     LogMetadata,
     commit_cursor,
     create_log,
@@ -19,13 +21,16 @@ from walog.log.log_metadata import (
     list_logs,
     mark_archived,
     read_log,
+    repair_log,
     validate_log_name,
 )
-from walog.log.position import Position, Segment
+from walog.log.position import Position, Segment, position_argument
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sink import collect_sink_orphans
 from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
+
+log = get_logger(__name__)
 
 
 class AsyncLog:
@@ -80,6 +85,14 @@ class AsyncLog:
         )
         await truncation.collect_orphans(self._client, self.name)
         await truncation.scan_orphans(self._client, self.name)
+        damaged = (await self.metadata()).damaged
+        if damaged:
+            log.warning(
+                "fields of the log's record do not parse (kept as stored; retention holds "
+                "back until 'walog log repair' removes them)",
+                log=self.name,
+                damaged=[d.describe() for d in damaged],
+            )
         return writer
 
     async def open_reader(self, start: StartAt = "earliest") -> AsyncLogReader:
@@ -88,13 +101,17 @@ class AsyncLog:
             self._client, self.name, start, password=self.ledger_options.password
         )
 
-    async def truncate(self, before: Position) -> int:
-        """Delete the ledgers whose every record is before ``before``; return how many.
+    async def truncate(self, before: Position | str) -> int:
+        """Delete the ledgers whose every record is before ``before`` (a Position or text
+        ``"LEDGER:ENTRY:SLOT"``); return how many.
 
         Never deletes the ledger being written.
+
+        Raises:
+            TypeError: ``before`` is neither a Position nor text.
+            ValueError: ``before`` is text that does not parse.
         """
-        if not isinstance(before, Position):
-            raise TypeError(f"truncate() takes a walog.Position, got {type(before).__name__}")
+        before = position_argument(before, "before")
         return await truncation.truncate_log(self._client, self.name, before)
 
     async def enforce_retention(self) -> int:
@@ -111,14 +128,32 @@ class AsyncLog:
         pending += await truncation.scan_orphans(self._client, self.name)
         return pending + await collect_sink_orphans(self._client, self.name)
 
-    async def commit_cursor(self, consumer: str, position: Position | None) -> None:
-        """Record that ``consumer`` has consumed every record before ``position`` (None
-        removes the cursor). Retention keeps every ledger a cursor has not passed."""
+    async def commit_cursor(self, consumer: str, position: Position | str | None) -> None:
+        """Record that ``consumer`` has consumed every record before ``position`` (a
+        Position or text ``"LEDGER:ENTRY:SLOT"``; None removes the cursor). Retention keeps
+        every ledger a cursor has not passed.
+
+        Raises:
+            TypeError: ``consumer`` is not text, or ``position`` not a Position, text or None.
+            ValueError: ``consumer`` is empty, or ``position`` does not parse or lies in a
+                ledger past the log's newest.
+        """
         await commit_cursor(self._client.ctx.store, self.name, consumer, position)
 
-    async def mark_archived(self, position: Position) -> None:
-        """Record that every record before ``position`` is archived (only moves forward)."""
+    async def mark_archived(self, position: Position | str) -> None:
+        """Record that every record before ``position`` (a Position or text) is archived
+        (only moves forward).
+
+        Raises:
+            TypeError: ``position`` is neither a Position nor text.
+            ValueError: ``position`` does not parse or lies in a ledger past the log's newest.
+        """
         await mark_archived(self._client.ctx.store, self.name, position)
+
+    async def repair(self) -> list[DamagedField]:
+        """Remove the fields of the log's record that do not parse (``metadata().damaged``);
+        return them. Nothing else of the record changes."""
+        return await repair_log(self._client.ctx.store, self.name)
 
 
 async def open_log(

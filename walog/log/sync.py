@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
 from walog.log.async_log import AsyncLog
-from walog.log.log_metadata import LogMetadata
+from walog.log.log_metadata import DamagedField, LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
@@ -190,8 +190,14 @@ class Log:
         """A tailing reader from ``"earliest"``, ``"latest"`` or a :class:`walog.Position`."""
         return LogReader(self._loop.run(self.async_log.open_reader(start)), self._loop)
 
-    def truncate(self, before: Position) -> int:
-        """Delete the ledgers whose every record is before ``before``; return how many."""
+    def truncate(self, before: Position | str) -> int:
+        """Delete the ledgers whose every record is before ``before`` (a Position or text
+        ``"LEDGER:ENTRY:SLOT"``); return how many.
+
+        Raises:
+            TypeError: ``before`` is neither a Position nor text.
+            ValueError: ``before`` is text that does not parse.
+        """
         return self._loop.run(self.async_log.truncate(before))
 
     def enforce_retention(self) -> int:
@@ -202,13 +208,30 @@ class Log:
         """Delete ledgers an interrupted truncation left pending deletion."""
         return self._loop.run(self.async_log.collect_orphans())
 
-    def commit_cursor(self, consumer: str, position: Position | None) -> None:
-        """Record that ``consumer`` consumed every record before ``position``."""
+    def commit_cursor(self, consumer: str, position: Position | str | None) -> None:
+        """Record that ``consumer`` consumed every record before ``position`` (a Position or
+        text ``"LEDGER:ENTRY:SLOT"``; None removes the cursor).
+
+        Raises:
+            TypeError: ``consumer`` is not text, or ``position`` not a Position, text or None.
+            ValueError: ``consumer`` is empty, or ``position`` does not parse or lies in a
+                ledger past the log's newest.
+        """
         self._loop.run(self.async_log.commit_cursor(consumer, position))
 
-    def mark_archived(self, position: Position) -> None:
-        """Record that every record before ``position`` is archived."""
+    def mark_archived(self, position: Position | str) -> None:
+        """Record that every record before ``position`` (a Position or text) is archived.
+
+        Raises:
+            TypeError: ``position`` is neither a Position nor text.
+            ValueError: ``position`` does not parse or lies in a ledger past the log's newest.
+        """
         self._loop.run(self.async_log.mark_archived(position))
+
+    def repair(self) -> list[DamagedField]:
+        """Remove the fields of the log's record that do not parse (``metadata().damaged``);
+        return them. Nothing else of the record changes."""
+        return self._loop.run(self.async_log.repair())
 
 
 __all__ = ["Log", "LogReader", "LogWriter"]

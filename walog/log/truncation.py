@@ -181,7 +181,8 @@ async def enforce_retention(
 ) -> int:
     """Apply ``policy`` to log ``name``: remove and delete the head ledgers it retires.
 
-    Never deletes a ledger a cursor or a listed snapshot has not passed. Also deletes
+    Never deletes a ledger a cursor or a listed snapshot has not passed, and nothing while
+    one of them (or the archived-through mark) does not parse. Also deletes
     earlier pending deletions. Ledgers of unknown size are measured first when
     the policy limits bytes. Returns how many ledgers this call retired.
     """
@@ -209,10 +210,14 @@ async def enforce_retention(
 
             await update_log(client.ctx.store, name, record_sizes)
     moment = time.time() if now is None else now
-    return await _remove(
-        client,
-        name,
-        lambda m: retention_count(
+    held: list[str] = []
+
+    def decide(m: LogMetadata) -> int:
+        # A damaged cursor, snapshot or mark may protect any record: delete nothing.
+        held[:] = [d.describe() for d in m.damage_holding_data]
+        if held:
+            return 0
+        return retention_count(
             m.ledgers,
             policy,
             now=moment,
@@ -220,8 +225,17 @@ async def enforce_retention(
             # A state-machine snapshot is a reader of the log from its position on: a
             # node restoring it replays what follows, so that stays.
             cursors=[*m.cursors.values(), *(snap.position for snap in m.snapshots)],
-        ),
-    )
+        )
+
+    removed = await _remove(client, name, decide)
+    if held:
+        log.warning(
+            "retention deletes nothing while fields of the log's record do not parse; "
+            "run 'walog log repair' on the log",
+            log=name,
+            damaged=held,
+        )
+    return removed
 
 
 __all__ = [
