@@ -222,3 +222,21 @@ async def test_delete_log_deletes_a_log_whose_record_has_a_field_that_does_not_p
     for ledger_id in ledgers:
         with pytest.raises(walog.NoSuchLedgerError):
             await client.ledger_metadata(ledger_id)
+
+
+async def test_a_truncated_position_is_refused_naming_the_first_record_that_exists(
+    client: AsyncClient, log_name: str
+) -> None:
+    log, _ = await _log_of_two_ledgers(client, log_name)
+    first, second = [s.ledger_id for s in await log.segments()]
+    assert await log.truncate(Position(second, 0, 0)) == 1
+    with pytest.raises(walog.DataLossError) as caught:
+        await log.open_reader(Position(first, 0, 0))
+    # Not "first:2:0" (one past the last truncated entry, which never held a record).
+    assert f"the log now starts at {second}:0:0 " in str(caught.value)
+    reader = await log.open_reader(Position(second, 0, 0))
+    try:
+        record = await reader.read_next(timeout=30)
+    finally:
+        await reader.close()
+    assert record is not None and record.data == b"c"

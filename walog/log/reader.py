@@ -215,9 +215,10 @@ class AsyncLogReader:
     def _check_not_truncated(self, position: Position) -> None:
         gone = self._meta.truncated_through
         if gone is not None and position < gone:
+            # ``gone`` is one past the last truncated record: name the first that exists.
             raise DataLossError(
-                f"log {self.name!r}: position {position} was truncated; "
-                f"the log now starts at {gone} (open the reader at 'earliest')"
+                f"log {self.name!r}: position {position} was truncated; the log now starts "
+                f"at {self._meta.existing_at_or_after(gone)} (open the reader at 'earliest')"
             )
 
     async def _release(self) -> None:

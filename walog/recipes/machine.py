@@ -279,11 +279,13 @@ class AsyncStateMachine:
         since this node started), and refuses when there is none."""
         if self._resume is not None:
             return
-        gone = (await self._log.metadata()).truncated_through
+        meta = await self._log.metadata()
+        gone = meta.truncated_through
         if gone is not None and not await self._restore_newest(None):
             raise DataLossError(
-                f"log {self._log.name!r} was truncated before {gone} and no valid snapshot "
-                "covers it: this node cannot rebuild the state"
+                f"log {self._log.name!r} was truncated (it now starts at "
+                f"{meta.existing_at_or_after(gone)}) and no valid snapshot covers what went: "
+                "this node cannot rebuild the state"
             )
 
     async def _open_reader(self) -> AsyncLogReader:
