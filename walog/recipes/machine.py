@@ -168,12 +168,18 @@ class AsyncStateMachine:
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
         """
-        async with asyncio.timeout(timeout):
-            while not check():
-                if self._task is not None and self._task.done():
-                    self._task.result()  # raises why the node stopped
-                    raise NotLeaderError(f"state machine {self.node_id} stopped")
-                await self._changed.wait()
+        try:
+            async with asyncio.timeout(timeout):
+                while not check():
+                    if self._task is not None and self._task.done():
+                        self._task.result()  # raises why the node stopped
+                        raise NotLeaderError(f"state machine {self.node_id} stopped")
+                    await self._changed.wait()
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"state machine {self.node_id!r} ({self.role.value}): what was awaited did "
+                f"not happen within {timeout} seconds"
+            ) from exc
 
     def submit_into(self, command: bytes, sink: ResultSink) -> None:
         """Append ``command``; ``sink`` gets ``apply``'s result once its record is durable
