@@ -38,6 +38,7 @@ def connect(
     config: ClientConfig | None = None,
     metrics: ClientMetrics | None = None,
     placement: str | PlacementPolicy | None = None,
+    create_metadata: bool = True,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
 
@@ -53,6 +54,7 @@ def connect(
             config=config,
             metrics=metrics,
             placement=placement,
+            create_metadata=create_metadata,
         )
     )
     return Client(client, loop)

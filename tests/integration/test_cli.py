@@ -136,7 +136,7 @@ def test_bad_metadata_uri_from_the_environment_in_a_subprocess() -> None:
     assert done.stderr.count("\n") == 1, done.stderr
 
 
-def test_unreachable_zookeeper_is_one_error_line_after_the_timeout() -> None:
+def test_unreachable_zookeeper_is_one_error_line() -> None:
     from walog.testing import free_port
 
     done = subprocess.run(

@@ -20,7 +20,13 @@ from typing import Any, cast
 
 import walog._loop
 import walog.aio
-from walog.cli.options import CommandParser, add_connection_options, connect_options
+from walog.cli.options import (
+    CliError,
+    CommandParser,
+    add_connection_options,
+    check_zookeeper_listens,
+    connect_options,
+)
 from walog.cli.tables import render_table
 from walog.config import ClientConfig, Timeouts
 from walog.errors import NoSuchLogError, WalogError
@@ -304,7 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
     """``options``: what :func:`walog.cli.options.connect_options` gives (timeout, TLS, token)."""
     timeouts = Timeouts(read=INFO_TIMEOUT_S, metadata=options["timeout"])
-    client = await walog.aio.connect(uri, config=ClientConfig(timeouts=timeouts), **options)
+    client = await walog.aio.connect(
+        uri, config=ClientConfig(timeouts=timeouts), create_metadata=False, **options
+    )
     try:
         return await gather(client, uri)
     finally:
@@ -318,8 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     try:
+        check_zookeeper_listens(args.metadata)
         status = walog._loop.run(_run(args.metadata, connect_options(args)))
-    except (WalogError, OSError) as exc:
+    except (WalogError, OSError, CliError) as exc:
         problem = f"metadata store {args.metadata} unreachable: {exc}"
         if args.json:
             doc = {

@@ -18,6 +18,7 @@ async def open_store(
     uri: str,
     *,
     timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+    create: bool = True,
 ) -> MetadataStore:
     """Open the metadata store named by ``uri``.
 
@@ -25,6 +26,9 @@ async def open_store(
         uri: ``zk://HOST:PORT[,HOST:PORT...]/CHROOT`` (the chroot is created if missing;
             without one, ``/walog``) or ``sqlite:///ABS/PATH.db``.
         timeout: seconds to wait for the connection and, later, for each call.
+        create: create the store (the SQLite file, the ZooKeeper chroot) when it is
+            missing; False for tools that only look at an existing cluster, where a
+            missing store means a mistyped URI.
 
     Returns:
         A connected store; close it with :meth:`MetadataStore.close`.
@@ -39,10 +43,10 @@ async def open_store(
     if isinstance(config, SqliteURI):
         from walog.metadata.sqlite import SqliteStore
 
-        return await SqliteStore.open(config, timeout=timeout)
+        return await SqliteStore.open(config, timeout=timeout, create=create)
     from walog.metadata.zookeeper import ZooKeeperStore
 
-    return await ZooKeeperStore.open(config, timeout=timeout)
+    return await ZooKeeperStore.open(config, timeout=timeout, create=create)
 
 
 __all__ = [

@@ -72,12 +72,21 @@ _VISIBLE = (
 )
 
 
-def _secure_file(path: str) -> None:
-    """Create the database file 0600 if missing; refuse one that others may write.
+def _secure_file(path: str, create: bool = True) -> None:
+    """Create the database file 0600 if missing (unless ``create`` is False); refuse one
+    that others may write.
 
     Raises:
-        MetadataError: (not retriable) the file is writable by its group or by others.
+        MetadataError: (not retriable) the file is writable by its group or by others, or
+            it is missing and ``create`` is False.
     """
+    if not create and not os.path.exists(path):
+        err = MetadataError(
+            f"sqlite metadata store {path} does not exist (check the path of the metadata "
+            "URI; this command creates none)"
+        )
+        err.retriable = False
+        raise err
     try:
         with suppress(FileExistsError):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -248,11 +257,13 @@ class SqliteStore(MetadataStore):
         config: SqliteURI,
         *,
         timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+        create: bool = True,
     ) -> SqliteStore:
-        """Open (creating if needed) the database file and start the heartbeat thread."""
+        """Open the database file (creating it if missing, unless ``create`` is False) and
+        start the heartbeat thread."""
         store = cls(config, timeout=timeout)
         try:
-            await asyncio.to_thread(_secure_file, config.path)
+            await asyncio.to_thread(_secure_file, config.path, create)
             await store._run(lambda conn: conn.executescript(_SCHEMA))
         except BaseException:
             store._executor.shutdown(wait=False)

@@ -108,6 +108,7 @@ class ZooKeeperStore(MetadataStore):
         self._config = config
         self._root = "" if config.chroot == "/" else config.chroot
         self._timeout = timeout
+        self._create = True  # create the chroot when missing (open's ``create``)
         self._client = KazooClient(
             hosts=config.connect_string,
             timeout=config.session_timeout,
@@ -134,9 +135,12 @@ class ZooKeeperStore(MetadataStore):
         config: ZooKeeperURI,
         *,
         timeout: float = 10.0,  # noqa: ASYNC109 - per-call limit of the store, not a deadline
+        create: bool = True,
     ) -> ZooKeeperStore:
-        """Connect, create the chroot if missing, and start watching the session state."""
+        """Connect, create the chroot if missing (unless ``create`` is False: then a missing
+        chroot is a MetadataError naming it), and start watching the session state."""
         store = cls(config, timeout=timeout)
+        store._create = create
         store._client.add_listener(store._on_state)
         try:
             # Not retried: kazoo's start() already keeps connecting until the timeout.
@@ -149,7 +153,15 @@ class ZooKeeperStore(MetadataStore):
 
     def _start(self) -> None:
         self._client.start(timeout=self._timeout)
-        self._client.ensure_path(self._config.chroot)
+        if self._create:
+            self._client.ensure_path(self._config.chroot)
+        elif self._client.exists(self._config.chroot) is None:
+            err = MetadataError(
+                f"ZooKeeper {self._config.connect_string} has no {self._config.chroot} "
+                "(check the chroot of the metadata URI; this command creates none)"
+            )
+            err.retriable = False
+            raise err
 
     def _full(self, path: str) -> str:
         check_path(path)
