@@ -50,11 +50,14 @@ from tenacity import (
     wait_exponential,
 )
 
+from walog._loggers import adopt
 from walog.errors import MetadataConflictError, MetadataError, UnauthorizedError, is_retriable
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError, WatchCallback
 from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
 
 log = logging.getLogger(__name__)
+# kazoo's own lines (lost connections, reconnect attempts) are walog's: see walog._loggers.
+adopt("kazoo", f"{__name__}.kazoo")
 T = TypeVar("T")
 
 COUNTERS = "/_counters"
