@@ -9,6 +9,7 @@
                     discarding a new ledger no list can name
 - ``writer``        the log writer: record batching, rolling, retiring old ledgers
 - ``reader``        the non-fencing tailing reader; ``archived``: reading the archive
+- ``lag``           how far a reader trails the log's end (ReaderLag), for warm standbys
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``sink``          linking ledgers written elsewhere into a log exactly once (Spark sink)

@@ -29,6 +29,7 @@ from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.sink import collect_sink_orphans
 from walog.log.writer import AsyncLogWriter, LedgerOptions, LogWriterConfig, open_log_writer
+from walog.metadata.election import Leadership, current_leader, elect
 
 log = get_logger(__name__)
 
@@ -149,6 +150,31 @@ class AsyncLog:
             ValueError: ``position`` does not parse or lies in a ledger past the log's newest.
         """
         await mark_archived(self._client.ctx.store, self.name, position)
+
+    def election_name(self, election: str | None = None) -> str:
+        """The election of this log's writers: ``election``, by default ``log-<name>``."""
+        return election or f"log-{self.name}"
+
+    async def elect(self, candidate_id: str, *, election: str | None = None) -> Leadership:
+        """Campaign to be this log's writer; return once ``candidate_id`` leads.
+
+        Leadership is a suggestion (docs/logs.md, "Leader suggestion"): the term ends when
+        the store's session does (``Leadership.lost``), and a paused process may still
+        believe it leads, so the winner takes the log over with :meth:`open_writer`, which
+        fences any earlier writer. Cancel the call to stop campaigning.
+
+        Raises:
+            ValueError: ``candidate_id`` or ``election`` is empty or contains ``/``.
+            walog.errors.MetadataError: the store failed.
+        """
+        if not isinstance(candidate_id, str) or not candidate_id:
+            raise ValueError(f"candidate_id must be non-empty text, got {candidate_id!r}")
+        return await elect(self._client.ctx.store, self.election_name(election), candidate_id)
+
+    async def current_leader(self, *, election: str | None = None) -> tuple[str, int] | None:
+        """``(candidate_id, epoch)`` of the candidate leading this log's election now, or
+        None while nobody leads."""
+        return await current_leader(self._client.ctx.store, self.election_name(election))
 
     async def repair(self) -> list[DamagedField]:
         """Remove the fields of the log's record that do not parse (``metadata().damaged``);

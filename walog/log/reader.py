@@ -29,6 +29,7 @@ from walog._loggers import get_logger
 from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.log.archived import ArchivedLedger, archive_covers, archived_entries, archived_only
+from walog.log.lag import ReaderLag, measure_lag
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.log_metadata import LogMetadata, read_log
 from walog.log.position import Position, Record, ledger_start, unchecked_position
@@ -96,6 +97,17 @@ class AsyncLogReader:
         if self._ledger_id is None:
             return None
         return Position(self._ledger_id, self._next_entry, 0)
+
+    async def lag(self) -> ReaderLag:
+        """How far this reader trails the log's end as the bookies confirm it now (reads
+        the log's record and the LAC of its open ledger): what a warm standby checks
+        before it takes over."""
+        return await self.lag_from(self.position)
+
+    async def lag_from(self, position: Position | None) -> ReaderLag:
+        """:meth:`lag` measured from ``position`` (a facade that buffers records hands in
+        the position of the next one it returns)."""
+        return await measure_lag(self._client, self.name, position, self._password)
 
     async def read_next(self, timeout: float | None = None) -> Record | None:  # noqa: ASYNC109
         """The next record; waits for one while tailing. None when ``timeout`` passes.
