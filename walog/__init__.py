@@ -59,12 +59,13 @@ if TYPE_CHECKING:
     from walog.ledger.options import LedgerOptions
     from walog.ledger.placement import PlacementPolicy
     from walog.ledger.sync import LedgerReader, LedgerWriter
+    from walog.log.lag import ReaderLag
     from walog.log.log_config import ArchivePolicy, LogConfig
     from walog.log.position import Position, Record, Segment
     from walog.log.registration import WriterInfo
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.subscriptions import SubscriptionInfo
-    from walog.log.sync import Log, LogReader, LogWriter
+    from walog.log.sync import Leadership, Log, LogReader, LogWriter
     from walog.log.writer import LogWriterConfig
     from walog.metadata.layout import LedgerMetadata
     from walog.transport.credentials import TlsConfig
@@ -82,6 +83,8 @@ _EXPORTS: dict[str, str] = {
     "Entry": "walog.ledger.entry",
     "LedgerMetadata": "walog.metadata.layout",
     "Log": "walog.log.sync",
+    "Leadership": "walog.log.sync",
+    "ReaderLag": "walog.log.lag",
     "LogWriter": "walog.log.sync",
     "LogReader": "walog.log.sync",
     "Position": "walog.log.position",
@@ -130,6 +133,7 @@ __all__ = [
     "DigestMismatchError",
     "Durability",
     "Entry",
+    "Leadership",
     "LedgerClosedError",
     "LedgerFencedError",
     "LedgerMetadata",
@@ -149,6 +153,7 @@ __all__ = [
     "NotEnoughBookiesError",
     "PlacementPolicy",
     "Position",
+    "ReaderLag",
     "Record",
     "RetentionPolicy",
     "RollPolicy",

@@ -6,6 +6,12 @@ application's logging set-up decides levels and destinations. The ``walog`` logg
 nothing up sees nothing, not even Python's last-resort WARNING lines on stderr; one that
 configures logging gets walog's events through its own handlers. Events below the logger's
 level cost one level check.
+
+The libraries walog drives log too (kazoo logs every lost connection and reconnect attempt
+on its own loggers, which have no handler: Python's last resort prints their warnings on
+stderr). :func:`adopt` hands such a library's records to a logger under ``walog`` instead,
+so they follow walog's rules: nothing without a logging set-up, the application's handlers
+with one, and ``walog`` commands show them only when ``WALOG_LOG_LEVEL`` asks.
 """
 
 from __future__ import annotations
@@ -32,6 +38,30 @@ def _render(
 logging.getLogger("walog").addHandler(logging.NullHandler())
 
 
+class _Forward(logging.Handler):
+    """Re-emits a foreign library's records on a logger under ``walog``."""
+
+    def __init__(self, target: logging.Logger) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.target.isEnabledFor(record.levelno):
+            record.name = f"{self.target.name}.{record.name}"
+            self.target.handle(record)
+
+
+def adopt(foreign: str, under: str) -> None:
+    """Send the records of library logger ``foreign`` (and its children) to logger
+    ``under`` (a ``walog`` logger) instead of the root logger's handlers or stderr.
+    Idempotent."""
+    logger = logging.getLogger(foreign)
+    if any(isinstance(h, _Forward) for h in logger.handlers):
+        return
+    logger.addHandler(_Forward(logging.getLogger(under)))
+    logger.propagate = False
+
+
 def get_logger(name: str) -> Any:
     """A structlog bound logger writing ``event key=value ...`` lines to stdlib ``name``."""
     return structlog.wrap_logger(
@@ -44,4 +74,4 @@ def get_logger(name: str) -> Any:
     )
 
 
-__all__ = ["get_logger"]
+__all__ = ["adopt", "get_logger"]

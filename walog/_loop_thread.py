@@ -95,6 +95,10 @@ class LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done():
+                # The operation's own TimeoutError (the same class since Python 3.11), or
+                # it finished just as the wait ran out: its outcome, not ours.
+                return future.result()
             future.cancel()
             raise TimeoutError(f"operation did not finish within {timeout} seconds") from None
 

@@ -55,6 +55,7 @@ async def connect(
     config: ClientConfig | None = None,
     metrics: ClientMetrics | None = None,
     placement: str | PlacementPolicy | None = None,
+    create_metadata: bool = True,
 ) -> AsyncClient:
     """Connect to a walog cluster through its metadata store.
 
@@ -70,17 +71,26 @@ async def connect(
         placement: how ensembles and replacements are chosen: ``"rack-aware"`` (the
             default: each write quorum on as many racks as possible), ``"random"``, or a
             :class:`walog.PlacementPolicy`.
+        create_metadata: create the metadata store (SQLite file, ZooKeeper chroot) when it
+            is missing. False for tools that inspect an existing cluster: a missing store
+            is then a :class:`walog.errors.MetadataError` naming it (a mistyped URI).
 
     Raises:
         ValueError: the URI or a setting is malformed, or the placement policy unknown.
-        walog.errors.MetadataError: the metadata store cannot be reached.
+        walog.errors.MetadataError: the metadata store cannot be reached (or does not
+            exist, with ``create_metadata=False``).
     """
     config = config or ClientConfig()
     policy = placement_policy(placement)
     if config.keep_freed_memory:
         keep_freed_memory()
     pool = NetworkBookiePool(config, tls=tls, auth_token=auth_token)
-    store = await open_store(metadata_uri, timeout=timeout, call_timeout=config.timeouts.metadata)
+    store = await open_store(
+        metadata_uri,
+        timeout=timeout,
+        call_timeout=config.timeouts.metadata,
+        create=create_metadata,
+    )
     return AsyncClient(LedgerContext(store, pool, config, metrics), placement=policy)
 
 

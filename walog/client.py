@@ -40,6 +40,7 @@ def connect(
     config: ClientConfig | None = None,
     metrics: ClientMetrics | None = None,
     placement: str | PlacementPolicy | None = None,
+    create_metadata: bool = True,
 ) -> Client:
     """Connect to a walog cluster through its metadata store (see :func:`walog.aio.connect`).
 
@@ -55,6 +56,7 @@ def connect(
             config=config,
             metrics=metrics,
             placement=placement,
+            create_metadata=create_metadata,
         )
     )
     return Client(client, loop)

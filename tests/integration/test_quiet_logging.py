@@ -70,3 +70,60 @@ def test_an_application_that_configures_logging_gets_walogs_events(tmp_path: Pat
     done = run_program(tmp_path, "configured")
     assert done.returncode == 0, done.stderr
     assert "walog.log.writer" in done.stderr and "another writer took over" in done.stderr
+
+
+# A client whose ZooKeeper goes away: kazoo logs the lost connection and every reconnect
+# attempt while the call waits out its timeout.
+ZOOKEEPER_LOST = textwrap.dedent(
+    """
+    import logging, sys
+    import walog
+    from walog.errors import MetadataError
+    from walog.testing import ZooKeeperServer
+
+    if sys.argv[1] == "configured":
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    with ZooKeeperServer() as zk:
+        client = walog.connect(zk.uri("/quiet"), timeout=2)
+        assert client.list_logs() == []
+        zk.stop()
+        try:
+            client.list_logs()
+        except MetadataError:
+            pass
+        else:
+            raise AssertionError("a call reached a stopped ZooKeeper")
+        client.close()
+    """
+)
+
+
+def run_zookeeper_program(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("WALOG_LOG_LEVEL", None)
+    return subprocess.run(
+        [sys.executable, "-c", ZOOKEEPER_LOST, mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+
+
+def test_kazoos_lines_never_reach_an_unconfigured_applications_stderr(tmp_path: Path) -> None:
+    done = run_zookeeper_program(tmp_path, "silent")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == ""
+
+
+def test_kazoos_lines_reach_a_configured_application_under_walogs_logger(
+    tmp_path: Path,
+) -> None:
+    done = run_zookeeper_program(tmp_path, "configured")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if ":kazoo" in line or "kazoo." in line]
+    assert lines, done.stderr
+    assert all(":walog.metadata.zookeeper.kazoo." in line for line in lines), done.stderr

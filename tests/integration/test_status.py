@@ -62,6 +62,7 @@ async def test_status_of_a_healthy_cluster_exits_0_listing_bookies_logs_and_lead
         "segments": 1,
         "open_segment": ledger_id,
         "epoch": 1,
+        "damaged": [],
     }
     assert writer_doc["pid"] == os.getpid() and writer_doc["epoch"] == 1
 

@@ -1,5 +1,6 @@
-"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show``, ``log cursors`` and
-``truncate`` (``log create`` and ``log config``: :mod:`walog.cli.log_settings`)."""
+"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show``, ``log cursors``,
+``log repair`` and ``truncate`` (``log create`` and ``log config``:
+:mod:`walog.cli.log_settings`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from walog.client import Client
+    from walog.log.log_metadata import LogMetadata
     from walog.log.position import Position
     from walog.log.sync import Log
 
@@ -135,10 +137,12 @@ def show_log(args: argparse.Namespace) -> int:
     """``walog log show LOG``: the log's writer, segments and snapshots."""
     with connect(args) as client:
         log = existing_log(client, args)
-        segments = log.segments()
-        snapshots = log.metadata().snapshots
+        meta = log.metadata()
+        segments = [info.segment() for info in meta.ledgers]
+        snapshots = meta.snapshots
         config = log.config
         writer = log.writer()
+    marks = _marks(meta)
     doc: dict[str, object] = {
         "name": args.log,
         # The live writer (walog.log.registration), null when none writes.
@@ -156,6 +160,8 @@ def show_log(args: argparse.Namespace) -> int:
         "snapshots": [info.to_doc() for info in snapshots],
         # The settings stored with the log (walog log config), by key.
         "config": log_settings.settings_json(config),
+        **marks,
+        "damaged": [{"field": d.name, "stored": d.raw, "problem": d.problem} for d in meta.damaged],
     }
     if args.json:
         emit(json.dumps(doc, indent=2))
@@ -179,6 +185,9 @@ def show_log(args: argparse.Namespace) -> int:
         ]
         for line in render_table(["SNAPSHOT AT", "STORED IN", "BYTES", "CHECKSUM", "NODE"], snaps):
             emit(line)
+    _show_marks(marks)
+    for bad in meta.damaged:
+        emit(f"DAMAGED: {bad.describe()}; 'walog log repair {args.log}' removes it")
     emit("")
     for line in render_table(["SETTING", "VALUE"], log_settings.setting_rows(config)):
         emit(line)
@@ -227,6 +236,44 @@ def cursors(args: argparse.Namespace) -> int:
     ]
     for line in render_table(["SUBSCRIPTION", "POSITION", "ENTRIES BEHIND", "BACKLOG BYTES"], rows):
         emit(line)
+    return 0
+
+
+def _marks(meta: LogMetadata) -> dict[str, Any]:
+    """The log's marks as positions a record can hold (None: not set): where it starts,
+    the first record not archived, and each cursor's next record."""
+    first = meta.ledgers[0].segment().first_position if meta.ledgers else None
+
+    def shown(position: Position | None) -> str | None:
+        return None if position is None else str(meta.existing_at_or_after(position))
+
+    return {
+        "starts_at": None if first is None else str(first),
+        "archived_before": shown(meta.archived_through),
+        "cursors": {name: shown(p) for name, p in sorted(meta.cursors.items())},
+    }
+
+
+def _show_marks(marks: dict[str, Any]) -> None:
+    emit("")
+    emit(f"starts at        {marks['starts_at'] or '- (no ledgers)'}")
+    before = marks["archived_before"]
+    emit(f"archived up to   {'- (nothing)' if before is None else before + ' (not included)'}")
+    for name, position in marks["cursors"].items():
+        emit(f"cursor {name!r} next reads {position}")
+
+
+def repair_log(args: argparse.Namespace) -> int:
+    """``walog log repair LOG``: remove the fields of the log's record that do not parse."""
+    with connect(args) as client:
+        removed = existing_log(client, args).repair()
+    if args.json:
+        emit(json.dumps({"log": args.log, "removed": [d.describe() for d in removed]}))
+        return 0
+    if not removed:
+        emit(f"log {args.log!r}: every field parses; nothing to repair")
+    for bad in removed:
+        emit(f"log {args.log!r}: removed {bad.describe()}")
     return 0
 
 
@@ -282,6 +329,11 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
     parser = log_action("show", show_log, "print a log's writer, segments and settings")
     parser.add_argument("log", help="log name")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
+    parser = log_action(
+        "repair", repair_log, "remove the fields of a log's record that do not parse"
+    )
+    parser.add_argument("log", help="log name")
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     log_settings.add_commands(log_action)
 
     parser = log_action("cursors", cursors, "list, commit or delete a log's subscriptions")
@@ -309,6 +361,7 @@ __all__ = [
     "cursors",
     "existing_log",
     "list_logs",
+    "repair_log",
     "show_log",
     "tail",
     "truncate",

@@ -104,7 +104,43 @@ def connect(args: argparse.Namespace) -> Client:
     """A client of the cluster the options of :func:`add_connection_options` name."""
     from walog.client import connect as connect_to
 
-    return connect_to(metadata_of(args), **connect_options(args))
+    uri = metadata_of(args)
+    check_zookeeper_listens(uri)
+    # The commands work on an existing cluster: a missing store is a mistyped URI.
+    return connect_to(uri, **connect_options(args), create_metadata=False)
+
+
+def check_zookeeper_listens(uri: str) -> None:
+    """Fail at once when every ZooKeeper server of ``uri`` refuses connections (nothing
+    listens on its port), instead of after the connection timeout. Anything else (no
+    answer, a name that does not resolve, a sqlite URI) is left to the store to report.
+
+    Raises:
+        CliError: every server refused (status 1).
+    """
+    import socket
+
+    from walog.metadata.uri import ZooKeeperURI, parse_uri
+
+    try:
+        config = parse_uri(uri)
+    except ValueError:
+        return  # reported by connect, with the accepted forms
+    if not isinstance(config, ZooKeeperURI):
+        return
+    for host in config.hosts:
+        name, _, port = host.rpartition(":")
+        try:
+            socket.create_connection((name.strip("[]"), int(port)), timeout=1.0).close()
+        except ConnectionRefusedError:
+            continue
+        except (OSError, ValueError):
+            return
+        return
+    raise CliError(
+        f"MetadataError: ZooKeeper {config.connect_string} refuses connections: nothing "
+        "listens there (is ZooKeeper running? check the metadata URI)"
+    )
 
 
 def add_password_options(parser: argparse.ArgumentParser, what: str = "log") -> None:

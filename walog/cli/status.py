@@ -21,10 +21,16 @@ from typing import Any, cast
 
 import walog._loop
 import walog.aio
-from walog.cli.options import CommandParser, add_connection_options, connect_options
+from walog.cli.options import (
+    CliError,
+    CommandParser,
+    add_connection_options,
+    check_zookeeper_listens,
+    connect_options,
+)
 from walog.cli.tables import render_table
 from walog.config import ClientConfig, Timeouts
-from walog.errors import WalogError
+from walog.errors import NoSuchLogError, WalogError
 from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.log.health import LogHealth, log_health
 from walog.log.log_config import effective_config
@@ -78,6 +84,8 @@ class LogStatus:
     """Writer takeovers so far."""
     writer: dict[str, Any] | None = None
     """The live writer's registration (host, pid, epoch, started_at); None: none writes."""
+    damaged: list[str] = dataclasses.field(default_factory=list)
+    """Fields of its record that do not parse (``walog log repair`` removes them)."""
 
 
 @dataclasses.dataclass
@@ -112,6 +120,11 @@ class ClusterStatus:
         """What needs a human, one line each (empty: healthy)."""
         out = [f"bookie {b.bookie_id} is {b.state}: {b.problem}" for b in self.bookies if b.problem]
         out += self.log_problems
+        out += [
+            f"log {log.name!r}: {bad}; 'walog log repair {log.name}' removes it"
+            for log in self.logs
+            for bad in log.damaged
+        ]
         if self.under_replicated:
             shown = ", ".join(str(i) for i in self.under_replicated[:10])
             more = " ..." if len(self.under_replicated) > 10 else ""
@@ -213,8 +226,12 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
     for name in await list_logs(store):
         try:
             meta, _ = await read_log(store, name)
-        except NodeNotFoundError:
+        except NoSuchLogError:
             continue  # deleted meanwhile
+        except ValueError as exc:
+            # Its core (format, epoch, ledger list) does not parse: the other logs still show.
+            logs.append(LogStatus(name, 0, None, 0, damaged=[str(exc)]))
+            continue
         last = meta.ledgers[-1] if meta.ledgers else None
         open_segment = last.ledger_id if last is not None and not last.is_closed else None
         writer = await live_writer(store, name, meta)
@@ -224,7 +241,8 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
                 len(meta.ledgers),
                 open_segment,
                 meta.epoch,
-                None if writer is None else dataclasses.asdict(writer),
+                writer=None if writer is None else dataclasses.asdict(writer),
+                damaged=[d.describe() for d in meta.damaged],
             )
         )
         try:
@@ -351,7 +369,7 @@ async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
     token, client settings)."""
     timeouts = Timeouts(read=INFO_TIMEOUT_S, metadata=options["timeout"])
     options = {**options, "config": ClientConfig(timeouts=timeouts)}
-    client = await walog.aio.connect(uri, **options)
+    client = await walog.aio.connect(uri, create_metadata=False, **options)
     try:
         return await gather(client, uri)
     finally:
@@ -365,8 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.metadata:
         parser.error("--metadata URI is required (or set WALOG_METADATA)")
     try:
+        check_zookeeper_listens(args.metadata)
         status = walog._loop.run(_run(args.metadata, connect_options(args)))
-    except (WalogError, OSError) as exc:
+    except (WalogError, OSError, CliError) as exc:
         problem = f"metadata store {args.metadata} unreachable: {exc}"
         if args.json:
             doc = {

@@ -4,6 +4,7 @@
 - ``records``       how records are packed into entries (entry format, version 1)
 - ``log_metadata``  the log's metadata record (ledger list, cursors, marks) and CAS helpers
 - ``log_config``    LogConfig: the settings stored with a log, and how a process's meet them
+- ``damaged``       fields of a stored record that do not parse, kept aside until repaired
 - ``ledgers``       what the log layer needs from the ledger layer (structural types)
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
@@ -12,6 +13,7 @@
                     ``archive_layout``: the archive's directories and columns, defined once
 - ``subscriptions`` named subscriptions: names, positions given as arguments, lag (pure)
 - ``registration``  a live writer's registration (host, pid, epoch, start time)
+- ``lag``           how far a reader trails the log's end (ReaderLag), for warm standbys
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``retention_runner``  the retention a writer applies by itself after each roll

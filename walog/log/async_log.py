@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 from collections.abc import Mapping
 
+from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.options import LedgerOptions
 from walog.log import truncation
@@ -23,6 +24,7 @@ from walog.log.log_config import (
     stored_config,
 )
 from walog.log.log_metadata import (
+    DamagedField,
     LogMetadata,
     commit_cursor,
     create_log,
@@ -30,10 +32,11 @@ from walog.log.log_metadata import (
     list_logs,
     mark_archived,
     read_log,
+    repair_log,
     update_log,
     validate_log_name,
 )
-from walog.log.position import Position, Segment
+from walog.log.position import Position, Segment, position_argument
 from walog.log.reader import AsyncLogReader, StartAt, open_log_reader
 from walog.log.registration import WriterInfo, forget_writers, live_writer
 from walog.log.retention import RetentionPolicy, RollPolicy
@@ -41,6 +44,9 @@ from walog.log.retention_runner import RetentionRunner
 from walog.log.sink import collect_sink_orphans
 from walog.log.subscriptions import SubscriptionInfo, subscriptions_of
 from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
+from walog.metadata.election import Leadership, current_leader, elect
+
+log = get_logger(__name__)
 
 
 class AsyncLog:
@@ -159,6 +165,14 @@ class AsyncLog:
         )
         await truncation.collect_orphans(self._client, self.name)
         await truncation.scan_orphans(self._client, self.name)
+        damaged = (await self.metadata()).damaged
+        if damaged:
+            log.warning(
+                "fields of the log's record do not parse (kept as stored; retention holds "
+                "back until 'walog log repair' removes them)",
+                log=self.name,
+                damaged=[d.describe() for d in damaged],
+            )
         return writer
 
     async def open_reader(
@@ -202,13 +216,17 @@ class AsyncLog:
         store = self._client.ctx.store
         return await live_writer(store, self.name, await self.metadata())
 
-    async def truncate(self, before: Position) -> int:
-        """Delete the ledgers whose every record is before ``before``; return how many.
+    async def truncate(self, before: Position | str) -> int:
+        """Delete the ledgers whose every record is before ``before`` (a Position or text
+        ``"LEDGER:ENTRY:SLOT"``); return how many.
 
         Never deletes the ledger being written.
+
+        Raises:
+            TypeError: ``before`` is neither a Position nor text.
+            ValueError: ``before`` is text that does not parse.
         """
-        if not isinstance(before, Position):
-            raise TypeError(f"truncate() takes a walog.Position, got {type(before).__name__}")
+        before = position_argument(before, "before")
         return await truncation.truncate_log(self._client, self.name, before)
 
     async def enforce_retention(self) -> int:
@@ -225,14 +243,57 @@ class AsyncLog:
         pending += await truncation.scan_orphans(self._client, self.name)
         return pending + await collect_sink_orphans(self._client, self.name)
 
-    async def commit_cursor(self, consumer: str, position: Position | None) -> None:
-        """Record that ``consumer`` has consumed every record before ``position`` (None
-        removes the cursor). Retention keeps every ledger a cursor has not passed."""
+    async def commit_cursor(self, consumer: str, position: Position | str | None) -> None:
+        """Record that ``consumer`` has consumed every record before ``position`` (a
+        Position or text ``"LEDGER:ENTRY:SLOT"``; None removes the cursor). Retention keeps
+        every ledger a cursor has not passed.
+
+        Raises:
+            TypeError: ``consumer`` is not text, or ``position`` not a Position, text or None.
+            ValueError: ``consumer`` is empty, or ``position`` does not parse or lies in a
+                ledger past the log's newest.
+        """
         await commit_cursor(self._client.ctx.store, self.name, consumer, position)
 
-    async def mark_archived(self, position: Position) -> None:
-        """Record that every record before ``position`` is archived (only moves forward)."""
+    async def mark_archived(self, position: Position | str) -> None:
+        """Record that every record before ``position`` (a Position or text) is archived
+        (only moves forward).
+
+        Raises:
+            TypeError: ``position`` is neither a Position nor text.
+            ValueError: ``position`` does not parse or lies in a ledger past the log's newest.
+        """
         await mark_archived(self._client.ctx.store, self.name, position)
+
+    def election_name(self, election: str | None = None) -> str:
+        """The election of this log's writers: ``election``, by default ``log-<name>``."""
+        return election or f"log-{self.name}"
+
+    async def elect(self, candidate_id: str, *, election: str | None = None) -> Leadership:
+        """Campaign to be this log's writer; return once ``candidate_id`` leads.
+
+        Leadership is a suggestion (docs/logs.md, "Leader suggestion"): the term ends when
+        the store's session does (``Leadership.lost``), and a paused process may still
+        believe it leads, so the winner takes the log over with :meth:`open_writer`, which
+        fences any earlier writer. Cancel the call to stop campaigning.
+
+        Raises:
+            ValueError: ``candidate_id`` or ``election`` is empty or contains ``/``.
+            walog.errors.MetadataError: the store failed.
+        """
+        if not isinstance(candidate_id, str) or not candidate_id:
+            raise ValueError(f"candidate_id must be non-empty text, got {candidate_id!r}")
+        return await elect(self._client.ctx.store, self.election_name(election), candidate_id)
+
+    async def current_leader(self, *, election: str | None = None) -> tuple[str, int] | None:
+        """``(candidate_id, epoch)`` of the candidate leading this log's election now, or
+        None while nobody leads."""
+        return await current_leader(self._client.ctx.store, self.election_name(election))
+
+    async def repair(self) -> list[DamagedField]:
+        """Remove the fields of the log's record that do not parse (``metadata().damaged``);
+        return them. Nothing else of the record changes."""
+        return await repair_log(self._client.ctx.store, self.name)
 
 
 async def open_log(

@@ -31,6 +31,10 @@ Retention never deletes a ledger past the oldest listed snapshot's position. ``s
 record without ``config`` belongs to a log created before logs kept their settings, and
 uses the defaults.
 
+A mark that does not parse (a cursor, a snapshot, ``archived_through`` ...) does not make the
+record unreadable: it is set aside in ``damaged``, written back unchanged until replaced or
+repaired (:func:`repair_log`), and named by every view (walog.log.damaged).
+
 ``pending_deletion`` is written in the same CAS that removes ledgers from the list, so a
 crash between that CAS and the deletions leaves ids that :func:`walog.log.retention`'s
 orphan collection still deletes later.
@@ -47,7 +51,8 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from walog.errors import MetadataConflictError, NoSuchLogError, is_retriable
-from walog.log.position import Position, Segment, SegmentState, ledger_start
+from walog.log.damaged import HOLDS_DATA, DamagedField, Fields, without, write_back
+from walog.log.position import Position, Segment, SegmentState, ledger_start, position_argument
 from walog.metadata.layout import LOGS, log_path
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 
@@ -205,6 +210,32 @@ class LogMetadata:
     for a log created before logs kept their settings. Kept unparsed here: the settings
     are parsed where they are used (``walog.log.log_config.stored_config``), so a record
     whose settings this version cannot read still serves everything else."""
+    damaged: tuple[DamagedField, ...] = ()
+    """Stored fields that do not parse, oldest first: kept out of the fields above, written
+    back unchanged until replaced or repaired (walog.log.damaged)."""
+
+    @property
+    def damage_holding_data(self) -> list[DamagedField]:
+        """Damaged fields that may protect records from deletion: while there are any,
+        retention deletes nothing."""
+        return [d for d in self.damaged if d.field in HOLDS_DATA]
+
+    def existing_at_or_after(self, position: Position) -> Position:
+        """The first position at or after ``position`` that a record can hold.
+
+        Marks such as ``truncated_through`` and ``archived_through`` point one past the last
+        record they cover (``ledger_end``: an entry the ledger never had); people are shown
+        where the next record is instead: the start of the next listed ledger. A position
+        past the log's last closed ledger comes back unchanged.
+        """
+        for info in self.ledgers:
+            if info.ledger_id < position.ledger_id:
+                continue
+            if info.ledger_id > position.ledger_id:
+                return ledger_start(info.ledger_id)
+            if not info.is_closed or position.entry_id <= info.last_entry_id:
+                return position
+        return position
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -256,37 +287,54 @@ class LogMetadata:
             doc["archive_location"] = self.archive_location
         if self.config is not None:
             doc["config"] = self.config
+        write_back(doc, self.damaged)
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> LogMetadata:
         """Parse a record written by :meth:`to_json`.
 
+        The format, the epoch and the ledger list must parse; any other field that does
+        not is set aside in ``damaged`` (the rest is kept).
+
         Raises:
-            ValueError: not a log record of a format this version reads.
+            ValueError: not a log record of a format this version reads, or its epoch or
+                ledger list does not parse (the message names the field).
         """
         try:
             doc = json.loads(raw)
-            fmt = doc.get("format")
-            if fmt != LOG_FORMAT:
-                raise ValueError(f"log metadata format {fmt!r} is not supported")
-            return cls(
-                ledgers=tuple(LedgerInfo(**info) for info in doc.get("ledgers", [])),
-                epoch=int(doc.get("epoch", 0)),
-                pending_deletion=tuple(int(x) for x in doc.get("pending_deletion", [])),
-                archived_through=_position(doc.get("archived_through")),
-                cursors={k: Position.parse(v) for k, v in doc.get("cursors", {}).items()},
-                truncated_through=_position(doc.get("truncated_through")),
-                orphans_scanned_below=int(doc.get("orphans_scanned_below", 0)),
-                archive_intent=doc.get("archive_intent"),
-                snapshots=tuple(SnapshotInfo.from_doc(x) for x in doc.get("snapshots", [])),
-                sinks={str(k): int(v) for k, v in doc.get("sinks", {}).items()},
-                sink_queries={str(k): str(v) for k, v in doc.get("sink_queries", {}).items()},
-                archive_location=doc.get("archive_location"),
-                config=doc.get("config"),
-            )
-        except (TypeError, AttributeError, KeyError, json.JSONDecodeError) as exc:
-            raise ValueError(f"malformed log metadata: {exc}") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"malformed log metadata: not JSON ({exc})") from exc
+        if not isinstance(doc, dict):
+            raise ValueError("malformed log metadata: not a JSON object")
+        fmt = doc.get("format")
+        if fmt != LOG_FORMAT:
+            raise ValueError(f"log metadata format {fmt!r} is not supported")
+        try:
+            ledgers = tuple(LedgerInfo(**info) for info in doc.get("ledgers", []))
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed log metadata: field 'ledgers': {exc}") from exc
+        try:
+            epoch = _int(doc.get("epoch", 0))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed log metadata: field 'epoch': {exc}") from exc
+        fields = Fields(doc)
+        meta = cls(
+            ledgers=ledgers,
+            epoch=epoch,
+            pending_deletion=fields.sequence("pending_deletion", _int),
+            archived_through=fields.one("archived_through", _position, None),
+            cursors=fields.mapping("cursors", Position.parse),
+            truncated_through=fields.one("truncated_through", _position, None),
+            orphans_scanned_below=fields.one("orphans_scanned_below", _int, 0),
+            archive_intent=fields.one("archive_intent", _object, None),
+            snapshots=fields.sequence("snapshots", SnapshotInfo.from_doc),
+            sinks=fields.mapping("sinks", _int),
+            sink_queries=fields.mapping("sink_queries", _str),
+            archive_location=fields.one("archive_location", _optional_str, None),
+            config=fields.one("config", _object, None),
+        )
+        return meta.replace(damaged=tuple(fields.damaged)) if fields.damaged else meta
 
 
 def _text(position: Position | None) -> str | None:
@@ -295,6 +343,28 @@ def _text(position: Position | None) -> str | None:
 
 def _position(text: str | None) -> Position | None:
     return None if text is None else Position.parse(text)
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {value!r}")
+    return value
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {value!r}")
+    return value
 
 
 async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
@@ -375,43 +445,91 @@ async def update_log(store: MetadataStore, name: str, mutate: Mutation) -> tuple
     raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
 
-async def mark_archived(store: MetadataStore, name: str, position: Position) -> LogMetadata:
+async def mark_archived(store: MetadataStore, name: str, position: Position | str) -> LogMetadata:
     """Record that every record of log ``name`` before ``position`` is archived (CAS).
 
     Retention with ``require_archived`` deletes only ledgers wholly before this position.
     The mark only moves forward: an older position than the stored one changes nothing.
+    A damaged stored mark is replaced.
+
+    Raises:
+        TypeError: ``position`` is not a Position or text.
+        ValueError: ``position`` is text that does not parse, or lies past the log's end.
     """
+    checked = position_argument(position, "position")
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
-        if meta.archived_through is not None and meta.archived_through >= position:
+        if meta.archived_through is not None and meta.archived_through >= checked:
             return None
-        return meta.replace(archived_through=position)
+        _check_within(meta, name, checked, "position")
+        return meta.replace(
+            archived_through=checked, damaged=without(meta.damaged, "archived_through")
+        )
 
     return (await update_log(store, name, mutate))[0]
 
 
 async def commit_cursor(
-    store: MetadataStore, name: str, consumer: str, position: Position | None
+    store: MetadataStore, name: str, consumer: str, position: Position | str | None
 ) -> LogMetadata:
     """Record consumer ``consumer``'s cursor on log ``name`` (CAS); None removes it.
 
     ``position`` is the next position the consumer will read: every record before it is
-    consumed. Retention never deletes a ledger a registered cursor has not passed.
+    consumed. Retention never deletes a ledger a registered cursor has not passed. A damaged
+    stored cursor of that name is replaced (or removed).
+
+    Raises:
+        TypeError: ``consumer`` is not text, or ``position`` not a Position, text or None.
+        ValueError: ``consumer`` is empty, or ``position`` is text that does not parse or
+            lies past the log's end.
     """
+    if not isinstance(consumer, str):
+        raise TypeError(f"consumer must be a str, got {type(consumer).__name__} {consumer!r}")
     if not consumer:
-        raise ValueError("cursor name is empty")
+        raise ValueError("consumer: the cursor name is empty")
+    checked = None if position is None else position_argument(position, "position")
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
         cursors = dict(meta.cursors)
-        if position is None:
-            if consumer not in cursors:
+        damaged = without(meta.damaged, "cursors", consumer)
+        if checked is None:
+            if consumer not in cursors and damaged == meta.damaged:
                 return None
-            del cursors[consumer]
+            cursors.pop(consumer, None)
         else:
-            cursors[consumer] = position
-        return meta.replace(cursors=cursors)
+            _check_within(meta, name, checked, "position")
+            cursors[consumer] = checked
+        return meta.replace(cursors=cursors, damaged=damaged)
 
     return (await update_log(store, name, mutate))[0]
+
+
+def _check_within(meta: LogMetadata, name: str, position: Position, argument: str) -> None:
+    """Refuse a mark in a ledger newer than the log's newest: it would claim records that
+    do not exist yet, and retention would later delete them on its word."""
+    newest = max(
+        meta.last_ledger_id or 0,
+        0 if meta.truncated_through is None else meta.truncated_through.ledger_id,
+    )
+    if position.ledger_id > newest:
+        end = "is empty" if meta.last_ledger_id is None else f"ends in ledger {newest}"
+        raise ValueError(f"{argument}: {position} is past the end of log {name!r} (it {end})")
+
+
+async def repair_log(store: MetadataStore, name: str) -> list[DamagedField]:
+    """Remove the fields of log ``name``'s record that do not parse (CAS); return them.
+
+    Each is logged beforehand by every view (``walog log show``, ``walog status``); what it
+    held is gone afterwards (a cursor commits again, the archive job sets its mark again).
+    """
+    removed: list[DamagedField] = []
+
+    def mutate(meta: LogMetadata) -> LogMetadata | None:
+        removed[:] = meta.damaged
+        return meta.replace(damaged=()) if meta.damaged else None
+
+    await update_log(store, name, mutate)
+    return removed
 
 
 async def list_logs(store: MetadataStore) -> list[str]:
@@ -441,6 +559,7 @@ async def delete_log_record(
 
 __all__ = [
     "LOG_FORMAT",
+    "DamagedField",
     "LedgerInfo",
     "LogMetadata",
     "Mutation",
@@ -452,6 +571,7 @@ __all__ = [
     "list_logs",
     "mark_archived",
     "read_log",
+    "repair_log",
     "update_log",
     "validate_log_name",
     "write_log",

@@ -84,6 +84,29 @@ def _check_fields(**fields: object) -> None:
             raise ValueError(f"Position.{name} must be >= 0, got {value}")
 
 
+def position_argument(value: object, argument: str) -> Position:
+    """``value`` as a :class:`Position`: a Position, or text ``"LEDGER:ENTRY:SLOT"`` parsed
+    strictly. Every position a caller hands to an API that stores it goes through here, so
+    nothing else ever reaches a log's metadata.
+
+    Raises:
+        TypeError: ``value`` is neither (an int, None, bytes, a tuple ...); names
+            ``argument``.
+        ValueError: text that is not three non-negative integers; names ``argument``.
+    """
+    if isinstance(value, Position):
+        return value
+    if isinstance(value, str):
+        try:
+            return Position.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
+    raise TypeError(
+        f"{argument} must be a walog.Position or text 'LEDGER:ENTRY:SLOT', "
+        f"got {type(value).__name__} {value!r}"
+    )
+
+
 def unchecked_position(ledger_id: int, entry_id: int, slot: int) -> Position:
     """A :class:`Position` built without validation, for fields the caller guarantees are
     non-negative ints (the log writer's own ledger id, acked entry id and slot index; a
@@ -149,5 +172,6 @@ __all__ = [
     "SegmentState",
     "ledger_end",
     "ledger_start",
+    "position_argument",
     "unchecked_position",
 ]

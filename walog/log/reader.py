@@ -29,6 +29,7 @@ from walog._loggers import get_logger
 from walog.errors import DataLossError, NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.log.archived import ArchivedLedger, archive_covers, archived_entries, archived_only
+from walog.log.lag import ReaderLag, measure_lag
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.log_metadata import LogMetadata, commit_cursor, read_log
 from walog.log.position import Position, Record, ledger_start, unchecked_position
@@ -127,6 +128,17 @@ class AsyncLogReader:
             return None
         await commit_cursor(self._store, self.name, self.subscription, target)
         return target
+
+    async def lag(self) -> ReaderLag:
+        """How far this reader trails the log's end as the bookies confirm it now (reads
+        the log's record and the LAC of its open ledger): what a warm standby checks
+        before it takes over."""
+        return await self.lag_from(self.position)
+
+    async def lag_from(self, position: Position | None) -> ReaderLag:
+        """:meth:`lag` measured from ``position`` (a facade that buffers records hands in
+        the position of the next one it returns)."""
+        return await measure_lag(self._client, self.name, position, self._password)
 
     async def read_next(self, timeout: float | None = None) -> Record | None:  # noqa: ASYNC109
         """The next record; waits for one while tailing. None when ``timeout`` passes.
@@ -246,9 +258,10 @@ class AsyncLogReader:
     def _check_not_truncated(self, position: Position) -> None:
         gone = self._meta.truncated_through
         if gone is not None and position < gone:
+            # ``gone`` is one past the last truncated record: name the first that exists.
             raise DataLossError(
-                f"log {self.name!r}: position {position} was truncated; "
-                f"the log now starts at {gone} (open the reader at 'earliest')"
+                f"log {self.name!r}: position {position} was truncated; the log now starts "
+                f"at {self._meta.existing_at_or_after(gone)} (open the reader at 'earliest')"
             )
 
     async def _release(self) -> None:

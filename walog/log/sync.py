@@ -9,14 +9,16 @@ hop.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 from collections.abc import Iterable, Iterator, Mapping
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
 from walog.log.async_log import AsyncLog
+from walog.log.lag import ReaderLag
 from walog.log.log_config import LogConfig
-from walog.log.log_metadata import LogMetadata
+from walog.log.log_metadata import DamagedField, LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
@@ -24,6 +26,7 @@ from walog.log.registration import WriterInfo
 from walog.log.retention_runner import RetentionRunner
 from walog.log.subscriptions import SubscriptionInfo
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
+from walog.metadata import election
 
 
 class LogWriter(SyncContext):
@@ -169,9 +172,63 @@ class LogReader(SyncContext):
             position = self._ready[0].position  # fetched, not returned yet
         return self._loop.run(self.async_reader.commit(position))
 
+    def lag(self) -> ReaderLag:
+        """How far this reader trails the log's end as the bookies confirm it now:
+        ``entries_behind`` and ``caught_up`` (what a warm standby checks)."""
+        position = self._ready[0].position if self._ready else self.async_reader.position
+        return self._loop.run(self.async_reader.lag_from(position))
+
     def close(self) -> None:
         """Stop reading; a read_next() waiting in another thread raises RuntimeError."""
         self._loop.run(self.async_reader.close())
+
+
+class Leadership:
+    """One term of leadership of a log's election, won by :meth:`Log.elect`.
+
+    A suggestion, not a lock: take the log over with :meth:`Log.open_writer` (which fences
+    any earlier writer) and step down once :meth:`wait_lost` returns True.
+
+    Attributes:
+        async_leadership: the underlying :class:`walog.metadata.election.Leadership`.
+    """
+
+    def __init__(self, term: election.Leadership, loop: LoopThread) -> None:
+        self.async_leadership = term
+        self._loop = loop
+
+    @property
+    def candidate_id(self) -> str:
+        """This candidate."""
+        return self.async_leadership.candidate_id
+
+    @property
+    def epoch(self) -> int:
+        """Strictly larger than the epoch of every earlier term of the election."""
+        return self.async_leadership.epoch
+
+    @property
+    def is_leader(self) -> bool:
+        """True until the term is known to be over."""
+        return self.async_leadership.is_leader
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Block until the term is over (True) or ``timeout`` seconds passed (False)."""
+        term = self.async_leadership
+
+        async def wait() -> bool:
+            try:
+                async with asyncio.timeout(timeout):
+                    await term.wait_lost()
+            except TimeoutError:
+                return False
+            return True
+
+        return self._loop.run(wait())
+
+    def resign(self) -> None:
+        """End the term now and let another candidate win."""
+        self._loop.run(self.async_leadership.resign())
 
 
 class Log:
@@ -242,8 +299,14 @@ class Log:
         """The log's live writer (host, pid, epoch, start time), None when none writes."""
         return self._loop.run(self.async_log.writer())
 
-    def truncate(self, before: Position) -> int:
-        """Delete the ledgers whose every record is before ``before``; return how many."""
+    def truncate(self, before: Position | str) -> int:
+        """Delete the ledgers whose every record is before ``before`` (a Position or text
+        ``"LEDGER:ENTRY:SLOT"``); return how many.
+
+        Raises:
+            TypeError: ``before`` is neither a Position nor text.
+            ValueError: ``before`` is text that does not parse.
+        """
         return self._loop.run(self.async_log.truncate(before))
 
     def enforce_retention(self) -> int:
@@ -254,13 +317,54 @@ class Log:
         """Delete ledgers an interrupted truncation left pending deletion."""
         return self._loop.run(self.async_log.collect_orphans())
 
-    def commit_cursor(self, consumer: str, position: Position | None) -> None:
-        """Record that ``consumer`` consumed every record before ``position``."""
+    def commit_cursor(self, consumer: str, position: Position | str | None) -> None:
+        """Record that ``consumer`` consumed every record before ``position`` (a Position or
+        text ``"LEDGER:ENTRY:SLOT"``; None removes the cursor).
+
+        Raises:
+            TypeError: ``consumer`` is not text, or ``position`` not a Position, text or None.
+            ValueError: ``consumer`` is empty, or ``position`` does not parse or lies in a
+                ledger past the log's newest.
+        """
         self._loop.run(self.async_log.commit_cursor(consumer, position))
 
-    def mark_archived(self, position: Position) -> None:
-        """Record that every record before ``position`` is archived."""
+    def mark_archived(self, position: Position | str) -> None:
+        """Record that every record before ``position`` (a Position or text) is archived.
+
+        Raises:
+            TypeError: ``position`` is neither a Position nor text.
+            ValueError: ``position`` does not parse or lies in a ledger past the log's newest.
+        """
         self._loop.run(self.async_log.mark_archived(position))
 
+    def elect(
+        self, candidate_id: str, *, election: str | None = None, timeout: float | None = None
+    ) -> Leadership:
+        """Campaign to be this log's writer; return once ``candidate_id`` leads (the
+        election is ``log-<name>`` unless named).
 
-__all__ = ["Log", "LogReader", "LogWriter"]
+        Raises:
+            TimeoutError: it did not lead within ``timeout`` seconds (campaigning stops).
+            ValueError: ``candidate_id`` or ``election`` is empty or contains ``/``.
+        """
+        try:
+            term = self._loop.run(self.async_log.elect(candidate_id, election=election), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"{candidate_id!r} did not win election "
+                f"{self.async_log.election_name(election)!r} within {timeout} seconds"
+            ) from None
+        return Leadership(term, self._loop)
+
+    def current_leader(self, *, election: str | None = None) -> tuple[str, int] | None:
+        """``(candidate_id, epoch)`` of the candidate leading this log's election now, or
+        None while nobody leads."""
+        return self._loop.run(self.async_log.current_leader(election=election))
+
+    def repair(self) -> list[DamagedField]:
+        """Remove the fields of the log's record that do not parse (``metadata().damaged``);
+        return them. Nothing else of the record changes."""
+        return self._loop.run(self.async_log.repair())
+
+
+__all__ = ["Leadership", "Log", "LogReader", "LogWriter"]

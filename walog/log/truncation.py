@@ -190,7 +190,8 @@ async def enforce_retention(
 ) -> int:
     """Apply ``policy`` to log ``name``: remove and delete the head ledgers it retires.
 
-    Never deletes a ledger a cursor or a listed snapshot has not passed. Also deletes
+    Never deletes a ledger a cursor or a listed snapshot has not passed, and nothing while
+    one of them (or the archived-through mark) does not parse. Also deletes
     earlier pending deletions. Ledgers of unknown size are measured first when
     the policy limits bytes. Returns how many ledgers this call retired.
     """
@@ -219,8 +220,13 @@ async def enforce_retention(
             await update_log(client.ctx.store, name, record_sizes)
     moment = time.time() if now is None else now
     overrun: dict[str, int] = {}  # of the attempt whose CAS stuck (each attempt resets it)
+    held: list[str] = []
 
     def decide(m: LogMetadata) -> int:
+        # A damaged cursor, snapshot or mark may protect any record: delete nothing.
+        held[:] = [d.describe() for d in m.damage_holding_data]
+        if held:
+            return 0
         decision = retention_decision(
             m.ledgers,
             policy,
@@ -247,6 +253,13 @@ async def enforce_retention(
         return removed.replace(cursors=cursors)
 
     deleted = await _remove(client, name, decide, move_overrun)
+    if held:
+        log.warning(
+            "retention deletes nothing while fields of the log's record do not parse; "
+            "run 'walog log repair' on the log",
+            log=name,
+            damaged=held,
+        )
     if deleted:
         for subscription, backlog in sorted(overrun.items()):
             _report_overrun(client, name, subscription, backlog, policy)

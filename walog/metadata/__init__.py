@@ -19,6 +19,7 @@ async def open_store(
     *,
     timeout: float = 10.0,  # noqa: ASYNC109 - the connection's limit, not a deadline
     call_timeout: float | None = None,
+    create: bool = True,
 ) -> MetadataStore:
     """Open the metadata store named by ``uri``.
 
@@ -29,6 +30,9 @@ async def open_store(
         call_timeout: seconds each later call may take, retries included, before it fails
             with a retriable :class:`walog.errors.MetadataError` (for a change: outcome
             unknown); None: ``timeout``.
+        create: create the store (the SQLite file, the ZooKeeper chroot) when it is
+            missing; False for tools that only look at an existing cluster, where a
+            missing store means a mistyped URI.
 
     Returns:
         A connected store; close it with :meth:`MetadataStore.close`.
@@ -45,10 +49,14 @@ async def open_store(
     if isinstance(config, SqliteURI):
         from walog.metadata.sqlite import SqliteStore
 
-        return await SqliteStore.open(config, timeout=timeout, call_timeout=call_timeout)
+        return await SqliteStore.open(
+            config, timeout=timeout, call_timeout=call_timeout, create=create
+        )
     from walog.metadata.zookeeper import ZooKeeperStore
 
-    return await ZooKeeperStore.open(config, timeout=timeout, call_timeout=call_timeout)
+    return await ZooKeeperStore.open(
+        config, timeout=timeout, call_timeout=call_timeout, create=create
+    )
 
 
 __all__ = [

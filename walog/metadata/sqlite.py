@@ -79,12 +79,21 @@ _VISIBLE = (
 )
 
 
-def _secure_file(path: str) -> None:
-    """Create the database file 0600 if missing; refuse one that others may write.
+def _secure_file(path: str, create: bool = True) -> None:
+    """Create the database file 0600 if missing (unless ``create`` is False); refuse one
+    that others may write.
 
     Raises:
-        MetadataError: (not retriable) the file is writable by its group or by others.
+        MetadataError: (not retriable) the file is writable by its group or by others, or
+            it is missing and ``create`` is False.
     """
+    if not create and not os.path.exists(path):
+        err = MetadataError(
+            f"sqlite metadata store {path} does not exist (check the path of the metadata "
+            "URI; this command creates none)"
+        )
+        err.retriable = False
+        raise err
     try:
         with suppress(FileExistsError):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -258,13 +267,14 @@ class SqliteStore(MetadataStore):
         *,
         timeout: float = 10.0,  # noqa: ASYNC109 - the opening's limit, not a deadline
         call_timeout: float | None = None,
+        create: bool = True,
     ) -> SqliteStore:
-        """Open (creating if needed) the database file, waiting up to ``timeout`` seconds,
-        and start the heartbeat thread; each later call ends within ``call_timeout``
-        seconds (None: ``timeout``)."""
+        """Open the database file (creating it if missing, unless ``create`` is False),
+        waiting up to ``timeout`` seconds, and start the heartbeat thread; each later call
+        ends within ``call_timeout`` seconds (None: ``timeout``)."""
         store = cls(config, timeout=timeout, call_timeout=call_timeout)
         try:
-            await asyncio.to_thread(_secure_file, config.path)
+            await asyncio.to_thread(_secure_file, config.path, create)
             await store._run(
                 lambda conn: conn.executescript(_SCHEMA),
                 what="open",

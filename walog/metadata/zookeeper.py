@@ -51,6 +51,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from walog._loggers import adopt
 from walog.errors import MetadataConflictError, MetadataError, UnauthorizedError, is_retriable
 from walog.metadata.store import (
     MetadataStore,
@@ -62,6 +63,8 @@ from walog.metadata.store import (
 from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
 
 log = logging.getLogger(__name__)
+# kazoo's own lines (lost connections, reconnect attempts) are walog's: see walog._loggers.
+adopt("kazoo", f"{__name__}.kazoo")
 T = TypeVar("T")
 
 COUNTERS = "/_counters"
@@ -118,6 +121,7 @@ class ZooKeeperStore(MetadataStore):
         self._root = "" if config.chroot == "/" else config.chroot
         self._timeout = timeout
         self._call_timeout = timeout if call_timeout is None else call_timeout
+        self._create = True  # create the chroot when missing (open's ``create``)
         self._client = KazooClient(
             hosts=config.connect_string,
             timeout=config.session_timeout,
@@ -145,11 +149,14 @@ class ZooKeeperStore(MetadataStore):
         *,
         timeout: float = 10.0,  # noqa: ASYNC109 - the connection's limit, not a deadline
         call_timeout: float | None = None,
+        create: bool = True,
     ) -> ZooKeeperStore:
-        """Connect (waiting up to ``timeout`` seconds), create the chroot if missing, and
-        start watching the session state; each later call ends within ``call_timeout``
-        seconds (None: ``timeout``)."""
+        """Connect (waiting up to ``timeout`` seconds), create the chroot if missing (unless
+        ``create`` is False: then a missing chroot is a MetadataError naming it), and start
+        watching the session state; each later call ends within ``call_timeout`` seconds
+        (None: ``timeout``)."""
         store = cls(config, timeout=timeout, call_timeout=call_timeout)
+        store._create = create
         store._client.add_listener(store._on_state)
         try:
             # Not retried: kazoo's start() already keeps connecting until the timeout.
@@ -162,7 +169,15 @@ class ZooKeeperStore(MetadataStore):
 
     def _start(self) -> None:
         self._client.start(timeout=self._timeout)
-        self._client.ensure_path(self._config.chroot)
+        if self._create:
+            self._client.ensure_path(self._config.chroot)
+        elif self._client.exists(self._config.chroot) is None:
+            err = MetadataError(
+                f"ZooKeeper {self._config.connect_string} has no {self._config.chroot} "
+                "(check the chroot of the metadata URI; this command creates none)"
+            )
+            err.retriable = False
+            raise err
 
     def _full(self, path: str) -> str:
         check_path(path)

@@ -168,12 +168,18 @@ class AsyncStateMachine:
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
         """
-        async with asyncio.timeout(timeout):
-            while not check():
-                if self._task is not None and self._task.done():
-                    self._task.result()  # raises why the node stopped
-                    raise NotLeaderError(f"state machine {self.node_id} stopped")
-                await self._changed.wait()
+        try:
+            async with asyncio.timeout(timeout):
+                while not check():
+                    if self._task is not None and self._task.done():
+                        self._task.result()  # raises why the node stopped
+                        raise NotLeaderError(f"state machine {self.node_id} stopped")
+                    await self._changed.wait()
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"state machine {self.node_id!r} ({self.role.value}): what was awaited did "
+                f"not happen within {timeout} seconds"
+            ) from exc
 
     def submit_into(self, command: bytes, sink: ResultSink) -> None:
         """Append ``command``; ``sink`` gets ``apply``'s result once its record is durable
@@ -279,11 +285,13 @@ class AsyncStateMachine:
         since this node started), and refuses when there is none."""
         if self._resume is not None:
             return
-        gone = (await self._log.metadata()).truncated_through
+        meta = await self._log.metadata()
+        gone = meta.truncated_through
         if gone is not None and not await self._restore_newest(None):
             raise DataLossError(
-                f"log {self._log.name!r} was truncated before {gone} and no valid snapshot "
-                "covers it: this node cannot rebuild the state"
+                f"log {self._log.name!r} was truncated (it now starts at "
+                f"{meta.existing_at_or_after(gone)}) and no valid snapshot covers what went: "
+                "this node cannot rebuild the state"
             )
 
     async def _open_reader(self) -> AsyncLogReader:

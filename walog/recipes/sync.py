@@ -86,7 +86,13 @@ class StateMachine(SyncContext):
             TimeoutError: it did not within ``timeout`` seconds.
         """
         machine = self.async_machine
-        self._loop.run(machine.wait_for(lambda: machine.role is Role.LEADER, timeout))
+        try:
+            self._loop.run(machine.wait_for(lambda: machine.role is Role.LEADER, timeout))
+        except TimeoutError:
+            raise TimeoutError(
+                f"state machine {machine.node_id!r} did not become the leader within {timeout} "
+                f"seconds (it is {machine.role.value})"
+            ) from None
 
     def wait_applied(self, position: Position, timeout: float | None = None) -> None:
         """Block until every record before ``position`` is applied here."""

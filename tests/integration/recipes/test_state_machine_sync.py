@@ -124,3 +124,24 @@ def test_a_sync_state_machine_refuses_a_volatile_log(cluster: LocalCluster, log_
         refused = rf"log '{re.escape(log_name)}' is VOLATILE: .*durability=Durability.PERSISTENT"
         with pytest.raises(ValueError, match=refused):
             StateMachine(log, Balances(), node_id="a")
+
+
+def test_wait_leader_on_a_standby_times_out_naming_its_own_timeout(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name)
+        with (
+            StateMachine(log, Balances(), node_id="a") as leader,
+            StateMachine(log, Balances(), node_id="b") as standby,
+        ):
+            leader.start()
+            leader.wait_leader(timeout=30)
+            standby.start()
+            with pytest.raises(TimeoutError) as caught:
+                standby.wait_leader(timeout=0.5)
+            # The state machine's own deadline, not the facade's (there is none: None).
+            assert str(caught.value) == (
+                "state machine 'b' did not become the leader within 0.5 seconds (it is standby)"
+            )
+            assert standby.role is Role.STANDBY and leader.role is Role.LEADER

@@ -61,3 +61,21 @@ def test_sync_call_from_the_loop_thread_is_refused_not_deadlocked(loop_thread: L
 def test_instance_is_one_loop_per_process() -> None:
     assert LoopThread.instance() is LoopThread.instance()
     assert LoopThread.instance().is_alive()
+
+
+def test_an_operations_own_timeout_error_reaches_the_caller_unchanged(
+    loop_thread: LoopThread,
+) -> None:
+    async def gives_up() -> None:
+        raise TimeoutError("the leader did not answer within 1 seconds")
+
+    with pytest.raises(TimeoutError, match=r"^the leader did not answer within 1 seconds$"):
+        loop_thread.run(gives_up())
+    with pytest.raises(TimeoutError, match=r"^the leader did not answer within 1 seconds$"):
+        loop_thread.run(gives_up(), timeout=30)
+
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    with pytest.raises(TimeoutError, match=r"^operation did not finish within 0\.05 seconds$"):
+        loop_thread.run(slow(), timeout=0.05)

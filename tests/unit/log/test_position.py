@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from walog.log.position import Position, ledger_end, ledger_start, unchecked_position
+from walog.log.position import (
+    Position,
+    ledger_end,
+    ledger_start,
+    position_argument,
+    unchecked_position,
+)
 
 naturals = st.integers(min_value=0, max_value=2**63 - 1)
 
@@ -63,3 +69,25 @@ def test_ledger_end_is_after_every_record_of_the_ledger_and_before_the_next() ->
     assert Position(5, 9, 10_000) < end
     assert end < ledger_start(6)
     assert ledger_end(5, -1) == ledger_start(5)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        (42, TypeError, "cursor_at must be a walog.Position or text 'LEDGER:ENTRY:SLOT', got int"),
+        (None, TypeError, "got NoneType"),
+        ((1, 2, 3), TypeError, "got tuple"),
+        (b"1:2:3", TypeError, "got bytes"),
+        ("garbage", ValueError, "cursor_at: bad position 'garbage'"),
+        ("1:2", ValueError, "cursor_at: bad position '1:2'"),
+        ("1:-2:0", ValueError, "cursor_at: bad position"),
+    ],
+)
+def test_a_position_argument_is_a_position_or_strict_text(
+    value: object, error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error) as caught:
+        position_argument(value, "cursor_at")
+    assert words in str(caught.value)
+    assert position_argument("7:3:1", "cursor_at") == Position(7, 3, 1)
+    assert position_argument(Position(7, 3, 1), "cursor_at") == Position(7, 3, 1)
