@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -155,7 +156,7 @@ class LogConfig:
             if key not in known:
                 raise ValueError(f"unknown log setting {key!r}; known: {', '.join(known)}")
             try:
-                value = _parse(key, raw, known[key])
+                value = _parse(key, raw)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"log setting {key}: {exc}") from None
             group, _, name = key.rpartition(".")
@@ -172,17 +173,32 @@ class LogConfig:
 DEFAULT_CONFIG = LogConfig()
 """Today's defaults: what a log whose record holds no configuration uses."""
 
-_TYPES: dict[str, type] = {
-    "roll.max_entries": int,
-    "roll.max_bytes": int,
-    "roll.max_age": float,
-    "retention.max_age": float,
-    "retention.max_bytes": int,
-    "retention.require_archived": bool,
-    "archive.to": str,
-    "archive.interval_s": float,
-}
-"""The type of each setting whose default does not say it (a default of None)."""
+
+def _setting_types() -> dict[str, tuple[type, bool]]:
+    """Each key's type, and whether it may be None, read from the dataclasses' annotations."""
+    out: dict[str, tuple[type, bool]] = {}
+
+    def add(prefix: str, cls: type) -> None:
+        for name, hint in typing.get_type_hints(cls).items():
+            args = typing.get_args(hint)
+            if not args:
+                out[prefix + name] = (hint, False)
+            elif dataclasses.is_dataclass(args[0]):
+                continue
+            else:
+                kinds = [a for a in args if a is not type(None)]
+                out[prefix + name] = (kinds[0], len(kinds) < len(args))
+
+    for field in dataclasses.fields(LogConfig):
+        value = getattr(DEFAULT_CONFIG, field.name)
+        if dataclasses.is_dataclass(value):
+            add(f"{field.name}.", type(value))
+    add("", LogConfig)
+    return {key: out[key] for key in DEFAULT_CONFIG.settings()}
+
+
+_TYPES = _setting_types()
+"""Each setting's type and whether it may be None (``--set KEY=none``)."""
 
 
 def config_keys() -> list[str]:
@@ -190,12 +206,12 @@ def config_keys() -> list[str]:
     return list(DEFAULT_CONFIG.settings())
 
 
-def _parse(key: str, raw: object, current: object) -> Any:
+def _parse(key: str, raw: object) -> Any:
     """``raw`` (a value, or the text of one) as the value of ``key``."""
-    kind: type = _TYPES.get(key) or (type(current) if current is not None else float)
+    kind, nullable = _TYPES[key]
     text = raw.strip() if isinstance(raw, str) else None
     if raw is None or (text is not None and text.lower() in ("none", "null", "")):
-        if key in _TYPES:
+        if nullable:
             return None
         raise ValueError("cannot be none")
     if kind is Durability:
