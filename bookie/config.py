@@ -128,7 +128,7 @@ class BookieConfig:
     checkpoint_interval: float = 10.0
     """``--checkpoint-interval``: seconds between checkpoints (write cache to entry logs and
     index; journal files before the mark are then deleted), give or take a tenth
-    (:func:`bookie.storage.engine.checkpoint_wait`). A failed checkpoint is retried after
+    (:func:`bookie.storage.checkpoints.checkpoint_wait`). A failed checkpoint is retried after
     this long."""
     gc_interval: float = 60.0
     """``--gc-interval``: seconds between scans for ledgers deleted from the metadata store."""

@@ -5,6 +5,8 @@
   room the front ends import;
 - ``journal``, ``journal_files``, ``journal_records``, ``journal_writer``: the journal
   (group commit, files and framing, record payloads, the writer thread);
+- ``checkpoints``: the write cache and its checkpoints (into the entry logs and index,
+  the journal mark forward), on demand, when the cache fills and periodically;
 - ``entry_storage``: the write cache, entry logs and index (checkpoints, reads, GC);
 - ``index``, ``index_audit``, ``lmdb_check``: the index rows, their audit on open, and the
   structural check of the LMDB file;
