@@ -7,6 +7,9 @@
   (group commit, files and framing, record payloads, the writer thread);
 - ``checkpoints``: the write cache and its checkpoints (into the entry logs and index,
   the journal mark forward), on demand, when the cache fills and periodically;
+- ``group_reports``: what each journal group commit tells the engine (counters, stage
+  latencies, group sizes, the entries a sync made durable);
+- ``lac_polls``: the LAC long polls, woken by whatever raises a ledger's LAC;
 - ``entry_storage``: the write cache, entry logs and index (checkpoints, reads, GC);
 - ``index``, ``index_audit``, ``lmdb_check``: the index rows, their audit on open, and the
   structural check of the LMDB file;

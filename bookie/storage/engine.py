@@ -27,11 +27,9 @@ import contextlib
 import dataclasses
 import functools
 import hmac
-import itertools
 import secrets
-import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import structlog
 
@@ -46,6 +44,7 @@ from bookie.storage.entry_storage import (
 )
 from bookie.storage.environment import LOCAL_ENV, StorageEnv
 from bookie.storage.fastpath import refused_entries, unpack_entries
+from bookie.storage.group_reports import GroupReports
 from bookie.storage.journal import GroupReport, Journal
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.journal_records import (
@@ -55,10 +54,10 @@ from bookie.storage.journal_records import (
     key_record,
     lac_record,
 )
+from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
 from walog.latency import StageLatencies
-from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER
 from walog.wire.status import Status
@@ -103,10 +102,6 @@ class BookieCore:
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
-        self.group_entries = LoopHistogram(COUNT_BOUNDS)
-        """Records per journal group commit."""
-        self.group_bytes = LoopHistogram(BYTES_BOUNDS)
-        """Bytes per journal group commit."""
         self.read_only_reason: str | None = None
         """Set while the bookie is read-only by disk usage (bookie/disks.py): plain adds
         are answered READ_ONLY; reads, fences and recovery writes are still served."""
@@ -114,8 +109,7 @@ class BookieCore:
         # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
         # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
         self._damaged: set[int] = set()
-        self._unsynced: list[tuple[int, list[int]]] = []
-        self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._lac_polls = LacPolls(self.lac)
         # Ledgers whose FENCE record is queued but not synced yet: every fence of such a
         # ledger waits for that one record. A fenced ledger absent from here is durably
         # fenced (its record synced, or replayed from disk on open).
@@ -133,13 +127,21 @@ class BookieCore:
         """Stored copies found damaged by a read since start, by ledger: never served, and
         replaced by the next add of the same entry (a copy re-replicated here) instead of
         being kept as a duplicate."""
+        self.journal_reports = GroupReports(
+            self.stats,
+            self.latencies,
+            state_of=lambda ledger_id: self._states.get(ledger_id),
+            touched=lambda ledger_id: self.checkpoints.dirty.add(ledger_id),
+        )
+        """Counters, latencies and group sizes of the journal's group commits, and the sync
+        cursors they move (bookie/storage/group_reports.py)."""
         self.journal = Journal(
             config.journal_path,
             file_bytes=config.journal_file_bytes,
             group_wait_s=config.group_wait_s,
             group_max_bytes=config.group_max_bytes,
             flush_interval_s=config.volatile_flush_interval_s,
-            on_group=self._on_group,
+            on_group=self.journal_reports.on_group,
             files=env.files,
             runner=env.journal_runner,
             blocking=self._writer.run,
@@ -219,15 +221,12 @@ class BookieCore:
         await self._close_storage()
 
     async def _stop_background(self) -> None:
+        self._lac_polls.release()
         if self._compaction is not None:
             self._compaction.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._compaction
         await self.checkpoints.stop()
-        for waiters in self._lac_waiters.values():
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
 
     async def _close_storage(self) -> None:
         async with self.checkpoints.lock:
@@ -396,7 +395,7 @@ class BookieCore:
             if volatile:
                 state.sync.advance_to(lac)
             if state.raise_lac(lac):
-                self._wake(ledger_id)
+                self._lac_polls.wake(ledger_id)
             self.checkpoints.dirty.add(ledger_id)
             if duplicates or packed is None:
                 packed = b"".join(
@@ -474,7 +473,7 @@ class BookieCore:
         if state.raise_lac(lac):
             self.checkpoints.dirty.add(ledger_id)
             self.journal.append((lac_record(ledger_id, lac),), sync=False, wait=False)
-            self._wake(ledger_id)
+            self._lac_polls.wake(ledger_id)
         return Status.OK
 
     async def force(self, ledger_id: int, master_key: bytes) -> tuple[Status, int]:
@@ -631,68 +630,7 @@ class BookieCore:
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout: float) -> int:  # noqa: ASYNC109 (long-poll timeout is part of the request)
         """Long poll: the LAC as soon as it exceeds ``previous_lac``, else at ``timeout``
         the current LAC. Woken by adds and explicit LAC updates, never by polling."""
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while self.lac(ledger_id) <= previous_lac and not self._closed:
-                    waiter: asyncio.Future[None] = loop.create_future()
-                    waiters = self._lac_waiters.setdefault(ledger_id, [])
-                    waiters.append(waiter)
-                    try:
-                        await waiter
-                    finally:
-                        if waiter in waiters:
-                            waiters.remove(waiter)
-                        if not waiters:
-                            self._lac_waiters.pop(ledger_id, None)
-        return self.lac(ledger_id)
-
-    def _wake(self, ledger_id: int) -> None:
-        for waiter in self._lac_waiters.pop(ledger_id, ()):
-            if not waiter.done():
-                waiter.set_result(None)
-
-    # -- journal reports --------------------------------------------------------------------
-
-    def _on_group(self, report: GroupReport, error: BaseException | None) -> None:
-        """Runs on the loop before the group's waiters complete: counters, sync cursor.
-
-        A synced group makes every record written so far durable, so the entries of
-        earlier unsynced (VOLATILE) groups are marked synced together with its own.
-        """
-        if error is not None:
-            return
-        latencies = self.latencies
-        if report.synced:
-            # Every group sync is timed, a barrier's (no records: a checkpoint's) too, so
-            # that the sync histogram counts what the sync counter counts.
-            latencies.record("journal_sync", report.done - report.written)
-        if report.record_count:
-            latencies.record("journal_queue", report.started - report.enqueued)
-            latencies.record("journal_write", report.written - report.started)
-            latencies.record("journal_callback", time.monotonic() - report.done)
-            self.group_entries.observe(report.record_count)
-            self.group_bytes.observe(report.byte_count)
-        self.stats.journal_groups = report.group_no
-        self.stats.journal_syncs = report.sync_no
-        self.stats.journal_bytes += report.byte_count
-        # Only adds are tagged, always with (ledger id, [entry ids]).
-        tags = cast(list[tuple[int, list[int]]], report.tags)
-        if not report.synced:
-            self._unsynced.extend(tags)
-            return
-        for ledger_id, entry_ids in itertools.chain(self._unsynced, tags):
-            state = self._states.get(ledger_id)
-            if state is None:
-                continue
-            first, last = min(entry_ids), max(entry_ids)
-            if last - first + 1 == len(entry_ids):  # distinct ids: exactly first..last
-                state.sync.mark_run(first, last)
-            else:
-                for entry_id in entry_ids:
-                    state.sync.mark_synced(entry_id)
-            self.checkpoints.dirty.add(ledger_id)
-        self._unsynced.clear()
+        return await self._lac_polls.wait(ledger_id, previous_lac, timeout)
 
     # -- checkpoints and GC -----------------------------------------------------------------
 
@@ -741,7 +679,7 @@ class BookieCore:
                 self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
                 self.checkpoints.cache.drop_ledger(ledger_id)
                 self.checkpoints.dirty.discard(ledger_id)
-                self._wake(ledger_id)
+                self._lac_polls.wake(ledger_id)
                 waiters.append(self.journal.append((delete_record(ledger_id),), sync=True))
             await asyncio.gather(*(w for w in waiters if w is not None))
             await self._writer.run(storage.delete_ledgers, doomed)
