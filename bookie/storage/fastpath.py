@@ -71,7 +71,7 @@ _fastadd = compiled_module("bookie.storage._fastadd")
 
 #: The add path's checks, chosen once at import: True for the compiled ones.
 COMPILED = _fastadd is not None
-#: The checkpoint loop (bookie/storage/entry_storage.py), chosen once at import: True for
+#: The checkpoint loop (bookie/storage/entry_log_writer.py), chosen once at import: True for
 #: the compiled one.
 CHECKPOINT_COMPILED = compiled_module("bookie.storage._fastcheckpoint") is not None
 #: The journal's writer thread (bookie/storage/journal_writer.py): True for the compiled one.

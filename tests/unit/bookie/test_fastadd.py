@@ -326,7 +326,7 @@ def test_the_bookie_uses_the_selected_checks() -> None:
 def test_the_compiled_checks_are_selected_unless_pure_python_is_asked_for() -> None:
     compiled_add_module()
     probe = (
-        "import bookie.storage.fastpath as f, bookie.storage.entry_storage as s, "
+        "import bookie.storage.fastpath as f, bookie.storage.entry_log_writer as s, "
         "walog.wire.packing as p; "
         "print(f.COMPILED, s._COMPILED, f.unpack_entries is p.unpack_entries)"
     )
