@@ -59,9 +59,9 @@ def main() -> None:
     args = parser.parse_args()
     bookie_args = [
         "--entry-log-file-bytes", str(4 << 20),
-        "--checkpoint-interval", "0.5",
-        "--gc-interval", "0.5", "--gc-grace", "0",
-        "--minor-compaction-interval", "1", "--minor-compaction-threshold", "0.5",
+        "--checkpoint-interval-s", "0.5",
+        "--gc-interval-s", "0.5", "--gc-grace-s", "0",
+        "--minor-compaction-interval-s", "1", "--minor-compaction-threshold", "0.5",
         "--compaction-rate-bytes", str(args.rate),
     ]  # fmt: skip
     with (
@@ -77,7 +77,7 @@ def main() -> None:
                 future.result(timeout=300)
             for writer in writers:
                 writer.close()
-            time.sleep(1.0)  # every bookie has checkpointed (--checkpoint-interval)
+            time.sleep(1.0)  # every bookie has checkpointed (--checkpoint-interval-s)
             with client.create_ledger(3, 3, 2) as probe:
                 baseline = _latencies(probe, args.seconds)
                 for writer in writers[5:]:

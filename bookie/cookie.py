@@ -1,4 +1,5 @@
-"""Cookies: a bookie that lost its disk state must not rejoin silently (seed 003).
+"""Cookies: a bookie that lost its disk state must not rejoin silently (docs/protocol.md,
+"Cookies").
 
 A cookie names one incarnation of a bookie: a random instance id, the bookie id and the
 directories it stores data in. At the first start it is written to every directory of the
@@ -16,7 +17,8 @@ At every start all copies must exist and match:
 Where a directory no longer holds the incarnation the metadata store names (wiped, replaced,
 foreign or stale disk), ``--allow-format`` alone is refused too: the formatted bookie would
 answer "no such entry" under its old id for entries that incarnation acknowledged, and
-recovery counts such answers as proof of absence (seed 003), so it could close a ledger
+recovery counts such answers as proof of absence (docs/protocol.md, "What counts as
+absent"), so it could close a ledger
 short of acknowledged entries. The operator must also name the lost incarnation with
 ``--discard-instance ID``, after re-replicating its ledgers; the safe alternatives are a
 new bookie id, or decommissioning the old one (which deletes its metadata cookie).

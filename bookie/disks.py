@@ -30,36 +30,38 @@ from pathlib import Path
 
 import structlog
 
+from walog.settings import setting
+
 _log = structlog.get_logger("bookie.disks")
 
 
 @dataclasses.dataclass(frozen=True)
 class DiskThresholds:
-    """Usage shares (0-1, used bytes over size) that switch a bookie's mode.
+    """Usage shares (0-1, used bytes over size) that switch a bookie's mode (each field's
+    help text says how; the defaults are BookKeeper's)."""
 
-    Attributes:
-        high: A disk used beyond this share is full: the bookie turns read-only.
-        warn: Beyond this share a warning is logged (once per crossing).
-        low: A full disk counts as full until its usage falls below this share.
-    """
-
-    high: float = 0.95
-    warn: float = 0.90
-    low: float = 0.90
+    disk_usage_threshold: float = setting(
+        0.95, help="above this used share of its data or journal disk the bookie turns read-only"
+    )
+    disk_usage_warn_threshold: float = setting(
+        0.90, help="above this used share of a disk a warning is logged (once per crossing)"
+    )
+    disk_usage_lwm_threshold: float = setting(
+        0.90,
+        help="a read-only bookie takes adds again once every disk is used below this share "
+        "(the low-water mark)",
+    )
 
     def __post_init__(self) -> None:
-        if not 0 < self.high <= 1:
-            raise ValueError(f"--disk-usage-threshold must be in (0, 1], got {self.high}")
-        if not 0 < self.low <= self.high:
-            raise ValueError(
-                "--disk-usage-lwm-threshold must be in (0, --disk-usage-threshold], "
-                f"got {self.low} (threshold {self.high})"
-            )
-        if not 0 < self.warn <= self.high:
-            raise ValueError(
-                "--disk-usage-warn-threshold must be in (0, --disk-usage-threshold], "
-                f"got {self.warn} (threshold {self.high})"
-            )
+        high = self.disk_usage_threshold
+        if not 0 < high <= 1:
+            raise ValueError(f"disk_usage_threshold must be in (0, 1], got {high}")
+        for name in ("disk_usage_lwm_threshold", "disk_usage_warn_threshold"):
+            if not 0 < getattr(self, name) <= high:
+                raise ValueError(
+                    f"{name} must be in (0, disk_usage_threshold], got {getattr(self, name)} "
+                    f"(disk_usage_threshold {high})"
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,13 +91,14 @@ def full_disks(
 ) -> set[Path]:
     """The directories whose disk is full now, given those that were full before.
 
-    A disk turns full above ``thresholds.high`` and stays full until it falls below
-    ``thresholds.low`` (hysteresis).
+    A disk turns full above ``thresholds.disk_usage_threshold`` and stays full until it
+    falls below ``thresholds.disk_usage_lwm_threshold`` (hysteresis).
     """
+    high, low = thresholds.disk_usage_threshold, thresholds.disk_usage_lwm_threshold
     out: set[Path] = set()
     for usage in usages:
         was_full = usage.directory in full
-        if usage.share > thresholds.high or (was_full and usage.share >= thresholds.low):
+        if usage.share > high or (was_full and usage.share >= low):
             out.add(usage.directory)
     return out
 
@@ -163,7 +166,8 @@ class DiskMonitor:
         reason = self._storage_failure()
         if reason is None and self._full:
             reason = "disk full: " + ", ".join(
-                f"{u.directory} {u.share:.1%} used (threshold {self.thresholds.high:.0%})"
+                f"{u.directory} {u.share:.1%} used "
+                f"(threshold {self.thresholds.disk_usage_threshold:.0%})"
                 for u in self.usages
                 if u.directory in self._full
             )
@@ -175,7 +179,7 @@ class DiskMonitor:
                 _log.warning(
                     "bookie writable again",
                     usage=", ".join(f"{u.directory} {u.share:.1%}" for u in self.usages),
-                    low_water_mark=self.thresholds.low,
+                    low_water_mark=self.thresholds.disk_usage_lwm_threshold,
                 )
         self.reason = reason
         if (self._applied is None) != (reason is None):
@@ -188,17 +192,18 @@ class DiskMonitor:
         return reason
 
     def _log_warnings(self) -> None:
+        warn = self.thresholds.disk_usage_warn_threshold
         for usage in self.usages:
-            if usage.share > self.thresholds.warn and usage.directory not in self._warned:
+            if usage.share > warn and usage.directory not in self._warned:
                 self._warned.add(usage.directory)
                 _log.warning(
                     "disk usage above the warning threshold",
                     directory=str(usage.directory),
                     share=round(usage.share, 4),
-                    warn=self.thresholds.warn,
-                    threshold=self.thresholds.high,
+                    warn=warn,
+                    threshold=self.thresholds.disk_usage_threshold,
                 )
-            elif usage.share <= self.thresholds.warn:
+            elif usage.share <= warn:
                 self._warned.discard(usage.directory)
 
     async def run(self, stop: asyncio.Event) -> None:

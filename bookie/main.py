@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
+import os
 import re
 import signal
 import ssl
 import sys
-from collections.abc import Coroutine, Sequence
+import typing
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,7 +32,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 import walog._loop
-from bookie.config import BookieConfig, parse_listen
+from bookie.config import GROUPS, BookieConfig, parse_listen
 from bookie.cookie import check_cookie
 from bookie.disks import DiskMonitor
 from bookie.exit_with import exit_with
@@ -44,14 +47,14 @@ from bookie.server.health import BookieHealth, read_only_reason
 from bookie.server.http import MetricsServer
 from bookie.storage.engine import BookieCore
 from walog._version import __version__
+from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
 from walog.memory import keep_freed_memory
 from walog.metadata import open_store
 from walog.metadata.store import MetadataStore
+from walog.settings import HELP, add_deprecated_flag, flag_of
 
 log = structlog.get_logger("bookie")
-
-_DEFAULTS = BookieConfig(data_dir=Path("."), listen="h:1", metadata="sqlite:///x")
 
 
 class _BookieParser(argparse.ArgumentParser):
@@ -90,192 +93,188 @@ def format_size(size: int) -> str:
     return f"{size} B"
 
 
+_RENAMED: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
+    "--group-wait-ms": ("--group-wait-s", lambda ms: ms / 1000.0),
+    "--volatile-flush-interval": ("--volatile-flush-interval-s", None),
+    "--checkpoint-interval": ("--checkpoint-interval-s", None),
+    "--minor-compaction-interval": ("--minor-compaction-interval-s", None),
+    "--major-compaction-interval": ("--major-compaction-interval-s", None),
+    "--gc-interval": ("--gc-interval-s", None),
+    "--gc-grace": ("--gc-grace-s", None),
+    "--gc-stray-interval": ("--gc-stray-interval-s", None),
+    "--gc-stray-grace": ("--gc-stray-grace-s", None),
+    "--disk-check-interval": ("--disk-check-interval-s", None),
+    "--drain-timeout": ("--drain-timeout-s", None),
+    "--metadata-timeout": ("--metadata-timeout-s", None),
+    "--auth-token-grace": ("--auth-token-grace-s", None),
+}
+"""Flags renamed to carry their unit, by old spelling: the new flag, and how an old value
+converts where the unit changed. The old spellings still work (hidden, with a warning on
+stderr); the configuration file knows only the new keys."""
+
+ENVIRONMENT_ONLY = {
+    "WALOG_EVENT_LOOP": "the event loop: uvloop (the default where installed) or asyncio",
+    "WALOG_PURE_PYTHON": "1: the pure-Python journal and storage paths instead of the compiled",
+}
+"""The environment variables a bookie reads that are no flag, with what they choose."""
+
+_SKIP = ("rebuild_index",)
+"""Flags that are no setting (a command)."""
+
+
+def _environment() -> dict[str, str]:
+    """The environment variable of each setting that has one, by field name."""
+    fields = dataclasses.fields(BookieConfig)
+    return {field.name: field.metadata["env"] for field in fields if "env" in field.metadata}
+
+
+def _add_flag(group: argparse._ArgumentGroup, field: dataclasses.Field[Any], hint: Any) -> None:
+    """The flag of one BookieConfig field: its type from the annotation and the unit in the
+    name (``_s`` seconds, ``_bytes`` a size), its default and help text from the field."""
+    meta, name = field.metadata, field.name
+    required = field.default is dataclasses.MISSING
+    default: Any = None if required else field.default
+    kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+    text = meta[HELP].replace("%", "%%")
+    if kind is bool:
+        group.add_argument(flag_of(name), action="store_true", help=text)
+        return
+    if name.endswith("_bytes"):
+        kind, metavar, shown = parse_size, "SIZE", format_size(default)
+    elif name.endswith("_s"):
+        metavar, shown = "S", f"{default:g} s"
+    elif kind is Path:
+        metavar, shown = ("DIR" if name.endswith("_dir") else "F"), default
+    else:
+        metavar, shown = "N", default
+    shown = "required" if required else meta.get("shown", shown)
+    typed: dict[str, Any] = {} if kind is str else {"type": kind}
+    group.add_argument(
+        flag_of(name),
+        **typed,
+        default=default,
+        required=required,
+        metavar=meta.get("metavar", metavar),
+        help=f"{text} [{shown}]",
+    )
+
+
 def build_parser(prog: str = "walog bookie") -> argparse.ArgumentParser:
-    """The argument parser of the bookie command (flags map 1:1 onto BookieConfig).
+    """The argument parser of the bookie command: one flag per BookieConfig field, named,
+    typed, defaulted and described by the field (``bookie/config.py``), plus ``--config``,
+    ``--print-config``, ``--log-level`` and ``--rebuild-index``.
 
     Args:
         prog: how the command was started (``walog bookie`` or ``python -m bookie``).
     """
-    d = _DEFAULTS
     p = _BookieParser(
         prog=prog,
         description="Run a walog bookie: the storage server of ledger entries. "
         "See docs/bookies.md.",
+        epilog="Environment: "
+        f"{ENV_METADATA} gives --metadata where neither the flag nor the file does; "
+        + "; ".join(f"{name}: {text}" for name, text in ENVIRONMENT_ONLY.items())
+        + ".",
     )
     p.add_argument("--version", action="version", version=f"walog bookie {__version__}")
-
-    def tuned(group: argparse._ArgumentGroup, *rows: tuple[str, Any, Any, str]) -> None:
-        for flag, kind, default, text in rows:
-            shown = format_size(default) if kind is parse_size else default
-            metavar = "SIZE" if kind is parse_size else "N"
-            group.add_argument(
-                flag, type=kind, default=default, metavar=metavar, help=f"{text} [{shown}]"
-            )
-
-    storage = p.add_argument_group("storage")
-    storage.add_argument(
-        "--data-dir", type=Path, required=True, help="entry logs, index and cookie"
-    )
-    storage.add_argument(
-        "--cache-entry-logs",
-        action="store_true",
-        help="keep checkpointed entry-log pages in the page cache (default: drop once synced)",
-    )
-    tuned(
-        storage,
-        ("--max-entry-bytes", parse_size, d.max_entry_bytes, "largest entry payload accepted"),
-        ("--entry-log-file-bytes", parse_size, d.entry_log_file_bytes,
-         "an entry log rolls over at this size"),
-        ("--checkpoint-interval", float, d.checkpoint_interval,
-         "seconds between checkpoints (entry logs + index)"),
-        ("--disk-usage-threshold", float, d.disk_usage_threshold,
-         "used share of a data or journal disk that turns the bookie read-only"),
-        ("--disk-usage-warn-threshold", float, d.disk_usage_warn_threshold,
-         "used share of a disk that logs a warning"),
-        ("--disk-usage-lwm-threshold", float, d.disk_usage_lwm_threshold,
-         "used share all disks must fall below for a read-only bookie to take adds again"),
-        ("--disk-check-interval", float, d.disk_check_interval,
-         "seconds between measurements of disk usage"),
-    )  # fmt: skip
-
-    journal = p.add_argument_group("journal")
-    journal.add_argument(
-        "--journal-dir",
-        type=Path,
-        help="journal directory, ideally its own disk [DATA_DIR/journal]",
-    )
-    tuned(
-        journal,
-        ("--group-wait-ms", float, d.group_wait_ms, "longest wait of a journal group commit"),
-        ("--group-max-bytes", parse_size, d.group_max_bytes,
-         "a journal group commits at this size"),
-        ("--volatile-flush-interval", float, d.volatile_flush_interval,
-         "seconds between syncs of VOLATILE entries"),
-    )  # fmt: skip
-
-    network = p.add_argument_group("network")
-    network.add_argument(
-        "--listen", required=True, metavar="HOST:PORT", help="address, and the bookie's id"
-    )
-    network.add_argument(
-        "--metadata", required=True, metavar="URI", help="zk://... or sqlite:///... store"
-    )
-    network.add_argument(
-        "--rack", default=d.rack, metavar="NAME", help=f"rack or zone of this host [{d.rack}]"
-    )
-    network.add_argument(
-        "--native-port",
-        type=int,
-        default=d.native_port,
-        metavar="N",
-        help="port of the native protocol on the --listen host (0: any free, -1: off) [0]",
-    )
-    network.add_argument(
-        "--native-socket",
-        default=d.native_socket,
-        metavar="PATH",
-        help="Unix socket of the native protocol for clients on this host "
-        "('off': none) [DATA_DIR/native.sock]",
-    )
-    network.add_argument(
-        "--metrics-port", type=int, metavar="N", help="port of /metrics, /healthz and /readyz"
-    )
-    tuned(
-        network,
-        ("--max-inflight-bytes", parse_size, d.max_inflight_bytes,
-         "unanswered add bytes before TOO_MANY_REQUESTS"),
-        ("--max-connections", int, d.max_connections,
-         "native-protocol connections served at once; more are closed"),
-        ("--drain-timeout", float, d.drain_timeout, "seconds granted to requests on SIGTERM"),
-        ("--metadata-timeout", float, d.metadata_timeout, "metadata store timeout, seconds"),
-    )  # fmt: skip
-
-    security = p.add_argument_group("security")
-    security.add_argument("--tls-cert", type=Path, metavar="F", help="PEM certificate chain")
-    security.add_argument("--tls-key", type=Path, metavar="F", help="PEM private key")
-    security.add_argument(
-        "--tls-ca", type=Path, metavar="F", help="CA bundle: require client certificates"
-    )
-    security.add_argument(
-        "--auth-token-file",
-        type=Path,
-        metavar="F",
-        help="bearer token clients must send; SIGHUP reads it again (rotation)",
-    )
-    security.add_argument(
-        "--auth-token-grace",
-        type=float,
-        default=d.auth_token_grace,
-        metavar="N",
-        help=f"seconds the previous token still works after a rotation [{d.auth_token_grace}]",
-    )
-
-    maintenance = p.add_argument_group("maintenance")
-    maintenance.add_argument(
-        "--allow-format",
-        action="store_true",
-        help="write a new cookie although disk and metadata disagree: the bookie then "
-        "discards what it stored and acknowledged before (see --discard-instance)",
-    )
-    maintenance.add_argument(
-        "--discard-instance",
-        metavar="ID",
-        help="with --allow-format, where the disk lost the incarnation the metadata store "
-        "names: its instance id, confirming that its acknowledged entries are re-replicated",
-    )
-    maintenance.add_argument(
+    groups = {name: p.add_argument_group(name) for name in GROUPS}
+    hints = typing.get_type_hints(BookieConfig)
+    for field in dataclasses.fields(BookieConfig):
+        _add_flag(groups[field.metadata["group"]], field, hints[field.name])
+    groups["maintenance"].add_argument(
         "--rebuild-index",
         action="store_true",
         help="do not serve: rebuild the index of the stopped bookie in --data-dir from its "
         "entry logs, then exit (see docs/bookies.md)",
     )
-    tuned(
-        maintenance,
-        ("--minor-compaction-threshold", float, d.minor_compaction_threshold,
-         "minor compaction copies entry logs whose live share is below this"),
-        ("--minor-compaction-interval", float, d.minor_compaction_interval,
-         "seconds between minor compactions (0: off)"),
-        ("--major-compaction-threshold", float, d.major_compaction_threshold,
-         "major compaction copies entry logs whose live share is below this"),
-        ("--major-compaction-interval", float, d.major_compaction_interval,
-         "seconds between major compactions (0: off)"),
-        ("--compaction-rate-bytes", parse_size, d.compaction_rate_bytes,
-         "most bytes per second compaction copies"),
-        ("--gc-interval", float, d.gc_interval, "seconds between scans for deleted ledgers"),
-        ("--gc-grace", float, d.gc_grace, "seconds a written ledger is never collected"),
-        ("--gc-stray-interval", float, d.gc_stray_interval,
-         "seconds between scans for stray copies of closed ledgers (0: off)"),
-        ("--gc-stray-grace", float, d.gc_stray_grace,
-         "seconds a written copy is never taken for a stray one"),
-    )  # fmt: skip
-    maintenance.add_argument(
+    groups["maintenance"].add_argument(
         "--log-level", default="INFO", choices=LOG_LEVELS, help="lowest level logged [INFO]"
     )
-    maintenance.add_argument(
-        "--exit-with",
-        type=int,
-        metavar="PID",
-        help="stop cleanly, as on SIGTERM, once process PID exits (e.g. the harness that "
-        "started the bookie)",
-    )
+    add_config_flags(p)
+    for old, (new, convert) in _RENAMED.items():
+        add_deprecated_flag(p, old, new, convert)
     return p
 
 
 def parse_config(
-    argv: Sequence[str] | None = None, prog: str = "walog bookie"
+    argv: Sequence[str] | None = None,
+    prog: str = "walog bookie",
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[BookieConfig, str]:
-    """Parse flags into a validated BookieConfig and the log level.
+    """A validated BookieConfig and the log level, from the flags, the environment and the
+    ``--config`` file (in that order of precedence; walog/config_file.py).
 
-    Exits with status 2 and one error line on bad flags (argparse convention).
+    With ``--print-config``, prints the effective settings and where each came from, and
+    exits with status 0. Exits with status 2 and one error line on bad flags or a bad file
+    (argparse convention).
     """
     parser = build_parser(prog)
-    args = vars(parser.parse_args(argv))
-    level = args.pop("log_level")
-    args.pop("rebuild_index")  # handled by main() before parsing
+    resolved = resolve(
+        parser,
+        list(sys.argv[1:] if argv is None else argv),
+        environment=_environment(),
+        environ=environ,
+        skip=_SKIP,
+    )
+    values = resolved.values()
+    level = values.pop("log_level")
     try:
-        return BookieConfig(**args), level
+        config = BookieConfig(**values)
     except ValueError as exc:
-        parser.error(str(exc))
+        resolved.error(str(exc))
+    if resolved.print_config:
+        env = os.environ if environ is None else environ
+        notes = ["", "# -- environment only --"]
+        notes += [f"# {name}: {env.get(name, '(not set)')}" for name in ENVIRONMENT_ONLY]
+        print(resolved.render(prog) + "\n".join(notes), flush=True)
+        parser.exit(0)
+    return config, level
+
+
+EXAMPLE_SAMPLES: dict[str, object] = {
+    "data-dir": "/var/lib/walog/bookie",
+    "listen": "bookie1.example.com:3181",
+    "metadata": "zk://zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181/walog",
+}
+"""The values the example file sets for the settings a bookie must be given."""
+
+EXAMPLE_HINTS: dict[str, object] = {
+    "journal-dir": "/var/lib/walog/journal",
+    "metrics-port": 9101,
+    "tls-cert": "/etc/walog/tls/bookie.crt",
+    "tls-key": "/etc/walog/tls/bookie.key",
+    "tls-ca": "/etc/walog/tls/ca.crt",
+    "auth-token-file": "/etc/walog/bookie.token",
+    "discard-instance": "INSTANCE-ID-FROM-THE-REFUSAL",
+    "exit-with": 4242,
+}
+"""The values the example file shows, commented out, for the settings off by default."""
+
+
+def example_config() -> str:
+    """The example configuration file shipped as docs/ops/bookie.toml: every key with its
+    help text and its default, built from the flags (so it cannot drift from them).
+
+    Regenerate it with ``python -c 'import bookie.main as m; print(m.example_config(),
+    end="")' > docs/ops/bookie.toml``.
+    """
+    return example_file(
+        build_parser("python -m bookie"),
+        title=[
+            "An example configuration of a walog bookie: every key, its help text and its",
+            "default. Run: python -m bookie --config /etc/walog/bookie.toml",
+            "",
+            "Keys are the flags' names without the dashes; a flag given on the command line",
+            f"wins over the file, and so does {ENV_METADATA} over its key. Units are in the",
+            'names: _s seconds, _bytes bytes (an integer or a size such as "64MiB").',
+            "A commented-out key is off unless given (its value an example). python -m bookie",
+            "--config FILE --print-config shows the effective settings and where each came from.",
+            "This file is generated from the flags: bookie.main.example_config().",
+        ],
+        samples=EXAMPLE_SAMPLES,
+        hints=EXAMPLE_HINTS,
+        skip=_SKIP,
+    )
 
 
 async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
@@ -294,7 +293,7 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     with exit_with(config.exit_with, stop):  # before anything else: refuses a missing PID
-        store = await open_store(config.metadata, timeout=config.metadata_timeout)
+        store = await open_store(config.metadata, timeout=config.metadata_timeout_s)
         try:
             cookie = await check_cookie(store, config)
             log.info("cookie verified", instance_id=cookie.instance_id)
@@ -326,11 +325,11 @@ async def _serve(
         core,
         store,
         server.service.last_write,
-        interval=config.gc_interval,
-        grace=config.gc_grace,
+        interval=config.gc_interval_s,
+        grace=config.gc_grace_s,
         bookie_id=config.bookie_id,
-        stray_interval=config.gc_stray_interval,
-        stray_grace=config.gc_stray_grace,
+        stray_interval=config.gc_stray_interval_s,
+        stray_grace=config.gc_stray_grace_s,
     )
     registration = Registration(store, config.bookie_id, instance_id, __version__, rack=config.rack)
 
@@ -342,7 +341,7 @@ async def _serve(
     disks = DiskMonitor(
         (config.data_dir, config.journal_path),
         config.disk_thresholds(),
-        config.disk_check_interval,
+        config.disk_check_interval_s,
         lambda: core.storage_failure or retiring.reason,
         apply_mode,
     )
@@ -408,7 +407,7 @@ def _reload_secrets(server: BookieServer, config: BookieConfig) -> None:
         except (OSError, ValueError) as exc:
             log.error("auth token not reloaded; the tokens in force stay", error=str(exc))
         else:
-            grace = config.auth_token_grace
+            grace = config.auth_token_grace_s
             if changed:
                 log.info(
                     "auth token rotated; the previous one works until the grace ends", grace_s=grace
@@ -440,6 +439,19 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
     return False
 
 
+def _rebuild_args(args: list[str], prog: str) -> list[str]:
+    """The flags of ``--rebuild-index``: as given, or the settings it needs from the
+    ``--config`` file."""
+    if not any(a == "--config" or a.startswith("--config=") for a in args):
+        return args
+    resolved = resolve(build_parser(prog), args, environment=_environment(), skip=_SKIP)
+    values = resolved.values()
+    rebuild = ["--rebuild-index", "--data-dir", str(values["data_dir"])]
+    if resolved.sources["max_entry_bytes"] != "default":
+        rebuild += ["--max-entry-bytes", str(values["max_entry_bytes"])]
+    return rebuild
+
+
 GC_THRESHOLDS = (20_000, 20, 20)
 """The bookie's garbage-collector thresholds (the interpreter's: 700, 10, 10).
 
@@ -457,7 +469,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     if "--rebuild-index" in args:
         from bookie.storage.rebuild import main as rebuild_main
 
-        return rebuild_main(args)
+        return rebuild_main(_rebuild_args(args, prog))
     config, level = parse_config(args, prog)
     configure_logging(level, bookie_id=config.bookie_id)
     keep_freed_memory()  # frames come and go by the thousand a second (walog/memory.py)
@@ -471,4 +483,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "walog bookie") -> int:
     return 0
 
 
-__all__ = ["GC_THRESHOLDS", "build_parser", "main", "parse_config", "run"]
+__all__ = [
+    "ENVIRONMENT_ONLY",
+    "EXAMPLE_HINTS",
+    "EXAMPLE_SAMPLES",
+    "GC_THRESHOLDS",
+    "build_parser",
+    "example_config",
+    "main",
+    "parse_config",
+    "run",
+]

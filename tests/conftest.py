@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 import structlog
 
-from tests.zk import ZooKeeperServer, ZooKeeperUnavailable
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperError, ZooKeeperServer
 
 
 def _ensure_all_running(cluster: LocalCluster) -> None:
@@ -111,7 +110,7 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
     """One real standalone ZooKeeper (Debian jars) for the whole test session."""
     try:
         server = ZooKeeperServer().start()
-    except ZooKeeperUnavailable as exc:
+    except ZooKeeperError as exc:
         pytest.fail(str(exc), pytrace=False)
     yield server
     server.stop()

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from tests.processes import DIE_WITH_PARENT
-from tests.zk import free_port
+from walog.testing import free_port
 from walog.testing.tempdirs import owned_temp_dir
 
 PREFIX = "walog-prometheus-"

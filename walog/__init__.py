@@ -1,6 +1,25 @@
 """walog: a replicated write-ahead log for Python services, built on BookKeeper-style ledgers.
 
 This module is the public API; everything else may change. docs/api.md is its reference.
+
+The package, top to bottom (docs/architecture.md draws the layers):
+
+- ``client``: the sync API (``walog.connect``); ``aio``: the same as coroutines;
+- ``log``: logs made of ledgers; ``ledger``: the ledger protocol, client side;
+- ``transport``: connections to bookies; ``metadata``: the metadata stores;
+- ``config``: a client's settings; ``settings``: how a program declares a setting once;
+  ``config_file``: settings from flags, the environment and a TOML file;
+  ``wire``: what clients and bookies share;
+- ``recipes``: the replicated state machine; ``spark``: the Spark data source, sink and
+  archive job; ``autorecovery``: re-replication of lost bookies' ledgers;
+- ``cli``: the ``walog`` commands, with ``status``, ``quickstart`` and ``tables``; ``main``:
+  the ``walog`` program, which runs them;
+  ``bench``: ``walog bench``; ``testing``: local clusters for tests and demos;
+- ``metrics``: Prometheus metrics; ``errors``: the exceptions, rooted at ``WalogError``;
+- shared helpers: ``_loggers`` (logging), ``_loop`` (the event loop walog starts),
+  ``_loop_thread`` (the loop thread behind the sync facades), ``_sinks`` (where results
+  go), ``latency`` (a bookie's add-stage histograms), ``memory`` (keeping freed memory),
+  ``mutations`` (test-only switches that plant known bugs), ``_version``.
 """
 
 from __future__ import annotations
@@ -14,7 +33,7 @@ if TYPE_CHECKING:
     # What the lazy table below resolves at run time, spelled out for type checkers (a
     # test keeps the two in step): they see each walog.X as what it is, not as Any.
     from walog import aio, recipes, spark, testing
-    from walog.client import Client, LedgerReader, LedgerWriter, connect
+    from walog.client import Client, connect
     from walog.config import ClientConfig, Timeouts
     from walog.errors import (
         BookieError,
@@ -36,6 +55,8 @@ if TYPE_CHECKING:
         WriterFencedError,
     )
     from walog.ledger.entry import Entry
+    from walog.ledger.placement import PlacementPolicy
+    from walog.ledger.sync import LedgerReader, LedgerWriter
     from walog.log.position import Position, Record, Segment
     from walog.log.retention import RetentionPolicy, RollPolicy
     from walog.log.sync import Log, LogReader, LogWriter
@@ -49,8 +70,9 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "connect": "walog.client",
     "Client": "walog.client",
-    "LedgerWriter": "walog.client",
-    "LedgerReader": "walog.client",
+    "LedgerWriter": "walog.ledger.sync",
+    "LedgerReader": "walog.ledger.sync",
+    "PlacementPolicy": "walog.ledger.placement",
     "Durability": "walog.wire.durability",
     "Entry": "walog.ledger.entry",
     "LedgerMetadata": "walog.metadata.layout",
@@ -112,6 +134,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NoSuchLogError",
     "NotEnoughBookiesError",
+    "PlacementPolicy",
     "Position",
     "Record",
     "RetentionPolicy",
@@ -130,9 +153,18 @@ __all__ = [
 ]
 
 
+# The subpackages reached as attributes of walog (also imported on first use).
+_SUBPACKAGES: dict[str, str] = {
+    "aio": "walog.aio",
+    "recipes": "walog.recipes",
+    "spark": "walog.spark",
+    "testing": "walog.testing",
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("aio", "recipes", "testing", "spark"):
-        return importlib.import_module(f"walog.{name}")
+    if name in _SUBPACKAGES:
+        return importlib.import_module(_SUBPACKAGES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'walog' has no attribute {name!r}")

@@ -1,5 +1,5 @@
-"""``python -m walog``: the same command as ``walog`` (see walog/cli.py)."""
+"""``python -m walog``: the same command as ``walog`` (:mod:`walog.main`)."""
 
-from walog.cli import main
+from walog.main import main
 
 raise SystemExit(main())

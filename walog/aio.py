@@ -66,7 +66,7 @@ async def connect(
             None counts nothing.
         placement: how ensembles and replacements are chosen: ``"rack-aware"`` (the
             default: each write quorum on as many racks as possible), ``"random"``, or a
-            :class:`walog.ledger.placement.PlacementPolicy`.
+            :class:`walog.PlacementPolicy`.
 
     Raises:
         ValueError: the URI or a setting is malformed, or the placement policy unknown.

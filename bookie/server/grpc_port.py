@@ -58,7 +58,7 @@ class BookieServer:
         self.tokens: BearerTokens | None = None
         """The bearer tokens in force (None without ``--auth-token-file``)."""
         if config.auth_token_file is not None:
-            self.tokens = BearerTokens(config.auth_token_file, config.auth_token_grace)
+            self.tokens = BearerTokens(config.auth_token_file, config.auth_token_grace_s)
             interceptors.append(TokenAuthInterceptor(self.tokens))
         self._native: NativeServer | None = None
         if config.native_port >= 0:
@@ -156,13 +156,13 @@ class BookieServer:
         self.service.draining.set()
         if self._native is not None:
             await asyncio.gather(
-                self._server.stop(self.config.drain_timeout),
-                self._native.drain(self.config.drain_timeout),
+                self._server.stop(self.config.drain_timeout_s),
+                self._native.drain(self.config.drain_timeout_s),
             )
         else:
-            await self._server.stop(self.config.drain_timeout)
+            await self._server.stop(self.config.drain_timeout_s)
         try:
-            await asyncio.wait_for(self.service.wait_orphans(), self.config.drain_timeout)
+            await asyncio.wait_for(self.service.wait_orphans(), self.config.drain_timeout_s)
         except TimeoutError:
             log.warning("adds still unanswered after the drain timeout")
 

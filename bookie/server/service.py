@@ -119,7 +119,8 @@ class BookieService(pb_grpc.BookieServicer):
             self.stats.bad_requests += 1
             return pb.ReadResponse(status=pb.BAD_REQUEST, lac=-1)
         if request.fence:
-            # Recovery reads are fencing reads (seed 002): the fence is persisted before
+            # Recovery reads are fencing reads (docs/protocol.md, "Fencing reads"): the fence
+            # is persisted before
             # the bookie answers anything about the ledger.
             self.stats.fences += 1
             status, _lac, _last = await self.core.fence(ledger_id, request.master_key)

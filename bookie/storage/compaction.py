@@ -6,12 +6,13 @@ deletes every log left without live data; a log still partly live keeps its byte
 it is compacted: its live entries are copied to the log being filled, their index rows
 repointed, and the old log deleted. Like BookKeeper, two passes run on their own clocks:
 
-- a *minor* compaction every ``minor_interval_s`` takes the logs whose live share is below
-  ``minor_threshold`` (cheap: little to copy for much space);
-- a *major* compaction every ``major_interval_s`` takes those below ``major_threshold``.
+- a *minor* compaction every ``minor_compaction_interval_s`` takes the logs whose live
+  share is below ``minor_compaction_threshold`` (cheap: little to copy for much space);
+- a *major* compaction every ``major_compaction_interval_s`` takes those below
+  ``major_compaction_threshold``.
 
 Copying runs in steps of about 1 MiB in the storage thread, between checkpoints, and at
-most ``rate_bytes`` per second, so a writer's adds and the checkpoints keep their pace.
+most ``compaction_rate_bytes`` per second, so a writer's adds and the checkpoints keep their pace.
 :func:`logs_to_compact` is the pure rule; :class:`Compactor` runs it against a core.
 
 A log is deleted only once every live entry in it was read and copied, or was read and
@@ -33,6 +34,7 @@ import structlog
 
 from bookie.storage.entry_storage import EntryStorage, UnreadableEntryLogError
 from bookie.storage.journal_files import StorageIOError
+from walog.settings import setting
 
 _log = structlog.get_logger("bookie.storage.compaction")
 
@@ -45,35 +47,36 @@ StorageStep = Callable[[Callable[["EntryStorage"], Any]], Awaitable[Any]]
 
 @dataclasses.dataclass(frozen=True)
 class CompactionPolicy:
-    """When entry logs are compacted, and how fast.
+    """When entry logs are compacted, and how fast (each field's help text says which)."""
 
-    Attributes:
-        minor_threshold: Minor compaction takes logs whose live share is below this.
-        minor_interval_s: Seconds between minor compactions; 0 turns them off.
-        major_threshold: Major compaction takes logs whose live share is below this.
-        major_interval_s: Seconds between major compactions; 0 turns them off.
-        rate_bytes: Most payload bytes copied per second.
-    """
-
-    minor_threshold: float = 0.2
-    minor_interval_s: float = 3600.0
-    major_threshold: float = 0.8
-    major_interval_s: float = 86400.0
-    rate_bytes: int = 32 * 1024 * 1024
+    minor_compaction_threshold: float = setting(
+        0.2, help="minor compaction copies the entry logs whose live share is below this"
+    )
+    minor_compaction_interval_s: float = setting(
+        3600.0, help="time between minor compactions (0: off)"
+    )
+    major_compaction_threshold: float = setting(
+        0.8, help="major compaction copies the entry logs whose live share is below this"
+    )
+    major_compaction_interval_s: float = setting(
+        86400.0, help="time between major compactions (0: off)"
+    )
+    compaction_rate_bytes: int = setting(
+        32 * 1024 * 1024, help="most payload bytes compaction copies per second"
+    )
 
     def __post_init__(self) -> None:
-        if not 0 <= self.minor_threshold <= self.major_threshold < 1:
+        minor, major = self.minor_compaction_threshold, self.major_compaction_threshold
+        if not 0 <= minor <= major < 1:
             raise ValueError(
-                "compaction thresholds must satisfy 0 <= minor <= major < 1, got minor "
-                f"{self.minor_threshold} and major {self.major_threshold}"
+                "0 <= minor_compaction_threshold <= major_compaction_threshold < 1 must hold, "
+                f"got {minor} and {major}"
             )
-        if self.minor_interval_s < 0 or self.major_interval_s < 0:
-            raise ValueError(
-                "compaction intervals must be >= 0 seconds (0: off), got "
-                f"{self.minor_interval_s} and {self.major_interval_s}"
-            )
-        if self.rate_bytes <= 0:
-            raise ValueError(f"the compaction rate must be > 0 bytes/s, got {self.rate_bytes}")
+        for name in ("minor_compaction_interval_s", "major_compaction_interval_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        if self.compaction_rate_bytes <= 0:
+            raise ValueError(f"compaction_rate_bytes must be > 0, got {self.compaction_rate_bytes}")
 
 
 def _now() -> float:
@@ -136,8 +139,8 @@ class Compactor:
                     break
                 after, moved = step
                 self.bytes_moved += moved
-                # Rate limit: never ahead of rate_bytes per second since the pass began.
-                ahead = (self.bytes_moved - moved_before) / self.policy.rate_bytes - (
+                # Rate limit: never ahead of compaction_rate_bytes per second since the pass began.
+                ahead = (self.bytes_moved - moved_before) / self.policy.compaction_rate_bytes - (
                     _now() - started
                 )
                 if ahead > 0:
@@ -163,8 +166,8 @@ class Compactor:
         passes = [
             (interval, threshold, name)
             for interval, threshold, name in (
-                (policy.minor_interval_s, policy.minor_threshold, "minor"),
-                (policy.major_interval_s, policy.major_threshold, "major"),
+                (policy.minor_compaction_interval_s, policy.minor_compaction_threshold, "minor"),
+                (policy.major_compaction_interval_s, policy.major_compaction_threshold, "major"),
             )
             if interval > 0
         ]

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from bookie.storage.compaction import CompactionPolicy
+from walog.settings import setting
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 _MIB = 1024 * 1024
@@ -15,49 +16,67 @@ _MIB = 1024 * 1024
 class StorageConfig:
     """Where and how a bookie stores entries (the storage engine's settings).
 
-    Attributes:
-        data_dir: Root of the stored state: ``entrylogs/`` (entry logs) and ``index/``
-            (LMDB: entry locations, ledger state, checkpoint mark).
-        journal_dir: Journal files; ``data_dir / "journal"`` when None. Put it on its own
-            disk to keep journal syncs free of entry-log traffic.
-        group_wait_s: A journal group that must be synced waits up to this long for more
-            records (counted from its first record's arrival) ... 0: it is written and
-            synced as soon as the journal thread is free; records that arrive during that
-            write and sync form the next group (the batching comes from the sync itself).
-        group_max_bytes: ... or once it holds this many bytes.
-        journal_file_bytes: A journal file is rolled over once it grows past this size.
-        entry_log_file_bytes: An entry log is rolled over once it grows past this size.
-        write_cache_bytes: Entries received since the last checkpoint stay in memory; a
-            checkpoint starts early once they take this many bytes.
-        checkpoint_interval_s: Time between checkpoints (write cache to entry logs + index,
-            then the journal mark moves forward and older journal files are deleted), give
-            or take a tenth; the first falls in the second half of the first interval.
-        volatile_flush_interval_s: Entries of VOLATILE ledgers written but not synced are
-            synced by the journal after at most this long (>= 1 s).
-        max_entry_bytes: Adds with a larger payload are refused with BAD_REQUEST.
-        compaction: When partly dead entry logs are compacted, and how fast
-            (bookie/storage/compaction.py).
-        cache_entry_logs: Keep the entry-log pages a checkpoint wrote in the page cache.
-            False (the default): once they are synced, the bookie tells the kernel it will
-            not need them soon (``POSIX_FADV_DONTNEED``). Checkpointed entries are read
-            rarely (tailers read recent entries from the write cache), and caching every
-            byte written would only crowd out pages that are read; on hosts where new
-            page-cache pages are costly to get (virtual machines that hand freed memory
-            back), dropping them lets the next checkpoint reuse the same memory.
+    Each field's default and help text are declared here once (:func:`walog.settings.setting`);
+    the bookie's flags take over those it has (``BookieConfig``).
+
+    Group commit (``group_wait_s``, ``group_max_bytes``): with no wait, a group is written
+    and synced as soon as the journal thread is free, and the records that arrive during
+    that write and sync form the next group: the batching comes from the sync itself.
+
+    Entry-log pages (``cache_entry_logs``): checkpointed entries are read rarely (tailers
+    read recent entries from the write cache), and caching every byte written would only
+    crowd out pages that are read; on hosts where new page-cache pages are costly to get
+    (virtual machines that hand freed memory back), dropping them lets the next checkpoint
+    reuse the same memory.
     """
 
-    data_dir: Path
-    journal_dir: Path | None = None
-    group_wait_s: float = 0.0
-    group_max_bytes: int = 512 * 1024
-    journal_file_bytes: int = 64 * _MIB
-    entry_log_file_bytes: int = 512 * _MIB
-    write_cache_bytes: int = 64 * _MIB
-    checkpoint_interval_s: float = 10.0
-    volatile_flush_interval_s: float = 1.0
-    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES + 1024
-    cache_entry_logs: bool = False
+    data_dir: Path = setting(
+        help="the data directory: entry logs (entrylogs/), the index (index/, LMDB) and the "
+        "bookie's cookie"
+    )
+    journal_dir: Path | None = setting(
+        None,
+        help="the journal's directory, ideally on a disk of its own (journal syncs are on "
+        "the write path)",
+    )
+    group_wait_s: float = setting(
+        0.0,
+        help="longest wait of a journal group that must be synced for more records, from "
+        "its first record's arrival; 0: none",
+    )
+    group_max_bytes: int = setting(512 * 1024, help="a journal group commits at this size")
+    journal_file_bytes: int = setting(64 * _MIB, help="a journal file rolls over at this size")
+    entry_log_file_bytes: int = setting(
+        512 * _MIB,
+        help="an entry log rolls over at this size; the log being filled is never "
+        "compacted, so smaller logs give space back sooner",
+    )
+    write_cache_bytes: int = setting(
+        64 * _MIB,
+        help="entries received since the last checkpoint stay in memory; a checkpoint "
+        "starts early once they take this many bytes",
+    )
+    checkpoint_interval_s: float = setting(
+        10.0,
+        help="time between checkpoints (the write cache to the entry logs and the index, "
+        "then older journal files are deleted), give or take a tenth; a failed checkpoint "
+        "is retried after this long",
+    )
+    volatile_flush_interval_s: float = setting(
+        1.0, help="time (>= 1 s) before the journal syncs entries of VOLATILE ledgers"
+    )
+    max_entry_bytes: int = setting(
+        DEFAULT_MAX_ENTRY_BYTES + 1024,
+        help="adds with a larger payload are refused with BAD_REQUEST (the default is a "
+        "little more than a client's, so that a client's default entry always fits)",
+    )
+    cache_entry_logs: bool = setting(
+        False,
+        help="keep the entry-log pages a checkpoint wrote in the page cache; by default they "
+        "are dropped once synced (POSIX_FADV_DONTNEED)",
+    )
     compaction: CompactionPolicy = dataclasses.field(default_factory=CompactionPolicy)
+    """When partly dead entry logs are compacted, and how fast (bookie/storage/compaction.py)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

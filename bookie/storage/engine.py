@@ -9,7 +9,7 @@ Ordering rules that make it crash-safe:
 
 - A change is acknowledged only after its journal record completed: PERSISTENT adds,
   first master keys, fences and deletions after the group's fdatasync; VOLATILE adds after
-  the ``write()`` (seed 004).
+  the ``write()`` (docs/protocol.md, "Journal before acknowledgement").
 - An entry enters the write cache and its journal record is queued in the same
   synchronous step, so a checkpoint that freezes the cache and then queues a journal
   barrier gets a mark that no frozen entry's record lies beyond.

@@ -15,7 +15,7 @@ import json
 
 
 class SyncCursor:
-    """Which entries of a ledger are synced on this bookie (seed 004, BP-14).
+    """Which entries of a ledger are synced on this bookie (docs/protocol.md, "LastAddSynced").
 
     ``last_add_synced`` (LAS): every entry up to it is synced here, or is confirmed in the
     ensemble (a piggybacked LAC). ``ranges``: synced runs above ``LAS + 1``, kept sorted,
@@ -38,7 +38,7 @@ class SyncCursor:
         return [(first, last) for first, last in self._ranges]
 
     def mark_synced(self, entry_id: int) -> None:
-        """Record that ``entry_id`` is synced (seed 004 "Update Sync Cursor")."""
+        """Record that ``entry_id`` is synced."""
         self.mark_run(entry_id, entry_id)
 
     def advance_to(self, lac: int) -> None:

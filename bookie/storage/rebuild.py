@@ -207,11 +207,13 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--rebuild-index", action="store_true", required=True)
     parser.add_argument("--data-dir", type=Path, required=True, help="the bookie's data dir")
-    parser.add_argument("--max-entry-bytes", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "--max-entry-bytes", type=int, default=None, metavar="N", help="the bookie's, if set"
+    )
     args, _ = parser.parse_known_args(argv)  # the bookie's other flags may be passed along
     config = StorageConfig(data_dir=args.data_dir)
     if args.max_entry_bytes is not None:
-        config = dataclasses.replace(config, max_entry_bytes=args.max_entry_bytes + 1024)
+        config = dataclasses.replace(config, max_entry_bytes=args.max_entry_bytes)
     try:
         report = rebuild_index(config)
     except StorageIOError as exc:

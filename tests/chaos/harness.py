@@ -30,10 +30,9 @@ from tests.chaos.checker import Ack, History, ReadRecord, Violation, check
 from tests.chaos.records import RecordKey, read_json_lines
 from tests.chaos.worker import CHAOS_CLIENT, MUTATIONS_ENV
 from tests.processes import DIE_WITH_PARENT
-from tests.zk import ZooKeeperServer
 from walog.errors import is_retriable
 from walog.log.position import Position
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.harness import ChaosConfig, run_chaos
-from tests.zk import ZooKeeperServer
+from walog.testing import ZooKeeperServer
 
 SEED = int(os.environ.get("WALOG_CHAOS_SEED", "0")) or int(time.time()) % 100_000
 

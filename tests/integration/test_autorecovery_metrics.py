@@ -13,8 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import walog.aio as aio
 from tests.integration.waiting import eventually
 from tests.processes import DIE_WITH_PARENT
-from tests.zk import free_port
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, free_port
 
 
 def _scrape(url: str) -> dict[str, float]:

@@ -17,14 +17,13 @@ import pytest
 import walog
 import walog.aio
 from tests.integration.disks import read_entries, wait_until
-from tests.zk import ZooKeeperServer
 from walog.autorecovery.decommission import DecommissionError, decommission
 from walog.autorecovery.replicate import recover
-from walog.cli import main as walog_main
 from walog.config import ClientConfig, Timeouts
 from walog.ledger.quorum import write_set
+from walog.main import main as walog_main
 from walog.metadata.layout import LedgerMetadata, cookie_path, decommission_path, repair_lock_path
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperServer
 
 LEDGERS = 100
 ENTRIES = 5

@@ -77,7 +77,7 @@ def test_eio_on_journal_sync_acks_nothing_after_it_and_restart_keeps_every_acked
     with running_bookie(
         tmp_path / "bookie",
         metadata,
-        extra_args=["--journal-dir", str(journal), "--disk-check-interval", "0.1"],
+        extra_args=["--journal-dir", str(journal), "--disk-check-interval-s", "0.1"],
     ) as bookie:
         monkeypatch.delenv("LD_PRELOAD")  # only the bookie runs with the shim
         acked = [
@@ -168,7 +168,7 @@ def test_eio_on_the_entry_logs_turns_read_only_until_a_checkpoint_succeeds_and_l
     with running_bookie(
         data_dir,
         metadata,
-        extra_args=["--checkpoint-interval", "0.2", "--disk-check-interval", "0.1"],
+        extra_args=["--checkpoint-interval-s", "0.2", "--disk-check-interval-s", "0.1"],
     ) as bookie:
         monkeypatch.delenv("LD_PRELOAD")
         statuses = [add_status(bookie, make_add(LEDGER, i, _payload(i))) for i in range(50)]

@@ -26,7 +26,7 @@ from tests.integration.disks import (
     used_share,
     wait_until,
 )
-from walog import cli
+from walog import main as cli
 from walog.testing import LocalCluster, free_port
 from walog.wire.digest import master_key
 from walog.wire.proto import bookie_pb2 as pb
@@ -39,7 +39,7 @@ THRESHOLDS = [
     "--disk-usage-threshold", "0.5",
     "--disk-usage-warn-threshold", "0.45",
     "--disk-usage-lwm-threshold", "0.4",
-    "--disk-check-interval", "0.1",
+    "--disk-check-interval-s", "0.1",
 ]  # fmt: skip
 
 
@@ -164,10 +164,10 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
         *THRESHOLDS,
         "--journal-dir", str(journal_disk / "journal"),
         "--metrics-port", str(metrics_port),
-        "--checkpoint-interval", "0.2",
+        "--checkpoint-interval-s", "0.2",
         "--entry-log-file-bytes", str(8 * 1024 * 1024),
-        "--gc-interval", "0.5", "--gc-grace", "0",
-        "--minor-compaction-interval", "0.5", "--minor-compaction-threshold", "0.8",
+        "--gc-interval-s", "0.5", "--gc-grace-s", "0",
+        "--minor-compaction-interval-s", "0.5", "--minor-compaction-threshold", "0.8",
     ]  # fmt: skip
     entry = 64 * 1024
     with (

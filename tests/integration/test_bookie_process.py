@@ -218,8 +218,8 @@ async def gc_bookie(tmp_path: Path) -> AsyncIterator[BookieProcess]:
         tmp_path / "bookie",
         f"sqlite:///{tmp_path}/meta.db",
         extra_args=[
-            "--gc-interval", "0.2", "--gc-grace", "0",
-            "--gc-stray-interval", "0.2", "--gc-stray-grace", "0",
+            "--gc-interval-s", "0.2", "--gc-grace-s", "0",
+            "--gc-stray-interval-s", "0.2", "--gc-stray-grace-s", "0",
             "--metrics-port", str(metrics_port),
         ],
     )  # fmt: skip
@@ -419,7 +419,7 @@ async def _draining_bookie(
     """A bookie with a long drain timeout and a stub to it; after the body, the bookie must
     have exited 0 (the body sends it SIGTERM)."""
     bookie = BookieProcess(
-        tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db", extra_args=["--drain-timeout", "30"]
+        tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db", extra_args=["--drain-timeout-s", "30"]
     )
     try:
         bookie.start().wait_ready()

@@ -40,13 +40,13 @@ def test_a_damaged_index_is_refused_and_rebuilt_from_the_entry_logs(tmp_path: Pa
         bookie.terminate()  # the final checkpoint puts them in the entry logs
         # A checkpoint of the next run deletes the journal file that holds OLD's records.
         first_files = journal_files(data_dir / "journal")
-        bookie.start(["--checkpoint-interval", "0.1"]).wait_ready()
+        bookie.start(["--checkpoint-interval-s", "0.1"]).wait_ready()
         wait_until(
             lambda: journal_files(data_dir / "journal")[0][0] > first_files[-1][0],
             "the journal files of the first run are deleted",
         )
         bookie.terminate()
-        bookie.start(["--checkpoint-interval", "3600"]).wait_ready()
+        bookie.start(["--checkpoint-interval-s", "3600"]).wait_ready()
         for entry_id in range(20):
             batch = make_add(RECENT, entry_id, _payload(RECENT, entry_id))
             assert add_status(bookie, batch) == pb.OK

@@ -15,7 +15,8 @@ import pytest
 
 import walog
 from tests.processes import DIE_WITH_PARENT
-from walog import cli
+from walog import main as cli
+from walog.cli import ledgers
 from walog.testing import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def test_subcommand_list_matches_the_operations_guide() -> None:
 
 
 def test_parser_has_exactly_the_documented_subcommands() -> None:
-    actions = [a for a in cli._build_parser()._actions if a.choices and a.dest == "command"]
+    actions = [a for a in cli.build_parser()._actions if a.choices and a.dest == "command"]
     assert sorted(actions[0].choices) == sorted({words[0] for words in SUBCOMMANDS})
 
 
@@ -173,7 +174,7 @@ def test_unexpected_exception_is_one_line_unless_traceback_is_asked_for(
     def broken(args: object) -> int:
         raise RuntimeError("kaput\nsecond line")
 
-    monkeypatch.setattr(cli, "_cmd_ledgers", broken)
+    monkeypatch.setattr(ledgers, "list_ledgers", broken)
     monkeypatch.delenv("WALOG_TRACEBACK", raising=False)
     status, _, err = _run(["ledgers", "--metadata", "sqlite:///x.db"], capsys)
     assert status == 1
@@ -187,7 +188,11 @@ def test_unexpected_exception_is_one_line_unless_traceback_is_asked_for(
 def test_feature_missing_from_the_build_is_reported_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(cli._DELEGATED, "bench", ("walog.not_built", "main", "benchmarks"))
+    def not_built() -> cli.Main:
+        raise ModuleNotFoundError("No module named 'walog.bench'", name="walog.bench")
+
+    bench = cli.DELEGATED["bench"]._replace(load=not_built)
+    monkeypatch.setitem(cli.DELEGATED, "bench", bench)
     status, _, err = _run(["bench", "--quick"], capsys)
     assert status == 2
     assert err == "walog: error: benchmarking is not available in this build\n"

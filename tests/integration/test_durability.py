@@ -32,9 +32,9 @@ from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 CONFIG = ClientConfig(timeouts=Timeouts(add=10.0, read=5.0, explicit_lac=0.05))
 # Background flushes of VOLATILE data are pushed far out so every sync a test sees comes
 # from a force or a PERSISTENT add.
-SLOW_FLUSH = ["--volatile-flush-interval", "3600"]
+SLOW_FLUSH = ["--volatile-flush-interval-s", "3600"]
 # No checkpoint either (it syncs the journal, and with it the VOLATILE entries).
-NO_CHECKPOINT = ["--checkpoint-interval", "3600"]
+NO_CHECKPOINT = ["--checkpoint-interval-s", "3600"]
 
 
 @pytest.fixture

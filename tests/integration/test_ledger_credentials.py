@@ -11,7 +11,7 @@ import pytest
 import walog.aio as aio
 from tests.integration.bookies import BookieProcess
 from tests.pki import make_certificates
-from walog import cli
+from walog import main as cli
 from walog.config import ClientConfig, Timeouts
 from walog.errors import UnauthorizedError
 from walog.transport.credentials import TlsConfig

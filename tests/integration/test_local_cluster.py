@@ -112,8 +112,8 @@ def test_signals_to_a_bookie_that_is_not_running_are_refused(tmp_path: Path) -> 
 
 
 def test_failed_start_raises_with_the_bookie_log_and_cleans_up() -> None:
-    local = LocalCluster(bookies=1, bookie_args=["--group-wait-ms", "-1"], start_timeout=60)
-    with pytest.raises(LocalClusterError, match="group-wait-ms") as info:
+    local = LocalCluster(bookies=1, bookie_args=["--group-wait-s", "-1"], start_timeout=60)
+    with pytest.raises(LocalClusterError, match="group-wait-s") as info:
         local.start()
     assert "exited with status" in str(info.value)
     assert not local.data_dir.exists()

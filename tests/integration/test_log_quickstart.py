@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from walog.quickstart import run_quickstart
+from walog.cli.quickstart import run_quickstart
 
 
 def test_quickstart_shows_takeover_fencing_and_truncation() -> None:

@@ -34,7 +34,7 @@ from walog.log.writer import AsyncLogWriter
 from walog.testing import LocalCluster
 from walog.wire.durability import Durability
 
-SLOW_FLUSH = ["--volatile-flush-interval", "3600"]  # only a force syncs VOLATILE entries
+SLOW_FLUSH = ["--volatile-flush-interval-s", "3600"]  # only a force syncs VOLATILE entries
 
 
 async def append_all(writer: AsyncLogWriter, prefix: bytes) -> None:

@@ -395,7 +395,7 @@ async def test_unreachable_store_raises_metadata_error(
     if backend == "sqlite":
         uri = f"sqlite://{tmp_path}/no/such/dir/meta.db"
     else:
-        from tests.zk import free_port
+        from walog.testing import free_port
 
         uri = f"zk://127.0.0.1:{free_port()}/walog"
     with pytest.raises(MetadataError):
@@ -415,7 +415,7 @@ async def test_calls_after_close_raise_metadata_error(store_uri: str) -> None:
 
 @pytest.mark.zk
 async def test_zookeeper_calls_wait_out_a_suspended_connection() -> None:
-    from tests.zk import ZooKeeperServer
+    from walog.testing import ZooKeeperServer
 
     with ZooKeeperServer() as server:
         uri = server.uri("/suspend", session_timeout=8)

@@ -18,10 +18,9 @@ from bookie.config import BookieConfig
 from bookie.server.grpc_port import BookieServer
 from bookie.storage.engine import BookieCore
 from tests.integration.bookies import make_add
-from tests.zk import free_port
 from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieUnavailableError
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, free_port
 from walog.transport.native import NativeCallError, NativeConnection
 from walog.transport.network import NetworkBookieClient
 from walog.transport.route import NativeRoute

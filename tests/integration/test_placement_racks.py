@@ -13,8 +13,8 @@ import pytest
 
 import walog.aio as aio
 from walog.autorecovery import recover
-from walog.cli import main as walog_main
 from walog.config import ClientConfig, Timeouts
+from walog.main import main as walog_main
 from walog.testing import LocalCluster
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc

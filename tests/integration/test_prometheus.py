@@ -13,8 +13,7 @@ from prometheus_client import CollectorRegistry
 import walog.metrics
 from tests.integration.bookies import REPO_ROOT
 from tests.prometheus import PrometheusServer
-from tests.zk import free_port
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, free_port
 
 ALERT_RULES = REPO_ROOT / "docs" / "ops" / "walog-alerts.yml"
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 import walog
-from tests.zk import ZooKeeperServer
-from walog import cli
+from walog import main as cli
 from walog.ledger.create import password_check
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperServer
 from walog.wire.digest import master_key
 
 LEDGER_SECRET = "ledger-pw-7f3a"

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 import walog.aio
-from tests.zk import ZooKeeperServer
 from walog.errors import SessionExpiredError
 from walog.log.position import Position
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperServer
 
 
 async def test_a_log_writer_without_zookeeper_for_a_session_timeout_stops_clearly(

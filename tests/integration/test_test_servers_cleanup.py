@@ -21,7 +21,7 @@ GONE_WITHIN = 30.0
 but the machine may be busy)."""
 
 _OWNERS = {
-    "zookeeper": "from tests.zk import ZooKeeperServer\nserver = ZooKeeperServer().start()\n",
+    "zookeeper": "from walog.testing import ZooKeeperServer\nserver = ZooKeeperServer().start()\n",
     "prometheus": (
         "from tests.prometheus import PrometheusServer\nserver = PrometheusServer({}).start()\n"
     ),

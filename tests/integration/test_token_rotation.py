@@ -32,7 +32,7 @@ def bookie(tmp_path: Path) -> Iterator[tuple[BookieProcess, Path]]:
     process = BookieProcess(
         tmp_path / "bookie",
         f"sqlite:///{tmp_path}/meta.db",
-        extra_args=["--auth-token-file", str(token), "--auth-token-grace", str(GRACE_S)],
+        extra_args=["--auth-token-file", str(token), "--auth-token-grace-s", str(GRACE_S)],
     )
     try:
         process.start().wait_ready()  # the health service needs no token

@@ -17,10 +17,9 @@ from kazoo.client import KazooClient
 
 import walog
 from tests.integration.acl_checks import assert_reads_only, assert_shut_out
-from tests.zk import ZooKeeperServer
 from walog.errors import UnauthorizedError
 from walog.metadata.layout import ledger_path, log_path
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperServer
 
 pytestmark = pytest.mark.zk
 

@@ -18,11 +18,10 @@ from kazoo.client import KazooClient
 import walog
 from tests.integration.acl_checks import assert_reads_only, assert_shut_out
 from tests.pki import make_certificates
-from tests.zk import ZooKeeperServer, ZooKeeperUnavailable, free_port
 from walog.errors import MetadataError, UnauthorizedError
 from walog.metadata.layout import ledger_path, log_path
 from walog.metadata.uri import parse_uri
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, ZooKeeperError, ZooKeeperServer, free_port
 
 
 def kazoo(server: ZooKeeperServer, auth: str | None = None) -> KazooClient:
@@ -110,7 +109,7 @@ def tls_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[in
     )
     try:
         server = ZooKeeperServer(extra_config=extra).start()
-    except ZooKeeperUnavailable as exc:
+    except ZooKeeperError as exc:
         pytest.fail(str(exc), pytrace=False)
     yield port, pki
     server.stop()

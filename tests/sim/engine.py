@@ -323,11 +323,11 @@ class EngineTunables:
             # Thresholds above the defaults: logs here hold few entries, so compaction
             # finds work as soon as some of their ledgers are deleted.
             compaction=CompactionPolicy(
-                minor_threshold=0.5,
-                minor_interval_s=self.compaction_interval_s,
-                major_threshold=0.9,
-                major_interval_s=self.compaction_interval_s * 3,
-                rate_bytes=1 << 20,
+                minor_compaction_threshold=0.5,
+                minor_compaction_interval_s=self.compaction_interval_s,
+                major_compaction_threshold=0.9,
+                major_compaction_interval_s=self.compaction_interval_s * 3,
+                compaction_rate_bytes=1 << 20,
             ),
         )
 

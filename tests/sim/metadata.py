@@ -206,6 +206,8 @@ class SimMetadataStore(MetadataStore):
     async def _register(self, path: str, data: bytes) -> None:
         """A record bound to this session."""
         await self._hop()
+        if self.closed:  # the session ended while the request travelled: no record outlives it
+            raise MetadataError(f"metadata session {self.session} is closed")
         existing = self._server.nodes.get(path)
         if existing is not None and existing.owner == self.session:
             existing.data = bytes(data)

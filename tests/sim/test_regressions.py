@@ -171,3 +171,27 @@ def test_a_node_that_applied_nothing_never_starts_past_records_truncated_after_i
         await leader.close()
 
     run(scenario(), seed=1000484)
+
+
+def test_an_idle_writer_tells_its_lac_again_after_its_bookies_forgot_it() -> None:
+    # Found as seed 1000700 (state_machine, engine, cancellations). E = Qw = Qa = 2. The
+    # writer, now idle, told its last LAC to both bookies once; both then restarted and,
+    # as bookies do not sync an explicit LAC, went back to the LAC the last entry carried.
+    # No reader could learn that the last entry was confirmed until the next append.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, SimLoop)
+        world = World(loop, 2, FaultConfig())
+        writer = await world.async_client("w").create_ledger(2, 2, 2)
+        for entry in range(3):
+            await writer.append(b"e%d" % entry)
+        await asyncio.sleep(0.5)  # the idle writer's explicit LAC (2) reached both bookies
+        for bookie in writer.metadata.last_ensemble:
+            world.crash(bookie)
+            world.restart(bookie)  # its LAC is 1 again: the one entry 2 carried
+        reader = await world.async_client("t").open_ledger(writer.ledger_id, recovery=False)
+        assert await reader.wait_last_add_confirmed(1, 60.0) == 2
+        await reader.close()
+        await writer.close()
+
+    run(scenario(), seed=1000700)

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from walog import cli
+from walog import main as cli
+from walog.cli.options import ENV_METADATA
 
 # Delegated commands parse their own arguments: their parsers, by command words.
 DELEGATED = {
@@ -20,11 +21,11 @@ DELEGATED = {
     ("bench",): "walog.bench.command",
     ("archive",): "walog.spark.archive",
     ("autorecovery",): "walog.autorecovery.command",
-    ("status",): "walog.status",
+    ("status",): "walog.cli.status",
 }
 # Commands that start a cluster of their own take no --metadata and no --timeout.
 OWN_CLUSTER = {("quickstart",), ("bench",)}
-# The bookie is a server: its metadata store has --metadata-timeout, not --timeout.
+# The bookie is a server: its metadata store has --metadata-timeout-s, not --timeout.
 NO_TIMEOUT = {("bookie",)}
 
 
@@ -50,7 +51,7 @@ def commands() -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
         for name, child in children.items():
             yield from walk((*words, name), child)
 
-    yield from walk((), cli._build_parser())
+    yield from walk((), cli.build_parser())
     yield (
         ("bookie", "decommission"),
         importlib.import_module(DELEGATED[("bookie", "decommission")]).build_parser(),
@@ -99,10 +100,10 @@ def test_a_command_that_reaches_a_cluster_takes_metadata_and_timeout(
 
 
 def test_metadata_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cli.ENV_METADATA, "sqlite:///from/env.db")
+    monkeypatch.setenv(ENV_METADATA, "sqlite:///from/env.db")
     for words, parser in commands():
         if words in OWN_CLUSTER or words == ("bookie",):
-            continue  # the bookie gets it from `walog bookie` (its flag is required)
+            continue  # the bookie reads the variable when it resolves its settings
         action = _options(parser).get("--metadata")
         assert action is not None and action.default == "sqlite:///from/env.db", words
 

@@ -1,8 +1,13 @@
 """Auto-recovery: re-replicate the ledger fragments that name lost bookies.
 
 ``walog autorecovery`` (:func:`main`) runs :func:`recover` once (``--once``) or as a daemon.
-The rules are in :mod:`walog.autorecovery.rules`, the copying and the metadata swap in
-:mod:`walog.autorecovery.replicate`.
+
+- ``rules``: what is repaired, pure rules over ledger metadata;
+- ``replicate``: finding the damaged fragments, copying their entries, the metadata swap;
+- ``report``: what one pass found and did;
+- ``command``: the ``walog autorecovery`` command; ``daemon``: several daemons, one elected
+  auditor; ``metrics``: the daemon's metrics;
+- ``decommission``: ``walog bookie decommission``, draining a bookie and retiring its id.
 """
 
 from walog.autorecovery.command import main

@@ -25,7 +25,8 @@ from walog.autorecovery.daemon import Daemon
 from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import recover
 from walog.autorecovery.report import Report
-from walog.cli import CommandParser, add_connection_options, connect_options
+from walog.cli.options import CommandParser, add_connection_options, connect_options
+from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
 from walog.ledger.placement import POLICIES, placement_policy
 
@@ -95,7 +96,47 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus metrics of the passes at http://HOST:PORT/metrics (daemon only)",
     )
+    add_config_flags(parser)
     return parser
+
+
+def example_config() -> str:
+    """The example configuration file shipped as docs/ops/autorecovery.toml: every key with
+    its help text and its default, built from the flags.
+
+    Regenerate it with ``python -c 'import walog.autorecovery.command as m;
+    print(m.example_config(), end="")' > docs/ops/autorecovery.toml``.
+    """
+    return example_file(
+        build_parser(),
+        title=[
+            "An example configuration of the walog autorecovery daemon: every key, its help",
+            "text and its default. Run: walog autorecovery --config /etc/walog/autorecovery.toml",
+            "",
+            "Keys are the flags' names without the dashes; a flag given on the command line",
+            f"wins over the file, and so does {ENV_METADATA} over its key. A commented-out",
+            "key is off unless given (its value an example). walog autorecovery --config",
+            "FILE --print-config shows the effective settings and where each came from.",
+            "This file is generated from the flags: walog.autorecovery.command.example_config().",
+        ],
+        samples=EXAMPLE_SAMPLES,
+        hints=EXAMPLE_HINTS,
+    )
+
+
+EXAMPLE_SAMPLES: dict[str, object] = {
+    "metadata": "zk://zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181/walog",
+}
+"""The values the example file sets instead of the defaults."""
+
+EXAMPLE_HINTS: dict[str, object] = {
+    "tls-ca": "/etc/walog/tls/ca.crt",
+    "tls-cert": "/etc/walog/tls/autorecovery.crt",
+    "tls-key": "/etc/walog/tls/autorecovery.key",
+    "auth-token-file": "/etc/walog/autorecovery.token",
+    "metrics-listen": "0.0.0.0:9102",
+}
+"""The values the example file shows, commented out, for the settings off by default."""
 
 
 def _print(report: Report, as_json: bool) -> None:
@@ -201,22 +242,33 @@ def _serve_metrics(listen: str, interval_s: float) -> AutorecoveryMetrics:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog autorecovery``; returns the exit status (0 done, 1 something
-    was not repaired or failed, 2 bad arguments)."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    was not repaired or failed, 2 bad arguments or a bad ``--config`` file).
+
+    Settings come from the flags, then ``WALOG_METADATA``, then the ``--config`` file, then
+    the defaults (walog/config_file.py); ``--print-config`` shows them and exits."""
+    resolved = resolve(
+        build_parser(),
+        list(sys.argv[1:] if argv is None else argv),
+        environment={"metadata": ENV_METADATA},
+        secret=("password",),
+    )
+    args = resolved.args
     if not args.metadata:
-        parser.error("--metadata URI is required (or set WALOG_METADATA)")
+        resolved.error(f"--metadata URI is required (or set {ENV_METADATA})")
     if args.interval <= 0 or args.lost_after < 0 or args.timeout <= 0:
-        parser.error("--interval and --timeout must be > 0 and --lost-after >= 0")
+        resolved.error("--interval and --timeout must be > 0 and --lost-after >= 0")
     if args.metrics_listen and args.once:
-        parser.error("--metrics-listen is for the daemon (leave out --once)")
+        resolved.error("--metrics-listen is for the daemon (leave out --once)")
     if args.metrics_listen:
         try:
             parse_listen(args.metrics_listen)
         except ValueError as exc:
-            parser.error(f"--metrics-listen: {exc}")
+            resolved.error(f"--metrics-listen: {exc}")
     if args.verify_percent and not args.verify_entries:
-        parser.error("--verify-percent needs --verify-entries")
+        resolved.error("--verify-percent needs --verify-entries")
+    if resolved.print_config:
+        print(resolved.render("walog autorecovery"), end="")
+        return 0
     try:
         return walog._loop.run(_run(args))
     except (WalogError, ValueError, OSError) as exc:
@@ -224,4 +276,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-__all__ = ["main"]
+__all__ = ["EXAMPLE_HINTS", "EXAMPLE_SAMPLES", "example_config", "main"]

@@ -32,7 +32,7 @@ from pathlib import Path
 import walog._loop
 import walog.aio
 from walog.autorecovery.replicate import recover
-from walog.cli import CommandParser, add_connection_options, connect_options
+from walog.cli.options import CommandParser, add_connection_options, connect_options
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.metadata.layout import (
     LEDGERS,

@@ -13,8 +13,8 @@ choices):
   (all of them were confirmed before the writer moved on), or, for the last fragment of a
   CLOSED ledger, to the ledger's last entry; such a range may be empty;
 - the lost bookie at ensemble index ``i`` held exactly the entries whose write set contains
-  ``i`` (seed 000, "Write quorums"); those are copied to the replacement, then the fragment's
-  ensemble names the replacement at index ``i`` instead;
+  ``i`` (docs/protocol.md, "Write quorums"); those are copied to the replacement, then the
+  fragment's ensemble names the replacement at index ``i`` instead;
 - a bookie that is available may still lack entries it should hold (it was down while they
   were written and the writer had no bookie to replace it with): checking the first and the
   last entry of its share of each such fragment finds it (BookKeeper's LedgerChecker), and

@@ -3,6 +3,15 @@
 ``walog bench`` runs :func:`main`; see :mod:`walog.bench.command` for the options. Needs the
 ``bench`` extra (hdrhistogram, matplotlib); ``--peers`` needs the ``peers`` extra and
 Debian's ``etcd-server``.
+
+- ``command``: the command; ``scenarios``: the scenarios against a running cluster, with
+  ``checkpoint_tail`` (tail lag during checkpoints), ``hosts`` (between hosts),
+  ``metrics_cost`` (what client metrics cost) and ``memory_probe`` (a writer's memory);
+- ``floors`` and ``echo_server``: what the disk and a bare stream can do; ``peers`` and
+  ``etcd_load``: etcd and NATS measured the same way;
+- ``soak``: the bookies' memory over a long run; ``profile``: py-spy samples;
+- ``stats``: histograms, rates and CPU readings; ``report`` and ``sections``: the table,
+  the plots and the Markdown report.
 """
 
 from __future__ import annotations

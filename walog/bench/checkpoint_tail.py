@@ -29,7 +29,7 @@ FILL_MB = 40.0
 """Megabytes written to every bookie before the tail run (their write cache is 64 MiB)."""
 
 CHECKPOINT_INTERVAL_S = 10.0
-"""The bookies' ``--checkpoint-interval`` (their default; the bench passes none)."""
+"""The bookies' ``--checkpoint-interval-s`` (their default; the bench passes none)."""
 
 ATTEMPTS = 3
 """Runs tried before giving up on a checkpoint falling into the tail run."""

@@ -87,7 +87,7 @@ class _Plan:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``walog bench`` (it starts a cluster of its own: no --metadata)."""
-    from walog.cli import CommandParser
+    from walog.cli.options import CommandParser
 
     parser = CommandParser(
         prog="walog bench",
@@ -567,7 +567,7 @@ class _Run:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
-SOAK_BOOKIE_ARGS = ("--gc-interval", "10", "--gc-grace", "30")
+SOAK_BOOKIE_ARGS = ("--gc-interval-s", "10", "--gc-grace-s", "30")
 """Bookie options of the soak's cluster: deleted ledgers collected 30-40 s after their last
 write instead of after five minutes."""
 

@@ -21,16 +21,18 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^:()]*)(?::\d+)?\)$")
 
 # (area, substring of the frame's file path), first match wins.
 _AREAS: tuple[tuple[str, str], ...] = (
-    ("bookie journal (write + fdatasync)", "bookie/journal"),
+    ("bookie journal (write + fdatasync)", "bookie/storage/journal"),
     ("bookie storage / index", "bookie/storage"),
-    ("bookie storage / index", "bookie/core"),
-    ("bookie add stream", "bookie/add_stream"),
+    ("bookie add stream", "bookie/server/add_stream"),
     ("bookie server", "bookie/"),
+    # The sync facades: walog/client.py, each package's sync.py, the loop thread.
+    ("walog sync facade", "walog/client"),
+    ("walog sync facade", "/sync.py"),
+    ("walog sync facade", "walog/_loop_thread"),
+    ("walog sync facade", "walog/_sinks"),
     ("walog ledger (writer, quorum)", "walog/ledger/"),
     ("walog log (record batching)", "walog/log/"),
     ("walog transport", "walog/transport/"),
-    ("walog sync facade", "walog/client"),
-    ("walog sync facade", "walog/_sync"),
     ("walog bench harness", "walog/bench/"),
     ("protobuf", "google/protobuf"),
     ("grpc (Cython + C core)", "grpc"),

@@ -268,7 +268,7 @@ journal on a disk of its own, `--journal-dir`).
 
 * **ledger append, pipelined** - 1 KiB entries, {ledger_window} appends in flight,
   `append_nowait` of the asyncio API; PERSISTENT (bookies acknowledge after the journal
-  fdatasync) and VOLATILE (after the write, seed 004).
+  fdatasync) and VOLATILE (after the write).
 * **sync API** - the same through `walog.connect(...)` (the event loop runs in a
   background thread): `append_many_async` with 64 entries a call, and `append_async` with
   one (the calls of a loop turn are handed over together, but each entry still has a

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import walog
 import walog.aio
 from walog.aio import AsyncClient
 from walog.bench.stats import Latency, Rate, payload
+from walog.client import connect
 from walog.errors import WalogError
 from walog.latency import percentile_us
 from walog.log.position import Position
@@ -230,7 +230,7 @@ def sync_ledger_append(
     """
     data = payload(ENTRY_BYTES)
     entries = [data] * batch
-    with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
+    with connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
         submit: Callable[[], concurrent.futures.Future[Any]] = (
             (lambda: writer.append_async(data))
             if batch == 1
@@ -285,7 +285,7 @@ def sync_log_append(
     Must run in a thread without a running event loop (the sync client runs its own).
     """
     batch = [payload(RECORD_BYTES)] * LOG_BATCH
-    with walog.connect(metadata_uri) as client:
+    with connect(metadata_uri) as client:
         log = client.open_log(
             f"bench-sync-append-{uuid.uuid4().hex[:8]}",
             ensemble_size=ENSEMBLE[0],
@@ -308,7 +308,7 @@ def sync_append_latency(metadata_uri: str, seconds: float, progress: Progress = 
     :func:`append_latency` through asyncio)."""
     data = payload(ENTRY_BYTES)
     latency = Latency()
-    with walog.connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
+    with connect(metadata_uri) as client, client.create_ledger(*ENSEMBLE) as writer:
         for _ in range(20):  # warm the streams to every bookie
             writer.append(data)
         deadline = time.perf_counter() + seconds

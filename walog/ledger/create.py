@@ -1,4 +1,4 @@
-"""Creating a ledger (seed 000, "Ledger metadata"; DESIGN.md "The write path", step 1).
+"""Creating a ledger (docs/protocol.md, "Ledger metadata" and "Quorums").
 
 Check the quorums, pick ``E`` available bookies, take a new id from the ledger-id counter and
 CAS-create the metadata: state OPEN, one fragment starting at entry 0, and a password check

@@ -1,4 +1,5 @@
-"""The rules of relaxed durability (seed 004, BP-14): the LAC, and bookies that restart.
+"""The rules of relaxed durability: the LAC, and bookies that restart (docs/protocol.md,
+"Relaxed durability").
 
 The durability levels themselves are :class:`walog.wire.durability.Durability`; this is
 what a writer of a VOLATILE ledger does with its bookies' LastAddSynced values and
@@ -13,11 +14,12 @@ from collections.abc import Sequence
 def lac_from_last_add_synced(
     last_add_synced: Sequence[int], write_quorum: int, ack_quorum: int
 ) -> int:
-    """LAC of a VOLATILE ledger from its ensemble's LastAddSynced values (seed 004).
+    """LAC of a VOLATILE ledger from its ensemble's LastAddSynced values (docs/protocol.md,
+    "The LAC of a VOLATILE ledger").
 
     Sort ascending; LAC = max(sorted[0 .. Qw - Qa]), i.e. the element at index ``Qw - Qa``:
-    at least ``Qa`` bookies have synced up to it. Seed example, values 1, 2, 3 with Qw = 3:
-    Qa = 1 -> 3, Qa = 2 -> 2, Qa = 3 -> 1.
+    at least ``Qa`` bookies have synced up to it. Values 4, 7, 9 with Qw = 3:
+    Qa = 1 -> 9, Qa = 2 -> 7, Qa = 3 -> 4.
     """
     if len(last_add_synced) < write_quorum:
         raise ValueError(

@@ -1,4 +1,5 @@
-"""Ensemble placement, replacement of failed bookies and fragment changes (seed 000).
+"""Ensemble placement, replacement of failed bookies and fragment changes (docs/protocol.md,
+"Ensemble changes").
 
 The rules here are pure (no network, clock or disk): what the fragment list looks like after
 a change and whether quorums stay possible; which bookies are chosen is the placement

@@ -1,4 +1,5 @@
-"""Ensemble changes of a ledger's writer: replacing the bookies that failed (seed 000).
+"""Ensemble changes of a ledger's writer: replacing the bookies that failed
+(docs/protocol.md, "Ensemble changes").
 
 A bookie that errors or times out is replaced by an ensemble change: a new fragment starting
 at the first entry not yet completed, compare-and-swapped into the ledger's metadata, then

@@ -1,4 +1,5 @@
-"""Round-robin distribution schedule and quorum coverage (seed 000, "Write quorums").
+"""Round-robin distribution schedule and quorum coverage (docs/protocol.md, "Write quorums"
+and "Coverage").
 
 Pure rules, no I/O: the writer, recovery and the simulator all decide with these.
 """
@@ -44,8 +45,8 @@ class QuorumCoverage:
     """Tracks whether explicit answers cover every write quorum of an ensemble.
 
     Coverage holds once, in every write quorum, at least ``Qw - Qa + 1`` bookies gave the
-    counted answer: then every possible ack quorum contains one of them (seed 000, "Closing
-    a ledger as a reader"; BookKeeper's ``RRQuorumCoverageSet``). Timeouts and errors are
+    counted answer: then every possible ack quorum contains one of them (docs/protocol.md,
+    "Coverage"; BookKeeper's ``RRQuorumCoverageSet``). Timeouts and errors are
     :attr:`Answer.UNKNOWN` and never count.
     """
 

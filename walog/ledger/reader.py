@@ -1,10 +1,10 @@
 """Reading a ledger: bounded reads, unconfirmed reads, LAC reads and LAC long polls.
 
-A reader never fences (seed 002, "Using fencing"): opened without recovery it can tail a
-ledger that a writer is still appending to, but it may read only up to the last add
-confirmed (LAC), because only entries up to the LAC are known to be on an ack quorum and so
-readable by every reader forever. A CLOSED ledger is read up to the last entry in its
-metadata and never beyond.
+A reader never fences (docs/protocol.md, "Opening without recovery"): opened without
+recovery it can tail a ledger that a writer is still appending to, but it may read only up
+to the last add confirmed (LAC), because only entries up to the LAC are known to be on an
+ack quorum and so readable by every reader forever. A CLOSED ledger is read up to the last
+entry in its metadata and never beyond.
 
 Each entry is read from its write set, one bookie after another: an error, a timeout or "no
 such entry" moves on to the next bookie. When every bookie of a fragment holds every entry
@@ -129,7 +129,7 @@ class AsyncLedgerReader:
         """Entries ``first..last``, possibly past the last add confirmed.
 
         Entries past the LAC may not be on an ack quorum yet (and may never be); the
-        application decides what to do with them (seed 004). The result stops before the
+        application decides what to do with them. The result stops before the
         first entry past the LAC that no bookie returns. A closed ledger is still read
         only up to its last entry.
 

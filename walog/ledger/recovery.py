@@ -1,4 +1,5 @@
-"""Ledger recovery: fence the ledger, find its last entry, close it (seeds 000 and 002).
+"""Ledger recovery: fence the ledger, find its last entry, close it (docs/protocol.md,
+"Fencing and recovery").
 
 A recovering reader makes sure the old writer can add nothing more, that every entry the old
 writer may have acknowledged survives on an ack quorum, and that every recoverer agrees on one

@@ -1,11 +1,12 @@
-"""The single writer of a ledger: striping, ack quorums, in-order completion, LAC (seed 000).
+"""The single writer of a ledger: striping, ack quorums, in-order completion, LAC
+(docs/protocol.md, "Ledgers").
 
 An append takes the next entry id and is sent to the write quorum of the current fragment's
 ensemble (``write_set``) at the end of the event-loop turn, packed together with the other
 appends of that turn: one call per bookie, and replies acknowledge runs of entries. It
 completes when ``Qa`` bookies of its write quorum acknowledged it **and** every lower entry
-completed; the LAC is the highest completed entry (VOLATILE ledgers: see seed 004, the LAC
-follows the bookies' LastAddSynced values).
+completed; the LAC is the highest completed entry (VOLATILE ledgers: the LAC follows the
+bookies' LastAddSynced values, docs/protocol.md, "The LAC of a VOLATILE ledger").
 
 A bookie that errors or times out is replaced by an ensemble change
 (walog/ledger/ensemble_change.py: a new fragment starting at the first entry not yet
@@ -21,15 +22,16 @@ while an index was failed or had no replacement), no pending entry misses a book
 write quorum: a request in flight to a bookie that stays is either answered or times out,
 and the timeout replaces that bookie.
 
-A VOLATILE ledger never changes its ensemble (seed 004), and its bookies acknowledge
-entries from their page cache: a bookie that restarts loses those it had not synced. Every
-answer carries the bookie's incarnation (drawn anew each time its storage opens); the writer
-keeps, per ensemble index, the incarnation of the bookie's answers and the highest entry it
-acknowledged. An answer from a new incarnation of a bookie that had acknowledged entries
-above every LastAddSynced it reported (before or in that answer) stops the writer before the
-answer counts: entries acknowledged after the loss would follow a gap. A restart that kept
-everything (a clean one, or a kill the page cache survived) changes nothing. PERSISTENT
-acknowledgements are durable, so their incarnations are not checked.
+A VOLATILE ledger never changes its ensemble (docs/protocol.md, "VOLATILE restrictions"),
+and its bookies acknowledge entries from their page cache: a bookie that restarts loses
+those it had not synced. Every answer carries the bookie's incarnation (drawn anew each time
+its storage opens); the writer keeps, per ensemble index, the incarnation of the bookie's
+answers and the highest entry it acknowledged. An answer from a new incarnation of a bookie
+that had acknowledged entries above every LastAddSynced it reported (before or in that
+answer) stops the writer before the answer counts: entries acknowledged after the loss would
+follow a gap. A restart that kept everything (a clean one, or a kill the page cache
+survived) changes nothing. PERSISTENT acknowledgements are durable, so their incarnations
+are not checked.
 
 Only :class:`LedgerContext` (store, pool, config) and the event loop are used here: no
 sockets, threads or wall clock, so the simulator runs this code unchanged.
@@ -77,6 +79,10 @@ _GAP_SLACK = 1.5
 """A steady writer's next append is due this many times the last gap between two appends
 after its last one."""
 
+LAC_REFRESH_MAX_S = 30.0
+"""An idle writer tells its LAC again at most this long after the last time (bookies forget
+an explicit LAC in a restart)."""
+
 
 def as_payload(data: object, max_entry_bytes: int) -> bytes:
     """Validate an entry payload and return it as immutable bytes.
@@ -120,8 +126,9 @@ def pop_completed(pending: collections.deque[PendingAdd], ack_quorum: int) -> li
     """Remove and return the adds that complete now, in entry-id order.
 
     An add completes when ``ack_quorum`` bookies of its write quorum acknowledged it **and**
-    every lower entry completed (seed 000): only the acknowledged prefix of ``pending``
-    (ordered by entry id) completes; an acknowledged add behind a gap waits.
+    every lower entry completed (docs/protocol.md, "Entry ids and completion"): only the
+    acknowledged prefix of ``pending`` (ordered by entry id) completes; an acknowledged add
+    behind a gap waits.
     """
     if mutations.enabled("out_of_order_ack"):
         ready = [add for add in pending if add.acked.bit_count() >= ack_quorum]
@@ -179,8 +186,8 @@ class AsyncLedgerWriter:
         self._ensemble = self._changes.ensemble  # replaced (not changed) by a change
         self._clients = [ctx.pool.get(b) for b in self._ensemble]  # by ensemble index
         self._on_replies = self._reply_handlers()  # by ensemble index
-        # Write quorums repeat every E entries (seed 000): entry e goes to the ensemble
-        # indexes set in _write_masks[e % E].
+        # Write quorums repeat every E entries (docs/protocol.md, "Write quorums"): entry e
+        # goes to the ensemble indexes set in _write_masks[e % E].
         self._write_masks = [
             sum(1 << index for index in write_set(i, self._e, self._qw)) for i in range(self._e)
         ]
@@ -209,6 +216,7 @@ class AsyncLedgerWriter:
         self._last_append_time = self._loop.time()
         self._append_gap = 0.0  # time between the last two appends
         self._lac_timer: asyncio.TimerHandle | None = None
+        self._lac_refresh: asyncio.TimerHandle | None = None  # an idle writer's LAC, again
         self._lac_check_due = False  # a check whether an append carried the new LAC is due
 
     # -- public state -----------------------------------------------------------------
@@ -466,7 +474,8 @@ class AsyncLedgerWriter:
 
     def _advance_lac(self) -> None:
         if self._durability is Durability.VOLATILE:
-            # Seed 004: the LAC passes only entries synced on enough bookies.
+            # The LAC passes only entries synced on enough bookies (docs/protocol.md, "The
+            # LAC of a VOLATILE ledger").
             synced = lac_from_last_add_synced(self._las, self._qw, self._qa)
             lac = max(self._lac, min(synced, self._completed))
         else:
@@ -538,14 +547,43 @@ class AsyncLedgerWriter:
         self._send_explicit_lac()
 
     def _send_explicit_lac(self) -> None:
-        """Tell every healthy bookie of the ensemble the LAC, unless it already knows."""
+        """Tell every healthy bookie of the ensemble the LAC, unless it already knows; then
+        tell it again now and then while the writer stays idle (:meth:`_refresh_lac`)."""
         if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
             return
+        self._tell_lac()
+        self._lac_told = self._lac
+        if self._lac_refresh is not None:
+            self._lac_refresh.cancel()
+        after = self._ctx.config.timeouts.explicit_lac
+        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
+
+    def _tell_lac(self) -> None:
         out = self._changes.out_of_quorum()
         for index, bookie in enumerate(self._ensemble):
             if index not in out:
                 self._ctx.pool.get(bookie).send_lac(self._ledger_id, self._lac, self._master_key)
-        self._lac_told = self._lac
+
+    def _refresh_lac(self, waited: float) -> None:
+        """An idle writer tells its LAC again, twice as long after each time (up to
+        :data:`LAC_REFRESH_MAX_S`): bookies do not sync an explicit LAC, so one that
+        restarted meanwhile forgot it, and a tailer would wait for the next append to learn
+        that the last entries are confirmed. An append ends the refreshes (it carries the
+        LAC; its own explicit LAC starts them again)."""
+        self._lac_refresh = None
+        if self._error is not None or self._state != "open":
+            return
+        if self._loop.time() - self._last_append_time < waited:
+            return  # appended since: its LAC goes out with it or as a new explicit LAC
+        self._tell_lac()
+        after = min(waited * 2, LAC_REFRESH_MAX_S)
+        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
+
+    def _stop_lac_timers(self) -> None:
+        for timer in (self._lac_timer, self._lac_refresh):
+            if timer is not None:
+                timer.cancel()
+        self._lac_timer = self._lac_refresh = None
 
     # -- failures ---------------------------------------------------------------------
 
@@ -561,9 +599,7 @@ class AsyncLedgerWriter:
         self._error = error
         if self._metrics is not None and isinstance(error, LedgerFencedError):
             self._metrics.fenced_writers += 1
-        if self._lac_timer is not None:
-            self._lac_timer.cancel()
-            self._lac_timer = None
+        self._stop_lac_timers()
         self._changes.cancel_retry()
         log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
         pending, self._pending = self._pending, collections.deque()
@@ -588,7 +624,8 @@ class AsyncLedgerWriter:
         if self._metrics is not None:
             self._metrics.bookie_errors[bookie] += 1
         if self._durability is Durability.VOLATILE:
-            # Seed 004: VOLATILE ledgers never change their ensemble.
+            # VOLATILE ledgers never change their ensemble (docs/protocol.md, "VOLATILE
+            # restrictions").
             read_only = reason == Status.READ_ONLY.name
             error = BookieReadOnlyError if read_only else BookieUnavailableError
             what = "turned read-only" if read_only else f"failed ({reason})"
@@ -636,8 +673,8 @@ class AsyncLedgerWriter:
 
     async def _force_ensemble(self) -> list[str]:
         """Ask every bookie of the ensemble to sync the ledger and advance the LAC over what
-        they synced (seed 004); return what went wrong, one text per bookie that did not
-        answer OK (while closing, a failed bookie does not stop the writer)."""
+        they synced (docs/protocol.md, "Force"); return what went wrong, one text per bookie
+        that did not answer OK (while closing, a failed bookie does not stop the writer)."""
         ensemble = list(self._ensemble)
         replies = await asyncio.gather(
             *(self._ctx.pool.get(b).force(self._ledger_id, self._master_key) for b in ensemble),
@@ -690,9 +727,7 @@ class AsyncLedgerWriter:
                     await asyncio.shield(self._changes.task)
                 else:
                     await self._drained.wait()
-            if self._lac_timer is not None:
-                self._lac_timer.cancel()
-                self._lac_timer = None
+            self._stop_lac_timers()
             await self._cas_close(await self._closing_end())
         except WalogError as exc:
             if self._error is None:
@@ -702,10 +737,10 @@ class AsyncLedgerWriter:
             self._state = "closed"
 
     async def _closing_end(self) -> int:
-        """The last entry the close records: the last one acknowledged to the caller (seed
-        000, "Closing a ledger as a writer"), never less.
+        """The last entry the close records: the last one acknowledged to the caller
+        (docs/protocol.md, "Closing as a writer"), never less.
 
-        A VOLATILE ledger's LAC follows what its bookies synced (seed 004), which may lag
+        A VOLATILE ledger's LAC follows what its bookies synced, which may lag
         the acknowledged entries: the close forces the ensemble first and closes at the
         LAC that reaches. If it cannot reach every acknowledged entry (a bookie is down),
         the close fails and the ledger stays OPEN, so that recovery, which reads what the

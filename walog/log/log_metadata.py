@@ -1,7 +1,7 @@
 """A log's metadata record: the ordered ledger list and what retention needs, with CAS.
 
 Stored as JSON at ``layout.log_path(name)``; the store's record version is the CAS token
-(seed 000, "Ledgers to logs": every change of the list is a compare-and-swap). Format 1:
+(docs/protocol.md, "The ledger list": every change of the list is a compare-and-swap). Format 1:
 
 ```
 {"format": 1,

@@ -1,7 +1,7 @@
 """The tailing log reader: never fences, follows the ledger list, survives writer changes.
 
-A reader opens every ledger without recovery (seed 002, "no-recovery opens for warm
-standbys"), so it never disturbs a writer. Closed ledgers are read to their last entry; the
+A reader opens every ledger without recovery (docs/protocol.md, "Opening without
+recovery"), so it never disturbs a writer. Closed ledgers are read to their last entry; the
 open one is read up to its last add confirmed and tailed with LAC long polls, which also end
 when the ledger gets closed (by its writer on a roll, or by a new writer's recovery: the
 ledger reader watches the ledger's metadata). The reader watches the log's metadata record

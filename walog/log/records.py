@@ -55,11 +55,6 @@ def record_bytes(data: object) -> bytes:
         ) from None
 
 
-def encoded_size(payload_sizes_total: int, count: int) -> int:
-    """Bytes of an entry holding ``count`` records whose payloads total the given size."""
-    return HEADER_BYTES + count * RECORD_OVERHEAD_BYTES + payload_sizes_total
-
-
 def encode_records(records: list[tuple[float, bytes]]) -> bytes:
     """Pack ``(timestamp, payload)`` pairs into one entry.
 
@@ -218,7 +213,6 @@ __all__ = [
     "RecordFormatError",
     "decode_records",
     "encode_records",
-    "encoded_size",
     "iter_record_views",
     "iter_records",
     "record_bytes",

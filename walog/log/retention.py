@@ -5,8 +5,8 @@ how many ledgers to act on. The I/O that carries the decisions out is in
 ``walog.log.truncation`` (truncation, retention, orphan collection) and
 ``walog.log.writer`` (rolling).
 
-Only whole ledgers are ever deleted, and only from the head of the list (seed 000, "Rolling
-ledgers"); the last ledger of the list (the one being written) never is, and neither is a
+Only whole ledgers are ever deleted, and only from the head of the list (docs/protocol.md,
+"Truncation"); the last ledger of the list (the one being written) never is, and neither is a
 ledger whose end the log does not know yet (state OPEN in the log's metadata).
 """
 

@@ -1,7 +1,7 @@
 """The ledger list side of a log writer: taking a log over, creating its ledgers, recovering
-listed ledgers and recording their ends (seed 000, "Opening a log" and "Ledgers to logs").
+listed ledgers and recording their ends (docs/protocol.md, "Takeover").
 
-:func:`take_over_once` is steps 1-5 of the seed's takeover: read the ledger list, fence and
+:func:`take_over_once` is steps 1-5 of the takeover: read the ledger list, fence and
 recover the last two ledgers (and any earlier one still OPEN), create a new ledger, append
 it to the list, CAS-write the list. ``walog.log.writer.open_log_writer`` repeats it until
 its CAS sticks; the writer's rolls create, recover and record ledgers with the same helpers.
@@ -218,7 +218,7 @@ async def recover_listed(client: LedgerClientLike, info: LedgerInfo, password: b
 async def take_over_once(
     client: LedgerClientLike, name: str, options: LedgerOptions
 ) -> tuple[LogMetadata, LedgerWriterLike]:
-    """Steps 1-5 of "Opening a log", once; raises ListChanged when they must start over."""
+    """Steps 1-5 of the takeover, once; raises ListChanged when they must start over."""
     store = client.ctx.store
     meta, _ = await read_log(store, name)
     recovered: dict[int, LedgerInfo] = {}

@@ -1,6 +1,6 @@
-"""The log writer: takeover, record batching and rolling (seed 000, "Ledgers to logs").
+"""The log writer: takeover, record batching and rolling (docs/protocol.md, "Logs").
 
-Takeover (:func:`open_log_writer`) follows the seed's order (its steps are in
+Takeover (:func:`open_log_writer`) follows "Takeover" there (its steps are in
 walog.log.takeover): read the ledger list, fence and recover the last two ledgers (and any
 earlier one still OPEN), create a new ledger, append it to the list, CAS-write the list. A
 lost CAS starts again from the read; the ledger created for it is deleted. No record is
@@ -9,7 +9,7 @@ ledgers that turn out empty leave the list in the same CAS (as pending deletions
 
 Records are packed into entries (walog.log.records) by size, count and linger time; a
 record's future resolves with its position once its entry is acknowledged. Rolling follows
-the seed too: create the next ledger, CAS-append it, switch new entries to it, then close the
+"Rolling": create the next ledger, CAS-append it, switch new entries to it, then close the
 previous one, so appends never wait for the metadata store. A ledger left behind whose close
 fails (not fenced: its bookies or the metadata store are unreachable) is closed by recovery
 in the background, retried until it succeeds: readers never fence, so they cannot pass an
@@ -249,8 +249,8 @@ class AsyncLogWriter:
     async def flush(self) -> None:
         """Send the partly filled entry now and wait until every record appended so far is
         durable: acknowledged, which in a PERSISTENT log means synced on Qa bookies; a
-        VOLATILE log's records are then forced (seed 004) and the closes of the ledgers it
-        rolled away from awaited (a close forces too).
+        VOLATILE log's records are then forced (docs/protocol.md, "Force") and the closes of
+        the ledgers it rolled away from awaited (a close forces too).
 
         Raises:
             WriterFencedError: another writer took over (or the first other failure).
@@ -765,7 +765,7 @@ async def open_log_writer(
     roll_policy: RollPolicy,
     config: LogWriterConfig,
 ) -> AsyncLogWriter:
-    """Take over as the writer of log ``name`` (seed 000, "Opening a log").
+    """Take over as the writer of log ``name`` (docs/protocol.md, "Takeover").
 
     Raises:
         NoSuchLogError: the log does not exist.

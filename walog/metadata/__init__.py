@@ -1,6 +1,11 @@
 """Metadata stores: ZooKeeper (kazoo) and embedded SQLite, behind one interface.
 
 :func:`open_store` picks the implementation from the URI (see :mod:`walog.metadata.uri`).
+
+- ``store``: the interface (versioned records, compare-and-swap, sessions, watches);
+- ``zookeeper`` and ``sqlite``: its two implementations; ``uri``: parsing the URIs;
+- ``layout``: where records live and the ledger metadata record;
+- ``election``: leader suggestion with an epoch per term.
 """
 
 from __future__ import annotations

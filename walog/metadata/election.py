@@ -2,7 +2,8 @@
 
 A candidate leads while it holds the liveness-bound record ``/elections/<name>/leader``.
 Leadership here is only a suggestion of who should act: a paused process can still believe
-it leads after its session expired and another candidate won (seed 003). Correctness must
+it leads after its session expired and another candidate won (docs/protocol.md, "Leader
+suggestion"). Correctness must
 come from fencing the shared resource with the epoch: a resource accepts a request only if
 its epoch is at least the highest it has seen, and walog ledgers are fenced by recovery
 anyway. Each term's epoch is taken from the per-election counter after the record is won,

@@ -105,7 +105,7 @@ def cookie_path(bookie_id: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class LedgerMetadata:
-    """A ledger's metadata (seed 000, "Ledger metadata").
+    """A ledger's metadata (docs/protocol.md, "Ledger metadata").
 
     ``ensembles`` lists the fragments as ``(first_entry_id, [bookie_id, ...])``, oldest
     first. ``last_entry_id`` is -1 unless the ledger is CLOSED (then -1 means empty).

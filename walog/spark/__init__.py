@@ -13,6 +13,14 @@
     )
 
 Importing this package needs ``pyspark`` and ``pyarrow``; the rest of walog does not.
+
+- ``source``: the data source; ``options``: its options, checked on the driver;
+- ``plan``: pure planning of reads (bounds, partitions, offsets); ``batch``: batch reads;
+  ``stream``: streaming reads; ``arrow``: the schema and the Arrow batches;
+- ``sink``: writing to a log (batch and streaming);
+- ``archive``: ``walog archive``, closed ledgers to Parquet; ``archive_publish`` and
+  ``archive_files``: putting its output in place durably before ledgers are marked archived;
+- ``bench``: scan and sink throughput.
 """
 
 from __future__ import annotations

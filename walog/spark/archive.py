@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-import walog
+from walog.client import Client, connect
 from walog.errors import MetadataConflictError, WalogError
 from walog.log.log_metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
@@ -149,7 +149,7 @@ class _Archiver:
 
     def __init__(
         self,
-        client: walog.Client,
+        client: Client,
         log: str,
         root: Path,
         access: BookieAccess | None = None,
@@ -283,7 +283,7 @@ def archive_log(
     files = files or LocalFiles()
     files.make_dirs(root)
     access = access or BookieAccess()
-    with walog.connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
+    with connect(metadata_uri, timeout=timeout, **access.connect_kwargs()) as client:
         archiver = _Archiver(client, log, root, access, files)
         intent, resumed = archiver.claim()
         archiver.drop_stale_staging(intent)
@@ -321,7 +321,7 @@ def archive_log(
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``walog archive``."""
-    from walog.cli import CommandParser, add_connection_options
+    from walog.cli.options import CommandParser, add_connection_options
 
     parser = CommandParser(
         prog="walog archive",
@@ -346,7 +346,7 @@ def prepare_environment() -> None:
     in site-packages; needed when it runs from a checkout).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    home = str(Path(walog.__file__).resolve().parent.parent)
+    home = str(Path(__file__).resolve().parents[2])  # the directory holding walog
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if home not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([home, *paths])

@@ -26,9 +26,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-import walog
 from walog._loop_thread import LoopThread
-from walog.client import Client
+from walog.client import Client, connect
 from walog.errors import NoSuchEntryError, NoSuchLedgerError, is_retriable
 from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
@@ -119,7 +118,7 @@ def worker_client(metadata: str, timeout: float, access: BookieAccess = _NO_ACCE
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = walog.connect(metadata, timeout=timeout, **access.connect_kwargs())
+            client = connect(metadata, timeout=timeout, **access.connect_kwargs())
             _clients[key] = client
             if len(_clients) == 1:
                 atexit.register(_close_clients)

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import walog
+from walog.client import connect
+from walog.log.position import Position
+from walog.log.retention import RollPolicy
 from walog.log.writer import LogWriterConfig
 from walog.spark import register
 from walog.spark.archive import prepare_environment, spark_session
@@ -38,17 +40,17 @@ def fill_log(
     ``ledger_mb``; return the payload bytes written."""
     payload = bytes(range(256)) * (record_bytes // 256) + bytes(record_bytes % 256)
     count = max(1, int(total_mb * MB) // record_bytes)
-    with walog.connect(metadata_uri) as client:
+    with connect(metadata_uri) as client:
         handle = client.open_log(
             log,
             ensemble_size=3,
             write_quorum=2,
             ack_quorum=2,
-            roll_policy=walog.RollPolicy(max_bytes=int(ledger_mb * MB)),
+            roll_policy=RollPolicy(max_bytes=int(ledger_mb * MB)),
             writer_config=LogWriterConfig(linger=0.002),
         )
         with handle.open_writer() as writer:
-            inflight: list[concurrent.futures.Future[walog.Position]] = []
+            inflight: list[concurrent.futures.Future[Position]] = []
             for _ in range(count):
                 inflight.append(writer.append_async(payload))
                 if len(inflight) >= _WINDOW:

@@ -14,7 +14,7 @@ Bounds are half-open: a range reads the records at positions ``start <= p < end`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Literal
 
 from walog.errors import DataLossError
@@ -217,11 +217,6 @@ def advance_by_records(
     return None
 
 
-def spans_after(spans: Sequence[LedgerSpan], position: Position) -> list[LedgerSpan]:
-    """The spans holding records at or after ``position``, oldest first."""
-    return [s for s in spans if s.end > position and s.last_entry_id >= 0]
-
-
 __all__ = [
     "DEFAULT_MAX_ENTRIES_PER_PARTITION",
     "ORIGIN",
@@ -234,5 +229,4 @@ __all__ = [
     "parse_bound",
     "plan_ranges",
     "resolve",
-    "spans_after",
 ]

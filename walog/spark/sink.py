@@ -40,7 +40,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from walog.client import Client, LedgerWriter
+from walog.client import Client
+from walog.ledger.sync import LedgerWriter
 from walog.log.records import RecordBatch
 from walog.log.sink import (
     SinkBatch,

@@ -32,12 +32,28 @@ racks and faults between hosts (:mod:`walog.testing.hosts`).
 
 :class:`StandaloneSpark` starts a Spark standalone master and workers from the installed
 pyspark, for Spark jobs on a real cluster (:mod:`walog.testing.spark`).
+
+:class:`ZooKeeperServer` is a single-node ZooKeeper on this host (Debian's jars and Java), for
+a cluster on ZooKeeper instead of SQLite::
+
+    from walog.testing import LocalCluster, ZooKeeperServer
+
+    with ZooKeeperServer() as zk, LocalCluster(metadata=zk.uri("/my-test")) as cluster:
+        ...
+
+Modules: ``cluster`` (LocalCluster), ``process`` (one bookie process), ``hosts``
+(HostCluster), ``netns`` (hosts as network namespaces, faults between them), ``zookeeper``
+(a ZooKeeper ensemble on those hosts), ``zookeeper_server`` (ZooKeeperServer), ``control``
+(HostCluster's control host), ``delay_proxy`` (latency between hosts), ``spark``
+(StandaloneSpark), ``tempdirs`` (temporary directories a later run can clean up).
 """
 
 from walog.testing.cluster import BookieRef, LocalCluster
 from walog.testing.hosts import HostCluster
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
 from walog.testing.spark import StandaloneSpark
+from walog.testing.zookeeper import ZooKeeperError
+from walog.testing.zookeeper_server import ZooKeeperServer
 
 __all__ = [
     "BookieProcess",
@@ -46,5 +62,7 @@ __all__ = [
     "LocalCluster",
     "LocalClusterError",
     "StandaloneSpark",
+    "ZooKeeperError",
+    "ZooKeeperServer",
     "free_port",
 ]

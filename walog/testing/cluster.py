@@ -46,7 +46,7 @@ class LocalCluster:
         data_dir: where bookie data and logs go; kept after :meth:`close`. Default: a
             temporary directory, removed by :meth:`close`.
         host: the loopback address the bookies listen on (their ids are ``HOST:PORT``).
-        bookie_args: extra flags for every bookie (for example ``["--group-wait-ms", "2"]``).
+        bookie_args: extra flags for every bookie (for example ``["--group-wait-s", "0.002"]``).
         racks: rack names handed out in turn (bookie ``n`` gets ``racks[n % len(racks)]``,
             its ``--rack``); empty: every bookie in the default rack.
         start_timeout: seconds a bookie may take to serve and register.

@@ -367,10 +367,6 @@ class HostCluster:
         """Ensemble member ``myid`` (1-3)."""
         return self.ensemble.node(myid)
 
-    def stop_zk(self, myid: int) -> None:
-        """Stop one ensemble member cleanly."""
-        self.ensemble.node(myid).stop()
-
     def kill_zk_leader(self) -> int:
         """SIGKILL the current leader; its id."""
         return self.ensemble.kill_leader()

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -336,11 +336,6 @@ class HostNetwork:
             self._made = False
 
 
-def namespaces_of(pid: int) -> Iterable[str]:
-    """Names of the namespaces (made here) owned by process ``pid``."""
-    return [n for n in list_namespaces() if n.startswith(f"{PREFIX}-{pid}-")]
-
-
 __all__ = [
     "PREFIX",
     "Host",
@@ -351,6 +346,5 @@ __all__ = [
     "enter_namespace",
     "kill_namespace",
     "list_namespaces",
-    "namespaces_of",
     "sweep_stale",
 ]

@@ -53,7 +53,7 @@ class BookieProcess:
         metadata: the ``--metadata`` URI.
         port: the port to listen on (a free one when None).
         host: the address to listen on; the bookie id is ``HOST:PORT``.
-        extra_args: more flags for every start, e.g. ``["--group-wait-ms", "2"]``.
+        extra_args: more flags for every start, e.g. ``["--group-wait-s", "0.002"]``.
         log_path: where output goes (default: ``<data_dir>.log`` beside the data directory).
         command_prefix: what runs the command, e.g. ``["ip", "netns", "exec", NS]`` for a
             bookie on another host (:class:`walog.testing.HostCluster`).

@@ -40,7 +40,8 @@ class AddReply:
 
     Attributes:
         status: The add's outcome.
-        last_add_synced: The bookie's sync cursor for the ledger (seed 004).
+        last_add_synced: The bookie's sync cursor for the ledger (docs/protocol.md,
+            "LastAddSynced").
         incarnation: The bookie's incarnation: a random id drawn each time its storage
             opens, so a restart (which loses unsynced VOLATILE entries) shows as a new
             value; 0 when the bookie does not say.

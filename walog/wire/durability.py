@@ -1,4 +1,4 @@
-"""Durability levels of a ledger (seed 004, BP-14).
+"""Durability levels of a ledger (docs/protocol.md, "Durability levels").
 
 A ledger's durability is chosen at creation and stored in its metadata for its whole life;
 every add carries it, so the bookie knows when to acknowledge.

@@ -10,7 +10,7 @@ from typing import IO
 import pytest
 
 import walog
-from walog import cli
+from walog import main as cli
 from walog.log.position import Position, Record
 from walog.recipes import NotLeaderError, Role, SnapshotPolicy, StateMachine
 from walog.testing import LocalCluster

@@ -32,11 +32,11 @@ def test_logs_below_the_threshold_are_taken_emptiest_first() -> None:
 @pytest.mark.parametrize(
     "changes",
     [
-        {"minor_threshold": 0.9, "major_threshold": 0.8},
-        {"major_threshold": 1.0},
-        {"minor_threshold": -0.1},
-        {"minor_interval_s": -1.0},
-        {"rate_bytes": 0},
+        {"minor_compaction_threshold": 0.9, "major_compaction_threshold": 0.8},
+        {"major_compaction_threshold": 1.0},
+        {"minor_compaction_threshold": -0.1},
+        {"minor_compaction_interval_s": -1.0},
+        {"compaction_rate_bytes": 0},
     ],
 )
 def test_inconsistent_compaction_settings_are_refused(changes: dict[str, float]) -> None:
@@ -101,7 +101,7 @@ async def test_compaction_keeps_no_descriptor_of_the_logs_it_removed(tmp_path: P
 async def test_compaction_copies_no_faster_than_its_rate(tmp_path: Path) -> None:
     rate = 100_000
     core = await _interleaved(
-        tmp_path, ledgers=2, rounds=150, compaction=CompactionPolicy(rate_bytes=rate)
+        tmp_path, ledgers=2, rounds=150, compaction=CompactionPolicy(compaction_rate_bytes=rate)
     )
     await core.delete_ledgers([2])  # every log is half live
     started = time.monotonic()

@@ -12,7 +12,15 @@ from bookie.disks import DiskMonitor, DiskThresholds, DiskUsage, full_disks, mea
 from bookie.main import parse_config
 
 A, B = Path("/a"), Path("/b")
-MARKS = DiskThresholds(high=0.95, warn=0.9, low=0.8)
+
+
+def _marks(high: float, warn: float, low: float) -> DiskThresholds:
+    return DiskThresholds(
+        disk_usage_threshold=high, disk_usage_warn_threshold=warn, disk_usage_lwm_threshold=low
+    )
+
+
+MARKS = _marks(0.95, 0.9, 0.8)
 
 
 def _usage(directory: Path, share: float) -> DiskUsage:
@@ -35,26 +43,26 @@ def test_any_full_disk_counts_data_or_journal() -> None:
 
 
 @pytest.mark.parametrize(
-    ("high", "warn", "low", "flag"),
+    ("high", "warn", "low", "name"),
     [
-        (0.0, 0.5, 0.5, "--disk-usage-threshold"),
-        (1.5, 0.5, 0.5, "--disk-usage-threshold"),
-        (0.9, 0.5, 0.95, "--disk-usage-lwm-threshold"),
-        (0.9, 0.5, 0.0, "--disk-usage-lwm-threshold"),
-        (0.9, 0.99, 0.5, "--disk-usage-warn-threshold"),
+        (0.0, 0.5, 0.5, "disk_usage_threshold"),
+        (1.5, 0.5, 0.5, "disk_usage_threshold"),
+        (0.9, 0.5, 0.95, "disk_usage_lwm_threshold"),
+        (0.9, 0.5, 0.0, "disk_usage_lwm_threshold"),
+        (0.9, 0.99, 0.5, "disk_usage_warn_threshold"),
     ],
 )
-def test_bad_marks_are_refused_naming_the_flag(
-    high: float, warn: float, low: float, flag: str
+def test_bad_marks_are_refused_naming_the_setting(
+    high: float, warn: float, low: float, name: str
 ) -> None:
-    with pytest.raises(ValueError, match=flag):
-        DiskThresholds(high=high, warn=warn, low=low)
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        _marks(high, warn, low)
 
 
 def test_flags_map_onto_the_thresholds_with_bookkeeper_defaults() -> None:
     config, _ = parse_config(["--data-dir", "d", "--listen", "h:1", "--metadata", "sqlite:///x"])
-    assert config.disk_thresholds() == DiskThresholds(high=0.95, warn=0.90, low=0.90)
-    assert config.disk_check_interval == 10.0
+    assert config.disk_thresholds() == _marks(0.95, 0.90, 0.90)
+    assert config.disk_check_interval_s == 10.0
     with pytest.raises(ValueError, match="--disk-usage-lwm-threshold"):
         BookieConfig(
             data_dir=Path("d"),
@@ -79,7 +87,7 @@ def test_monitor_switches_mode_once_per_change_and_a_storage_failure_turns_read_
     async def scenario() -> None:
         full = DiskMonitor(
             [tmp_path, tmp_path],  # one file system: measured once
-            DiskThresholds(high=share / 2, warn=share / 2, low=share / 4),
+            _marks(share / 2, share / 2, share / 4),
             1.0,
             lambda: None,
             record,
@@ -116,7 +124,7 @@ def test_a_mode_change_the_metadata_store_refused_is_applied_at_the_next_check(
     async def scenario() -> None:
         monitor = DiskMonitor(
             [tmp_path],
-            DiskThresholds(high=share / 2, warn=share / 2, low=share / 4),
+            _marks(share / 2, share / 2, share / 4),
             1.0,
             lambda: None,
             flaky,

@@ -78,14 +78,14 @@ class _DurabilityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Durability
     PERSISTENT: _Durability.ValueType  # 0
     """acknowledged after the journal fsync (group commit)"""
     VOLATILE: _Durability.ValueType  # 1
-    """acknowledged after the write reached the page cache (seed 004)"""
+    """acknowledged after the write reached the page cache (docs/protocol.md, "Durability levels")"""
 
 class Durability(_Durability, metaclass=_DurabilityEnumTypeWrapper): ...
 
 PERSISTENT: Durability.ValueType  # 0
 """acknowledged after the journal fsync (group commit)"""
 VOLATILE: Durability.ValueType  # 1
-"""acknowledged after the write reached the page cache (seed 004)"""
+"""acknowledged after the write reached the page cache (docs/protocol.md, "Durability levels")"""
 Global___Durability: _TypeAlias = Durability  # noqa: Y015
 
 @_typing.final
@@ -269,7 +269,7 @@ class AddResult(_message.Message):
     ledger_id: _builtins.int
     status: Global___Status.ValueType
     last_add_synced: _builtins.int
-    """the bookie's sync cursor for this ledger (seed 004)"""
+    """the bookie's sync cursor for this ledger (docs/protocol.md, "LastAddSynced")"""
     incarnation: _builtins.int
     """The bookie's incarnation: a random id chosen each time its storage opens, so a
     writer learns of a restart (which loses unsynced VOLATILE entries) from the answer
@@ -372,7 +372,7 @@ class ReadRequest(_message.Message):
     last_entry_id: _builtins.int
     """inclusive; entries past the bookie's last entry are not returned"""
     fence: _builtins.bool
-    """recovery read: fence the ledger before reading (seed 002)"""
+    """recovery read: fence the ledger before reading (docs/protocol.md, "Fencing reads")"""
     master_key: _builtins.bytes
     """required when fence is set"""
     max_bytes: _builtins.int

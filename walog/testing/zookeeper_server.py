@@ -1,10 +1,12 @@
-"""A real standalone ZooKeeper server for tests (Debian's jars in /usr/share/java).
+"""A single-node ZooKeeper on this host, for tests of your own against a ``zk://`` metadata
+store (:class:`ZooKeeperServer`).
 
-``ZooKeeperServer`` starts ``org.apache.zookeeper.server.ZooKeeperServerMain`` on a free
-loopback port with a temporary data dir and a 500 ms tick (so sessions may be as short as
-1 s), and waits until it answers ``ruok``. The server dies with the thread that started it
-(:data:`tests.processes.DIE_WITH_PARENT`), so a test run killed with SIGKILL leaves no
-ZooKeeper running.
+It runs ``org.apache.zookeeper.server.ZooKeeperServerMain`` from Debian's jars
+(``apt-get install -y zookeeper``, Java 17+) on a free loopback port, with a temporary data
+directory and a 500 ms tick, so sessions may be as short as 1 s. Where ``setpriv``
+(util-linux) exists the server dies with the thread that started it, so a test run killed
+with SIGKILL leaves no ZooKeeper behind; its data directory is removed by the next server
+started on this host.
 """
 
 from __future__ import annotations
@@ -12,40 +14,35 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from types import TracebackType
 
-from tests.processes import DIE_WITH_PARENT
+from walog.testing.process import free_port
 from walog.testing.tempdirs import owned_temp_dir
-from walog.testing.zookeeper import ZooKeeperError, classpath
+from walog.testing.zookeeper import ZooKeeperError, classpath, four_letter_word
 
 TICK_MS = 500
-
-ZooKeeperUnavailable = ZooKeeperError
-"""Java or the ZooKeeper jars are missing, or the server did not come up."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a ZooKeeper four-letter command and return the answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(word.encode())
-        chunks = []
-        while chunk := sock.recv(4096):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
+"""The server's tick: sessions may last from two ticks to sixty."""
 
 
 class ZooKeeperServer:
-    """A standalone ZooKeeper on 127.0.0.1; use as a context manager or start()/stop()."""
+    """A standalone ZooKeeper on 127.0.0.1 (not started until :meth:`start`).
+
+    A context manager: ``with ZooKeeperServer() as zk:`` starts it and stops it, removing its
+    data, on the way out::
+
+        from walog.testing import LocalCluster, ZooKeeperServer
+
+        with ZooKeeperServer() as zk, LocalCluster(metadata=zk.uri("/my-test")) as cluster:
+            ...
+
+    Args:
+        start_timeout: seconds :meth:`start` waits for the server to answer.
+        extra_config: lines appended to ``zoo.cfg`` (keys it does not know become
+            ``zookeeper.*`` system properties, e.g. ``ssl.keyStore.location``).
+        jvm_flags: more JVM options, e.g. ``-Djava.security.auth.login.config=JAAS``.
+    """
 
     def __init__(
         self,
@@ -54,35 +51,44 @@ class ZooKeeperServer:
         extra_config: str = "",
         jvm_flags: tuple[str, ...] = (),
     ) -> None:
-        self.port = free_port()
+        self._port = free_port()
         self.start_timeout = start_timeout
         self.extra_config = extra_config
-        """Lines appended to zoo.cfg (keys it does not know become ``zookeeper.*``
-        system properties, e.g. ``ssl.keyStore.location``)."""
         self.jvm_flags = jvm_flags
-        """Extra JVM options, e.g. ``-Djava.security.auth.login.config=JAAS``."""
         self._dir = owned_temp_dir("walog-zk-")  # a killed run's are removed by the next
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = self._dir / "server.log"
 
     @property
+    def port(self) -> int:
+        """Its client port on 127.0.0.1."""
+        return self._port
+
+    @property
     def connect_string(self) -> str:
-        """``127.0.0.1:PORT`` for kazoo."""
+        """``127.0.0.1:PORT``, as ZooKeeper clients (kazoo) take it."""
         return f"127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
         """The server process's PID (once started)."""
-        assert self._proc is not None, "server not started"
+        if self._proc is None:
+            raise ZooKeeperError("the ZooKeeper server was never started")
         return self._proc.pid
 
     def uri(self, chroot: str = "/walog", **options: float) -> str:
-        """A ``zk://`` metadata URI for ``chroot``, with optional query options."""
+        """A ``zk://`` metadata URI for ``chroot``, with query options (e.g.
+        ``session_timeout=4``)."""
         query = "&".join(f"{k}={v}" for k, v in options.items())
         return f"zk://{self.connect_string}{chroot}" + (f"?{query}" if query else "")
 
     def start(self) -> ZooKeeperServer:
-        """Start the server and wait until it answers ``ruok``."""
+        """Start the server and wait until it answers ``ruok``.
+
+        Raises:
+            ZooKeeperError: Java or the jars are missing, or the server did not answer
+                within ``start_timeout`` (the message holds the end of its log).
+        """
         path = classpath()  # names what is missing: java or the jars
         cfg = self._dir / "zoo.cfg"
         cfg.write_text(
@@ -96,7 +102,10 @@ class ZooKeeperServer:
             "4lw.commands.whitelist=ruok,srvr,stat\n"
             "maxClientCnxns=0\n" + self.extra_config
         )
-        cmd = [*DIE_WITH_PARENT, "java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
+        # Linux's parent-death signal, set by setpriv before it execs java: the server is
+        # killed once the thread that started it is gone (a test run killed with SIGKILL).
+        prefix = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+        cmd = [*prefix, "java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
         cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *self.jvm_flags]
         cmd += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
         with self._log.open("wb") as out:
@@ -106,25 +115,25 @@ class ZooKeeperServer:
             if self._proc.poll() is not None:
                 break
             with contextlib.suppress(OSError):
-                if four_letter_word(self.port, "ruok") == "imok":
+                if four_letter_word("127.0.0.1", "ruok", port=self.port) == "imok":
                     return self
             time.sleep(0.05)
         log_tail = self._log.read_text(errors="replace")[-2000:]
         self.stop()
-        raise ZooKeeperUnavailable(f"ZooKeeper did not start on port {self.port}:\n{log_tail}")
+        raise ZooKeeperError(f"ZooKeeper did not start on port {self.port}:\n{log_tail}")
 
     def pause(self) -> None:
         """Freeze the server (SIGSTOP): clients see a silent, unresponsive peer."""
-        assert self._proc is not None, "server not started"
-        self._proc.send_signal(signal.SIGSTOP)
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         """Let a paused server run again (SIGCONT)."""
-        assert self._proc is not None, "server not started"
-        self._proc.send_signal(signal.SIGCONT)
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
-        """Stop the server and remove its data."""
+        """Stop the server (SIGTERM, SIGKILL after 10 s) and remove its data."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGCONT)
             self._proc.terminate()
@@ -146,3 +155,6 @@ class ZooKeeperServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+__all__ = ["TICK_MS", "ZooKeeperServer"]

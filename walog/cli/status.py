@@ -20,6 +20,8 @@ from typing import Any, cast
 
 import walog._loop
 import walog.aio
+from walog.cli.options import CommandParser, add_connection_options, connect_options
+from walog.cli.tables import render_table
 from walog.config import ClientConfig, Timeouts
 from walog.errors import WalogError
 from walog.ledger.ensemble import available_bookies, read_only_bookies
@@ -33,7 +35,6 @@ from walog.metadata.layout import (
     LedgerMetadata,
 )
 from walog.metadata.store import NodeNotFoundError
-from walog.tables import render_table
 from walog.transport.network import NetworkBookieClient
 
 INFO_TIMEOUT_S = 3.0
@@ -277,8 +278,6 @@ def render(status: ClusterStatus) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``walog status``."""
-    from walog.cli import CommandParser, add_connection_options
-
     parser = CommandParser(
         prog="walog status",
         description="Show bookies, ledgers and logs of a cluster; exit 1 when something "
@@ -291,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
-    """``options``: what :func:`walog.cli.connect_options` gives (timeout, TLS, token)."""
+    """``options``: what :func:`walog.cli.options.connect_options` gives (timeout, TLS, token)."""
     timeouts = Timeouts(read=INFO_TIMEOUT_S, metadata=options["timeout"])
     client = await walog.aio.connect(uri, config=ClientConfig(timeouts=timeouts), **options)
     try:
@@ -302,8 +301,6 @@ async def _run(uri: str, options: dict[str, Any]) -> ClusterStatus:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``walog status``; returns the exit status."""
-    from walog.cli import connect_options
-
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.metadata:

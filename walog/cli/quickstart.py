@@ -8,13 +8,20 @@ is removed at the end.
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from walog.cli.options import ENV_LOG_LEVEL, AddCommand
 from walog.errors import WriterFencedError
-from walog.log.position import Record
-from walog.log.sync import Log, LogReader
+
+if TYPE_CHECKING:
+    from walog.log.position import Record
+    from walog.log.sync import Log, LogReader
 
 
 def _print(text: str) -> None:
@@ -101,6 +108,28 @@ def run_quickstart(say: Callable[[str], None] | None = None) -> int:
     _say(f"Done in {time.monotonic() - started:.1f} s.")
     return 0
 
+
+def quickstart(args: argparse.Namespace) -> int:
+    """``walog quickstart``: the tour, with the library's own warnings kept quiet."""
+    library = logging.getLogger("walog")
+    level = library.level
+    if ENV_LOG_LEVEL not in os.environ:
+        # The tour narrates the takeover it causes; the library's warnings about the fenced
+        # writer would only repeat it, out of place.
+        library.setLevel(logging.ERROR)
+    try:
+        return run_quickstart()
+    finally:
+        library.setLevel(level)
+
+
+def add_commands(command: AddCommand) -> None:
+    """Add ``walog quickstart``."""
+    parser = command("quickstart", quickstart, "a guided tour on a local cluster")
+    parser.epilog = "It starts (and removes) a cluster of its own; --metadata is not used."
+
+
+__all__ = ["add_commands", "quickstart", "run_quickstart"]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(run_quickstart())

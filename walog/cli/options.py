@@ -1,0 +1,154 @@
+"""What every ``walog`` command shares: its parser class, its errors, and the options that find
+and reach a cluster or name a password.
+
+The commands implemented in other packages (``walog autorecovery``, ``bookie decommission``,
+``archive``, ``bench``) build their parsers from here too: they sit above this package, and
+the program that dispatches to them (:mod:`walog.main`) above them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from walog.config_file import ENV_METADATA
+
+if TYPE_CHECKING:
+    from walog.client import Client
+
+ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
+ENV_TRACEBACK = "WALOG_TRACEBACK"
+
+Command = Callable[[argparse.Namespace], int]
+"""What runs a subcommand: its parsed arguments in, its exit status out."""
+AddCommand = Callable[[str, Command, str], argparse.ArgumentParser]
+"""``add(name, run, text)``: a new subcommand's parser, holding the connection options."""
+
+
+class CliError(Exception):
+    """A problem to report as one line, with an exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every ``walog`` command, delegated ones included: a usage error is one
+    line, ``walog: error: ... (see 'walog X --help')``, and exit status 2 (failures exit 1)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"walog: error: {message} (see '{self.prog} --help')\n")
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--metadata URI`` (default from ``WALOG_METADATA``) and ``--timeout S``: how every
+    subcommand, delegated ones included, finds and reaches the cluster."""
+    parser.add_argument(
+        "--metadata",
+        metavar="URI",
+        default=os.environ.get(ENV_METADATA),
+        help=f"zk://HOST:PORT[,...]/CHROOT or sqlite:///ABS/PATH.db [env {ENV_METADATA}]",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to connect and per call [10]"
+    )
+    security = parser.add_argument_group("bookie connections")
+    security.add_argument("--tls-ca", type=Path, metavar="F", help="CA bundle: TLS to bookies")
+    security.add_argument(
+        "--tls-cert", type=Path, metavar="F", help="client certificate (mutual TLS)"
+    )
+    security.add_argument("--tls-key", type=Path, metavar="F", help="key of --tls-cert")
+    security.add_argument(
+        "--auth-token-file", type=Path, metavar="F", help="bearer token bookies ask for"
+    )
+
+
+def connect_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``timeout``, ``tls`` and ``auth_token`` for ``walog.connect`` from the options of
+    :func:`add_connection_options`.
+
+    Raises:
+        CliError: a TLS or token file is missing or unreadable (status 2).
+    """
+    from walog.transport.credentials import credentials_from_files
+
+    try:
+        tls, token = credentials_from_files(
+            args.tls_ca, args.tls_cert, args.tls_key, args.auth_token_file
+        )
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    return {"timeout": args.timeout, "tls": tls, "auth_token": token}
+
+
+def metadata_of(args: argparse.Namespace) -> str:
+    """The ``--metadata`` URI of :func:`add_connection_options`.
+
+    Raises:
+        CliError: neither ``--metadata`` nor ``WALOG_METADATA`` names one (status 2).
+    """
+    uri: str | None = args.metadata
+    if not uri:
+        raise CliError(f"no metadata store: pass --metadata URI or set {ENV_METADATA}", 2)
+    return uri
+
+
+def connect(args: argparse.Namespace) -> Client:
+    """A client of the cluster the options of :func:`add_connection_options` name."""
+    from walog.client import connect as connect_to
+
+    return connect_to(metadata_of(args), **connect_options(args))
+
+
+def add_password_options(parser: argparse.ArgumentParser, what: str = "log") -> None:
+    """``--password-file F`` (and ``--password P``, which other users see in the process
+    list) for a password-protected log or ledger."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="F",
+        help=f"read the {what}'s password from F (its first line)",
+    )
+    group.add_argument(
+        "--password", metavar="P", help=f"the {what}'s password (prefer --password-file) ['']"
+    )
+
+
+def password_of(args: argparse.Namespace) -> bytes:
+    """The password the options of :func:`add_password_options` name (b"" when none, or
+    for a command without them)."""
+    if getattr(args, "password_file", None) is not None:
+        try:
+            text = args.password_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--password-file {args.password_file}: {exc.strerror}", 2) from None
+        return text.splitlines()[0].encode() if text else b""
+    return os.fsencode(getattr(args, "password", None) or "")
+
+
+def emit(line: str) -> None:
+    """One line of a command's output on stdout, flushed (a pipe sees it at once)."""
+    print(line, flush=True)
+
+
+__all__ = [
+    "ENV_LOG_LEVEL",
+    "ENV_METADATA",
+    "ENV_TRACEBACK",
+    "AddCommand",
+    "CliError",
+    "Command",
+    "CommandParser",
+    "add_connection_options",
+    "add_password_options",
+    "connect",
+    "connect_options",
+    "emit",
+    "metadata_of",
+    "password_of",
+]
