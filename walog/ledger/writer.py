@@ -22,6 +22,9 @@ while an index was failed or had no replacement), no pending entry misses a book
 write quorum: a request in flight to a bookie that stays is either answered or times out,
 and the timeout replaces that bookie.
 
+Bookies learn the LAC with the next add, or from an explicit LAC message when no add
+carries it in time (walog/ledger/explicit_lac.py).
+
 A VOLATILE ledger never changes its ensemble (docs/protocol.md, "VOLATILE restrictions"),
 and its bookies acknowledge entries from their page cache: a bookie that restarts loses
 those it had not synced. Every answer carries the bookie's incarnation (drawn anew each time
@@ -64,6 +67,7 @@ from walog.errors import (
 from walog.ledger.context import LedgerContext, metadata_retrying
 from walog.ledger.durability import RestartWatch, lac_from_last_add_synced
 from walog.ledger.ensemble_change import EnsembleChanges, LedgerRecord, WriterHooks
+from walog.ledger.explicit_lac import ExplicitLac
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
@@ -74,14 +78,6 @@ from walog.wire.packing import PackedEntries
 from walog.wire.status import Status
 
 log = get_logger(__name__)
-
-_GAP_SLACK = 1.5
-"""A steady writer's next append is due this many times the last gap between two appends
-after its last one."""
-
-LAC_REFRESH_MAX_S = 30.0
-"""An idle writer tells its LAC again at most this long after the last time (bookies forget
-an explicit LAC in a restart)."""
 
 
 def as_payload(data: object, max_entry_bytes: int) -> bytes:
@@ -212,12 +208,14 @@ class AsyncLedgerWriter:
         self._close_task: asyncio.Task[None] | None = None
         self._error: WalogError | None = None
 
-        self._lac_told = -1  # highest LAC sent to bookies (piggybacked or explicit)
-        self._last_append_time = self._loop.time()
-        self._append_gap = 0.0  # time between the last two appends
-        self._lac_timer: asyncio.TimerHandle | None = None
-        self._lac_refresh: asyncio.TimerHandle | None = None  # an idle writer's LAC, again
-        self._lac_check_due = False  # a check whether an append carried the new LAC is due
+        self._explicit_lac = ExplicitLac(
+            self._loop,
+            ctx.config,
+            lac=lambda: self._lac,
+            tell=self._tell_lac,
+            stopped=lambda: self._error is not None,
+            state=lambda: self._state,
+        )
 
     # -- public state -----------------------------------------------------------------
 
@@ -286,10 +284,11 @@ class AsyncLedgerWriter:
             self._drained.clear()  # set only while nothing is pending
         self._pending.append(add)
         self._by_id[entry_id] = add
-        if lac > self._lac_told:
-            self._lac_told = lac
-        self._append_gap = now - self._last_append_time
-        self._last_append_time = now
+        explicit = self._explicit_lac
+        if lac > explicit.told:
+            explicit.told = lac
+        explicit.gap = now - explicit.last_append
+        explicit.last_append = now
         if not self._unsent:
             self._loop.call_soon(self._flush)
         self._unsent.append(add)
@@ -482,108 +481,15 @@ class AsyncLedgerWriter:
             lac = self._completed
         if lac > self._lac:
             self._lac = lac
-            self._check_untold_lac_later()
-            self._arm_explicit_lac()
-
-    # -- explicit LAC -----------------------------------------------------------------
-    #
-    # Readers may read up to the LAC a bookie knows, and a bookie learns it from the next
-    # add (piggybacked) or from an explicit LAC message on the add stream. Two triggers
-    # send the explicit one: a new LAC that no append carried in time, and, as the
-    # fallback, the timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
-    # explicitLacInterval). "In time" is a couple of loop turns (the futures completed with
-    # the LAC run their callbacks first, so an awaiting appender appends again before the
-    # check), or, for a writer appending steadily at least every ``ClientConfig.lac_linger``,
-    # until its next append is due: then tailers get the LAC with that append instead of a
-    # message of its own to every bookie, which at such rates costs the writer and the
-    # bookies about as much again as the append itself.
-
-    def _check_untold_lac_later(self) -> None:
-        if self._lac_check_due:
-            return
-        self._lac_check_due = True
-        wait = self._next_append_due()
-        if wait > 0:
-            self._loop.call_later(wait, self._check_untold_lac, self._lac_told)
-        else:
-            self._loop.call_soon(self._loop.call_soon, self._check_untold_lac, self._lac_told)
-
-    def _next_append_due(self) -> float:
-        """Seconds until a steady writer's next append is due (with some slack), at most
-        ``lac_linger``; 0 for a writer that appends less often or has fallen silent."""
-        linger = self._ctx.config.lac_linger
-        gap = self._append_gap
-        if gap > linger:
-            return 0.0
-        due = self._last_append_time + _GAP_SLACK * gap - self._loop.time()
-        return min(linger, max(0.0, due))
-
-    def _check_untold_lac(self, told_before: int) -> None:
-        self._lac_check_due = False
-        if self._lac <= self._lac_told:
-            return
-        if self._lac_told > told_before:
-            # An append carried an earlier LAC meanwhile: the next may carry this one.
-            self._check_untold_lac_later()
-        else:
-            self._send_explicit_lac()
-
-    def _arm_explicit_lac(self) -> None:
-        if self._lac_timer is None and self._state != "closed":
-            delay = self._ctx.config.timeouts.explicit_lac
-            self._lac_timer = self._loop.call_later(delay, self._explicit_lac_due)
-
-    def _explicit_lac_due(self) -> None:
-        self._lac_timer = None
-        if self._lac <= self._lac_told:
-            return
-        delay = self._ctx.config.timeouts.explicit_lac
-        idle = self._loop.time() - self._last_append_time
-        if idle < delay:
-            self._lac_timer = self._loop.call_later(delay - idle, self._explicit_lac_due)
-            return
-        # Idle writer: the last entries' LAC would otherwise reach readers only with the
-        # next append, so tell every bookie of the ensemble now.
-        self._send_explicit_lac()
-
-    def _send_explicit_lac(self) -> None:
-        """Tell every healthy bookie of the ensemble the LAC, unless it already knows; then
-        tell it again now and then while the writer stays idle (:meth:`_refresh_lac`)."""
-        if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
-            return
-        self._tell_lac()
-        self._lac_told = self._lac
-        if self._lac_refresh is not None:
-            self._lac_refresh.cancel()
-        after = self._ctx.config.timeouts.explicit_lac
-        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
+            self._explicit_lac.raised()
 
     def _tell_lac(self) -> None:
+        """Send the LAC to every healthy bookie of the ensemble (when: see
+        walog/ledger/explicit_lac.py)."""
         out = self._changes.out_of_quorum()
         for index, bookie in enumerate(self._ensemble):
             if index not in out:
                 self._ctx.pool.get(bookie).send_lac(self._ledger_id, self._lac, self._master_key)
-
-    def _refresh_lac(self, waited: float) -> None:
-        """An idle writer tells its LAC again, twice as long after each time (up to
-        :data:`LAC_REFRESH_MAX_S`): bookies do not sync an explicit LAC, so one that
-        restarted meanwhile forgot it, and a tailer would wait for the next append to learn
-        that the last entries are confirmed. An append ends the refreshes (it carries the
-        LAC; its own explicit LAC starts them again)."""
-        self._lac_refresh = None
-        if self._error is not None or self._state != "open":
-            return
-        if self._loop.time() - self._last_append_time < waited:
-            return  # appended since: its LAC goes out with it or as a new explicit LAC
-        self._tell_lac()
-        after = min(waited * 2, LAC_REFRESH_MAX_S)
-        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
-
-    def _stop_lac_timers(self) -> None:
-        for timer in (self._lac_timer, self._lac_refresh):
-            if timer is not None:
-                timer.cancel()
-        self._lac_timer = self._lac_refresh = None
 
     # -- failures ---------------------------------------------------------------------
 
@@ -599,7 +505,7 @@ class AsyncLedgerWriter:
         self._error = error
         if self._metrics is not None and isinstance(error, LedgerFencedError):
             self._metrics.fenced_writers += 1
-        self._stop_lac_timers()
+        self._explicit_lac.stop()
         self._changes.cancel_retry()
         log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
         pending, self._pending = self._pending, collections.deque()
@@ -727,7 +633,7 @@ class AsyncLedgerWriter:
                     await asyncio.shield(self._changes.task)
                 else:
                     await self._drained.wait()
-            self._stop_lac_timers()
+            self._explicit_lac.stop()
             await self._cas_close(await self._closing_end())
         except WalogError as exc:
             if self._error is None:
