@@ -6,7 +6,9 @@
 - ``ledgers``       what the log layer needs from the ledger layer (structural types)
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
-- ``writer``        the log writer: record batching, rolling, retiring old ledgers
+- ``writer``        the log writer: record batching, rolling
+- ``retire``        closing the ledgers the writer rolled away from (by recovery where a
+                    close fails)
 - ``reader``        the non-fencing tailing reader; ``archived``: reading the archive
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
