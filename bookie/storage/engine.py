@@ -59,7 +59,7 @@ from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
 from walog.latency import StageLatencies
 from walog.wire.durability import Durability
-from walog.wire.packing import ENTRY_HEADER
+from walog.wire.packing import ENTRY_HEADER, PackedEntry
 from walog.wire.status import Status
 
 _log = structlog.get_logger(__name__)
@@ -279,7 +279,7 @@ class BookieCore:
         ((status, _, last_add_synced),) = await self.add_batch(
             ledger_id,
             master_key,
-            [(entry_id, lac, digest, bytes(data))],
+            [PackedEntry(entry_id, lac, digest, bytes(data))],
             recovery=recovery,
             durability=durability,
         )
@@ -289,13 +289,13 @@ class BookieCore:
         self,
         ledger_id: int,
         master_key: bytes,
-        entries: Sequence[tuple[int, int, int, bytes]],
+        entries: Sequence[PackedEntry],
         *,
         recovery: bool,
         durability: Durability,
         packed: bytes | None = None,
     ) -> list[tuple[Status, list[int], int]]:
-        """Store entries ``(entry_id, lac, digest, data)`` of one ledger; returns answers
+        """Store entries (:class:`PackedEntry`) of one ledger; returns answers
         ``(status, entry_ids, last_add_synced)``, each entry in exactly one of them.
 
         The new entries share one journal item: PERSISTENT ones are answered after the
@@ -311,22 +311,22 @@ class BookieCore:
         """
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
-            return [(Status.IO_ERROR, [e[0] for e in entries], -1)]
+            return [(Status.IO_ERROR, [e.entry_id for e in entries], -1)]
         if not recovery and (
             self.read_only_reason is not None or self.checkpoints.failure is not None
         ):
             # A recovery write is still taken: it must reach every bookie of a write quorum.
-            return [(Status.READ_ONLY, [e[0] for e in entries], -1)]
+            return [(Status.READ_ONLY, [e.entry_id for e in entries], -1)]
         refused_ids = refused_entries(ledger_id, entries, self.config.max_entry_bytes)
-        valid: Sequence[tuple[int, int, int, bytes]] = entries
+        valid: Sequence[PackedEntry] = entries
         if refused_ids:
             for entry_id, status in refused_ids.items():
                 answers.setdefault(status, []).append(entry_id)
-            valid = [entry for entry in entries if entry[0] not in refused_ids]
+            valid = [entry for entry in entries if entry.entry_id not in refused_ids]
         refused = [(status, ids, -1) for status, ids in answers.items()]
         if not valid:
             return refused
-        ids = [e[0] for e in valid]
+        ids = [e.entry_id for e in valid]
         if self.checkpoints.cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
             # Memory bound: wait for the running checkpoint to free the frozen cache.
             await self.checkpoints.idle()
@@ -350,7 +350,7 @@ class BookieCore:
     def _store(
         self,
         state: LedgerState,
-        entries: Sequence[tuple[int, int, int, bytes]],
+        entries: Sequence[PackedEntry],
         packed: bytes | None,
         *,
         volatile: bool,
@@ -361,7 +361,7 @@ class BookieCore:
         ledger_id = state.ledger_id
         checkpoints = self.checkpoints
         cache = checkpoints.cache
-        stored: list[tuple[int, int, int, bytes]] = []
+        stored: list[PackedEntry] = []
         # Nothing above the highest entry id seen is cached or stored: new entries skip
         # the lookup (a repeat within this batch is at or below it by then).
         highest = state.last_entry_id
@@ -406,7 +406,7 @@ class BookieCore:
             return self.journal.append(
                 (add_header(ledger_id, volatile), packed),
                 sync=not volatile,
-                tag=(ledger_id, [entry[0] for entry in stored]),
+                tag=(ledger_id, [entry.entry_id for entry in stored]),
             )
         if duplicates and not volatile:
             # The first copies may still wait for their sync: do not ack before it. (With
