@@ -350,7 +350,7 @@ async def _serve(
     # A failed journal write or sync, or a failed checkpoint, turns the bookie read-only at
     # once, not at the next measurement.
     core.journal.listeners.append(lambda _report, error: disks.wake() if error else None)
-    core.failure_listeners.append(disks.wake)
+    core.checkpoints.failure_listeners.append(disks.wake)
     damage_reports = DamageReports(store, config.bookie_id)
     core.damage_listeners.append(damage_reports.report)
     await disks.check()  # a bookie that starts on a full disk registers read-only

@@ -77,11 +77,11 @@ class BookieParts:
             ),
             "walog_bookie_journal_group_entries": (
                 "Records per journal group commit",
-                core.group_entries,
+                core.journal_reports.group_entries,
             ),
             "walog_bookie_journal_group_bytes": (
                 "Bytes per journal group commit",
-                core.group_bytes,
+                core.journal_reports.group_bytes,
             ),
         }
 

@@ -318,7 +318,7 @@ class IncomingAddStream:
             )
         except Exception:
             log.exception("add failed", ledger_id=ledger_id, entries=len(entries))
-            answers = [(Status.IO_ERROR, [e[0] for e in entries], -1)]
+            answers = [(Status.IO_ERROR, [e.entry_id for e in entries], -1)]
         finally:
             self._service.admission.release(len(blob))
         stats = self._service.stats

@@ -5,7 +5,14 @@
   room the front ends import;
 - ``journal``, ``journal_files``, ``journal_records``, ``journal_writer``: the journal
   (group commit, files and framing, record payloads, the writer thread);
-- ``entry_storage``: the write cache, entry logs and index (checkpoints, reads, GC);
+- ``checkpoints``: the write cache and its checkpoints (into the entry logs and index,
+  the journal mark forward), on demand, when the cache fills and periodically;
+- ``group_reports``: what each journal group commit tells the engine (counters, stage
+  latencies, group sizes, the entries a sync made durable);
+- ``lac_polls``: the LAC long polls, woken by whatever raises a ledger's LAC;
+- ``entry_storage``: the write cache, entry logs and index (what a checkpoint commits,
+  reads, GC, compaction steps); ``entry_log_writer``: the entry log being filled and the
+  format of its records;
 - ``index``, ``index_audit``, ``lmdb_check``: the index rows, their audit on open, and the
   structural check of the LMDB file;
 - ``replay``: opening the store and replaying the journal; ``rebuild``: rebuilding a lost

@@ -5,7 +5,8 @@
  * unpack_entries(blob) -> (entries, problem)
  *     walog.wire.packing.unpack_entries: the entries packed in ``blob`` (each a 24-byte
  *     big-endian header ``entry_id:int64 lac:int64 digest:uint32 length:uint32`` then
- *     ``length`` payload bytes) as a list of (entry_id, lac, digest, data) tuples, ``data``
+ *     ``length`` payload bytes) as a list of walog.wire.packing.PackedEntry (entry_id, lac,
+ *     digest, data: a named tuple, made here as ``tuple.__new__`` makes one), ``data``
  *     a slice of ``blob`` (bytes for bytes, bytearray for a bytearray, ``blob[a:b]`` for
  *     any other buffer of single bytes); and None, or what is wrong with the tail: a short
  *     header or a length past the end. The blob comes from the network: every length is
@@ -37,6 +38,9 @@
 
 /* struct.error, what DIGEST_HEADER.pack raises for an id past int64 */
 static PyObject *struct_error;
+
+/* walog.wire.packing.PackedEntry, the named tuple of an unpacked entry */
+static PyTypeObject *entry_type;
 
 static inline uint32_t
 get_u32(const unsigned char *p)
@@ -148,7 +152,8 @@ unpack_entries(PyObject *Py_UNUSED(module), PyObject *blob)
         const unsigned char *head = base + offset;
         Py_ssize_t start = offset + HEADER_BYTES;
         Py_ssize_t stop = start + (Py_ssize_t)get_u32(head + 20);
-        PyObject *entry = PyTuple_New(4);
+        /* What tuple.__new__(PackedEntry, ...) does: a tuple subclass without a __dict__. */
+        PyObject *entry = entry_type->tp_alloc(entry_type, 4);
         if (entry == NULL) {
             goto fail;
         }
@@ -444,6 +449,25 @@ PyInit__fastadd(void)
         if (struct_error == NULL) {
             return NULL;
         }
+    }
+    if (entry_type == NULL) {
+        PyObject *packing = PyImport_ImportModule("walog.wire.packing");
+        if (packing == NULL) {
+            return NULL;
+        }
+        PyObject *type = PyObject_GetAttrString(packing, "PackedEntry");
+        Py_DECREF(packing);
+        if (type == NULL) {
+            return NULL;
+        }
+        if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)
+            || ((PyTypeObject *)type)->tp_dictoffset != 0) {
+            Py_DECREF(type);
+            PyErr_SetString(PyExc_TypeError,
+                            "walog.wire.packing.PackedEntry must be a named tuple");
+            return NULL;
+        }
+        entry_type = (PyTypeObject *)type;
     }
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) {

@@ -4,14 +4,14 @@ bookie/storage/fastpath.py."""
 from collections.abc import Iterable
 from typing import Final, TypeVar
 
+from walog.wire.packing import PackedEntry
+
 _S = TypeVar("_S")
 
 #: "sse4.2" or "table": how the digests' CRC32C is computed.
 CRC32C_IMPL: Final[str]
 
-def unpack_entries(
-    blob: bytes | bytearray | memoryview, /
-) -> tuple[list[tuple[int, int, int, bytes]], str | None]:
+def unpack_entries(blob: bytes | bytearray | memoryview, /) -> tuple[list[PackedEntry], str | None]:
     """The entries packed in ``blob`` and what is wrong with its tail (None when nothing),
     as :func:`walog.wire.packing.unpack_entries`."""
 

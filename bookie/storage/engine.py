@@ -27,15 +27,13 @@ import contextlib
 import dataclasses
 import functools
 import hmac
-import itertools
-import random
 import secrets
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import structlog
 
+from bookie.storage.checkpoints import Checkpointer
 from bookie.storage.compaction import Compactor
 from bookie.storage.config import StorageConfig
 from bookie.storage.entry_storage import (
@@ -43,10 +41,10 @@ from bookie.storage.entry_storage import (
     CachedEntry,
     EntryStorage,
     StoredRecord,
-    WriteCache,
 )
 from bookie.storage.environment import LOCAL_ENV, StorageEnv
 from bookie.storage.fastpath import refused_entries, unpack_entries
+from bookie.storage.group_reports import GroupReports
 from bookie.storage.journal import GroupReport, Journal
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.journal_records import (
@@ -56,13 +54,12 @@ from bookie.storage.journal_records import (
     key_record,
     lac_record,
 )
+from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
-from walog import mutations
 from walog.latency import StageLatencies
-from walog.metrics.histogram import BYTES_BOUNDS, COUNT_BOUNDS, LoopHistogram
 from walog.wire.durability import Durability
-from walog.wire.packing import ENTRY_HEADER
+from walog.wire.packing import ENTRY_HEADER, PackedEntry
 from walog.wire.status import Status
 
 _log = structlog.get_logger(__name__)
@@ -105,10 +102,6 @@ class BookieCore:
         self.stats = BookieStats()
         self.latencies = StageLatencies()
         """Where add time goes, by stage (walog/latency.py); reported by ``Info``."""
-        self.group_entries = LoopHistogram(COUNT_BOUNDS)
-        """Records per journal group commit."""
-        self.group_bytes = LoopHistogram(BYTES_BOUNDS)
-        """Bytes per journal group commit."""
         self.read_only_reason: str | None = None
         """Set while the bookie is read-only by disk usage (bookie/disks.py): plain adds
         are answered READ_ONLY; reads, fences and recovery writes are still served."""
@@ -116,52 +109,54 @@ class BookieCore:
         # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
         # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
         self._damaged: set[int] = set()
-        self._cache = WriteCache()
-        self._flushing: WriteCache | None = None
-        self._dirty: set[int] = set()
-        self._unsynced: list[tuple[int, list[int]]] = []
-        self._lac_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._lac_polls = LacPolls(self.lac)
         # Ledgers whose FENCE record is queued but not synced yet: every fence of such a
         # ledger waits for that one record. A fenced ledger absent from here is durably
         # fenced (its record synced, or replayed from disk on open).
         self._fencing: dict[int, asyncio.Future[GroupReport]] = {}
         self._writer = env.workers(1, "bookie-storage")
         self._readers = env.workers(2, "bookie-read")
-        self._checkpoint_lock = asyncio.Lock()
-        self._checkpoint_wanted = asyncio.Event()
-        self._checkpoint_idle = asyncio.Event()
-        self._checkpoint_idle.set()
         self._storage: EntryStorage | None = None
-        self._background: asyncio.Task[None] | None = None
         self.compactor = Compactor(config.compaction, self.in_storage)
         """Minor and major compaction of partly dead entry logs (bookie/storage/compaction.py)."""
         self._compaction: asyncio.Task[None] | None = None
         self._closed = False
-        #: Called on the loop after every checkpoint with the number of entries it wrote.
-        self.checkpoint_listeners: list[Callable[[int], None]] = []
-        #: Called on the loop when a checkpoint failed to write the entry logs or index.
-        self.failure_listeners: list[Callable[[], None]] = []
         #: Called on the loop with ``(ledger id, entry id)`` of a stored copy found damaged.
         self.damage_listeners: list[Callable[[int, int], None]] = []
         self.damaged_entries: dict[int, set[int]] = {}
         """Stored copies found damaged by a read since start, by ledger: never served, and
         replaced by the next add of the same entry (a copy re-replicated here) instead of
         being kept as a duplicate."""
-        self.checkpoint_failure: StorageIOError | None = None
-        """The error of the last checkpoint if it failed (entry log or index write: a full
-        or failing disk); cleared by the next checkpoint that succeeds. Meanwhile plain adds
-        are refused: the entries would only pile up in memory."""
+        self.journal_reports = GroupReports(
+            self.stats,
+            self.latencies,
+            state_of=lambda ledger_id: self._states.get(ledger_id),
+            touched=lambda ledger_id: self.checkpoints.dirty.add(ledger_id),
+        )
+        """Counters, latencies and group sizes of the journal's group commits, and the sync
+        cursors they move (bookie/storage/group_reports.py)."""
         self.journal = Journal(
             config.journal_path,
             file_bytes=config.journal_file_bytes,
             group_wait_s=config.group_wait_s,
             group_max_bytes=config.group_max_bytes,
             flush_interval_s=config.volatile_flush_interval_s,
-            on_group=self._on_group,
+            on_group=self.journal_reports.on_group,
             files=env.files,
             runner=env.journal_runner,
             blocking=self._writer.run,
         )
+        self.checkpoints = Checkpointer(
+            config,
+            self.journal,
+            self._writer,
+            storage=self._require_storage,
+            states=self._state_records,
+            damaged_entries=self.damaged_entries,
+        )
+        """The write cache and its checkpoints (bookie/storage/checkpoints.py); while its
+        ``failure`` is set, plain adds are refused."""
+        self.checkpoints.listeners.append(self._counted)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -183,8 +178,8 @@ class BookieCore:
         core._storage = loaded.storage
         core._states = loaded.states
         core._damaged = loaded.damaged
-        core._cache = loaded.cache
-        core._dirty = loaded.touched
+        core.checkpoints.cache = loaded.cache
+        core.checkpoints.dirty = loaded.touched
         core.stats.replayed_records = loaded.replayed_records
         try:
             await core.journal.start(loaded.next_journal_seq)
@@ -196,10 +191,10 @@ class BookieCore:
             # Before any checkpoint: a ledger recreated after its deletion has its new
             # entries in the write cache only, so this drops only what came before.
             await core._writer.run(loaded.storage.delete_ledgers, loaded.deleted)
-        core._background = asyncio.create_task(core._checkpoint_loop(), name="bookie-checkpoint")
+        core.checkpoints.start()
         core._compaction = asyncio.create_task(core.compactor.run(), name="bookie-compaction")
-        if core._cache.bytes >= config.write_cache_bytes:
-            core._checkpoint_wanted.set()  # a long replay: move the mark forward soon
+        if core.checkpoints.cache.bytes >= config.write_cache_bytes:
+            core.checkpoints.want()  # a long replay: move the mark forward soon
         return core
 
     async def close(self) -> None:
@@ -209,7 +204,7 @@ class BookieCore:
         self._closed = True
         await self._stop_background()
         try:
-            await self._checkpoint()
+            await self.checkpoints.checkpoint()
         except StorageIOError as exc:
             _log.error("final checkpoint failed", error=str(exc))
         await self.journal.stop(sync=True)
@@ -226,22 +221,15 @@ class BookieCore:
         await self._close_storage()
 
     async def _stop_background(self) -> None:
+        self._lac_polls.release()
         if self._compaction is not None:
             self._compaction.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._compaction
-        if self._background is not None:
-            # Not cancelled: a checkpoint in its storage thread would finish anyway, and
-            # its cache generation must not be merged back as if it had failed.
-            self._checkpoint_wanted.set()
-            await self._background
-        for waiters in self._lac_waiters.values():
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+        await self.checkpoints.stop()
 
     async def _close_storage(self) -> None:
-        async with self._checkpoint_lock:
+        async with self.checkpoints.lock:
             storage = self._storage
             self._storage = None
             if storage is not None:
@@ -263,8 +251,8 @@ class BookieCore:
         failed checkpoint (until one succeeds)."""
         if self.journal.failed is not None:
             return f"journal failed: {self.journal.failed}"
-        if self.checkpoint_failure is not None:
-            return f"checkpoint failed: {self.checkpoint_failure}"
+        if self.checkpoints.failure is not None:
+            return f"checkpoint failed: {self.checkpoints.failure}"
         return None
 
     @property
@@ -291,7 +279,7 @@ class BookieCore:
         ((status, _, last_add_synced),) = await self.add_batch(
             ledger_id,
             master_key,
-            [(entry_id, lac, digest, bytes(data))],
+            [PackedEntry(entry_id, lac, digest, bytes(data))],
             recovery=recovery,
             durability=durability,
         )
@@ -301,13 +289,13 @@ class BookieCore:
         self,
         ledger_id: int,
         master_key: bytes,
-        entries: Sequence[tuple[int, int, int, bytes]],
+        entries: Sequence[PackedEntry],
         *,
         recovery: bool,
         durability: Durability,
         packed: bytes | None = None,
     ) -> list[tuple[Status, list[int], int]]:
-        """Store entries ``(entry_id, lac, digest, data)`` of one ledger; returns answers
+        """Store entries (:class:`PackedEntry`) of one ledger; returns answers
         ``(status, entry_ids, last_add_synced)``, each entry in exactly one of them.
 
         The new entries share one journal item: PERSISTENT ones are answered after the
@@ -323,25 +311,25 @@ class BookieCore:
         """
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
-            return [(Status.IO_ERROR, [e[0] for e in entries], -1)]
+            return [(Status.IO_ERROR, [e.entry_id for e in entries], -1)]
         if not recovery and (
-            self.read_only_reason is not None or self.checkpoint_failure is not None
+            self.read_only_reason is not None or self.checkpoints.failure is not None
         ):
             # A recovery write is still taken: it must reach every bookie of a write quorum.
-            return [(Status.READ_ONLY, [e[0] for e in entries], -1)]
+            return [(Status.READ_ONLY, [e.entry_id for e in entries], -1)]
         refused_ids = refused_entries(ledger_id, entries, self.config.max_entry_bytes)
-        valid: Sequence[tuple[int, int, int, bytes]] = entries
+        valid: Sequence[PackedEntry] = entries
         if refused_ids:
             for entry_id, status in refused_ids.items():
                 answers.setdefault(status, []).append(entry_id)
-            valid = [entry for entry in entries if entry[0] not in refused_ids]
+            valid = [entry for entry in entries if entry.entry_id not in refused_ids]
         refused = [(status, ids, -1) for status, ids in answers.items()]
         if not valid:
             return refused
-        ids = [e[0] for e in valid]
-        if self._cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
+        ids = [e.entry_id for e in valid]
+        if self.checkpoints.cache.bytes >= _BACKPRESSURE_FACTOR * self.config.write_cache_bytes:
             # Memory bound: wait for the running checkpoint to free the frozen cache.
-            await self._checkpoint_idle.wait()
+            await self.checkpoints.idle()
             if self._closed:
                 return [*refused, (Status.IO_ERROR, ids, -1)]
         state, status = self._ledger_for_write(ledger_id, master_key, adopt_key=recovery)
@@ -362,7 +350,7 @@ class BookieCore:
     def _store(
         self,
         state: LedgerState,
-        entries: Sequence[tuple[int, int, int, bytes]],
+        entries: Sequence[PackedEntry],
         packed: bytes | None,
         *,
         volatile: bool,
@@ -371,8 +359,9 @@ class BookieCore:
         synchronous step (see the ordering rules above); the future to await before they
         may be acknowledged, if any. ``packed``: the same entries, packed."""
         ledger_id = state.ledger_id
-        cache = self._cache
-        stored: list[tuple[int, int, int, bytes]] = []
+        checkpoints = self.checkpoints
+        cache = checkpoints.cache
+        stored: list[PackedEntry] = []
         # Nothing above the highest entry id seen is cached or stored: new entries skip
         # the lookup (a repeat within this batch is at or below it by then).
         highest = state.last_entry_id
@@ -400,14 +389,14 @@ class BookieCore:
         self.stats.entries_added += len(stored)
         self.stats.bytes_written += size
         if cache.bytes >= self.config.write_cache_bytes:
-            self._checkpoint_wanted.set()
+            checkpoints.want()
         if stored:
             state.note_entry(highest)
             if volatile:
                 state.sync.advance_to(lac)
             if state.raise_lac(lac):
-                self._wake(ledger_id)
-            self._dirty.add(ledger_id)
+                self._lac_polls.wake(ledger_id)
+            self.checkpoints.dirty.add(ledger_id)
             if duplicates or packed is None:
                 packed = b"".join(
                     ENTRY_HEADER.pack(entry_id, entry_lac, digest, len(data)) + data
@@ -417,7 +406,7 @@ class BookieCore:
             return self.journal.append(
                 (add_header(ledger_id, volatile), packed),
                 sync=not volatile,
-                tag=(ledger_id, [entry[0] for entry in stored]),
+                tag=(ledger_id, [entry.entry_id for entry in stored]),
             )
         if duplicates and not volatile:
             # The first copies may still wait for their sync: do not ack before it. (With
@@ -442,14 +431,14 @@ class BookieCore:
                 return None, Status.IO_ERROR  # its key and fence are unknown
             state = LedgerState(ledger_id, bytes(master_key))
             self._states[ledger_id] = state
-            self._dirty.add(ledger_id)
+            self.checkpoints.dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
             return state, Status.OK
         if not state.master_key:
             if not adopt_key:
                 return None, Status.IO_ERROR
             state.master_key = bytes(master_key)
-            self._dirty.add(ledger_id)
+            self.checkpoints.dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
             return state, Status.OK
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
@@ -466,10 +455,7 @@ class BookieCore:
         return self._storage.contains(state.ledger_id, entry_id)
 
     def _cached(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
-        entry = self._cache.get(ledger_id, entry_id)
-        if entry is None and self._flushing is not None:
-            entry = self._flushing.get(ledger_id, entry_id)
-        return entry
+        return self.checkpoints.cached(ledger_id, entry_id)
 
     def update_lac(self, ledger_id: int, lac: int, master_key: bytes) -> Status:
         """An explicit LAC from an idle writer: LAC = max(LAC, lac); wakes long polls."""
@@ -485,9 +471,9 @@ class BookieCore:
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
             return Status.UNAUTHORIZED
         if state.raise_lac(lac):
-            self._dirty.add(ledger_id)
+            self.checkpoints.dirty.add(ledger_id)
             self.journal.append((lac_record(ledger_id, lac),), sync=False, wait=False)
-            self._wake(ledger_id)
+            self._lac_polls.wake(ledger_id)
         return Status.OK
 
     async def force(self, ledger_id: int, master_key: bytes) -> tuple[Status, int]:
@@ -522,7 +508,7 @@ class BookieCore:
             return status, -1, -1
         if not state.fenced:
             state.fenced = True  # plain adds are refused from now on, before the sync
-            self._dirty.add(ledger_id)
+            self.checkpoints.dirty.add(ledger_id)
             record = self.journal.append((fence_record(ledger_id),), sync=True)
             assert record is not None
             self._fencing[ledger_id] = record
@@ -644,68 +630,7 @@ class BookieCore:
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout: float) -> int:  # noqa: ASYNC109 (long-poll timeout is part of the request)
         """Long poll: the LAC as soon as it exceeds ``previous_lac``, else at ``timeout``
         the current LAC. Woken by adds and explicit LAC updates, never by polling."""
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while self.lac(ledger_id) <= previous_lac and not self._closed:
-                    waiter: asyncio.Future[None] = loop.create_future()
-                    waiters = self._lac_waiters.setdefault(ledger_id, [])
-                    waiters.append(waiter)
-                    try:
-                        await waiter
-                    finally:
-                        if waiter in waiters:
-                            waiters.remove(waiter)
-                        if not waiters:
-                            self._lac_waiters.pop(ledger_id, None)
-        return self.lac(ledger_id)
-
-    def _wake(self, ledger_id: int) -> None:
-        for waiter in self._lac_waiters.pop(ledger_id, ()):
-            if not waiter.done():
-                waiter.set_result(None)
-
-    # -- journal reports --------------------------------------------------------------------
-
-    def _on_group(self, report: GroupReport, error: BaseException | None) -> None:
-        """Runs on the loop before the group's waiters complete: counters, sync cursor.
-
-        A synced group makes every record written so far durable, so the entries of
-        earlier unsynced (VOLATILE) groups are marked synced together with its own.
-        """
-        if error is not None:
-            return
-        latencies = self.latencies
-        if report.synced:
-            # Every group sync is timed, a barrier's (no records: a checkpoint's) too, so
-            # that the sync histogram counts what the sync counter counts.
-            latencies.record("journal_sync", report.done - report.written)
-        if report.record_count:
-            latencies.record("journal_queue", report.started - report.enqueued)
-            latencies.record("journal_write", report.written - report.started)
-            latencies.record("journal_callback", time.monotonic() - report.done)
-            self.group_entries.observe(report.record_count)
-            self.group_bytes.observe(report.byte_count)
-        self.stats.journal_groups = report.group_no
-        self.stats.journal_syncs = report.sync_no
-        self.stats.journal_bytes += report.byte_count
-        # Only adds are tagged, always with (ledger id, [entry ids]).
-        tags = cast(list[tuple[int, list[int]]], report.tags)
-        if not report.synced:
-            self._unsynced.extend(tags)
-            return
-        for ledger_id, entry_ids in itertools.chain(self._unsynced, tags):
-            state = self._states.get(ledger_id)
-            if state is None:
-                continue
-            first, last = min(entry_ids), max(entry_ids)
-            if last - first + 1 == len(entry_ids):  # distinct ids: exactly first..last
-                state.sync.mark_run(first, last)
-            else:
-                for entry_id in entry_ids:
-                    state.sync.mark_synced(entry_id)
-            self._dirty.add(ledger_id)
-        self._unsynced.clear()
+        return await self._lac_polls.wait(ledger_id, previous_lac, timeout)
 
     # -- checkpoints and GC -----------------------------------------------------------------
 
@@ -714,120 +639,21 @@ class BookieCore:
         delete journal files before it. Runs on its own every ``checkpoint_interval_s``."""
         if self._closed:
             raise StorageIOError("bookie storage is closed")
-        await self._checkpoint()
+        await self.checkpoints.checkpoint()
 
-    async def _checkpoint(self) -> None:
-        started = time.monotonic()
-        async with self._checkpoint_lock:
-            storage = self._require_storage()
-            probe_first = not mutations.enabled("checkpoint_probes_after_freezing")
-            if self.checkpoint_failure is not None and probe_first:
-                # After a failed checkpoint: proof that the disk takes writes again, before
-                # anything is frozen (an await between the freeze and the barrier would let
-                # records be journaled before the mark and persisted by no checkpoint).
-                try:
-                    await self._writer.run(storage.probe)
-                except StorageIOError as exc:
-                    self._checkpoint_failed(exc)
-                    raise
-            # One synchronous step: freeze the write cache, take the dirty ledgers and queue
-            # the barrier whose position becomes the mark. Every record journaled before the
-            # mark is then in what this checkpoint persists (its entries in the frozen
-            # cache, its ledger's state among the dirty ones).
-            frozen, self._cache = self._cache, WriteCache()
-            dirty, self._dirty = self._dirty, set()
-            self._flushing = frozen
-            self._checkpoint_idle.clear()
-            barrier = None if not probe_first else self.journal.barrier()
-            try:
-                if barrier is None:
-                    if self.checkpoint_failure is not None:
-                        await self._writer.run(storage.probe)
-                    barrier = self.journal.barrier()
-                mark = await barrier
-                states = {
-                    ledger_id: self._states[ledger_id].to_bytes()
-                    for ledger_id in dirty
-                    if ledger_id in self._states
-                }
-                # Re-replicated copies of entries whose stored copy is damaged: their rows
-                # are overwritten (a plain checkpoint keeps a row that exists).
-                replace = {
-                    (ledger_id, entry_id)
-                    for ledger_id, entries in frozen.ledgers.items()
-                    for entry_id in self.damaged_entries.get(ledger_id, ()) & entries.keys()
-                }
-                written = await self._writer.run(
-                    functools.partial(storage.checkpoint, replace=replace),
-                    _sorted_entries(frozen),
-                    states,
-                    mark,
-                )
-                for ledger_id, entry_id in replace:
-                    self.damaged_entries[ledger_id].discard(entry_id)
-            except BaseException as exc:
-                # Nothing was committed: the next checkpoint takes these again.
-                for ledger_id, entries in frozen.ledgers.items():
-                    for entry_id, entry in entries.items():
-                        self._cache.put(ledger_id, entry_id, entry)
-                self._dirty |= dirty
-                if isinstance(exc, StorageIOError):
-                    self._checkpoint_failed(exc)
-                raise
-            finally:
-                self._flushing = None
-                self._checkpoint_idle.set()
-            try:
-                await self._writer.run(self.journal.delete_before, mark.file_seq)
-            except OSError as exc:
-                # Harmless for correctness (replay starts at the mark); retried next time.
-                _log.warning("old journal files not deleted", error=str(exc))
-        if self.checkpoint_failure is not None:
-            _log.warning("checkpoint succeeded again", entries=written)
-            self.checkpoint_failure = None
+    def _state_records(self, ledger_ids: set[int]) -> dict[int, bytes]:
+        """The state records of the given ledgers still known (a checkpoint's dirty ones)."""
+        states = self._states
+        return {i: states[i].to_bytes() for i in ledger_ids if i in states}
+
+    def _counted(self, written: int) -> None:
         self.stats.checkpoints += 1
         self.stats.entries_checkpointed += written
-        for listener in self.checkpoint_listeners:
-            listener(written)
-        _log.debug(
-            "checkpoint",
-            entries=written,
-            mark=tuple(mark),
-            seconds=round(time.monotonic() - started, 3),
-        )
-
-    def _checkpoint_failed(self, exc: StorageIOError) -> None:
-        """A checkpoint failed: plain adds are refused until one succeeds."""
-        self.checkpoint_failure = exc
-        for on_failure in self.failure_listeners:
-            on_failure()
-
-    async def _checkpoint_loop(self) -> None:
-        first = True
-        while not self._closed:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(
-                    checkpoint_wait(self.config.checkpoint_interval_s, first)
-                ):
-                    await self._checkpoint_wanted.wait()
-            first = False
-            self._checkpoint_wanted.clear()
-            if self._closed:
-                return  # close() takes the final checkpoint
-            failing = self.checkpoint_failure is not None
-            try:
-                await self._checkpoint()
-            except StorageIOError as exc:
-                # One line per outage, not one per retry (a full disk stays full a while).
-                (_log.debug if failing else _log.error)("checkpoint failed", error=str(exc))
-            except Exception:
-                # Keep checkpointing: a dead loop would let the journal grow forever.
-                _log.exception("checkpoint failed")
 
     async def in_storage(self, step: Callable[[EntryStorage], _T]) -> _T:
         """Run ``step`` on the entry storage in its thread, between checkpoints (compaction
         steps); the storage counters are taken over afterwards."""
-        async with self._checkpoint_lock:
+        async with self.checkpoints.lock:
             storage = self._require_storage()
             try:
                 return await self._writer.run(step, storage)
@@ -843,7 +669,7 @@ class BookieCore:
         doomed = sorted(set(ledger_ids))
         if not doomed or self._closed:
             return
-        async with self._checkpoint_lock:
+        async with self.checkpoints.lock:
             storage = self._require_storage()
             waiters = []
             for ledger_id in doomed:
@@ -851,9 +677,9 @@ class BookieCore:
                 self._damaged.discard(ledger_id)
                 self.damaged_entries.pop(ledger_id, None)
                 self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
-                self._cache.drop_ledger(ledger_id)
-                self._dirty.discard(ledger_id)
-                self._wake(ledger_id)
+                self.checkpoints.cache.drop_ledger(ledger_id)
+                self.checkpoints.dirty.discard(ledger_id)
+                self._lac_polls.wake(ledger_id)
                 waiters.append(self.journal.append((delete_record(ledger_id),), sync=True))
             await asyncio.gather(*(w for w in waiters if w is not None))
             await self._writer.run(storage.delete_ledgers, doomed)
@@ -866,26 +692,6 @@ def new_incarnation() -> int:
     return secrets.randbits(64) or 1
 
 
-def checkpoint_wait(interval: float, first: bool) -> float:
-    """Seconds until a bookie's next periodic checkpoint: ``interval`` give or take a tenth,
-    and the first one at a random point of the first interval (at least half of it in).
-
-    Bookies started together (a cluster coming up, a test harness, one host's bookies)
-    would otherwise checkpoint in step, every one writing its cache to disk at the same
-    moment. Spread apart, a checkpoint slows one bookie of a write quorum at a time, and the
-    ack quorum is made of the others.
-    """
-    return interval * (random.uniform(0.5, 1.0) if first else random.uniform(0.9, 1.1))
-
-
-def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]:
-    """The cache's entries by ledger then entry id (consumed in the storage thread)."""
-    for ledger_id in sorted(cache.ledgers):
-        entries = cache.ledgers[ledger_id]
-        for entry_id in sorted(entries):
-            yield ledger_id, entry_id, entries[entry_id]
-
-
 # The front ends (bookie/server) reach the storage through this module only: with the
 # engine they get the stored-entry type and the add path's entry unpacker from here.
 __all__ = [
@@ -893,7 +699,6 @@ __all__ = [
     "BookieStats",
     "JournalMark",
     "StoredRecord",
-    "checkpoint_wait",
     "new_incarnation",
     "unpack_entries",
 ]

@@ -2,23 +2,19 @@
 
 Layout under ``data_dir``:
 
-- ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints. Each
-  record is ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` followed by the data.
+- ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints by the
+  entry-log writer (bookie/storage/entry_log_writer.py, which also defines the records).
 - ``index/`` — one LMDB environment (format version 2, bookie/storage/index.py) with four
   tables: ``entries`` ((ledger, entry) -> (log, offset, record length)), ``ledgers``
   (ledger -> index summary + :class:`LedgerState` record), ``logs`` (log -> live bytes per
   ledger, for GC) and ``meta`` (format, checkpoint mark, next log id, censuses). Every
   value carries a CRC32C over its key and payload.
 
-A checkpoint appends the frozen write cache to the current entry log, fsyncs it, and only
+A checkpoint appends the frozen write cache to the entry log being filled, fsyncs it, and only
 then commits the index rows, ledger rows (with their index summaries) and the new journal
 mark in one LMDB transaction (LMDB syncs on commit). So the mark never passes a record
 whose entry is not durable in an entry log, an index row never points at bytes that are
 not on disk, and a ledger's summary always counts exactly its entry rows.
-
-A checkpoint's per-entry work (records, index rows) runs in C (bookie/storage/_fastcheckpoint.c)
-when the extension is built, and in Python otherwise or with ``WALOG_PURE_PYTHON=1``: the
-same bytes either way.
 
 Reads check the index row's checksum, the stored digest (CRC32C over header and payload,
 walog/wire/digest.py) and the record header against the index key: a damaged record is never
@@ -30,21 +26,18 @@ Everything here is blocking; the core runs it in dedicated threads.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import operator
 import os
-import struct
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import NamedTuple, SupportsIndex
+from typing import NamedTuple
 
-import crc32c
 import lmdb
 import structlog
 
+from bookie.storage.entry_log_writer import RECORD, CachedEntry, EntryLogWriter, entry_log_path
 from bookie.storage.environment import open_lmdb_index
-from bookie.storage.fastpath import CHECKPOINT_COMPILED, unbuilt
+from bookie.storage.fastpath import unbuilt
 from bookie.storage.files import LOCAL_FILES, Files, write_all
 from bookie.storage.index import (
     ENTRY_KEY,
@@ -54,7 +47,6 @@ from bookie.storage.index import (
     LOGS_CENSUS_KEY,
     MARK_KEY,
     NEXT_LOG_KEY,
-    ROW_CRC,
     Census,
     IndexSummary,
     LedgerRow,
@@ -74,20 +66,6 @@ from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
 
-_RECORD = struct.Struct(">IqqqI")
-_RECORD_BYTES = _RECORD.size
-_INT64_MAX = (1 << 63) - 1
-_UINT32_MAX = (1 << 32) - 1
-_WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
-# An entry row's key and location (KEY_AND_LOCATION) as the checkpoint loop packs them:
-# the same bytes for valid ids, but unsigned, so that a negative ledger or entry id fails
-# the pack (the record header's ">q" fails those of 2**63 and up).
-_CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
-
-
-#: The checkpoint loop, chosen once at import (bookie/storage/fastpath.py): True for the
-#: compiled one.
-_COMPILED = CHECKPOINT_COMPILED
 
 READ_ENTRY_OVERHEAD = 64
 """What a read answer's byte limit counts per entry besides its payload: at least what its
@@ -119,12 +97,6 @@ class StoredRecord(NamedTuple):
     digest: int
 
 
-CachedEntry = tuple[int, int, bytes]
-"""An entry held in the write cache: ``(lac, digest, data)``. A plain tuple, not a named
-one: the garbage collector stops tracking a tuple of ints and bytes after one pass, so a
-write cache of a hundred thousand entries costs full collections nothing."""
-
-
 class Location(NamedTuple):
     """Where an entry lives: entry log id, record offset and record length."""
 
@@ -147,7 +119,7 @@ class WriteCache:
         if entry_id in entries:
             return False
         entries[entry_id] = entry
-        self.bytes += len(entry[2]) + _RECORD.size
+        self.bytes += len(entry[2]) + RECORD.size
         self.count += 1
         return True
 
@@ -159,7 +131,7 @@ class WriteCache:
     def added(self, count: int, data_bytes: int) -> None:
         """Account ``count`` entries of ``data_bytes`` payload inserted through
         :meth:`ledger_entries`."""
-        self.bytes += data_bytes + count * _RECORD.size
+        self.bytes += data_bytes + count * RECORD.size
         self.count += count
 
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
@@ -171,13 +143,8 @@ class WriteCache:
         """Forget a ledger's entries."""
         entries = self.ledgers.pop(ledger_id, None)
         if entries:
-            self.bytes -= sum(len(e[2]) + _RECORD.size for e in entries.values())
+            self.bytes -= sum(len(e[2]) + RECORD.size for e in entries.values())
             self.count -= len(entries)
-
-
-def entry_log_path(directory: Path, log_id: int) -> Path:
-    """Path of entry log ``log_id``."""
-    return directory / f"{log_id:010d}.log"
 
 
 class EntryStorage:
@@ -205,8 +172,6 @@ class EntryStorage:
         self._files = files
         self.log_dir = data_dir / "entrylogs"
         self.index_dir = data_dir / "index"
-        self._log_bytes_limit = entry_log_file_bytes
-        self._cache_written = cache_written
         for directory in (self.log_dir, self.index_dir):
             if not files.exists(directory):
                 files.makedirs(directory)
@@ -241,10 +206,13 @@ class EntryStorage:
         #: Ledgers whose state or entries the index cannot vouch for (IO_ERROR for them).
         self.damaged_ledgers: set[int] = contents.damaged
         self._absence = AbsenceProof(tables)
-        self._write_fd = -1
-        self._write_log = -1
-        self._write_offset = 0
-        self._pending: list[bytes] = []
+        self._log_writer = EntryLogWriter(
+            self.log_dir,
+            files,
+            file_bytes=entry_log_file_bytes,
+            cache_written=cache_written,
+            reserve_log_id=self._reserve_log_id,
+        )
         if missing := unbuilt():
             _log.warning(
                 "compiled hot paths not built: they run in pure Python, about three times "
@@ -440,8 +408,8 @@ class EntryStorage:
                 problem=problem,
             )
             return None
-        _, _, _, lac, digest = _RECORD.unpack_from(raw)
-        return StoredRecord(entry_id, lac, raw[_RECORD.size :], digest)
+        _, _, _, lac, digest = RECORD.unpack_from(raw)
+        return StoredRecord(entry_id, lac, raw[RECORD.size :], digest)
 
     # -- checkpoint -----------------------------------------------------------------------
 
@@ -471,28 +439,7 @@ class EntryStorage:
     ) -> int:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
-        start_log, start_offset = self._write_log, self._write_offset
-        append = self._append_compiled if _COMPILED else self._append_python
-        try:
-            written = append(entries, rows, live)
-            if self._write_fd >= 0:
-                self._sync_write_log()
-        except BaseException as exc:
-            # The log's tail is unknown now: never append to it again. What this call wrote
-            # is in no index row: cut it off, so a full disk gets that space back. Bad input
-            # (TypeError, ValueError) fails the same way, and records still buffered are
-            # dropped with it (they would land before the next checkpoint's).
-            failed_log = self._write_log
-            self._pending.clear()
-            if self._write_fd >= 0:
-                with contextlib.suppress(OSError):
-                    self._files.ftruncate(
-                        self._write_fd, start_offset if failed_log == start_log else 0
-                    )
-            self._close_write_log()
-            if isinstance(exc, OSError | lmdb.Error):
-                raise StorageIOError(f"entry log {failed_log} write failed: {exc}") from exc
-            raise
+        written = self._log_writer.write(entries, rows, live)
         for ledger_id in rows:
             if not repoint and ledger_id not in states and ledger_id not in self._rows:
                 raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
@@ -501,117 +448,6 @@ class EntryStorage:
         except lmdb.Error as exc:
             raise StorageIOError(f"index commit failed: {exc}") from exc
         return written
-
-    def _append_python(
-        self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
-        rows: dict[int, list[tuple[bytes, bytes]]],
-        live: dict[int, dict[int, int]],
-    ) -> int:
-        """Append the entries' records to entry logs (rolling them as they fill, writing
-        and syncing chunk by chunk, the last chunk written but not synced), their index rows
-        to ``rows`` by ledger and their record bytes to ``live`` by log and ledger. Returns
-        the entries appended. TypeError or ValueError for a malformed entry.
-
-        The pure-Python loop; :meth:`_append_compiled` does the same work."""
-        written = 0
-        current = current_log = -1
-        bucket: list[tuple[bytes, bytes]] = []
-        per_ledger: dict[int, int] = {}
-        # The checkpoint's hot loop, one pass per entry: its record is buffered for the
-        # entry log and its index row built (entry_row's bytes, inlined with the append).
-        # The log's position lives in locals here; ``self._write_offset`` is brought up
-        # to date before anything else reads it (a roll, a flush, the end).
-        pending = self._pending
-        record, location = _RECORD.pack, _CHECKED_KEY_AND_LOCATION.pack
-        crc_of, crc = ROW_CRC.pack, crc32c.crc32c
-        limit, chunk, key_size = self._log_bytes_limit, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
-        log_id, offset = self._write_log, self._write_offset
-        flushed = offset  # the log's offset at the last write of the buffered records
-        try:
-            for ledger_id, entry_id, (lac, digest, data) in entries:
-                if log_id < 0 or offset >= limit:  # no log open (-1 with its fd), or full
-                    self._write_offset = offset
-                    self._roll()
-                    log_id, offset = self._write_log, self._write_offset
-                    flushed = offset
-                length = _RECORD_BYTES + len(data)
-                pending.append(record(len(data), ledger_id, entry_id, lac, digest))
-                pending.append(data)
-                if ledger_id != current or log_id != current_log:
-                    # Entries come grouped by ledger and logs roll rarely: look up the
-                    # ledger's row list and live-bytes slot once per run, not per entry.
-                    current, current_log = ledger_id, log_id
-                    bucket = rows.setdefault(ledger_id, [])
-                    per_ledger = live.setdefault(log_id, {})
-                    per_ledger.setdefault(ledger_id, 0)
-                both = location(ledger_id, entry_id, log_id, offset, length)
-                bucket.append((both[:key_size], crc_of(crc(both)) + both[key_size:]))
-                per_ledger[ledger_id] += length
-                written += 1
-                offset += length
-                if offset - flushed >= chunk:
-                    self._write_offset = flushed = offset
-                    self._flush_pending()
-                    # Synced chunk by chunk: one sync of a whole checkpoint at its end would
-                    # hold the disk, and the journal syncs queued behind it, for as long as
-                    # all of it takes to write (tens of ms per 10 MB here).
-                    self._files.fdatasync(self._write_fd)
-        except struct.error as exc:
-            problem = _bad_entry(ledger_id, entry_id, lac, digest, data)
-            if problem is None:
-                raise
-            raise problem from exc
-        self._write_offset = offset
-        self._flush_pending()
-        return written
-
-    def _append_compiled(
-        self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
-        rows: dict[int, list[tuple[bytes, bytes]]],
-        live: dict[int, dict[int, int]],
-    ) -> int:
-        """:meth:`_append_python` with the per-entry work compiled
-        (bookie/storage/_fastcheckpoint.c): it builds the records of a chunk in one buffer
-        and the index rows, and returns here to roll the log, to write and sync a full
-        chunk, and at the end. The same bytes, rows, live counts and errors."""
-        from bookie.storage._fastcheckpoint import DONE, ROLL, append_entries
-
-        items = iter(entries)
-        buffer = bytearray()
-        held: tuple[int, int, CachedEntry] | None = None
-        used = written = 0
-        limit, chunk = self._log_bytes_limit, _WRITE_CHUNK_BYTES
-        log_id, offset = self._write_log, self._write_offset
-        flushed = offset  # the log's offset at buffer[0]
-        while True:
-            status, held, used, offset, count = append_entries(
-                items, held, buffer, used, rows, live, log_id, offset, flushed, limit, chunk
-            )
-            written += count
-            if status == DONE:
-                break
-            self._write_offset = offset
-            self._write_buffer(buffer, used)
-            used = 0
-            if status == ROLL:  # ``held`` starts the next log
-                self._roll()
-                log_id, offset = self._write_log, self._write_offset
-            else:  # a full chunk: synced chunk by chunk, as in _append_python
-                self._files.fdatasync(self._write_fd)
-            flushed = offset
-        self._write_offset = offset
-        self._write_buffer(buffer, used)
-        return written
-
-    def _write_buffer(self, buffer: bytearray, size: int) -> None:
-        """Write ``buffer[:size]`` to the current entry log (nothing when ``size`` is 0).
-        The views are gone on return, so the compiled loop may resize the buffer again."""
-        if not size:
-            return
-        with memoryview(buffer) as whole, whole[:size] as chunk:
-            write_all(self._files, self._write_fd, chunk)
 
     def _commit(
         self,
@@ -686,33 +522,8 @@ class EntryStorage:
             docs[log_id] = doc
         return docs, census
 
-    def _close_write_log(self) -> None:
-        """Stop appending to the current entry log; the next append starts a new one."""
-        if self._write_fd >= 0:
-            with contextlib.suppress(OSError):
-                self._files.close(self._write_fd)
-        self._write_fd = -1
-        self._write_log = -1
-
-    def _flush_pending(self) -> None:
-        """Write the buffered records to the current entry log (one syscall per chunk)."""
-        data = b"".join(self._pending)
-        self._pending.clear()
-        write_all(self._files, self._write_fd, data)
-
-    def _sync_write_log(self) -> None:
-        """fsync the current entry log; then, unless written pages stay cached
-        (``StorageConfig.cache_entry_logs``), let the kernel drop them."""
-        self._files.fsync(self._write_fd)
-        if not self._cache_written:
-            self._files.drop_cache(self._write_fd)
-
-    def _roll(self) -> None:
-        if self._write_fd >= 0:
-            self._flush_pending()
-            self._sync_write_log()
-            self._files.close(self._write_fd)
-            self._write_fd = -1
+    def _reserve_log_id(self) -> int:
+        """The id of the next entry log, taken for good (the next-log row moves past it)."""
         with self._env.begin(write=True, db=self._meta) as txn:
             raw = txn.get(NEXT_LOG_KEY)
             payload = None if raw is None else unseal(NEXT_LOG_KEY, bytes(raw))
@@ -724,11 +535,7 @@ class EntryStorage:
             while self._files.exists(entry_log_path(self.log_dir, log_id)):
                 log_id += 1
             txn.put(NEXT_LOG_KEY, seal(NEXT_LOG_KEY, pack_next_log(log_id + 1)))
-        path = entry_log_path(self.log_dir, log_id)
-        self._write_fd = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._files.fsync_dir(self.log_dir)
-        self._write_log = log_id
-        self._write_offset = 0
+        return log_id
 
     # -- garbage collection ---------------------------------------------------------------
 
@@ -782,11 +589,11 @@ class EntryStorage:
                 continue
             total = doc.get("_total", 0)
             live = sum(size for name, size in doc.items() if name != "_total")
-            if log_id == self._write_log:
+            if log_id == self._log_writer.log_id:
                 if live == 0:
                     # Nothing live in the log being filled: start a new one at the next
                     # checkpoint and drop this one.
-                    self._close_write_log()
+                    self._log_writer.stop_appending()
                     self._drop_log(log_id)
                 continue
             if live == 0 or not total:
@@ -811,7 +618,7 @@ class EntryStorage:
         shares: dict[int, float] = {}
         for log_id, doc in self._live.items():
             total = doc.get("_total", 0)
-            if log_id != self._write_log and total:
+            if log_id != self._log_writer.log_id and total:
                 live = sum(size for name, size in doc.items() if name != "_total")
                 shares[log_id] = live / total
         return shares
@@ -842,7 +649,7 @@ class EntryStorage:
             StorageIOError: the index or the log being filled failed.
         """
         doc = self._live.get(log_id)
-        if doc is None or log_id == self._write_log:
+        if doc is None or log_id == self._log_writer.log_id:
             return None, 0
         moved: list[tuple[int, int, CachedEntry]] = []
         size = 0
@@ -907,9 +714,7 @@ class EntryStorage:
 
     def close(self) -> None:
         """Close the current entry log and the index."""
-        if self._write_fd >= 0:
-            self._files.close(self._write_fd)
-            self._write_fd = -1
+        self._log_writer.close()
         self._env.close()
         if self._lock_fd >= 0:
             self._files.close(self._lock_fd)  # releases the lock
@@ -934,39 +739,13 @@ def _entry_id(key: bytes) -> int | None:
     return int(ENTRY_KEY.unpack(key)[1]) if len(key) == ENTRY_KEY.size else None
 
 
-def _bad_entry(
-    ledger_id: object, entry_id: object, lac: object, digest: object, data: object
-) -> Exception | None:
-    """The TypeError or ValueError for an entry the checkpoint loop cannot store (what the
-    compiled loop raises for it too); None when its fields are fine."""
-    for name, value, low, high in (
-        ("ledger id", ledger_id, 0, _INT64_MAX),
-        ("entry id", entry_id, 0, _INT64_MAX),
-        ("lac", lac, -_INT64_MAX - 1, _INT64_MAX),
-        ("digest", digest, 0, _UINT32_MAX),
-    ):
-        if not isinstance(value, SupportsIndex):
-            return TypeError(f"{name} must be an int, not {type(value).__name__!r}")
-        if not low <= operator.index(value) <= high:
-            return ValueError(f"{name} out of range [{low}, {high}]: {value!r}")
-    try:
-        size = memoryview(data).nbytes  # type: ignore[arg-type]
-    except TypeError:
-        return TypeError(f"entry data must be bytes, not {type(data).__name__!r}")
-    if size > _UINT32_MAX - _RECORD_BYTES:
-        return ValueError(
-            f"entry data of {size} bytes: a record holds at most {_UINT32_MAX - _RECORD_BYTES}"
-        )
-    return None
-
-
 def _check_record(raw: bytes, ledger_id: int, entry_id: int, length: int) -> str | None:
-    if len(raw) != length or length < _RECORD.size:
+    if len(raw) != length or length < RECORD.size:
         return f"short record ({len(raw)} of {length} bytes)"
-    data_len, led, entry, lac, digest = _RECORD.unpack_from(raw)
-    if data_len != length - _RECORD.size or led != ledger_id or entry != entry_id:
+    data_len, led, entry, lac, digest = RECORD.unpack_from(raw)
+    if data_len != length - RECORD.size or led != ledger_id or entry != entry_id:
         return "record header does not match the index"
-    if entry_digest(ledger_id, entry_id, lac, memoryview(raw)[_RECORD.size :]) != digest:
+    if entry_digest(ledger_id, entry_id, lac, memoryview(raw)[RECORD.size :]) != digest:
         return "digest mismatch"
     return None
 

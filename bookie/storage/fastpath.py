@@ -49,7 +49,7 @@ def compiled_module(name: str) -> ModuleType | None:
 
 def refused_entries_python(
     ledger_id: int,
-    entries: Sequence[tuple[int, int, int, bytes]],
+    entries: Sequence[PackedEntry],
     max_entry_bytes: int,
 ) -> dict[int, Status]:
     """The entries of an add batch a bookie refuses, by entry id: BAD_REQUEST (negative ids,
@@ -71,7 +71,7 @@ _fastadd = compiled_module("bookie.storage._fastadd")
 
 #: The add path's checks, chosen once at import: True for the compiled ones.
 COMPILED = _fastadd is not None
-#: The checkpoint loop (bookie/storage/entry_storage.py), chosen once at import: True for
+#: The checkpoint loop (bookie/storage/entry_log_writer.py), chosen once at import: True for
 #: the compiled one.
 CHECKPOINT_COMPILED = compiled_module("bookie.storage._fastcheckpoint") is not None
 #: The journal's writer thread (bookie/storage/journal_writer.py): True for the compiled one.
@@ -92,7 +92,7 @@ def unbuilt() -> list[str]:
 
 
 unpack_entries: Callable[[bytes], tuple[list[PackedEntry], str | None]]
-refused_entries: Callable[[int, Sequence[tuple[int, int, int, bytes]], int], dict[int, Status]]
+refused_entries: Callable[[int, Sequence[PackedEntry], int], dict[int, Status]]
 
 if _fastadd is not None:
     _refused_compiled = _fastadd.refused_entries
@@ -100,7 +100,7 @@ if _fastadd is not None:
 
     def _refused_entries_compiled(
         ledger_id: int,
-        entries: Sequence[tuple[int, int, int, bytes]],
+        entries: Sequence[PackedEntry],
         max_entry_bytes: int,
     ) -> dict[int, Status]:
         """:func:`refused_entries_python`, compiled (bookie/storage/_fastadd.c)."""

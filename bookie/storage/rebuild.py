@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bookie.storage.config import StorageConfig
-from bookie.storage.entry_storage import _RECORD, EntryStorage, lock_directory
+from bookie.storage.entry_log_writer import RECORD
+from bookie.storage.entry_storage import EntryStorage, lock_directory
 from bookie.storage.files import LOCAL_FILES
 from bookie.storage.index import entry_row
 from bookie.storage.journal_files import JournalMark, StorageIOError
@@ -91,16 +92,16 @@ def _scan_log(
             view = memoryview(raw)
             try:
                 offset = 0
-                while offset + _RECORD.size <= size:
-                    data_len, ledger_id, entry_id, lac, digest = _RECORD.unpack_from(raw, offset)
-                    end = offset + _RECORD.size + data_len
+                while offset + RECORD.size <= size:
+                    data_len, ledger_id, entry_id, lac, digest = RECORD.unpack_from(raw, offset)
+                    end = offset + RECORD.size + data_len
                     if (
                         ledger_id < 0
                         or entry_id < 0
                         or not -1 <= lac < entry_id
                         or data_len > max_data
                         or end > size
-                        or entry_digest(ledger_id, entry_id, lac, view[offset + _RECORD.size : end])
+                        or entry_digest(ledger_id, entry_id, lac, view[offset + RECORD.size : end])
                         != digest
                     ):
                         offset += 1  # resynchronise on the next record that matches

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import walog.aio
-import walog.log.writer
+import walog.log.retire
 from tests.integration.waiting import eventually
 from walog.aio import AsyncClient
 from walog.errors import WalogError
@@ -138,7 +138,7 @@ async def test_records_that_wait_too_long_for_a_ledger_to_be_recovered_fail_with
     six: tuple[LocalCluster, AsyncClient, AsyncLog], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = six[1]
-    monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
+    monkeypatch.setattr(walog.log.retire, "CLOSE_RECOVERY_SECONDS", 1.0)
     writer, first, _ = await written_then_bookies_stopped(six, 3)
     await writer.roll()
     later = writer.append_nowait(b"b0")  # waits for the first ledger, which nothing recovers
@@ -161,7 +161,7 @@ async def left_open_third_from_the_end(
         await writer.roll()
         later += [writer.append_nowait(prefix + b"%d" % i) for i in range(5)]
     # Shortened only now: the records wait for the first ledger the default 30 s.
-    monkeypatch.setattr(walog.log.writer, "CLOSE_RECOVERY_SECONDS", 1.0)
+    monkeypatch.setattr(walog.log.retire, "CLOSE_RECOVERY_SECONDS", 1.0)
     with pytest.raises(WalogError, match=f"ledger {first} stays OPEN"):
         await writer.close()  # gave up on the first ledger after CLOSE_RECOVERY_SECONDS
     # The records after the rolls waited for the first ledger's close, and fail with it.

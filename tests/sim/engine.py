@@ -463,8 +463,8 @@ class EngineBookie:
         self._openings[core.incarnation] = len(self._openings) + 1
         self._note_losses(core)
         self.check_rules("reopened")
-        core.failure_listeners.append(self._checkpoint_failed)
-        core.checkpoint_listeners.append(self._checkpointed)
+        core.checkpoints.failure_listeners.append(self._checkpoint_failed)
+        core.checkpoints.listeners.append(self._checkpointed)
         self.up = True
         self.trace.log(f"{self.bookie_id} UP (replayed {core.stats.replayed_records} records)")
         if self._session is not None:

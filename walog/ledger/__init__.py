@@ -5,7 +5,8 @@
 - ``placement``: which bookies an ensemble gets; ``ensemble``: fragment changes;
 - ``options``: a ledger's settings (``LedgerOptions``) and the one check of them;
 - ``create``: creating a ledger; ``writer``: the single writer (adds, completion, LAC,
-  ensemble changes, force, close);
+  force, close); ``ensemble_change``: the writer replacing the bookies that failed;
+  ``explicit_lac``: when the writer tells its bookies the LAC by a message of its own;
 - ``readops``: quorum reads shared by readers and recovery; ``recovery``: fencing and
   recovery; ``reader``: reading, LAC reads and tailing; ``lacwatch``: the standing LAC
   watches behind a tailer; ``entry``: the entry readers return;

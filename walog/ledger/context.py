@@ -1,7 +1,7 @@
 """What every ledger operation needs: the metadata store, bookie connections, settings.
 
 Also the two metadata steps every protocol piece shares: read a ledger's metadata with its
-version, and compare-and-swap it.
+version, and compare-and-swap it; and the retry policy of metadata steps.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from walog.config import ClientConfig
-from walog.errors import NoSuchLedgerError
+from walog.errors import NoSuchLedgerError, is_retriable
 from walog.metadata.layout import LedgerMetadata, ledger_path
 from walog.metadata.store import MetadataStore, NodeNotFoundError
 from walog.transport.base import BookiePool
@@ -18,6 +20,19 @@ from walog.transport.base import BookiePool
 if TYPE_CHECKING:
     # prometheus_client is imported only by a client that counts metrics.
     from walog.metrics.client import ClientMetrics
+
+METADATA_ATTEMPTS = 10
+
+
+def metadata_retrying() -> AsyncRetrying:
+    """Retry policy for metadata steps: retriable errors only, exponential back-off on the
+    event loop's clock (``asyncio.sleep``), a bounded number of attempts."""
+    return AsyncRetrying(
+        retry=retry_if_exception(is_retriable),
+        wait=wait_exponential(multiplier=0.01, max=1.0),
+        stop=stop_after_attempt(METADATA_ATTEMPTS),
+        reraise=True,
+    )
 
 
 @dataclasses.dataclass
@@ -48,4 +63,4 @@ class LedgerContext:
             raise NoSuchLedgerError(f"ledger {metadata.ledger_id} was deleted") from exc
 
 
-__all__ = ["LedgerContext"]
+__all__ = ["METADATA_ATTEMPTS", "LedgerContext", "metadata_retrying"]

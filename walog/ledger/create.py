@@ -12,11 +12,11 @@ import hmac
 from collections.abc import Mapping
 
 from walog.errors import UnauthorizedError
-from walog.ledger.context import LedgerContext
+from walog.ledger.context import LedgerContext, metadata_retrying
 from walog.ledger.ensemble import placement_candidates
 from walog.ledger.options import LedgerOptions
 from walog.ledger.placement import PlacementPolicy, placement_policy
-from walog.ledger.writer import AsyncLedgerWriter, metadata_retrying
+from walog.ledger.writer import AsyncLedgerWriter
 from walog.metadata.layout import LEDGER_ID_COUNTER, LedgerMetadata, ledger_path
 from walog.wire.digest import master_key as derive_master_key
 

@@ -8,10 +8,11 @@ completes when ``Qa`` bookies of its write quorum acknowledged it **and** every 
 completed; the LAC is the highest completed entry (VOLATILE ledgers: the LAC follows the
 bookies' LastAddSynced values, docs/protocol.md, "The LAC of a VOLATILE ledger").
 
-A bookie that errors or times out is replaced by an ensemble change (a new fragment starting
-at the first entry not yet completed, CAS on the metadata), then the pending entries of that
-fragment are resent to the replacement. No add completes while a change is in flight: an
-ack from the bookie being replaced must not count for the new fragment.
+A bookie that errors or times out is replaced by an ensemble change
+(walog/ledger/ensemble_change.py: a new fragment starting at the first entry not yet
+completed, CAS on the metadata), then the pending entries of that fragment are resent to the
+replacement. No add completes while a change is in flight: an ack from the bookie being
+replaced must not count for the new fragment.
 
 Each pending add records, per ensemble index, whether the bookie now at that index was sent
 it (``sent``) and acknowledged it (``acked``). A replacement clears both bits of its index;
@@ -20,6 +21,9 @@ healthy and has neither bit set. So however many changes happen (and whatever wa
 while an index was failed or had no replacement), no pending entry misses a bookie of its
 write quorum: a request in flight to a bookie that stays is either answered or times out,
 and the timeout replaces that bookie.
+
+Bookies learn the LAC with the next add, or from an explicit LAC message when no add
+carries it in time (walog/ledger/explicit_lac.py).
 
 A VOLATILE ledger never changes its ensemble (docs/protocol.md, "VOLATILE restrictions"),
 and its bookies acknowledge entries from their page cache: a bookie that restarts loses
@@ -46,7 +50,6 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import crc32c
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from walog import mutations
 from walog._loggers import get_logger
@@ -58,19 +61,13 @@ from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
-    NotEnoughBookiesError,
     UnauthorizedError,
     WalogError,
-    is_retriable,
 )
-from walog.ledger.context import LedgerContext
+from walog.ledger.context import LedgerContext, metadata_retrying
 from walog.ledger.durability import RestartWatch, lac_from_last_add_synced
-from walog.ledger.ensemble import (
-    placement_candidates,
-    quorum_possible,
-    replace_in_ensemble,
-    with_new_fragment,
-)
+from walog.ledger.ensemble_change import EnsembleChanges, LedgerRecord, WriterHooks
+from walog.ledger.explicit_lac import ExplicitLac
 from walog.ledger.placement import PlacementPolicy, placement_policy
 from walog.ledger.quorum import write_set
 from walog.metadata.layout import LedgerMetadata
@@ -81,29 +78,6 @@ from walog.wire.packing import PackedEntries
 from walog.wire.status import Status
 
 log = get_logger(__name__)
-
-_GAP_SLACK = 1.5
-"""A steady writer's next append is due this many times the last gap between two appends
-after its last one."""
-
-LAC_REFRESH_MAX_S = 30.0
-"""An idle writer tells its LAC again at most this long after the last time (bookies forget
-an explicit LAC in a restart)."""
-METADATA_ATTEMPTS = 10
-UNREPLACEABLE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
-"""Pauses before looking again for bookies to replace the ones no bookie could replace
-(the writer goes on with the rest meanwhile, as long as the ack quorum holds), in turn."""
-
-
-def metadata_retrying() -> AsyncRetrying:
-    """Retry policy for metadata steps: retriable errors only, exponential back-off on the
-    event loop's clock (``asyncio.sleep``), a bounded number of attempts."""
-    return AsyncRetrying(
-        retry=retry_if_exception(is_retriable),
-        wait=wait_exponential(multiplier=0.01, max=1.0),
-        stop=stop_after_attempt(METADATA_ATTEMPTS),
-        reraise=True,
-    )
 
 
 def as_payload(data: object, max_entry_bytes: int) -> bytes:
@@ -185,16 +159,27 @@ class AsyncLedgerWriter:
         self._ctx = ctx
         self._metrics = ctx.metrics
         self._loop = asyncio.get_running_loop()
-        self._metadata = metadata
-        self._version = version
+        self._record = LedgerRecord(metadata, version)
         self._master_key = master_key
-        self._placement = placement_policy(placement)
         self._ledger_id = metadata.ledger_id
         self._e = metadata.ensemble_size
         self._qw = metadata.write_quorum
         self._qa = metadata.ack_quorum
         self._durability = metadata.durability
-        self._ensemble = list(metadata.last_ensemble)
+        self._changes = EnsembleChanges(
+            ctx,
+            self._record,
+            placement_policy(placement),
+            WriterHooks(
+                appending=lambda: self._state == "open" and self._error is None,
+                stopped=lambda: self._error is not None,
+                first_uncompleted=lambda: self._completed + 1,
+                fail=self._fail,
+                switch=self._switch,
+                settle=self._complete_ready,
+            ),
+        )
+        self._ensemble = self._changes.ensemble  # replaced (not changed) by a change
         self._clients = [ctx.pool.get(b) for b in self._ensemble]  # by ensemble index
         self._on_replies = self._reply_handlers()  # by ensemble index
         # Write quorums repeat every E entries (docs/protocol.md, "Write quorums"): entry e
@@ -219,24 +204,18 @@ class AsyncLedgerWriter:
         # force() waiting for an entry to complete: (entry id, waiter), woken on completion.
         self._completion_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
-        self._failed: dict[int, str] = {}  # ensemble index -> failed bookie, to be replaced
-        self._unreplaceable: set[int] = set()  # failed indexes no bookie could replace
-        self._replaced: set[str] = set()  # bookies that failed once: never chosen again
-        self._change_task: asyncio.Task[None] | None = None
-        self._changing = False
-        self._retry_timer: asyncio.TimerHandle | None = None  # next look for replacements
-        self._retries = 0
-
         self._state: Literal["open", "closing", "closed"] = "open"
         self._close_task: asyncio.Task[None] | None = None
         self._error: WalogError | None = None
 
-        self._lac_told = -1  # highest LAC sent to bookies (piggybacked or explicit)
-        self._last_append_time = self._loop.time()
-        self._append_gap = 0.0  # time between the last two appends
-        self._lac_timer: asyncio.TimerHandle | None = None
-        self._lac_refresh: asyncio.TimerHandle | None = None  # an idle writer's LAC, again
-        self._lac_check_due = False  # a check whether an append carried the new LAC is due
+        self._explicit_lac = ExplicitLac(
+            self._loop,
+            ctx.config,
+            lac=lambda: self._lac,
+            tell=self._tell_lac,
+            stopped=lambda: self._error is not None,
+            state=lambda: self._state,
+        )
 
     # -- public state -----------------------------------------------------------------
 
@@ -258,7 +237,7 @@ class AsyncLedgerWriter:
     @property
     def metadata(self) -> LedgerMetadata:
         """The ledger's metadata as this writer last wrote or read it."""
-        return self._metadata
+        return self._record.metadata
 
     @property
     def is_closed(self) -> bool:
@@ -305,10 +284,11 @@ class AsyncLedgerWriter:
             self._drained.clear()  # set only while nothing is pending
         self._pending.append(add)
         self._by_id[entry_id] = add
-        if lac > self._lac_told:
-            self._lac_told = lac
-        self._append_gap = now - self._last_append_time
-        self._last_append_time = now
+        explicit = self._explicit_lac
+        if lac > explicit.told:
+            explicit.told = lac
+        explicit.gap = now - explicit.last_append
+        explicit.last_append = now
         if not self._unsent:
             self._loop.call_soon(self._flush)
         self._unsent.append(add)
@@ -344,7 +324,7 @@ class AsyncLedgerWriter:
         e = self._e
         masks = self._write_masks
         skip = 0
-        for index in self._failed.keys() | self._unreplaceable:
+        for index in self._changes.out_of_quorum():
             skip |= 1 << index
         # Grouped by the set of indexes (a bit mask), not by the write set's order: with
         # E == Qw and a healthy ensemble every add goes to the same indexes, so the adds of a
@@ -453,7 +433,7 @@ class AsyncLedgerWriter:
 
     def _complete_ready(self) -> None:
         """Complete the pending adds at the head that reached Qa acks, in entry-id order."""
-        if self._changing or self._error is not None:
+        if self._changes.changing or self._error is not None:
             return  # acks may still be discounted by the ensemble change in flight
         done = pop_completed(self._pending, self._qa)
         if done:
@@ -501,107 +481,15 @@ class AsyncLedgerWriter:
             lac = self._completed
         if lac > self._lac:
             self._lac = lac
-            self._check_untold_lac_later()
-            self._arm_explicit_lac()
-
-    # -- explicit LAC -----------------------------------------------------------------
-    #
-    # Readers may read up to the LAC a bookie knows, and a bookie learns it from the next
-    # add (piggybacked) or from an explicit LAC message on the add stream. Two triggers
-    # send the explicit one: a new LAC that no append carried in time, and, as the
-    # fallback, the timer of ``Timeouts.explicit_lac`` after the last append (BookKeeper's
-    # explicitLacInterval). "In time" is a couple of loop turns (the futures completed with
-    # the LAC run their callbacks first, so an awaiting appender appends again before the
-    # check), or, for a writer appending steadily at least every ``ClientConfig.lac_linger``,
-    # until its next append is due: then tailers get the LAC with that append instead of a
-    # message of its own to every bookie, which at such rates costs the writer and the
-    # bookies about as much again as the append itself.
-
-    def _check_untold_lac_later(self) -> None:
-        if self._lac_check_due:
-            return
-        self._lac_check_due = True
-        wait = self._next_append_due()
-        if wait > 0:
-            self._loop.call_later(wait, self._check_untold_lac, self._lac_told)
-        else:
-            self._loop.call_soon(self._loop.call_soon, self._check_untold_lac, self._lac_told)
-
-    def _next_append_due(self) -> float:
-        """Seconds until a steady writer's next append is due (with some slack), at most
-        ``lac_linger``; 0 for a writer that appends less often or has fallen silent."""
-        linger = self._ctx.config.lac_linger
-        gap = self._append_gap
-        if gap > linger:
-            return 0.0
-        due = self._last_append_time + _GAP_SLACK * gap - self._loop.time()
-        return min(linger, max(0.0, due))
-
-    def _check_untold_lac(self, told_before: int) -> None:
-        self._lac_check_due = False
-        if self._lac <= self._lac_told:
-            return
-        if self._lac_told > told_before:
-            # An append carried an earlier LAC meanwhile: the next may carry this one.
-            self._check_untold_lac_later()
-        else:
-            self._send_explicit_lac()
-
-    def _arm_explicit_lac(self) -> None:
-        if self._lac_timer is None and self._state != "closed":
-            delay = self._ctx.config.timeouts.explicit_lac
-            self._lac_timer = self._loop.call_later(delay, self._explicit_lac_due)
-
-    def _explicit_lac_due(self) -> None:
-        self._lac_timer = None
-        if self._lac <= self._lac_told:
-            return
-        delay = self._ctx.config.timeouts.explicit_lac
-        idle = self._loop.time() - self._last_append_time
-        if idle < delay:
-            self._lac_timer = self._loop.call_later(delay - idle, self._explicit_lac_due)
-            return
-        # Idle writer: the last entries' LAC would otherwise reach readers only with the
-        # next append, so tell every bookie of the ensemble now.
-        self._send_explicit_lac()
-
-    def _send_explicit_lac(self) -> None:
-        """Tell every healthy bookie of the ensemble the LAC, unless it already knows; then
-        tell it again now and then while the writer stays idle (:meth:`_refresh_lac`)."""
-        if self._error is not None or self._state == "closed" or self._lac <= self._lac_told:
-            return
-        self._tell_lac()
-        self._lac_told = self._lac
-        if self._lac_refresh is not None:
-            self._lac_refresh.cancel()
-        after = self._ctx.config.timeouts.explicit_lac
-        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
+            self._explicit_lac.raised()
 
     def _tell_lac(self) -> None:
+        """Send the LAC to every healthy bookie of the ensemble (when: see
+        walog/ledger/explicit_lac.py)."""
+        out = self._changes.out_of_quorum()
         for index, bookie in enumerate(self._ensemble):
-            if index not in self._failed and index not in self._unreplaceable:
+            if index not in out:
                 self._ctx.pool.get(bookie).send_lac(self._ledger_id, self._lac, self._master_key)
-
-    def _refresh_lac(self, waited: float) -> None:
-        """An idle writer tells its LAC again, twice as long after each time (up to
-        :data:`LAC_REFRESH_MAX_S`): bookies do not sync an explicit LAC, so one that
-        restarted meanwhile forgot it, and a tailer would wait for the next append to learn
-        that the last entries are confirmed. An append ends the refreshes (it carries the
-        LAC; its own explicit LAC starts them again)."""
-        self._lac_refresh = None
-        if self._error is not None or self._state != "open":
-            return
-        if self._loop.time() - self._last_append_time < waited:
-            return  # appended since: its LAC goes out with it or as a new explicit LAC
-        self._tell_lac()
-        after = min(waited * 2, LAC_REFRESH_MAX_S)
-        self._lac_refresh = self._loop.call_later(after, self._refresh_lac, after)
-
-    def _stop_lac_timers(self) -> None:
-        for timer in (self._lac_timer, self._lac_refresh):
-            if timer is not None:
-                timer.cancel()
-        self._lac_timer = self._lac_refresh = None
 
     # -- failures ---------------------------------------------------------------------
 
@@ -617,8 +505,8 @@ class AsyncLedgerWriter:
         self._error = error
         if self._metrics is not None and isinstance(error, LedgerFencedError):
             self._metrics.fenced_writers += 1
-        self._stop_lac_timers()
-        self._cancel_retry()
+        self._explicit_lac.stop()
+        self._changes.cancel_retry()
         log.warning("ledger writer stopped", ledger_id=self._ledger_id, error=str(error))
         pending, self._pending = self._pending, collections.deque()
         self._by_id.clear()
@@ -636,10 +524,8 @@ class AsyncLedgerWriter:
             # Every entry is settled and the close CAS may be in flight: an ensemble change
             # now would write a new fragment into the metadata of a CLOSED ledger.
             return
-        if self._ensemble[index] != bookie or index in self._failed:
-            return  # already replaced, or a change for it is under way
-        if index in self._unreplaceable:
-            return
+        if self._ensemble[index] != bookie or index in self._changes.out_of_quorum():
+            return  # already replaced, being replaced, or nothing could replace it
         log.info("bookie failed", ledger_id=self._ledger_id, bookie=bookie, reason=reason)
         if self._metrics is not None:
             self._metrics.bookie_errors[bookie] += 1
@@ -656,149 +542,19 @@ class AsyncLedgerWriter:
                 )
             )
             return
-        self._failed[index] = bookie
-        if self._change_task is None:
-            self._change_task = self._loop.create_task(self._change_ensemble())
+        self._changes.bookie_failed(index, bookie)
 
-    # -- ensemble changes (one at a time) ---------------------------------------------
-
-    async def _change_ensemble(self, *, retry: bool = False) -> None:
-        self._changing = True
-        try:
-            while (self._failed or retry) and self._error is None:
-                retry = False
-                await self._change_once()
-        except WalogError as exc:
-            self._fail(exc)
-        except Exception as exc:  # a bug must not leave appends hanging forever
-            self._fail(WalogError(f"ensemble change of ledger {self._ledger_id} failed: {exc!r}"))
-            raise
-        finally:
-            self._changing = False
-            self._change_task = None
-            self._complete_ready()
-            self._arm_retry()
-
-    # A failed bookie that nothing could replace leaves its index out of the write quorums
-    # (entries then have one copy fewer). Like BookKeeper's delayed ensemble change, the
-    # writer keeps looking: once a bookie is available again, the next entries go to a new
-    # fragment with it. The entries written meanwhile stay as they are (re-replicating
-    # them is the job of ``walog autorecovery``).
-
-    def _arm_retry(self) -> None:
-        if not self._unreplaceable:
-            self._retries = 0
-            return
-        if self._retry_timer is None and self._state == "open" and self._error is None:
-            delay = UNREPLACEABLE_RETRY_S[min(self._retries, len(UNREPLACEABLE_RETRY_S) - 1)]
-            self._retry_timer = self._loop.call_later(delay, self._retry_unreplaceable)
-
-    def _retry_unreplaceable(self) -> None:
-        self._retry_timer = None
-        if not self._unreplaceable or self._error is not None or self._state != "open":
-            return
-        if self._change_task is None:  # else the running change looks too, then re-arms
-            self._retries += 1
-            self._change_task = self._loop.create_task(self._change_ensemble(retry=True))
-
-    def _cancel_retry(self) -> None:
-        if self._retry_timer is not None:
-            self._retry_timer.cancel()
-            self._retry_timer = None
-
-    async def _change_once(self) -> None:
-        failed = dict(self._failed)
-        targets = set(failed) | self._unreplaceable
-        async for attempt in metadata_retrying():
-            with attempt:
-                available, racks = await placement_candidates(self._ctx.store, self._placement)
-        if self._error is not None:
-            return
-        replacements = self._placement.choose_replacements(
-            self._ensemble,
-            targets,
-            available,
-            excluded=self._replaced | set(failed.values()),
-            write_quorum=self._qw,
-            racks=racks,
-        )
-        if replacements:
-            await self._write_fragment(replacements)
-            if self._error is not None:
-                return
-            if self._metrics is not None:
-                self._metrics.ensemble_changes += 1
-        for index, bookie in failed.items():
-            # A failure recorded meanwhile (of another bookie at this index) stays queued.
-            if index not in replacements and self._failed.get(index) == bookie:
-                del self._failed[index]
-                self._unreplaceable.add(index)
-        if not quorum_possible(self._e, self._qw, self._qa, self._unreplaceable):
-            dead = sorted(self._ensemble[i] for i in self._unreplaceable)
-            raise NotEnoughBookiesError(
-                f"ledger {self._ledger_id} lost bookies {', '.join(dead)} and no other "
-                f"bookie is available to replace them (available: {', '.join(available)}); "
-                f"ack_quorum={self._qa} can no longer be reached"
-            )
-
-    async def _write_fragment(self, replacements: dict[int, str]) -> None:
-        # Completions are held while changing, so the first entry not yet completed is
-        # stable: the new fragment starts there and covers every pending entry.
-        first = self._completed + 1
-        new_ensemble = replace_in_ensemble(self._ensemble, replacements)
-        async for attempt in metadata_retrying():
-            with attempt:
-                if self._metadata.state != "OPEN":
-                    # Closed meanwhile (close waits for changes, so only by a bug): a
-                    # CLOSED ledger's fragments must never change.
-                    raise LedgerClosedError(f"ledger {self._ledger_id} is {self._metadata.state}")
-                metadata = self._metadata.with_changes(
-                    ensembles=with_new_fragment(self._metadata.ensembles, first, new_ensemble)
-                )
-                try:
-                    self._version = await self._ctx.write_metadata(metadata, self._version)
-                except MetadataConflictError:
-                    await self._reread_open()
-                    raise
-                self._metadata = metadata
-        log.info(
-            "ensemble changed",
-            ledger_id=self._ledger_id,
-            first_entry_id=first,
-            ensemble=list(new_ensemble),
-        )
-        for index in replacements:
-            self._replaced.add(self._ensemble[index])
-        old_ensemble, self._ensemble = self._ensemble, list(new_ensemble)
+    def _switch(self, moved: int) -> None:
+        """An ensemble change was written: the bookies at the indexes of ``moved`` (a bit
+        mask) were replaced. Send the pending adds to the new ones."""
+        self._ensemble = self._changes.ensemble
         self._clients = [self._ctx.pool.get(b) for b in self._ensemble]
         self._on_replies = self._reply_handlers()
-        # The replaced indexes are healthy again: _send skips failed and unreplaceable
-        # indexes, so they must leave both sets before the pending entries are resent.
-        moved = 0
-        for index in replacements:
-            if self._failed.get(index) == old_ensemble[index]:
-                del self._failed[index]
-            self._unreplaceable.discard(index)
-            moved |= 1 << index
         for add in self._pending:
             # What the replaced bookie acked or was sent no longer counts for the new one.
             add.acked &= ~moved
             add.sent &= ~moved
-        self._resend_pending()
-
-    def _resend_pending(self) -> None:
-        """Send every pending add to each healthy index of its write quorum that neither
-        acknowledged it nor was sent it since its bookie joined the ensemble."""
         self._send(self._pending)
-
-    async def _reread_open(self) -> None:
-        """After a lost CAS: adopt the current metadata if still OPEN, else stop."""
-        metadata, version = await self._ctx.read_metadata(self._ledger_id)
-        if metadata.state != "OPEN":
-            raise LedgerFencedError(
-                f"ledger {self._ledger_id} is {metadata.state}: it was fenced by recovery"
-            )
-        self._metadata, self._version = metadata, version
 
     # -- force and close --------------------------------------------------------------
 
@@ -866,18 +622,18 @@ class AsyncLedgerWriter:
         if self._close_task is None:
             if self._state == "open":
                 self._state = "closing"
-            self._cancel_retry()
+            self._changes.cancel_retry()
             self._close_task = self._loop.create_task(self._close())
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
         try:
-            while self._pending or self._change_task is not None:
-                if self._change_task is not None:
-                    await asyncio.shield(self._change_task)
+            while self._pending or self._changes.task is not None:
+                if self._changes.task is not None:
+                    await asyncio.shield(self._changes.task)
                 else:
                     await self._drained.wait()
-            self._stop_lac_timers()
+            self._explicit_lac.stop()
             await self._cas_close(await self._closing_end())
         except WalogError as exc:
             if self._error is None:
@@ -916,12 +672,13 @@ class AsyncLedgerWriter:
         raise BookieUnavailableError(message)
 
     async def _cas_close(self, last: int) -> None:
+        record = self._record
         async for attempt in metadata_retrying():
             with attempt:
-                closed = self._metadata.with_changes(state="CLOSED", last_entry_id=last)
+                closed = record.metadata.with_changes(state="CLOSED", last_entry_id=last)
                 try:
-                    self._version = await self._ctx.write_metadata(closed, self._version)
-                    self._metadata = closed
+                    record.version = await self._ctx.write_metadata(closed, record.version)
+                    record.metadata = closed
                     return
                 except MetadataConflictError:
                     current, version = await self._ctx.read_metadata(self._ledger_id)
@@ -929,10 +686,10 @@ class AsyncLedgerWriter:
                         current.state == "IN_RECOVERY"
                         and mutations.enabled("close_while_in_recovery")
                     ):
-                        self._metadata, self._version = current, version
+                        record.metadata, record.version = current, version
                         raise  # retry on the new version
                 if current.state == "CLOSED" and current.last_entry_id == last:
-                    self._metadata, self._version = current, version
+                    record.metadata, record.version = current, version
                     return
                 if current.state == "CLOSED":
                     raise LedgerFencedError(
@@ -949,6 +706,5 @@ __all__ = [
     "AsyncLedgerWriter",
     "PendingAdd",
     "as_payload",
-    "metadata_retrying",
     "pop_completed",
 ]

@@ -8,7 +8,9 @@
 - ``ledgers``       what the log layer needs from the ledger layer (structural types)
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
-- ``writer``        the log writer: record batching, rolling, retiring old ledgers
+- ``writer``        the log writer: record batching, rolling
+- ``retire``        closing the ledgers the writer rolled away from (by recovery where a
+                    close fails)
 - ``reader``        the non-fencing tailing reader; ``archived``: reading the archive;
                     ``archive_layout``: the archive's directories and columns, defined once
 - ``subscriptions`` named subscriptions: names, positions given as arguments, lag (pure)

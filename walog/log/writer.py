@@ -10,10 +10,8 @@ ledgers that turn out empty leave the list in the same CAS (as pending deletions
 Records are packed into entries (walog.log.records) by size, count and linger time; a
 record's future resolves with its position once its entry is acknowledged. Rolling follows
 "Rolling": create the next ledger, CAS-append it, switch new entries to it, then close the
-previous one, so appends never wait for the metadata store. A ledger left behind whose close
-fails (not fenced: its bookies or the metadata store are unreachable) is closed by recovery
-in the background, retried until it succeeds: readers never fence, so they cannot pass an
-OPEN ledger, and a takeover fences only the last two.
+previous one, so appends never wait for the metadata store. Closing the ledgers left behind
+(by recovery, in the background, where a close fails) is walog.log.retire's job.
 
 Records are acknowledged in append order, across rolls too. Any failed entry ends the
 writer and fails every later record with it, so the acknowledged records are always a prefix
@@ -31,11 +29,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import math
 import time
 from typing import Protocol
-
-from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
 from walog import mutations
 from walog._loggers import get_logger
@@ -44,7 +39,6 @@ from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
-    NoSuchLedgerError,
     SessionExpiredError,
     WalogError,
     WriterFencedError,
@@ -56,13 +50,12 @@ from walog.log.position import Position, unchecked_position
 from walog.log.records import RecordBatch, record_bytes
 from walog.log.registration import WriterRegistration, register_writer
 from walog.log.retention import RollPolicy
+from walog.log.retire import ActiveLedger, RetireHooks, Retirements, fenced
 from walog.log.takeover import (
     ListChanged,
     applied,
     create_log_ledger,
     discard_unlisted_after,
-    record_closed,
-    recover_listed,
     take_over_once,
 )
 from walog.wire.durability import Durability
@@ -74,12 +67,6 @@ _Future = asyncio.Future
 
 ROLL_RETRY_SECONDS = 1.0
 """After a failed automatic roll, the next one is tried no sooner than this."""
-
-CLOSE_RECOVERY_SECONDS = 30.0
-"""Once ``close()`` began, how long the writer still tries to recover a ledger whose close
-failed before it gives up (the next writer's takeover recovers it then); and how long a
-VOLATILE log's records appended after such a ledger wait for its recovery before the
-writer stops."""
 
 PositionSink = Sink[Position]
 """Where a record's position (or its failure) goes once its entry completes."""
@@ -122,32 +109,9 @@ class LogWriterConfig:
 class _SentEntry:
     """An entry sent to a ledger, with the sinks of its records (in slot order)."""
 
-    ledger: _ActiveLedger
+    ledger: ActiveLedger
     sinks: list[PositionSink]
     entry: asyncio.Future[int]
-
-
-@dataclasses.dataclass(eq=False)
-class _ActiveLedger:
-    """A ledger this writer appends to, with what the roll policy counts."""
-
-    writer: LedgerWriterLike
-    started: float = dataclasses.field(default_factory=time.monotonic)
-    entries: int = 0
-    size_bytes: int = 0
-
-    @property
-    def ledger_id(self) -> int:
-        return self.writer.ledger_id
-
-
-def _fenced(name: str, ledger_id: int, exc: BaseException) -> WriterFencedError:
-    err = WriterFencedError(
-        f"log {name!r}: another writer took over (ledger {ledger_id} was fenced or recovered); "
-        "open a new writer to continue"
-    )
-    err.__cause__ = exc
-    return err
 
 
 class AsyncLogWriter:
@@ -181,16 +145,22 @@ class AsyncLogWriter:
         self._roll_retry_at = 0.0  # loop time before which no automatic roll is tried
         self._roll_retry: asyncio.TimerHandle | None = None  # tries it at _roll_retry_at
         self._age_timer: asyncio.TimerHandle | None = None
-        # The ledger a roll switched away from, until its close ended (closed, or handed to
-        # a recovery); the event is set while there is none.
-        self._retiring: set[_ActiveLedger] = set()
-        self._none_retiring = asyncio.Event()
-        self._none_retiring.set()
-        # Ledgers whose close failed, being closed by recovery (:meth:`_close_by_recovery`):
-        # the task and the ledger's id.
-        self._recoveries: dict[asyncio.Task[None], int] = {}
-        self._recovery_failures: list[BaseException] = []  # of those given up, for close()
-        self._give_up_at: float | None = None  # loop time when those stop, once closing
+        # The ledgers a roll switched away from, until closed (or closed by recovery).
+        self._old = Retirements(
+            client,
+            name,
+            options.password,
+            volatile=self._volatile,
+            hooks=RetireHooks(
+                failure=lambda: self._failure,
+                fail=self._fail,
+                holding=lambda: bool(self._held),
+                release=self._release_held,
+                inflight=lambda ledger: [
+                    sent.entry for sent in self._undelivered if sent.ledger is ledger
+                ],
+            ),
+        )
         # Entries not yet delivered to their records' sinks, in the order they were sent.
         self._undelivered: collections.deque[_SentEntry] = collections.deque()
         # Entries for the current ledger not sent yet, (payload, size, sinks) each: held
@@ -282,12 +252,13 @@ class AsyncLogWriter:
     async def _make_durable(self) -> None:
         """Force the current ledger and wait for the closes of the ones rolled away from
         (everything sent is acknowledged)."""
-        if self._retiring:
-            await self._none_retiring.wait()  # switched away: a close forces every entry
-        if self._recoveries:
+        old = self._old
+        if old.retiring:
+            await old.none_retiring()  # switched away: a close forces every entry
+        if old.recoveries:
             raise WalogError(
                 f"log {self.name!r}: records are acknowledged but not known durable: the "
-                f"close of ledger {self._recovering()} failed, and it is being closed by "
+                f"close of ledger {old.recovering()} failed, and it is being closed by "
                 "recovery; flush again later"
             )
         current = self._current
@@ -295,7 +266,7 @@ class AsyncLogWriter:
         try:
             synced = await current.writer.force()
         except (LedgerFencedError, LedgerClosedError) as exc:
-            error = _fenced(self.name, current.ledger_id, exc)
+            error = fenced(self.name, current.ledger_id, exc)
             self._fail(error)
             raise error from exc
         if synced < last:
@@ -311,18 +282,19 @@ class AsyncLogWriter:
         VOLATILE log, once the ledgers rolled away from are closed: waited for too, those
         closed by recovery only with ``recoveries`` (else their records raise here)."""
         self._send_batch()
+        old = self._old
         # wait(), not gather(): a cancelled caller must not cancel the entries.
         while self._undelivered or self._held:
             if self._undelivered:
                 await asyncio.wait([sent.entry for sent in self._undelivered])
-            elif self._retiring:
-                await self._none_retiring.wait()
-            elif self._recoveries and recoveries:
-                await asyncio.wait(self._recoveries)
-            elif self._recoveries:
+            elif old.retiring:
+                await old.none_retiring()
+            elif old.recoveries and recoveries:
+                await asyncio.wait(old.recoveries)
+            elif old.recoveries:
                 raise WalogError(
                     f"log {self.name!r}: records wait for ledger "
-                    f"{self._recovering()} to be closed by recovery; flush again later"
+                    f"{old.recovering()} to be closed by recovery; flush again later"
                 )
             else:
                 self._release_held()  # nothing keeps them back any more
@@ -330,10 +302,6 @@ class AsyncLogWriter:
                     raise AssertionError(f"log {self.name!r}: entries held for nothing")
         if self._failure is not None:
             raise self._failure
-
-    def _recovering(self) -> str:
-        """The ids of the ledgers being closed by recovery, for messages."""
-        return ", ".join(str(i) for i in sorted(self._recoveries.values()))
 
     def _check_usable(self) -> None:
         if self._failure is not None:
@@ -372,7 +340,7 @@ class AsyncLogWriter:
         undelivered = self._undelivered
         if undelivered and undelivered[0].ledger is not self._current:
             return True
-        return self._volatile and bool(self._retiring or self._recoveries)
+        return self._volatile and self._old.busy
 
     def _release_held(self) -> None:
         """Send the held entries once nothing earlier keeps them back."""
@@ -386,7 +354,7 @@ class AsyncLogWriter:
         try:
             entry = ledger.writer.append_nowait(payload)
         except (LedgerFencedError, LedgerClosedError) as exc:
-            self._fail(_fenced(self.name, ledger.ledger_id, exc))
+            self._fail(fenced(self.name, ledger.ledger_id, exc))
             self._fail_futures(futures, self._failure or exc)
             return
         except Exception as exc:  # e.g. an entry over the client's limit: nothing was sent
@@ -424,7 +392,7 @@ class AsyncLogWriter:
         exc = entry.exception()
         if exc is not None:
             if isinstance(exc, LedgerFencedError | LedgerClosedError):
-                exc = _fenced(self.name, sent.ledger.ledger_id, exc)
+                exc = fenced(self.name, sent.ledger.ledger_id, exc)
             self._fail(exc)
             self._fail_futures(sinks, exc)
             return exc
@@ -451,7 +419,7 @@ class AsyncLogWriter:
             "(open a new writer to continue)"
         )
         self._fail(error)
-        for ledger in (self._current, *self._retiring):
+        for ledger in (self._current, *self._old.retiring):
             ledger.writer.abort(error)
 
     def _fail(self, exc: BaseException) -> None:
@@ -477,8 +445,8 @@ class AsyncLogWriter:
 
     # -- rolling ---------------------------------------------------------------------------
 
-    def _activate(self, ledger: LedgerWriterLike) -> _ActiveLedger:
-        active = _ActiveLedger(ledger)
+    def _activate(self, ledger: LedgerWriterLike) -> ActiveLedger:
+        active = ActiveLedger(ledger)
         if self._age_timer is not None:
             self._age_timer.cancel()
         if self._roll_policy.max_age is not None:
@@ -552,12 +520,7 @@ class AsyncLogWriter:
                 raise
             self._current = self._activate(new_writer)
             log.info("log rolled", log=self.name, old=old.ledger_id, new=new_writer.ledger_id)
-            self._retiring.add(old)
-            self._none_retiring.clear()
-            try:
-                await self._retire(old)
-            finally:
-                self._retired(old)
+            await self._old.retire(old)
             if self.after_roll is not None and self._failure is None:
                 self.after_roll.rolled()
         except WriterFencedError as exc:
@@ -582,156 +545,8 @@ class AsyncLogWriter:
         if applied(meta, self.epoch, new_id):
             return None  # this roll's own CAS, applied although its answer was lost
         if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
-            raise _fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
+            raise fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
         return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)))
-
-    async def _retire(self, old: _ActiveLedger) -> None:
-        """Close a ledger nothing new goes to, then record its end in the log's list. If
-        the close fails without a sign of another writer, recover it in the background.
-
-        A VOLATILE log's entries held back for the ledger rolled away from go as soon as
-        its close succeeded (it forced every entry), or its recovery did: never later, for
-        the update of the log's list, which a metadata store out of reach may hold up (and
-        which the next takeover makes again if it fails)."""
-        inflight = [sent.entry for sent in self._undelivered if sent.ledger is old]
-        if inflight:
-            await asyncio.wait(inflight)  # a cancelled close() leaves them in flight
-        if self._failure is not None:
-            return
-        try:
-            await old.writer.close()
-        except (LedgerFencedError, LedgerClosedError) as exc:
-            self._fail(_fenced(self.name, old.ledger_id, exc))
-            return
-        except WalogError as exc:
-            log.warning(
-                "could not close ledger, recovering it",
-                log=self.name,
-                ledger=old.ledger_id,
-                error=str(exc),
-            )
-            task = self._loop.create_task(self._close_by_recovery(old, exc))
-            self._recoveries[task] = old.ledger_id
-            task.add_done_callback(self._recovery_done)
-            if self._volatile:  # records appended from now on wait for it
-                self._loop.call_later(CLOSE_RECOVERY_SECONDS, self._held_too_long, task)
-            return
-        self._retired(old)
-        last = old.writer.last_add_confirmed
-        await record_closed(self._client, self.name, old.ledger_id, last, old.size_bytes)
-
-    def _retired(self, old: _ActiveLedger) -> None:
-        """The close of ``old``, a ledger rolled away from, ended: release what it held."""
-        if old not in self._retiring:
-            return  # the current ledger, closed by close(); or released already
-        self._retiring.discard(old)
-        if not self._retiring:
-            self._none_retiring.set()
-        self._release_held()
-
-    async def _close_by_recovery(self, old: _ActiveLedger, cause: WalogError) -> None:
-        """Close ``old`` the way a takeover would: fence and recover it, which closes it
-        with every acknowledged entry (they are on Qa bookies), then record its end.
-
-        Every entry of ``old`` completed before its close was tried, and nothing more goes
-        to it, so fencing it costs this writer nothing. Retried while the writer lives, and
-        for :data:`CLOSE_RECOVERY_SECONDS` once it closes.
-
-        Raises:
-            WalogError: ``close()`` began and the ledger could still not be recovered in
-                time; it stays OPEN until the next writer's takeover recovers it.
-        """
-
-        backoff = wait_random_exponential(multiplier=0.1, max=5.0)
-
-        def left() -> float:
-            return math.inf if self._give_up_at is None else self._give_up_at - self._loop.time()
-
-        retrying = AsyncRetrying(
-            # Not when the ledger left the list (truncated, or dropped by a takeover):
-            # nobody reads it any more, and it never comes back.
-            retry=retry_if_exception(
-                lambda exc: (
-                    isinstance(exc, WalogError)
-                    and not isinstance(exc, ListChanged | NoSuchLedgerError)
-                )
-            ),
-            wait=lambda state: max(0.0, min(backoff(state), left())),
-            stop=lambda _: left() <= 0,
-            reraise=True,
-        )
-        looked = False
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    if self._failure is not None:
-                        return  # another writer took over: its takeover recovers the ledger
-                    if not looked:
-                        state = (await self._client.ledger_metadata(old.ledger_id)).state
-                        looked = True
-                        if state == "IN_RECOVERY":
-                            # Somebody else's recovery, a takeover's (or a sink commit's):
-                            # it fences this writer's ledgers too, so it stops now, before
-                            # held records could land ahead of its fence.
-                            error = MetadataConflictError(f"ledger {old.ledger_id} recovered")
-                            self._fail(_fenced(self.name, old.ledger_id, error))
-                            return
-                    info = await recover_listed(
-                        self._client, LedgerInfo(old.ledger_id), self._options.password
-                    )
-        except (ListChanged, NoSuchLedgerError):
-            return  # truncated meanwhile: nobody reads it any more
-        except WalogError as exc:
-            raise WalogError(
-                f"log {self.name!r}: ledger {old.ledger_id} stays OPEN: its close failed "
-                f"({cause}) and so did recovering it ({exc}); the next writer's takeover "
-                "recovers it, and until then readers wait at its end"
-            ) from exc
-        log.info("ledger closed by recovery", log=self.name, ledger=old.ledger_id)
-        acked = old.writer.last_add_pushed  # every entry completed before the close began
-        if info.last_entry_id < acked:
-            # A VOLATILE ledger's bookies lost acknowledged entries they had not synced:
-            # no later record may follow them into the log.
-            self._fail(
-                WalogError(
-                    f"log {self.name!r}: ledger {old.ledger_id} was closed by recovery at "
-                    f"entry {info.last_entry_id}, short of entry {acked} it acknowledged: "
-                    "bookies lost records that were acknowledged but not yet durable "
-                    "(VOLATILE), so this writer stops (open a new one to continue)"
-                )
-            )
-        await record_closed(
-            self._client, self.name, old.ledger_id, info.last_entry_id, old.size_bytes
-        )
-
-    def _held_too_long(self, task: asyncio.Task[None]) -> None:
-        """Records of a VOLATILE log wait for ``task``'s close by recovery: stop the writer
-        if they still do after :data:`CLOSE_RECOVERY_SECONDS` (no append waits without
-        end while the ledger's bookies do not answer); look again later if none waits."""
-        if task.done() or self._failure is not None:
-            return
-        if not self._held:
-            self._loop.call_later(CLOSE_RECOVERY_SECONDS, self._held_too_long, task)
-            return
-        self._fail(
-            WalogError(
-                f"log {self.name!r}: ledger {self._recoveries[task]} was not closed by "
-                f"recovery within {CLOSE_RECOVERY_SECONDS:g} s (its bookies do not answer) "
-                "while records appended after it waited for it; the writer stops, and the "
-                "next writer's takeover recovers the ledger"
-            )
-        )
-
-    def _recovery_done(self, task: asyncio.Task[None]) -> None:
-        """A close by recovery ended: release the entries it held back, or fail them with
-        the writer if it gave up (they cannot follow records that may be lost)."""
-        self._recoveries.pop(task, None)
-        error = None if task.cancelled() else task.exception()
-        if error is not None:
-            self._recovery_failures.append(error)
-            if self._held:
-                self._fail(error)
-        self._release_held()
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -756,7 +571,7 @@ class AsyncLogWriter:
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
-        self._give_up_at = self._loop.time() + CLOSE_RECOVERY_SECONDS
+        self._old.closing()
         if self.after_roll is not None:
             await self.after_roll.stop()  # its work is not the writer's to finish
         try:
@@ -771,16 +586,12 @@ class AsyncLogWriter:
             if timer is not None:
                 timer.cancel()
         if self._failure is None:
-            await self._retire(self._current)
-        recoveries = list(self._recoveries)
-        if self._failure is not None:
-            for task in recoveries:
-                task.cancel()  # the new writer's takeover recovers those ledgers
-        await asyncio.gather(*recoveries, return_exceptions=True)  # failures: recorded
-        if self.registration is not None:
-            await self.registration.end()
-        if self._recovery_failures:
-            raise self._recovery_failures[0]
+            await self._old.close(self._current)
+        try:
+            await self._old.finish()
+        finally:
+            if self.registration is not None:
+                await self.registration.end()
 
 
 async def open_log_writer(

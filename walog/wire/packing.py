@@ -16,8 +16,19 @@ from typing import NamedTuple, Protocol
 ENTRY_HEADER = struct.Struct(">qqII")
 """The header of each packed entry: entry id, lac, digest, payload length."""
 
-PackedEntry = tuple[int, int, int, bytes]
-"""An entry unpacked from a batch: entry id, lac, digest, payload."""
+
+class PackedEntry(NamedTuple):
+    """An entry unpacked from a batch, as it travels through the bookie (from the add path
+    to the journal, the write cache and replay)."""
+
+    entry_id: int
+    """The entry's id."""
+    lac: int
+    """The LAC the entry carries."""
+    digest: int
+    """CRC32C of the digest header and the payload (:func:`walog.wire.digest.entry_digest`)."""
+    data: bytes
+    """The payload: a slice of the batch (bytes, or what the batch was)."""
 
 
 class OutgoingEntry(Protocol):
@@ -86,6 +97,7 @@ def unpack_entries(blob: bytes) -> tuple[list[PackedEntry], str | None]:
     """
     entries: list[PackedEntry] = []
     append = entries.append
+    make = PackedEntry._make
     unpack = ENTRY_HEADER.unpack_from
     head = ENTRY_HEADER.size
     end = len(blob)
@@ -98,7 +110,7 @@ def unpack_entries(blob: bytes) -> tuple[list[PackedEntry], str | None]:
         offset = start + length
         if offset > end:
             return entries, f"entry {entry_id} claims {length} bytes, {end - start} left"
-        append((entry_id, lac, digest, blob[start:offset]))
+        append(make((entry_id, lac, digest, blob[start:offset])))
     return entries, None
 
 

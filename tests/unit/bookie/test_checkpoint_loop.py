@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-import bookie.storage.entry_storage as storage_module
+import bookie.storage.entry_log_writer as writer_module
 from bookie.storage.entry_storage import CachedEntry, EntryStorage
-from bookie.storage.index import entry_row
+from bookie.storage.index import ENTRY_KEY, entry_row, unseal_entry_row
 from bookie.storage.journal_files import JournalMark
 from bookie.storage.ledger_state import LedgerState
 from tests.unit.bookie.helpers import compiled_checkpoint_module
@@ -36,7 +36,7 @@ def select(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     compiled_checkpoint_module()
 
     def choose(loop: str) -> None:
-        monkeypatch.setattr(storage_module, "_COMPILED", loop == "compiled")
+        monkeypatch.setattr(writer_module, "_COMPILED", loop == "compiled")
 
     yield choose
 
@@ -130,7 +130,7 @@ def test_both_loops_write_the_same_logs_and_index(
     # Small logs and chunks: rolls and chunk flushes every few entries, and entries that
     # fill a chunk or a log exactly or overshoot it.
     log_bytes = rng.choice([1, 200, 4096, 64 << 10, 1 << 30])
-    monkeypatch.setattr(storage_module, "_WRITE_CHUNK_BYTES", rng.choice([1, 100, 3000, 1 << 20]))
+    monkeypatch.setattr(writer_module, "_WRITE_CHUNK_BYTES", rng.choice([1, 100, 3000, 1 << 20]))
     batches = [
         random_entries(rng, ledgers=rng.randint(1, 6), entries=rng.randint(1, 40))
         for _ in range(rng.randint(1, 4))
@@ -160,7 +160,7 @@ def test_both_loops_build_the_same_rows_and_live_counts(
     seed: int, tmp_path: Path, select: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(100 + seed)
-    monkeypatch.setattr(storage_module, "_WRITE_CHUNK_BYTES", rng.choice([1, 500, 1 << 20]))
+    monkeypatch.setattr(writer_module, "_WRITE_CHUNK_BYTES", rng.choice([1, 500, 1 << 20]))
     entries = random_entries(rng, ledgers=rng.randint(1, 8), entries=60)
     log_bytes = rng.choice([300, 10_000])
     built = {}
@@ -169,7 +169,8 @@ def test_both_loops_build_the_same_rows_and_live_counts(
         try:
             rows: dict[int, list[tuple[bytes, bytes]]] = {}
             live: dict[int, dict[int, int]] = {}
-            append = storage._append_compiled if loop == "compiled" else storage._append_python
+            writer = storage._log_writer
+            append = writer._append_compiled if loop == "compiled" else writer._append_python
             assert append(iter(entries), rows, live) == len(entries)
             # Order too: it decides the order of the live-bytes documents' keys.
             built[loop] = (
@@ -186,9 +187,9 @@ def test_both_loops_build_the_same_rows_and_live_counts(
         assert any(row_key == key for row_key, _ in rows_by_ledger[ledger_id])
     for bucket in rows_by_ledger.values():
         for key, value in bucket:
-            location = storage_module.unseal_entry_row(key, value)
+            location = unseal_entry_row(key, value)
             assert location is not None
-            ledger_id, entry_id = storage_module.ENTRY_KEY.unpack(key)
+            ledger_id, entry_id = ENTRY_KEY.unpack(key)
             assert (key, value) == entry_row(ledger_id, entry_id, *location)
 
 
@@ -225,7 +226,7 @@ def test_a_bad_entry_fails_the_checkpoint_with_the_same_error_and_leaves_the_sto
 ) -> None:
     select(loop)
     # Chunks written before the bad entry, and one buffered when it comes.
-    monkeypatch.setattr(storage_module, "_WRITE_CHUNK_BYTES", 250)
+    monkeypatch.setattr(writer_module, "_WRITE_CHUNK_BYTES", 250)
     storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
     try:
         first = [entry(1, n, bytes([n]) * 100) for n in range(5)]

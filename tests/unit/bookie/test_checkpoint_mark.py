@@ -36,7 +36,7 @@ async def _records_during_a_slow_probe(core: BookieCore, monkeypatch: pytest.Mon
     monkeypatch.setattr(storage, "checkpoint", fail)
     with pytest.raises(StorageIOError):
         await core.checkpoint()
-    assert core.checkpoint_failure is not None
+    assert core.checkpoints.failure is not None
     monkeypatch.undo()
 
     probing, go_on = threading.Event(), threading.Event()
@@ -54,7 +54,7 @@ async def _records_during_a_slow_probe(core: BookieCore, monkeypatch: pytest.Mon
     assert (await add(core, 8, 0, recovery=True))[0] is Status.OK
     go_on.set()
     await checkpoint
-    assert core.checkpoint_failure is None
+    assert core.checkpoints.failure is None
 
 
 async def _forgotten(path: Path) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.storage.engine import checkpoint_wait
+from bookie.storage.checkpoints import checkpoint_wait
 from bookie.storage.entry_storage import READ_ENTRY_OVERHEAD, EntryStorage
 from bookie.storage.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.storage.ledger_state import LedgerState
@@ -442,7 +442,7 @@ async def test_full_write_cache_starts_a_checkpoint_by_itself(tmp_path: Path) ->
         if not checkpointed.done():
             checkpointed.set_result(written)
 
-    core.checkpoint_listeners.append(on_checkpoint)
+    core.checkpoints.listeners.append(on_checkpoint)
     for batch in range(10):
         entries = range(batch * 20, batch * 20 + 20)
         results = await asyncio.gather(*(add(core, 1, e, data=payload(1, e, 200)) for e in entries))

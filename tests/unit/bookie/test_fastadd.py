@@ -25,7 +25,7 @@ from bookie.storage import fastpath
 from bookie.storage.fastpath import refused_entries_python
 from tests.unit.bookie.helpers import compiled_add_module, probe_pure_python
 from walog.wire.digest import entry_digest
-from walog.wire.packing import ENTRY_HEADER, unpack_entries
+from walog.wire.packing import ENTRY_HEADER, PackedEntry, unpack_entries
 from walog.wire.status import Status
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -67,6 +67,7 @@ def assert_unpacked_alike(blob: Any) -> None:
     assert got == want
     if want[0] == "returned":  # the same types too: ints, and slices of the blob's type
         for mine, theirs in zip(got[1][0], want[1][0], strict=True):
+            assert type(mine) is type(theirs)
             assert [type(x) for x in mine] == [type(x) for x in theirs]
 
 
@@ -139,6 +140,17 @@ def test_the_compiled_unpack_refuses_what_is_not_a_buffer_of_bytes() -> None:
         fast.unpack_entries(memoryview(bytes(48)).cast("i"))
     with pytest.raises(TypeError):
         fast.unpack_entries()
+
+
+def test_unpacked_entries_travel_as_packed_entries_on_both_paths() -> None:
+    blob = pack([(3, 2, 7, b"abc"), (4, 3, 8, b"")]) + b"\x01"
+    for unpack in (unpack_entries, compiled_add_module().unpack_entries):
+        entries, problem = unpack(blob)
+        assert problem is not None
+        assert [type(entry) for entry in entries] == [PackedEntry, PackedEntry]
+        first = entries[0]
+        assert (first.entry_id, first.lac, first.digest, first.data) == (3, 2, 7, b"abc")
+        assert first._replace(lac=-1) == (3, -1, 7, b"abc")  # a whole named tuple
 
 
 # -- refused_entries ------------------------------------------------------------------------
@@ -326,7 +338,7 @@ def test_the_bookie_uses_the_selected_checks() -> None:
 def test_the_compiled_checks_are_selected_unless_pure_python_is_asked_for() -> None:
     compiled_add_module()
     probe = (
-        "import bookie.storage.fastpath as f, bookie.storage.entry_storage as s, "
+        "import bookie.storage.fastpath as f, bookie.storage.entry_log_writer as s, "
         "walog.wire.packing as p; "
         "print(f.COMPILED, s._COMPILED, f.unpack_entries is p.unpack_entries)"
     )
