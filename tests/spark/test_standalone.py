@@ -100,6 +100,7 @@ def _check(summary: dict[str, Any], events: int) -> None:
     assert summary["stream_total_events"] == events
 
 
+@pytest.mark.slow  # three JVMs: the default suite runs Spark in local mode only
 @pytest.mark.timeout(600)  # three JVMs, executors and two queries on a busy 2-core machine
 def test_pipeline_on_a_standalone_cluster_writes_every_event_once_and_reads_the_tiered_log(
     standalone: StandaloneSpark, cluster: LocalCluster, tmp_path: Path
@@ -117,6 +118,7 @@ def _log_records(client: walog.Client, log: str) -> list[bytes]:
     return got
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_speculative_copy_on_a_standalone_cluster_leaves_every_row_once_and_no_ledger_behind(
     standalone: StandaloneSpark, cluster: LocalCluster, log_name: str
