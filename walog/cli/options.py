@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -40,8 +40,34 @@ class CommandParser(argparse.ArgumentParser):
     """The parser of every ``walog`` command, delegated ones included: a usage error is one
     line, ``walog: error: ... (see 'walog X --help')``, and exit status 2 (failures exit 1)."""
 
+    intermixed = False
+    """Options may stand between positionals, as in ``walog append LOG --take-over RECORD``
+    (:meth:`argparse.ArgumentParser.parse_intermixed_args`)."""
+    subcommand = False
+    """A subcommand of ``walog``: an unknown argument is reported with this command's usage
+    rather than that of ``walog``."""
+    _intermixing = False
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"walog: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        """As argparse's, intermixed when :attr:`intermixed`; a subcommand's unknown
+        arguments are its own usage error."""
+        if self.intermixed and not self._intermixing:
+            # parse_known_intermixed_args calls this method again: those calls parse plainly.
+            self._intermixing = True
+            try:
+                parsed = self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._intermixing = False
+        else:
+            parsed = super().parse_known_args(args, namespace)
+        if self.subcommand and parsed[1] and not self._intermixing:
+            self.error(f"unrecognized arguments: {' '.join(parsed[1])}")
+        return parsed
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:

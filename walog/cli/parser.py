@@ -28,6 +28,7 @@ def build_parser(delegated: Mapping[str, str]) -> CommandParser:
 
     def command(name: str, run: Command, text: str) -> argparse.ArgumentParser:
         p: CommandParser = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.subcommand = True
         p.set_defaults(func=run)
         return p
 
@@ -40,6 +41,7 @@ def build_parser(delegated: Mapping[str, str]) -> CommandParser:
 
         def action(action_name: str, run: Command, action_text: str) -> argparse.ArgumentParser:
             p: CommandParser = actions.add_parser(action_name, parents=[common], help=action_text)
+            p.subcommand = True
             p.set_defaults(func=run)
             return p
 
