@@ -89,7 +89,10 @@ class Delegated(NamedTuple):
 
 DELEGATED: dict[str, Delegated] = {
     "bookie": Delegated(
-        "bookie.main", _bookie, "run a bookie (storage server); see 'walog bookie --help'", "bookie"
+        "bookie.main",
+        _bookie,
+        "run a bookie (storage server), or 'walog bookie decommission ID' to drain one",
+        "bookie",
     ),
     "bench": Delegated("walog.bench", _bench, "run the benchmarks", "benchmarking"),
     "archive": Delegated(

@@ -298,7 +298,7 @@ def truncate(args: argparse.Namespace) -> int:
 
 def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -> None:
     """Add the log commands; ``group(name, text)`` adds ``walog NAME ACTION`` commands."""
-    parser = command("append", append, "append records to a log (takes over its writer)")
+    parser = command("append", append, "append records to a log, all of one call in one new ledger")
     parser.add_argument("log", help="log name (created if missing)")
     parser.add_argument("records", nargs="*", help="records; none: one per line of stdin")
     parser.add_argument("--ensemble-size", type=int, help="for a new log [3]")

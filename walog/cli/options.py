@@ -144,29 +144,18 @@ def check_zookeeper_listens(uri: str) -> None:
     Raises:
         CliError: every server refused (status 1).
     """
-    import socket
-
     from walog.metadata.uri import ZooKeeperURI, parse_uri
+    from walog.metadata.zookeeper_probe import every_server_refuses
 
     try:
         config = parse_uri(uri)
     except ValueError:
         return  # reported by connect, with the accepted forms
-    if not isinstance(config, ZooKeeperURI):
-        return
-    for host in config.hosts:
-        name, _, port = host.rpartition(":")
-        try:
-            socket.create_connection((name.strip("[]"), int(port)), timeout=1.0).close()
-        except ConnectionRefusedError:
-            continue
-        except (OSError, ValueError):
-            return
-        return
-    raise CliError(
-        f"MetadataError: ZooKeeper {config.connect_string} refuses connections: nothing "
-        "listens there (is ZooKeeper running? check the metadata URI)"
-    )
+    if isinstance(config, ZooKeeperURI) and every_server_refuses(config.hosts):
+        raise CliError(
+            f"MetadataError: ZooKeeper {config.connect_string} refuses connections: nothing "
+            "listens there (is ZooKeeper running? check the metadata URI)"
+        )
 
 
 def add_password_options(parser: argparse.ArgumentParser, what: str = "log") -> None:

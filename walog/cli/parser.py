@@ -32,6 +32,13 @@ def build_parser(delegated: Mapping[str, str]) -> CommandParser:
         p.set_defaults(func=run)
         return p
 
+    def own(name: str, run: Command, text: str) -> argparse.ArgumentParser:
+        """A command that reaches no cluster: none of the connection options."""
+        p: CommandParser = sub.add_parser(name, help=text, description=text)
+        p.subcommand = True
+        p.set_defaults(func=run)
+        return p
+
     def group(name: str, text: str) -> AddCommand:
         """``walog NAME ACTION``: the function that adds an ACTION."""
         actions = sub.add_parser(name, help=text, description=text).add_subparsers(
@@ -47,7 +54,7 @@ def build_parser(delegated: Mapping[str, str]) -> CommandParser:
 
         return action
 
-    quickstart.add_commands(command)
+    quickstart.add_commands(own)
     cluster.add_commands(command)
     logs.add_commands(command, group)
     ledgers.add_commands(command, group)
