@@ -51,7 +51,7 @@ def _bench() -> Main:
 
 
 def _archive() -> Main:
-    from walog.spark.archive import main
+    from walog.spark.archive_command import main
 
     return main
 
@@ -96,7 +96,10 @@ DELEGATED: dict[str, Delegated] = {
     ),
     "bench": Delegated("walog.bench", _bench, "run the benchmarks", "benchmarking"),
     "archive": Delegated(
-        "walog.spark.archive", _archive, "archive closed ledgers of a log to Parquet", "archiving"
+        "walog.spark.archive_command",
+        _archive,
+        "archive closed ledgers of a log to Parquet",
+        "archiving",
     ),
     "autorecovery": Delegated(
         "walog.autorecovery.command",

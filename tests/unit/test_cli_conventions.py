@@ -19,7 +19,7 @@ DELEGATED = {
     ("bookie",): "bookie.main",
     ("bookie", "decommission"): "walog.autorecovery.decommission",
     ("bench",): "walog.bench.command",
-    ("archive",): "walog.spark.archive",
+    ("archive",): "walog.spark.archive_command",
     ("autorecovery",): "walog.autorecovery.command",
     ("status",): "walog.cli.status",
 }
