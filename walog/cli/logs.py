@@ -20,34 +20,20 @@ from walog.cli.options import (
     add_password_options,
     connect,
     emit,
+    existing_log,
     password_of,
 )
 from walog.cli.tables import render_table
-from walog.errors import NoSuchLogError
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from walog.client import Client
     from walog.log.log_metadata import LogMetadata
     from walog.log.position import Position
-    from walog.log.sync import Log
 
 # At most this many appends wait for their acknowledgement at once in `walog append`.
 _APPEND_WINDOW = 1024
 _JSON_HELP = "print one JSON object instead of text"
-
-
-def existing_log(client: Client, args: argparse.Namespace) -> Log:
-    """The log ``args.log`` with the password of the options; never creates it
-    (``open_log`` would).
-
-    Raises:
-        NoSuchLogError: there is no such log.
-    """
-    if args.log not in client.list_logs():
-        raise NoSuchLogError(f"log {args.log!r} does not exist")
-    return client.open_log(args.log, password=password_of(args))
 
 
 def _records_from(args: argparse.Namespace, stdin: IO[bytes]) -> Iterator[bytes]:

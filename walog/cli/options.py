@@ -18,6 +18,7 @@ from walog.config_file import ENV_METADATA
 
 if TYPE_CHECKING:
     from walog.client import Client
+    from walog.log.sync import Log
 
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
 ENV_TRACEBACK = "WALOG_TRACEBACK"
@@ -185,6 +186,20 @@ def password_of(args: argparse.Namespace) -> bytes:
     return os.fsencode(getattr(args, "password", None) or "")
 
 
+def existing_log(client: Client, args: argparse.Namespace) -> Log:
+    """The log ``args.log`` with the password of the options; never creates it
+    (``open_log`` would).
+
+    Raises:
+        NoSuchLogError: there is no such log.
+    """
+    from walog.errors import NoSuchLogError
+
+    if args.log not in client.list_logs():
+        raise NoSuchLogError(f"log {args.log!r} does not exist")
+    return client.open_log(args.log, password=password_of(args))
+
+
 def emit(line: str) -> None:
     """One line of a command's output on stdout, flushed (a pipe sees it at once)."""
     print(line, flush=True)
@@ -203,6 +218,7 @@ __all__ = [
     "connect",
     "connect_options",
     "emit",
+    "existing_log",
     "metadata_of",
     "password_of",
 ]

@@ -15,7 +15,15 @@ import collections
 import json
 from typing import TYPE_CHECKING, Any
 
-from walog.cli.options import AddCommand, CliError, add_password_options, connect, emit, password_of
+from walog.cli.options import (
+    AddCommand,
+    CliError,
+    add_password_options,
+    connect,
+    emit,
+    existing_log,
+    password_of,
+)
 
 if TYPE_CHECKING:
     from walog.client import Client
@@ -82,7 +90,6 @@ def _last_records(
 
 def tail(args: argparse.Namespace) -> int:
     """``walog tail LOG [-n N] [-f]``: print a log's records (see the module doc)."""
-    from walog.cli.logs import existing_log
     from walog.log.position import Position
 
     if args.lines is not None and args.start is not None:
