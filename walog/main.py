@@ -51,7 +51,7 @@ def _bench() -> Main:
 
 
 def _archive() -> Main:
-    from walog.spark.archive import main
+    from walog.spark.archive_command import main
 
     return main
 
@@ -89,11 +89,17 @@ class Delegated(NamedTuple):
 
 DELEGATED: dict[str, Delegated] = {
     "bookie": Delegated(
-        "bookie.main", _bookie, "run a bookie (storage server); see 'walog bookie --help'", "bookie"
+        "bookie.main",
+        _bookie,
+        "run a bookie (storage server), or 'walog bookie decommission ID' to drain one",
+        "bookie",
     ),
     "bench": Delegated("walog.bench", _bench, "run the benchmarks", "benchmarking"),
     "archive": Delegated(
-        "walog.spark.archive", _archive, "archive closed ledgers of a log to Parquet", "archiving"
+        "walog.spark.archive_command",
+        _archive,
+        "archive closed ledgers of a log to Parquet",
+        "archiving",
     ),
     "autorecovery": Delegated(
         "walog.autorecovery.command",

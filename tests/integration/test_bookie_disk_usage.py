@@ -114,7 +114,7 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         )
         modes = _walog_bookies(cluster.metadata_uri, capsys)
         assert modes.pop(small.bookie_id) == "read-only"
-        assert sorted(modes.items()) == [(b, "available") for b in sorted(cluster.bookie_ids)]
+        assert sorted(modes.items()) == [(b, "writable") for b in sorted(cluster.bookie_ids)]
         assert info(small).read_only
         assert _metric(metrics_port, "walog_bookie_read_only") == 1
         assert _metric(metrics_port, "walog_bookie_disk_usage_ratio") > 0.5
@@ -147,7 +147,7 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
             lambda: small.bookie_id in client.bookies() and client.read_only_bookies() == [],
             "the bookie is available again",
         )
-        assert _walog_bookies(cluster.metadata_uri, capsys)[small.bookie_id] == "available"
+        assert _walog_bookies(cluster.metadata_uri, capsys)[small.bookie_id] == "writable"
         assert not info(small).read_only
         assert _metric(metrics_port, "walog_bookie_read_only") == 0
         assert _metric(metrics_port, "walog_bookie_read_only_entered_total") == 1

@@ -84,13 +84,14 @@ def test_parser_has_exactly_the_documented_subcommands() -> None:
 
 
 @pytest.mark.parametrize("words", SUBCOMMANDS, ids=" ".join)
-def test_every_subcommand_answers_help_and_takes_metadata(
+def test_every_subcommand_answers_help_and_takes_metadata_if_it_reaches_a_cluster(
     words: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = _run([*words, "--help"], capsys)
     assert status == 0, err
     assert "usage:" in out
-    assert "--metadata" in out, f"every subcommand takes --metadata ({words})"
+    if words != ["quickstart"]:  # it runs a cluster of its own
+        assert "--metadata" in out, f"every subcommand takes --metadata ({words})"
 
 
 def test_python_dash_m_walog_is_the_same_command() -> None:
@@ -280,10 +281,10 @@ def test_log_commands_against_a_cluster(
     status, out, err = _run(["tail", log_name, "--idle-timeout", "2", "-n", "4"], capsys)
     assert status == 0, err
     assert [line.split("\t")[1] for line in out.splitlines()] == ["one", "two", "three", "four"]
-    status, out, err = _run(["tail", log_name, "--from", str(positions[1]), "-n", "1"], capsys)
+    status, out, err = _run(["tail", log_name, "--from", str(positions[1]), "--max", "1"], capsys)
     assert status == 0, err
     assert out == f"{positions[1]}\ttwo\n"
-    status, out, err = _run(["tail", log_name, "--json", "-n", "1"], capsys)
+    status, out, err = _run(["tail", log_name, "--json", "--max", "1"], capsys)
     assert status == 0, err
     assert json.loads(out)["data"] == "one"
 
@@ -306,7 +307,7 @@ def test_log_commands_against_a_cluster(
 
     status, out, err = _run(["truncate", log_name, "--before", str(positions[0])], capsys)
     assert status == 0, err
-    assert out.startswith("deleted 0 ledger(s)")
+    assert out.startswith("deleted 0 ledger(s) of log")
 
     status, _, err = _run(["log", "show", f"{log_name}-absent"], capsys)
     assert status == 1 and "NoSuchLogError" in err

@@ -19,14 +19,32 @@ DELEGATED = {
     ("bookie",): "bookie.main",
     ("bookie", "decommission"): "walog.autorecovery.decommission",
     ("bench",): "walog.bench.command",
-    ("archive",): "walog.spark.archive",
+    ("archive",): "walog.spark.archive_command",
     ("autorecovery",): "walog.autorecovery.command",
+    ("maintain",): "walog.maintenance.command",
     ("status",): "walog.cli.status",
 }
 # Commands that start a cluster of their own take no --metadata and no --timeout.
 OWN_CLUSTER = {("quickstart",), ("bench",)}
 # The bookie is a server: its metadata store has --metadata-timeout-s, not --timeout.
 NO_TIMEOUT = {("bookie",)}
+# The bookie is a server whose output is its log: it prints no result to put in JSON.
+NO_JSON = {("bookie",)}
+# What each command needs before a bad flag is the only problem left.
+POSITIONALS = {
+    ("append",): ["a-log", "a-record"],
+    ("tail",): ["a-log"],
+    ("ledger", "show"): ["1"],
+    ("log", "show"): ["a-log"],
+    ("log", "create"): ["a-log"],
+    ("log", "config"): ["a-log"],
+    ("log", "cursors"): ["a-log"],
+    ("log", "repair"): ["a-log"],
+    ("truncate",): ["a-log", "--before", "1:0:0"],
+    ("recover",): ["1"],
+    ("archive",): ["a-log", "--to", "/tmp/a-dir"],
+    ("bookie", "decommission"): ["127.0.0.1:3181"],
+}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -120,3 +138,59 @@ def test_a_log_is_always_the_positional_log() -> None:
 def test_password_protected_logs_take_a_password_file() -> None:
     for words in (("append",), ("tail",), ("truncate",), ("recover",)):
         assert "--password-file" in _options(ALL[words]), words
+
+
+@pytest.mark.parametrize("words", sorted(set(ALL) - NO_JSON), ids=" ".join)
+def test_every_command_prints_json_when_asked(words: tuple[str, ...]) -> None:
+    assert "--json" in _options(ALL[words]), f"walog {' '.join(words)} has no --json"
+
+
+@pytest.mark.parametrize("words", sorted(ALL), ids=" ".join)
+def test_a_bad_flag_is_a_usage_error_of_the_command_it_was_given_to(
+    words: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*words, *POSITIONALS.get(words, []), "--no-such-flag"]
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = exc.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert status == 2, (argv, err)
+    assert err.count("\n") == 1 and "unrecognized arguments: --no-such-flag" in err, err
+    if words != ("bookie",):  # the bookie's own program names itself
+        assert f"see 'walog {' '.join(words)} --help'" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["truncate", "a-log", "--before", "garbage"], "--before 'garbage'"),
+        (["tail", "a-log", "--from", "garbage"], "--from 'garbage'"),
+        (["tail", "a-log", "-n", "2", "--from", "earliest"], "leave out --from"),
+        (["tail", "a-log", "-n", "0"], "-n must be at least 1"),
+    ],
+)
+def test_a_bad_value_is_a_usage_error_with_exit_status_2(
+    argv: list[str], names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = cli.main([*argv, "--metadata", "sqlite:///nowhere/at/all.db"])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and names in err, err
+
+
+def test_quickstart_help_lists_only_the_flags_it_uses() -> None:
+    assert sorted(_options(ALL[("quickstart",)])) == ["--help", "--json", "-h"]
+
+
+def test_walog_help_names_bookie_decommission(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "walog bookie decommission" in capsys.readouterr().out
+
+
+def test_append_takes_options_between_its_log_and_its_records() -> None:
+    args = cli.build_parser().parse_args(["append", "a-log", "--take-over", "one", "two"])
+    assert args.take_over and args.records == ["one", "two"]
+    args = cli.build_parser().parse_args(["append", "a-log", "one", "--json", "two"])
+    assert args.json and args.records == ["one", "two"]

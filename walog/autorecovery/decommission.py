@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds to wait for the writers of open ledgers to move away [600]",
     )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -172,6 +173,9 @@ def main(argv: Sequence[str]) -> int:
     except (WalogError, OSError, ValueError) as exc:
         print(f"walog: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    if args.json:
+        print(json.dumps({"bookie_id": args.bookie_id, "decommissioned": True, "moved": moved}))
+        return 0
     print(f"bookie {args.bookie_id} decommissioned: {moved} fragment(s) moved; it can be stopped")
     return 0
 

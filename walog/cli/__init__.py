@@ -6,7 +6,8 @@
   ``archive``, ``bench``) build their parsers from it;
 - :mod:`walog.cli.parser`: the parser of ``walog``, with the commands below and the names
   of the ones that live elsewhere;
-- :mod:`walog.cli.logs`: ``walog append``, ``tail``, ``logs``, ``log show``, ``truncate``;
+- :mod:`walog.cli.logs`: ``walog append``, ``logs``, ``log show``, ``truncate``;
+- :mod:`walog.cli.tail`: ``walog tail``, the last records of a log or every one, following;
 - :mod:`walog.cli.log_settings`: ``walog log create`` and ``log config``, a log's stored
   settings;
 - :mod:`walog.cli.ledgers`: ``walog ledgers``, ``ledger show``, ``recover``;

@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 
 from walog.cli.options import AddCommand, CliError, connect, emit
 
@@ -25,7 +26,7 @@ def run_local(args: argparse.Namespace) -> int:
         return _run_host_cluster(args, stop)
     metadata = args.metadata or "sqlite"
     with LocalCluster(bookies=args.bookies, metadata=metadata, data_dir=args.data_dir) as cluster:
-        emit(cluster.metadata_uri)
+        _started(args, cluster.metadata_uri, cluster.bookie_ids)
         print(
             f"walog: {len(cluster.bookie_ids)} bookies running "
             f"({', '.join(cluster.bookie_ids)}); logs under {cluster.data_dir}; "
@@ -45,7 +46,7 @@ def _run_host_cluster(args: argparse.Namespace, stop: threading.Event) -> int:
         raise CliError("--hosts starts a ZooKeeper ensemble of its own: leave out --metadata", 2)
     cluster = HostCluster(bookies=args.hosts, racks=args.racks, data_dir=args.data_dir)
     with cluster:
-        emit(cluster.metadata_uri)
+        _started(args, cluster.metadata_uri, cluster.bookie_ids)
         hosts = ", ".join(f"{b} ({r})" for b, r in cluster.racks.items())
         client = cluster.host(cluster.client_hosts[0]).namespace
         print(
@@ -61,13 +62,23 @@ def _run_host_cluster(args: argparse.Namespace, stop: threading.Event) -> int:
     return 0
 
 
+def _started(args: argparse.Namespace, uri: str, bookie_ids: Sequence[str]) -> None:
+    """The first line of ``walog local``: the cluster's metadata URI (or, with ``--json``,
+    one JSON object with it and the bookies)."""
+    if args.json:
+        emit(json.dumps({"metadata_uri": uri, "bookies": list(bookie_ids)}))
+    else:
+        emit(uri)
+
+
 def list_bookies(args: argparse.Namespace) -> int:
-    """``walog bookies``: each registered bookie, available or read-only, with its rack."""
+    """``walog bookies``: each registered bookie, writable or read-only (the words of
+    ``walog status``), with its rack."""
     from walog.ledger.ensemble import read_only_racks
 
     with connect(args) as client:
         racks = client.bookie_racks()
-        modes = dict.fromkeys(client.bookies(), "available")
+        modes = dict.fromkeys(client.bookies(), "writable")
         modes.update(dict.fromkeys(client.read_only_bookies(), "read-only"))
         racks.update(client.loop_thread.run(read_only_racks(client.async_client.ctx.store)))
     rows = [(b, mode, racks.get(b, "?")) for b, mode in sorted(modes.items())]
@@ -93,12 +104,15 @@ def add_commands(command: AddCommand) -> None:
         "3-node ZooKeeper ensemble and client hosts",
     )
     local.add_argument("--racks", type=int, default=3, help="with --hosts: racks [3]")
+    local.add_argument(
+        "--json", action="store_true", help='first line: {"metadata_uri", "bookies"} instead'
+    )
     local.epilog = (
         "With --metadata, the bookies register in that store instead of SQLite. With "
         "--hosts, everything runs in network namespaces reachable only from its hosts."
     )
     bookies = command(
-        "bookies", list_bookies, "list registered bookies: available or read-only, and racks"
+        "bookies", list_bookies, "list registered bookies: writable or read-only, and racks"
     )
     bookies.add_argument("--json", action="store_true", help=_JSON_HELP)
 

@@ -67,6 +67,10 @@ def recover(args: argparse.Namespace) -> int:
         log_name = client.loop_thread.run(
             record_recovered(client.async_client, args.ledger_id, last)
         )
+        if args.json:
+            doc = {"ledger_id": args.ledger_id, "state": "CLOSED", "last_entry_id": last}
+            emit(json.dumps({**doc, "log": log_name}))
+            return 0
         in_log = "" if log_name is None else f" (in log {log_name!r})"
         emit(f"ledger {args.ledger_id}: CLOSED, last entry {last}{in_log}")
     return 0
@@ -82,6 +86,7 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
 
     parser = command("recover", recover, "fence, recover and close an open ledger")
     parser.add_argument("ledger_id", type=int, metavar="ID", help="the ledger's id")
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     add_password_options(parser, "ledger")
 
 

@@ -1,11 +1,10 @@
-"""The log commands: ``walog append``, ``tail``, ``logs``, ``log show``, ``log cursors``,
+"""The log commands: ``walog append``, ``logs``, ``log show``, ``log cursors``,
 ``log repair`` and ``truncate`` (``log create`` and ``log config``:
-:mod:`walog.cli.log_settings`)."""
+:mod:`walog.cli.log_settings`; ``tail``: :mod:`walog.cli.tail`)."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import collections
 import dataclasses
 import json
@@ -14,41 +13,27 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
-from walog.cli import log_settings
+from walog.cli import log_settings, tail
 from walog.cli.options import (
     AddCommand,
     CliError,
     add_password_options,
     connect,
     emit,
+    existing_log,
     password_of,
 )
 from walog.cli.tables import render_table
-from walog.errors import NoSuchLogError
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from walog.client import Client
     from walog.log.log_metadata import LogMetadata
     from walog.log.position import Position
-    from walog.log.sync import Log
 
 # At most this many appends wait for their acknowledgement at once in `walog append`.
 _APPEND_WINDOW = 1024
 _JSON_HELP = "print one JSON object instead of text"
-
-
-def existing_log(client: Client, args: argparse.Namespace) -> Log:
-    """The log ``args.log`` with the password of the options; never creates it
-    (``open_log`` would).
-
-    Raises:
-        NoSuchLogError: there is no such log.
-    """
-    if args.log not in client.list_logs():
-        raise NoSuchLogError(f"log {args.log!r} does not exist")
-    return client.open_log(args.log, password=password_of(args))
 
 
 def _records_from(args: argparse.Namespace, stdin: IO[bytes]) -> Iterator[bytes]:
@@ -58,10 +43,6 @@ def _records_from(args: argparse.Namespace, stdin: IO[bytes]) -> Iterator[bytes]
         return
     for line in stdin:
         yield line[:-1] if line.endswith(b"\n") else line
-
-
-def _data_text(data: bytes) -> str:
-    return data.decode("utf-8", "backslashreplace")
 
 
 def append(args: argparse.Namespace) -> int:
@@ -89,36 +70,16 @@ def append(args: argparse.Namespace) -> int:
             for record in _records_from(args, stdin):
                 pending.append(writer.append_async(record))
                 if len(pending) >= _APPEND_WINDOW:
-                    emit(str(pending.popleft().result()))
+                    _appended(args, pending.popleft().result())
             writer.flush()
             while pending:
-                emit(str(pending.popleft().result()))
+                _appended(args, pending.popleft().result())
     return 0
 
 
-def tail(args: argparse.Namespace) -> int:
-    """``walog tail LOG``: print records as they come."""
-    from walog.log.position import Position
-
-    start: Any = args.start if args.start in ("earliest", "latest") else Position.parse(args.start)
-    with connect(args) as client, existing_log(client, args).open_reader(start) as reader:
-        count = 0
-        while args.max_records is None or count < args.max_records:
-            record = reader.read_next(timeout=args.idle_timeout)
-            if record is None:
-                break
-            count += 1
-            if args.json:
-                doc: dict[str, Any] = {"position": str(record.position)}
-                doc["timestamp"] = record.timestamp
-                try:
-                    doc["data"] = record.data.decode("utf-8")
-                except UnicodeDecodeError:
-                    doc["data_base64"] = base64.b64encode(record.data).decode("ascii")
-                emit(json.dumps(doc))
-            else:
-                emit(f"{record.position}\t{_data_text(record.data)}")
-    return 0
+def _appended(args: argparse.Namespace, position: Position) -> None:
+    """One line per durable record: its position, or with ``--json`` one JSON object."""
+    emit(json.dumps({"log": args.log, "position": str(position)}) if args.json else str(position))
 
 
 def list_logs(args: argparse.Namespace) -> int:
@@ -278,19 +239,52 @@ def repair_log(args: argparse.Namespace) -> int:
 
 
 def truncate(args: argparse.Namespace) -> int:
-    """``walog truncate LOG --before POSITION``: delete the ledgers wholly before it."""
-    from walog.log.position import Position
+    """``walog truncate LOG --before POSITION [--dry-run]``: delete the ledgers wholly
+    before it; a point past the log's end is refused (status 2)."""
+    from walog.log.lag import last_entries, open_ledger_lacs
+    from walog.log.position import Position, ledger_end, ledger_start
+    from walog.log.retention import truncation_count
 
-    before = Position.parse(args.before)
+    try:
+        before = Position.parse(args.before)
+    except ValueError as exc:
+        raise CliError(f"--before {args.before!r}: {exc}", 2) from None
     with connect(args) as client:
-        deleted = existing_log(client, args).truncate(before)
-    emit(f"deleted {deleted} ledger(s) of log {args.log!r} before {before}")
+        log = existing_log(client, args)
+        meta = log.metadata()
+        lacs = client.loop_thread.run(
+            open_ledger_lacs(client.async_client, meta.ledgers, password_of(args))
+        )
+        window = last_entries(meta.ledgers, lacs, 1)
+        if window is not None:
+            end = ledger_end(window[1].ledger_id, window[1].entry_id)
+            last = f"its last record is in entry {window[1].ledger_id}:{window[1].entry_id}"
+        else:
+            end = ledger_start(meta.ledgers[0].ledger_id) if meta.ledgers else Position(0, 0, 0)
+            last = "it holds no record"
+        if before > end:
+            raise CliError(
+                f"--before {before} is past the end of log {args.log!r} ({last}; the next "
+                f"record goes at {end}): nothing there to truncate before",
+                2,
+            )
+        if args.dry_run:
+            doomed = [i.ledger_id for i in meta.ledgers[: truncation_count(meta.ledgers, before)]]
+        else:
+            doomed = meta.ledger_ids[: log.truncate(before)]
+    if args.json:
+        doc = {"log": args.log, "before": str(before), "dry_run": args.dry_run}
+        emit(json.dumps({**doc, "ledgers": doomed}))
+        return 0
+    ids = f" ({', '.join(map(str, doomed))})" if doomed else ""
+    verb = "would delete" if args.dry_run else "deleted"
+    emit(f"{verb} {len(doomed)} ledger(s){ids} of log {args.log!r} before {before}")
     return 0
 
 
 def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -> None:
     """Add the log commands; ``group(name, text)`` adds ``walog NAME ACTION`` commands."""
-    parser = command("append", append, "append records to a log (takes over its writer)")
+    parser = command("append", append, "append records to a log, all of one call in one new ledger")
     parser.add_argument("log", help="log name (created if missing)")
     parser.add_argument("records", nargs="*", help="records; none: one per line of stdin")
     parser.add_argument("--ensemble-size", type=int, help="for a new log [3]")
@@ -301,27 +295,17 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
         action="store_true",
         help="fence the log's live writer if it has one (else: refuse, status 2)",
     )
+    parser.add_argument(
+        "--json", action="store_true", help='one JSON object per record: {"log", "position"}'
+    )
     add_password_options(parser)
+    parser.intermixed = True  # type: ignore[attr-defined]
     parser.epilog = (
         "Every record of one call goes to one new ledger. A log whose writer is alive is "
         "refused unless --take-over is given: opening the writer fences it. Prints positions."
     )
 
-    parser = command("tail", tail, "print a log's records, following new ones")
-    parser.add_argument("log", help="log name")
-    parser.add_argument(
-        "--from",
-        dest="start",
-        default="earliest",
-        metavar="START",
-        help="earliest, latest or LEDGER:ENTRY:SLOT [earliest]",
-    )
-    parser.add_argument("-n", "--max", dest="max_records", type=int, help="stop after N records")
-    parser.add_argument(
-        "--idle-timeout", type=float, metavar="S", help="stop after S seconds without a record"
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON object per record")
-    add_password_options(parser)
+    tail.add_commands(command)
 
     parser = command("logs", list_logs, "list log names")
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
@@ -352,7 +336,15 @@ def add_commands(command: AddCommand, group: Callable[[str, str], AddCommand]) -
     parser = command("truncate", truncate, "delete a log's ledgers before a position")
     parser.add_argument("log", help="log name")
     parser.add_argument("--before", required=True, metavar="POSITION", help="LEDGER:ENTRY:SLOT")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the ledgers it would delete; delete none"
+    )
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     add_password_options(parser)
+    parser.epilog = (
+        "Deletes the ledgers whose every record is before POSITION, never the one being "
+        "written. A POSITION past the log's end is refused (status 2)."
+    )
 
 
 __all__ = [
@@ -363,6 +355,5 @@ __all__ = [
     "list_logs",
     "repair_log",
     "show_log",
-    "tail",
     "truncate",
 ]

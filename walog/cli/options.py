@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -18,6 +18,7 @@ from walog.config_file import ENV_METADATA
 
 if TYPE_CHECKING:
     from walog.client import Client
+    from walog.log.sync import Log
 
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
 ENV_TRACEBACK = "WALOG_TRACEBACK"
@@ -40,8 +41,34 @@ class CommandParser(argparse.ArgumentParser):
     """The parser of every ``walog`` command, delegated ones included: a usage error is one
     line, ``walog: error: ... (see 'walog X --help')``, and exit status 2 (failures exit 1)."""
 
+    intermixed = False
+    """Options may stand between positionals, as in ``walog append LOG --take-over RECORD``
+    (:meth:`argparse.ArgumentParser.parse_intermixed_args`)."""
+    subcommand = False
+    """A subcommand of ``walog``: an unknown argument is reported with this command's usage
+    rather than that of ``walog``."""
+    _intermixing = False
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"walog: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        """As argparse's, intermixed when :attr:`intermixed`; a subcommand's unknown
+        arguments are its own usage error."""
+        if self.intermixed and not self._intermixing:
+            # parse_known_intermixed_args calls this method again: those calls parse plainly.
+            self._intermixing = True
+            try:
+                parsed = self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._intermixing = False
+        else:
+            parsed = super().parse_known_args(args, namespace)
+        if self.subcommand and parsed[1] and not self._intermixing:
+            self.error(f"unrecognized arguments: {' '.join(parsed[1])}")
+        return parsed
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
@@ -118,29 +145,18 @@ def check_zookeeper_listens(uri: str) -> None:
     Raises:
         CliError: every server refused (status 1).
     """
-    import socket
-
     from walog.metadata.uri import ZooKeeperURI, parse_uri
+    from walog.metadata.zookeeper_probe import every_server_refuses
 
     try:
         config = parse_uri(uri)
     except ValueError:
         return  # reported by connect, with the accepted forms
-    if not isinstance(config, ZooKeeperURI):
-        return
-    for host in config.hosts:
-        name, _, port = host.rpartition(":")
-        try:
-            socket.create_connection((name.strip("[]"), int(port)), timeout=1.0).close()
-        except ConnectionRefusedError:
-            continue
-        except (OSError, ValueError):
-            return
-        return
-    raise CliError(
-        f"MetadataError: ZooKeeper {config.connect_string} refuses connections: nothing "
-        "listens there (is ZooKeeper running? check the metadata URI)"
-    )
+    if isinstance(config, ZooKeeperURI) and every_server_refuses(config.hosts):
+        raise CliError(
+            f"MetadataError: ZooKeeper {config.connect_string} refuses connections: nothing "
+            "listens there (is ZooKeeper running? check the metadata URI)"
+        )
 
 
 def add_password_options(parser: argparse.ArgumentParser, what: str = "log") -> None:
@@ -170,6 +186,20 @@ def password_of(args: argparse.Namespace) -> bytes:
     return os.fsencode(getattr(args, "password", None) or "")
 
 
+def existing_log(client: Client, args: argparse.Namespace) -> Log:
+    """The log ``args.log`` with the password of the options; never creates it
+    (``open_log`` would).
+
+    Raises:
+        NoSuchLogError: there is no such log.
+    """
+    from walog.errors import NoSuchLogError
+
+    if args.log not in client.list_logs():
+        raise NoSuchLogError(f"log {args.log!r} does not exist")
+    return client.open_log(args.log, password=password_of(args))
+
+
 def emit(line: str) -> None:
     """One line of a command's output on stdout, flushed (a pipe sees it at once)."""
     print(line, flush=True)
@@ -188,6 +218,7 @@ __all__ = [
     "connect",
     "connect_options",
     "emit",
+    "existing_log",
     "metadata_of",
     "password_of",
 ]

@@ -28,6 +28,14 @@ def build_parser(delegated: Mapping[str, str]) -> CommandParser:
 
     def command(name: str, run: Command, text: str) -> argparse.ArgumentParser:
         p: CommandParser = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.subcommand = True
+        p.set_defaults(func=run)
+        return p
+
+    def own(name: str, run: Command, text: str) -> argparse.ArgumentParser:
+        """A command that reaches no cluster: none of the connection options."""
+        p: CommandParser = sub.add_parser(name, help=text, description=text)
+        p.subcommand = True
         p.set_defaults(func=run)
         return p
 
@@ -40,12 +48,13 @@ def build_parser(delegated: Mapping[str, str]) -> CommandParser:
 
         def action(action_name: str, run: Command, action_text: str) -> argparse.ArgumentParser:
             p: CommandParser = actions.add_parser(action_name, parents=[common], help=action_text)
+            p.subcommand = True
             p.set_defaults(func=run)
             return p
 
         return action
 
-    quickstart.add_commands(command)
+    quickstart.add_commands(own)
     cluster.add_commands(command)
     logs.add_commands(command, group)
     ledgers.add_commands(command, group)

@@ -9,6 +9,7 @@ is removed at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -117,16 +118,24 @@ def quickstart(args: argparse.Namespace) -> int:
         # The tour narrates the takeover it causes; the library's warnings about the fenced
         # writer would only repeat it, out of place.
         library.setLevel(logging.ERROR)
+    steps: list[str] = []
     try:
-        return run_quickstart()
+        status = run_quickstart(steps.append if args.json else None)
     finally:
         library.setLevel(level)
+    if args.json:
+        print(json.dumps({"ok": status == 0, "steps": steps}, indent=2), flush=True)
+    return status
 
 
 def add_commands(command: AddCommand) -> None:
-    """Add ``walog quickstart``."""
+    """Add ``walog quickstart`` with ``command``, which adds no connection options (the
+    tour runs a cluster of its own)."""
     parser = command("quickstart", quickstart, "a guided tour on a local cluster")
-    parser.epilog = "It starts (and removes) a cluster of its own; --metadata is not used."
+    parser.add_argument(
+        "--json", action="store_true", help="print the tour's steps as one JSON object at the end"
+    )
+    parser.epilog = "It starts (and removes) a cluster of its own."
 
 
 __all__ = ["add_commands", "quickstart", "run_quickstart"]

@@ -59,15 +59,41 @@ def entries_behind(
     return total
 
 
-async def measure_lag(
-    client: LedgerClientLike, name: str, position: Position | None, password: bytes
-) -> ReaderLag:
-    """The lag of a reader of log ``name`` whose next record is at ``position``: reads the
-    log's record and the LAC of each open ledger from there on (never fences)."""
-    meta, _ = await read_log(client.ctx.store, name)
+def last_entries(
+    ledgers: Sequence[LedgerInfo], open_lacs: Mapping[int, int], count: int
+) -> tuple[Position, Position] | None:
+    """Where the last ``count`` confirmed entries of a log begin, and its last confirmed
+    entry (slot 0), as ``(start, last)``; None when no entry is confirmed (pure).
+
+    An entry holds one or more records, so the last ``count`` records lie at or after
+    ``start``. ``open_lacs`` as for :func:`entries_behind`.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    last: Position | None = None
+    start: Position | None = None
+    wanted = count
+    for info in reversed(ledgers):
+        end = info.last_entry_id if info.is_closed else open_lacs.get(info.ledger_id, -1)
+        if end < 0:
+            continue
+        if last is None:
+            last = Position(info.ledger_id, end, 0)
+        if end + 1 >= wanted:
+            return Position(info.ledger_id, end + 1 - wanted, 0), last
+        wanted -= end + 1
+        start = Position(info.ledger_id, 0, 0)
+    return None if start is None or last is None else (start, last)
+
+
+async def open_ledger_lacs(
+    client: LedgerClientLike, ledgers: Sequence[LedgerInfo], password: bytes
+) -> dict[int, int]:
+    """The last add confirmed of each OPEN ledger of ``ledgers``, as the bookies tell it
+    now (never fences; a ledger deleted meanwhile is left out)."""
     open_lacs: dict[int, int] = {}
-    for info in meta.ledgers:
-        if info.is_closed or (position is not None and info.ledger_id < position.ledger_id):
+    for info in ledgers:
+        if info.is_closed:
             continue
         with contextlib.suppress(NoSuchLedgerError):  # truncated meanwhile: nothing behind
             handle = await client.open_ledger(info.ledger_id, recovery=False, password=password)
@@ -78,7 +104,20 @@ async def measure_lag(
                 open_lacs[info.ledger_id] = lac
             finally:
                 await handle.close()
+    return open_lacs
+
+
+async def measure_lag(
+    client: LedgerClientLike, name: str, position: Position | None, password: bytes
+) -> ReaderLag:
+    """The lag of a reader of log ``name`` whose next record is at ``position``: reads the
+    log's record and the LAC of each open ledger from there on (never fences)."""
+    meta, _ = await read_log(client.ctx.store, name)
+    after = [
+        info for info in meta.ledgers if position is None or info.ledger_id >= position.ledger_id
+    ]
+    open_lacs = await open_ledger_lacs(client, after, password)
     return ReaderLag(position, entries_behind(meta.ledgers, position, open_lacs))
 
 
-__all__ = ["ReaderLag", "entries_behind", "measure_lag"]
+__all__ = ["ReaderLag", "entries_behind", "last_entries", "measure_lag", "open_ledger_lacs"]

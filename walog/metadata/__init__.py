@@ -4,6 +4,7 @@
 
 - ``store``: the interface (versioned records, compare-and-swap, sessions, watches);
 - ``zookeeper`` and ``sqlite``: its two implementations; ``uri``: parsing the URIs;
+- ``zookeeper_probe``: whether anything listens on ZooKeeper's ports, asked before connecting;
 - ``layout``: where records live and the ledger metadata record;
 - ``election``: leader suggestion with an epoch per term.
 """

@@ -18,8 +18,10 @@ Importing this package needs ``pyspark`` and ``pyarrow``; the rest of walog does
 - ``plan``: pure planning of reads (bounds, partitions, offsets); ``batch``: batch reads;
   ``stream``: streaming reads; ``arrow``: the schema and the Arrow batches;
 - ``sink``: writing to a log (batch and streaming);
-- ``archive``: ``walog archive``, closed ledgers to Parquet; ``archive_publish`` and
+- ``archive``: the archive job, closed ledgers to Parquet; ``archive_publish`` and
   ``archive_files``: putting its output in place durably before ledgers are marked archived;
+  ``archive_command``: ``walog archive``;
+- ``session``: the Spark sessions the commands start, their log sent to a file;
 - ``bench``: scan and sink throughput.
 """
 

@@ -26,14 +26,11 @@ docs/spark.md for what they guarantee on a shared mount). File operations go thr
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
-import sys
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +38,7 @@ from tqdm import tqdm
 
 from walog.client import Client, connect
 from walog.config import ClientConfig, Timeouts
-from walog.errors import MetadataConflictError, WalogError
+from walog.errors import MetadataConflictError
 from walog.log.archive_layout import LEDGER_ID, PARTITION_COLUMN, STAGING, ledger_dir_name
 from walog.log.log_metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
@@ -49,6 +46,7 @@ from walog.log.truncation import refresh_closed
 from walog.spark.archive_files import ArchiveFiles, LocalFiles, archive_root
 from walog.spark.archive_publish import publish, staged_write_finished
 from walog.spark.options import BookieAccess
+from walog.spark.session import prepare_environment, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -108,12 +106,16 @@ class ArchiveResult:
         archived_through: the log's archived-through mark afterwards.
         resumed: the run finished an intent an earlier run left behind.
         rows: records written (None when an earlier run had already written them).
+        archived_before: the first position after the archived records that a record can
+            hold (``LogMetadata.existing_at_or_after`` of ``archived_through``, which
+            points one past the last archived entry); None when nothing was ever archived.
     """
 
     ledger_ids: tuple[int, ...]
     archived_through: Position | None
     resumed: bool
     rows: int | None
+    archived_before: Position | None = None
 
 
 def archivable(meta: LogMetadata) -> list[int]:
@@ -159,6 +161,8 @@ class _Archiver:
         self.root = root
         self.access = access or BookieAccess()
         self.files: ArchiveFiles = files or LocalFiles()
+        self.marked: LogMetadata | None = None
+        """The log's record as the mark left it."""
 
     def _run(self, coro: Any) -> Any:
         return self.client.loop_thread.run(coro)
@@ -236,6 +240,7 @@ class _Archiver:
             )
 
         meta, _ = self._run(update_log(store, self.log, mutate))
+        self.marked = meta
         return meta.archived_through  # type: ignore[no-any-return]
 
 
@@ -289,7 +294,8 @@ def archive_log(
         archiver.drop_stale_staging(intent)
         if intent is None:
             meta, _ = client.loop_thread.run(read_log(client.async_client.ctx.store, log))
-            return ArchiveResult((), meta.archived_through, resumed=False, rows=None)
+            before = _existing(meta, meta.archived_through)
+            return ArchiveResult((), meta.archived_through, False, None, before)
         # write, seal, one move per ledger, sync the root, mark
         steps = len(intent.ledger_ids) + 4
         with tqdm(
@@ -316,104 +322,12 @@ def archive_log(
             bar.update(steps - bar.n)  # a sealed write found by a rerun skips the seal
         with contextlib.suppress(OSError):  # the next run removes it
             files.remove_tree(archiver.staging(intent))
-        return ArchiveResult(intent.ledger_ids, through, resumed=resumed, rows=rows)
+        before = None if archiver.marked is None else _existing(archiver.marked, through)
+        return ArchiveResult(intent.ledger_ids, through, resumed, rows, before)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``walog archive``."""
-    from walog.cli.options import CommandParser, add_connection_options
-
-    parser = CommandParser(
-        prog="walog archive",
-        description="Archive the closed, not yet archived ledgers of a log to Parquet "
-        "(DIR/ledger=<id>/...) with Spark, then mark them archived.",
-    )
-    parser.add_argument("log", help="log name")
-    add_connection_options(parser)
-    parser.add_argument("--to", required=True, metavar="DIR", help="archive root directory")
-    parser.add_argument(
-        "--master", default="local[*]", metavar="URL", help="Spark master [local[*]]"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
-
-
-def prepare_environment() -> None:
-    """Let the Python workers of sessions made from now on run walog.
-
-    Unless the environment says otherwise, workers run this interpreter, and the directory
-    walog is imported from is put on their ``PYTHONPATH`` (a no-op when walog is installed
-    in site-packages; needed when it runs from a checkout).
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    home = str(Path(__file__).resolve().parents[2])  # the directory holding walog
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if home not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([home, *paths])
-
-
-def spark_session(master: str, app_name: str) -> SparkSession:
-    """A Spark session whose Python workers can run walog (:func:`prepare_environment`)."""
-    prepare_environment()
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``walog archive LOG --metadata URI --to DIR [--master URL]``; returns the exit
-    status (0 done, 1 failed, 2 bad arguments)."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.metadata:
-        parser.error("--metadata URI is required (or set WALOG_METADATA)")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        parser.error("--tls-cert and --tls-key go together")
-    paths = (args.tls_ca, args.tls_cert, args.tls_key, args.auth_token_file)
-    access = BookieAccess(*(None if p is None else str(p) for p in paths))
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
-    from pyspark.errors import PySparkException
-
-    try:
-        spark = spark_session(args.master, "walog-archive")
-        try:
-            result = archive_log(
-                spark,
-                args.metadata,
-                args.log,
-                args.to,
-                progress=False if args.no_progress else None,
-                timeout=args.timeout,
-                access=access,
-            )
-        finally:
-            spark.stop()
-    except (WalogError, ValueError, OSError, PySparkException, Py4JError) as exc:
-        # Spark's messages carry a JVM stack trace: its first line says what failed.
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"walog: error: {type(exc).__name__}: {first}", file=sys.stderr)
-        return 1
-    if not result.ledger_ids:
-        print(f"nothing to archive; archived through {result.archived_through}")
-    else:
-        rows = "" if result.rows is None else f", {result.rows} records"
-        resumed = " (finished an earlier run)" if result.resumed else ""
-        print(
-            f"archived ledgers {', '.join(map(str, result.ledger_ids))}{rows}{resumed}; "
-            f"archived through {result.archived_through}"
-        )
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def _existing(meta: LogMetadata, through: Position | None) -> Position | None:
+    return None if through is None else meta.existing_at_or_after(through)
 
 
 __all__ = [
@@ -421,7 +335,6 @@ __all__ = [
     "ArchiveResult",
     "archivable",
     "archive_log",
-    "main",
     "prepare_environment",
     "spark_session",
 ]
