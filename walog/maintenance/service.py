@@ -4,10 +4,12 @@ For each log (``list_logs``), whether a writer runs or not, a pass:
 
 1. deletes what crashes left behind (pending deletions, ledgers of lost compare-and-swaps,
    sink ledgers no commit will link);
-2. applies the retention policy stored with the log (``walog.log.log_config``);
-3. runs the archive job (``walog.spark.archive``) when the log's archive policy names a
+2. runs the archive job (``walog.spark.archive``) when the log's archive policy names a
    directory and its interval has passed, if pyspark can be imported (otherwise it says so
    in the log's report);
+3. applies the retention policy stored with the log (``walog.log.log_config``): after the
+   archive job, so that a ledger it archived is one ``require_archived`` retention may
+   delete in the same pass, and whether or not the job failed;
 4. measures the log for the metrics and ``walog status`` (``walog.log.health``).
 
 A log whose maintenance fails is reported and left for the next pass; the other logs go on.
@@ -29,7 +31,7 @@ from walog.log import truncation
 from walog.log.health import LogHealth, log_health
 from walog.log.ledgers import LedgerClientLike
 from walog.log.log_config import effective_config
-from walog.log.log_metadata import list_logs, read_log
+from walog.log.log_metadata import LogMetadata, list_logs, read_log
 from walog.log.retention_runner import deletes_anything
 from walog.log.sink import collect_sink_orphans
 
@@ -140,36 +142,64 @@ async def maintain_log(
         report.orphans += await collect_sink_orphans(client, name)
         meta, _ = await read_log(store, name)
         config = effective_config(meta)
+        # Archive first: what it archives, require_archived retention may delete now; a
+        # failed job still leaves retention to do the rest.
+        archive_error = None
+        if config.archive.to is not None:
+            try:
+                await _archive(report, meta, config.archive.to, archiver, archive_due, now)
+            except NoSuchLogError:
+                raise
+            except Exception as exc:  # the archive job's own errors (Spark, py4j) among them
+                archive_error = _failure(exc)
+                log.warning("log archive failed", log=name, error=archive_error)
         if deletes_anything(config.retention):
             report.deleted = await truncation.enforce_retention(client, name, config.retention)
-        policy = config.archive
-        if policy.to is not None:
-            meta, _ = await read_log(store, name)
-            lag = log_health(name, meta, config, now()).archive_lag_ledgers
-            if not lag:
-                report.archive = "nothing to archive"
-            elif not archive_due(name, policy.interval_s):
-                report.archive = f"{lag} ledger(s) wait for the next run"
-            elif archiver is None or archiver.missing() is not None:
-                why = NO_PYSPARK if archiver is None else archiver.missing()
-                report.archive = f"skipped ({lag} ledger(s) to archive to {policy.to}): {why}"
-                log.warning("archive skipped", log=name, to=policy.to, reason=why)
-            else:
-                report.archived = await asyncio.to_thread(archiver, name, policy.to)
-                shown = ", ".join(map(str, report.archived)) or "none"
-                report.archive = f"archived ledgers {shown} to {policy.to}"
         meta, _ = await read_log(store, name)
         report.health = log_health(name, meta, config, now())
+        report.error = archive_error
     except NoSuchLogError:
         report.error = "deleted meanwhile"
-    except (WalogError, ValueError, OSError) as exc:
-        report.error = f"{type(exc).__name__}: {exc}"
-        log.warning("log maintenance failed", log=name, error=report.error)
-    except Exception as exc:  # the archive job's own errors (Spark, py4j) among them
-        first = next(iter(str(exc).strip().splitlines()), "")
-        report.error = f"{type(exc).__name__}: {first}"
+    except Exception as exc:
+        report.error = _failure(exc)
         log.warning("log maintenance failed", log=name, error=report.error)
     return report
+
+
+async def _archive(
+    report: LogReport,
+    meta: LogMetadata,
+    to: str,
+    archiver: Archiver | None,
+    archive_due: Callable[[str, float | None], bool],
+    now: Callable[[], float],
+) -> None:
+    """The archive step of a pass over log ``report.name`` (its record ``meta``) to
+    directory ``to``, told in ``report.archive``."""
+    name = report.name
+    config = effective_config(meta)
+    lag = log_health(name, meta, config, now()).archive_lag_ledgers
+    if not lag:
+        report.archive = "nothing to archive"
+    elif not archive_due(name, config.archive.interval_s):
+        report.archive = f"{lag} ledger(s) wait for the next run"
+    elif archiver is None or archiver.missing() is not None:
+        why = NO_PYSPARK if archiver is None else archiver.missing()
+        report.archive = f"skipped ({lag} ledger(s) to archive to {to}): {why}"
+        log.warning("archive skipped", log=name, to=to, reason=why)
+    else:
+        report.archived = await asyncio.to_thread(archiver, name, to)
+        shown = ", ".join(map(str, report.archived)) or "none"
+        report.archive = f"archived ledgers {shown} to {to}"
+
+
+def _failure(exc: Exception) -> str:
+    """Why a log's maintenance failed, in one line: the type, then the message (its first
+    line only for foreign errors, such as Spark's and py4j's many-line ones)."""
+    if isinstance(exc, WalogError | ValueError | OSError):
+        return f"{type(exc).__name__}: {exc}"
+    first = next(iter(str(exc).strip().splitlines()), "")
+    return f"{type(exc).__name__}: {first}"
 
 
 class Maintainer:
