@@ -107,17 +107,24 @@ def test_a_bookies_refusal_fails_the_record_and_the_log_writer_goes_on_in_a_new_
         log = client.create_log("refused", ONE)
         with log.open_writer() as writer:
             first = writer.append(b"before")
-            # The bookie now stores less than it announced when the writer opened.
-            cluster.restart(0, extra_args=["--max-entry-bytes", str(SMALL)])
+            # A bookie that stores less joins after the writer opened, and the writer's
+            # next ledger can only go to it.
+            small = cluster.add_bookie()
+            cluster.restart(small, extra_args=["--max-entry-bytes", str(SMALL)])
+            cluster.stop(0)
+            writer.roll()
+            on_small = writer.append(b"on the small bookie")
             with pytest.raises(
                 walog.RecordTooLargeError, match=rf"over its max_entry_bytes={SMALL}"
-            ):
+            ) as caught:
                 writer.append(b"x" * (SMALL + 1))
+            assert caught.value.limit == SMALL and small in str(caught.value)
             after = writer.append(b"y" * 100)  # not a dead writer
-            assert after.ledger_id > first.ledger_id
-            refused = client.ledger_metadata(first.ledger_id)
-            assert refused.state == "CLOSED" and refused.last_entry_id == first.entry_id
+            assert after.ledger_id > on_small.ledger_id > first.ledger_id
+            refused = client.ledger_metadata(on_small.ledger_id)
+            assert refused.state == "CLOSED" and refused.last_entry_id == on_small.entry_id
             with pytest.raises(walog.RecordTooLargeError, match="record of"):
                 writer.append(b"z" * SMALL)  # the writer now knows the bookie's limit
             assert writer.append(b"last").ledger_id == after.ledger_id
-        assert _payloads(log, 3) == [b"before", b"y" * 100, b"last"]
+        cluster.restart(0)
+        assert _payloads(log, 4) == [b"before", b"on the small bookie", b"y" * 100, b"last"]
