@@ -331,7 +331,14 @@ async def _serve(
         stray_interval=config.gc_stray_interval_s,
         stray_grace=config.gc_stray_grace_s,
     )
-    registration = Registration(store, config.bookie_id, instance_id, __version__, rack=config.rack)
+    registration = Registration(
+        store,
+        config.bookie_id,
+        instance_id,
+        __version__,
+        rack=config.rack,
+        max_entry_bytes=config.max_entry_bytes,
+    )
 
     async def apply_mode(reason: str | None) -> None:
         core.read_only_reason = reason  # adds are refused first, then clients are told

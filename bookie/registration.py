@@ -44,6 +44,9 @@ class Registration:
         instance_id: the bookie's cookie instance id.
         version: the software version announced to clients.
         rack: the rack (or zone) of the bookie's host, read by rack-aware placement.
+        max_entry_bytes: the largest entry payload the bookie stores (``--max-entry-bytes``),
+            announced so that a log's writer checks its own limit against it at open;
+            None announces nothing.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class Registration:
         version: str,
         *,
         rack: str = DEFAULT_RACK,
+        max_entry_bytes: int | None = None,
     ) -> None:
         self._store = store
         self.bookie_id = bookie_id
@@ -63,20 +67,21 @@ class Registration:
         self._instance_id = instance_id
         self._version = version
         self.rack = rack
+        self.max_entry_bytes = max_entry_bytes
         self._registered = False
 
     def record(self) -> bytes:
         """The JSON document stored at :attr:`path`."""
-        return json.dumps(
-            {
-                "bookie_id": self.bookie_id,
-                "instance_id": self._instance_id,
-                "rack": self.rack,
-                "version": self._version,
-                "started": time.time(),
-            },
-            sort_keys=True,
-        ).encode()
+        record: dict[str, object] = {
+            "bookie_id": self.bookie_id,
+            "instance_id": self._instance_id,
+            "rack": self.rack,
+            "version": self._version,
+            "started": time.time(),
+        }
+        if self.max_entry_bytes is not None:
+            record["max_entry_bytes"] = self.max_entry_bytes
+        return json.dumps(record, sort_keys=True).encode()
 
     @property
     def read_only(self) -> bool:

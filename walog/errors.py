@@ -39,6 +39,23 @@ class NotEnoughBookiesError(WalogError):
     retriable = True
 
 
+class RecordTooLargeError(WalogError, ValueError):
+    """A record or entry is larger than a limit allows: the log's ``max_entry_bytes``, the
+    client's, or a bookie's (``--max-entry-bytes``, when the bookie refused the entry). The
+    message names the size and the limit; nothing of it was stored, and the writer goes on
+    with the next appends. A ``ValueError`` too, as bad input is.
+
+    Attributes:
+        size: the bytes that were too many (a record's payload, or an entry's).
+        limit: the limit they exceed, or None when it is not known.
+    """
+
+    def __init__(self, message: str, *, size: int = 0, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
 class NoSuchLedgerError(WalogError):
     """The ledger does not exist (never created, or deleted)."""
 
@@ -130,6 +147,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NoSuchLogError",
     "NotEnoughBookiesError",
+    "RecordTooLargeError",
     "SessionExpiredError",
     "UnauthorizedError",
     "WalogError",

@@ -290,6 +290,10 @@ class IncomingAddStream:
             status=wire_status(status),
             last_add_synced=last_add_synced,
             incarnation=self._core.incarnation,
+            # The writer's error names the limit its entry is over.
+            max_entry_bytes=(
+                self._core.config.max_entry_bytes if status is Status.ENTRY_TOO_LARGE else 0
+            ),
         )
         self._notify()
 

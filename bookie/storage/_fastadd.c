@@ -12,11 +12,11 @@
  *     header or a length past the end. The blob comes from the network: every length is
  *     checked against what is left before anything is read.
  *
- * refused_entries(ledger_id, entries, max_entry_bytes, bad_request, digest_mismatch)
- *     -> {entry_id: status}
+ * refused_entries(ledger_id, entries, max_entry_bytes, bad_request, digest_mismatch,
+ *                 too_large) -> {entry_id: status}
  *     bookie.storage.fastpath.refused_entries_python: ``bad_request`` for an entry with a negative
- *     ledger or entry id, a lac not in [-1, entry_id) or more than ``max_entry_bytes`` of
- *     payload, else ``digest_mismatch`` when its digest is not the CRC32C of
+ *     ledger or entry id or a lac not in [-1, entry_id), else ``too_large`` for more than
+ *     ``max_entry_bytes`` of payload, else ``digest_mismatch`` when its digest is not the CRC32C of
  *     ``DIGEST_HEADER.pack(ledger_id, entry_id, lac)`` then the payload. ``entries`` is any
  *     iterable of 4-item iterables; ids, lacs and the limit must be ints (TypeError
  *     otherwise), the digest may be anything (compared with ``!=``), the payload anything
@@ -232,8 +232,8 @@ int_less(const Int *a, PyObject *a_obj, const Int *b, PyObject *b_obj)
     return PyObject_RichCompareBool(a_obj, b_obj, Py_LT);
 }
 
-/* Whether the entry is a bad request (1, 0, -1 with an exception), in the order (and with
- * the short cuts) of the pure-Python condition. */
+/* Whether the entry is a bad request (1), too large (2), neither (0), or -1 with an
+ * exception, in the order (and with the short cuts) of the pure-Python conditions. */
 static int
 bad_request_of(int bad_ledger, PyObject *entry_obj, const Int *entry, PyObject *lac_obj,
                const Int *lac, PyObject *data, const Int *max)
@@ -255,9 +255,9 @@ bad_request_of(int bad_ledger, PyObject *entry_obj, const Int *entry, PyObject *
         return -1;
     }
     if (max->overflow != 0) {
-        return max->overflow < 0;
+        return max->overflow < 0 ? 2 : 0;
     }
-    return (long long)size > max->value;
+    return (long long)size > max->value ? 2 : 0;
 }
 
 /* Whether the entry's digest does not match (1, 0, -1 with an exception). */
@@ -345,13 +345,13 @@ entry_parts(PyObject *item, PyObject **parts)
 static PyObject *
 refused_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "refused_entries() takes 5 arguments (%zd given)",
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "refused_entries() takes 6 arguments (%zd given)",
                      nargs);
         return NULL;
     }
     PyObject *ledger_obj = args[0], *entries = args[1], *bad_request = args[3],
-             *digest_mismatch = args[4];
+             *digest_mismatch = args[4], *too_large = args[5];
     Int ledger, max;
     if (int_arg(ledger_obj, "ledger_id", &ledger) < 0 ||
         int_arg(args[2], "max_entry_bytes", &max) < 0) {
@@ -388,7 +388,8 @@ refused_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         else {
             rc = bad_request_of(bad_ledger, parts[0], &entry, parts[1], &lac, parts[3], &max);
             if (rc > 0) {
-                status = bad_request;
+                status = rc == 2 ? too_large : bad_request;
+                rc = 1;
             }
             else if (rc == 0) {
                 rc = digest_mismatch_of(&ledger, &entry, &lac, parts[2], parts[3]);

@@ -21,7 +21,9 @@ def refused_entries(
     max_entry_bytes: int,
     bad_request: _S,
     digest_mismatch: _S,
+    too_large: _S,
     /,
 ) -> dict[int, _S]:
-    """The entries a bookie refuses, by entry id: ``bad_request`` or ``digest_mismatch``,
+    """The entries a bookie refuses, by entry id: ``bad_request``, ``too_large`` or
+    ``digest_mismatch``,
     as :func:`bookie.storage.fastpath.refused_entries_python`."""

@@ -66,9 +66,9 @@ class StorageConfig:
         1.0, help="time (>= 1 s) before the journal syncs entries of VOLATILE ledgers"
     )
     max_entry_bytes: int = setting(
-        DEFAULT_MAX_ENTRY_BYTES + 1024,
-        help="adds with a larger payload are refused with BAD_REQUEST (the default is a "
-        "little more than a client's, so that a client's default entry always fits)",
+        DEFAULT_MAX_ENTRY_BYTES,
+        help="adds with a larger payload are refused with ENTRY_TOO_LARGE; announced in the "
+        "bookie's registration, where a log's writer checks its own limit at open",
     )
     cache_entry_logs: bool = setting(
         False,

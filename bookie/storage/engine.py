@@ -302,9 +302,9 @@ class BookieCore:
         group holding them was synced, VOLATILE ones after it was written. A duplicate of a
         stored entry is OK and keeps the first copy (a PERSISTENT one still waits for a
         sync, since the first copy may not be synced yet). Refusals: BAD_REQUEST (negative
-        ids, ``lac`` not below ``entry_id``, payload over ``max_entry_bytes``),
-        DIGEST_MISMATCH, UNAUTHORIZED (another master key), FENCED (fenced ledger, not a
-        recovery write), IO_ERROR (disk failure or closed).
+        ids, ``lac`` not below ``entry_id``), ENTRY_TOO_LARGE (payload over
+        ``max_entry_bytes``), DIGEST_MISMATCH, UNAUTHORIZED (another master key), FENCED
+        (fenced ledger, not a recovery write), IO_ERROR (disk failure or closed).
 
         ``packed``: the entries as the client packed them (``AddBatch.entries``); journaled
         as they are when every entry is new and valid, saving a repack.

@@ -53,15 +53,17 @@ def refused_entries_python(
     max_entry_bytes: int,
 ) -> dict[int, Status]:
     """The entries of an add batch a bookie refuses, by entry id: BAD_REQUEST (negative ids,
-    ``lac`` not below the entry id, a payload over ``max_entry_bytes``) or DIGEST_MISMATCH.
-    One pass, the digest inlined (:func:`~walog.wire.digest.entry_digest`): the add path's
-    hottest loop."""
+    ``lac`` not below the entry id), ENTRY_TOO_LARGE (well-formed, with a payload over
+    ``max_entry_bytes``) or DIGEST_MISMATCH. One pass, the digest inlined
+    (:func:`~walog.wire.digest.entry_digest`): the add path's hottest loop."""
     refused: dict[int, Status] = {}
     header, crc = DIGEST_HEADER.pack, crc32c.crc32c
     bad_ledger = ledger_id < 0
     for entry_id, lac, digest, data in entries:
-        if bad_ledger or entry_id < 0 or not -1 <= lac < entry_id or len(data) > max_entry_bytes:
+        if bad_ledger or entry_id < 0 or not -1 <= lac < entry_id:
             refused[entry_id] = Status.BAD_REQUEST
+        elif len(data) > max_entry_bytes:
+            refused[entry_id] = Status.ENTRY_TOO_LARGE
         elif crc(data, crc(header(ledger_id, entry_id, lac))) != digest:
             refused[entry_id] = Status.DIGEST_MISMATCH
     return refused
@@ -97,6 +99,7 @@ refused_entries: Callable[[int, Sequence[PackedEntry], int], dict[int, Status]]
 if _fastadd is not None:
     _refused_compiled = _fastadd.refused_entries
     _BAD_REQUEST, _DIGEST_MISMATCH = Status.BAD_REQUEST, Status.DIGEST_MISMATCH
+    _TOO_LARGE = Status.ENTRY_TOO_LARGE
 
     def _refused_entries_compiled(
         ledger_id: int,
@@ -105,7 +108,7 @@ if _fastadd is not None:
     ) -> dict[int, Status]:
         """:func:`refused_entries_python`, compiled (bookie/storage/_fastadd.c)."""
         refused: dict[int, Status] = _refused_compiled(
-            ledger_id, entries, max_entry_bytes, _BAD_REQUEST, _DIGEST_MISMATCH
+            ledger_id, entries, max_entry_bytes, _BAD_REQUEST, _DIGEST_MISMATCH, _TOO_LARGE
         )
         return refused
 

@@ -393,7 +393,7 @@ def test_oversized_entries_and_frames_are_refused_and_the_bookie_keeps_serving(
     ledger_id = next(_ledger_ids)
     too_big = _add(ledger_id, 0, b"x" * (limit + 1))
     (result,) = target.add([_frame([too_big])])
-    assert result.status == pb.BAD_REQUEST
+    assert result.status == pb.ENTRY_TOO_LARGE and result.max_entry_bytes == limit
     # A frame over the bookie's gRPC message limit is refused by the transport.
     chunk = min(limit, 1 << 20)
     count = MAX_MESSAGE_BYTES // chunk + 2

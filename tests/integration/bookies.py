@@ -95,12 +95,13 @@ class Answer(NamedTuple):
     status: int
     last_add_synced: int
     incarnation: int = 0
+    max_entry_bytes: int = 0  # the bookie's limit, with ENTRY_TOO_LARGE
 
 
 def answers(results: Iterable[pb.AddResult]) -> list[Answer]:
     """One :class:`Answer` per entry answered by ``results`` (of batches built here)."""
     return [
-        Answer(r.ledger_id, entry_id, r.status, r.last_add_synced, r.incarnation)
+        Answer(r.ledger_id, entry_id, r.status, r.last_add_synced, r.incarnation, r.max_entry_bytes)
         for r in results
         for entry_id in (r.entry_ids or _ENTRY_IDS[r.batch_id])
     ]

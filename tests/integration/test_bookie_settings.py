@@ -88,19 +88,24 @@ def test_a_bookie_refuses_a_bad_file_in_one_line_and_exits_2(tmp_path: Path) -> 
     )
 
 
-async def test_a_bookie_started_from_flags_takes_a_little_more_than_a_clients_entries(
+async def test_a_bookie_started_from_flags_takes_a_clients_largest_entry_and_no_more(
     tmp_path: Path,
 ) -> None:
-    # The bookie's default allows a little more than a client's (walog/wire/limits.py), so
-    # that a client's largest entry always fits, whether the bookie was started from flags,
-    # from a file or in-process.
+    # The bookie's default is the client's (walog/wire/limits.py), so that a client's
+    # largest entry fits, whether the bookie was started from flags, from a file or
+    # in-process; one byte more is refused as too large.
     bookie = BookieProcess(tmp_path / "bookie", f"sqlite:///{tmp_path}/meta.db")
     try:
         bookie.start().wait_ready()
         async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
             stub = pb_grpc.BookieStub(channel)
-            data = b"x" * (DEFAULT_MAX_ENTRY_BYTES + 1)
+            data = b"x" * DEFAULT_MAX_ENTRY_BYTES
             results, _ = await send_frames(stub, [pb.AddFrame(batches=[make_add(7, 0, data)])])
             assert [r.status for r in results] == [pb.OK]
+            over = make_add(7, 1, b"x" * (DEFAULT_MAX_ENTRY_BYTES + 1))
+            results, _ = await send_frames(stub, [pb.AddFrame(batches=[over])])
+            assert [(r.status, r.max_entry_bytes) for r in results] == [
+                (pb.ENTRY_TOO_LARGE, DEFAULT_MAX_ENTRY_BYTES)
+            ]
     finally:
         bookie.stop_quietly()

@@ -24,6 +24,7 @@ from walog.metadata.layout import (
     READ_ONLY_BOOKIES,
     bookie_path,
     read_only_bookie_path,
+    registered_max_entry_bytes,
     registered_rack,
 )
 from walog.metadata.store import MetadataStore, NodeNotFoundError
@@ -67,6 +68,22 @@ async def _listed_racks(
 
     racks = await asyncio.gather(*(rack_of(b) for b in ids))
     return ids, {b: r for b, r in zip(ids, racks, strict=True) if r is not None}
+
+
+async def announced_entry_limits(store: MetadataStore) -> dict[str, int]:
+    """The largest entry payload each available bookie announces it stores, by bookie id
+    (a bookie whose record announces none, or that went away meanwhile, is left out)."""
+    ids = await available_bookies(store)
+
+    async def limit_of(bookie: str) -> int | None:
+        try:
+            raw, _ = await store.get(bookie_path(bookie))
+        except NodeNotFoundError:
+            return None
+        return registered_max_entry_bytes(raw)
+
+    limits = await asyncio.gather(*(limit_of(b) for b in ids))
+    return {b: limit for b, limit in zip(ids, limits, strict=True) if limit is not None}
 
 
 async def read_only_racks(store: MetadataStore) -> dict[str, str]:
@@ -119,6 +136,7 @@ def quorum_possible(
 __all__ = [
     "Fragments",
     "Placement",
+    "announced_entry_limits",
     "available_bookies",
     "available_racks",
     "not_enough_bookies",

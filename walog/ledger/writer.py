@@ -22,6 +22,11 @@ while an index was failed or had no replacement), no pending entry misses a book
 write quorum: a request in flight to a bookie that stays is either answered or times out,
 and the timeout replaces that bookie.
 
+A bookie that refuses an entry as too large (ENTRY_TOO_LARGE: over its
+``--max-entry-bytes``) is not replaced: the entry cannot be skipped, so the writer stops with
+:class:`walog.RecordTooLargeError` naming the bookie, the size and its limit, and ``close()``
+closes the ledger at its last confirmed entry.
+
 Bookies learn the LAC with the next add, or from an explicit LAC message when no add
 carries it in time (walog/ledger/explicit_lac.py).
 
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
@@ -61,6 +67,7 @@ from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
+    RecordTooLargeError,
     UnauthorizedError,
     WalogError,
 )
@@ -85,7 +92,7 @@ def as_payload(data: object, max_entry_bytes: int) -> bytes:
 
     Raises:
         TypeError: ``data`` is a ``str`` or not bytes-like.
-        ValueError: ``data`` is larger than ``max_entry_bytes``.
+        RecordTooLargeError: ``data`` is larger than ``max_entry_bytes`` (a ``ValueError``).
     """
     if isinstance(data, bytes):
         payload = data
@@ -100,7 +107,12 @@ def as_payload(data: object, max_entry_bytes: int) -> bytes:
                 f"ledger entries are bytes-like objects, got {type(data).__name__}"
             ) from exc
     if len(payload) > max_entry_bytes:
-        raise ValueError(f"entry of {len(payload)} bytes exceeds max_entry_bytes={max_entry_bytes}")
+        raise RecordTooLargeError(
+            f"entry of {len(payload)} bytes exceeds max_entry_bytes={max_entry_bytes} "
+            "(ClientConfig.max_entry_bytes); nothing was appended",
+            size=len(payload),
+            limit=max_entry_bytes,
+        )
     return payload
 
 
@@ -251,7 +263,8 @@ class AsyncLedgerWriter:
 
         Raises:
             TypeError: ``data`` is a ``str`` or not bytes-like.
-            ValueError: the entry exceeds ``ClientConfig.max_entry_bytes`` (no id is taken).
+            RecordTooLargeError: the entry exceeds ``ClientConfig.max_entry_bytes`` (no id is
+                taken; a ``ValueError``).
             LedgerClosedError: the writer is closed or closing.
             LedgerFencedError: the ledger was fenced by a recovering reader.
         """
@@ -407,8 +420,27 @@ class AsyncLedgerWriter:
                     "(master key) or credentials"
                 )
             )
+        elif reply.status is Status.ENTRY_TOO_LARGE:
+            # Not a failed bookie: another would be asked to store an entry over its limit
+            # too, and the writer would end as if it had lost every bookie.
+            self._fail(self._too_large(bookie, entry_ids, reply.max_entry_bytes))
         else:
             self._bookie_failed(index, bookie, reply.status.name)
+
+    def _too_large(self, bookie: str, entry_ids: Sequence[int], limit: int) -> RecordTooLargeError:
+        """The error of entries a bookie refused as over its limit (0: it did not say)."""
+        adds = [self._by_id[i] for i in entry_ids if i in self._by_id]
+        first = min(adds, key=lambda add: add.entry_id) if adds else None
+        size = len(first.data) if first is not None else 0
+        which = f"entry {first.entry_id} ({size} bytes)" if first is not None else "an entry"
+        over = f"its max_entry_bytes={limit}" if limit else "its max_entry_bytes"
+        return RecordTooLargeError(
+            f"bookie {bookie} refused {which} of ledger {self._ledger_id} as over {over} "
+            "(walog bookie --max-entry-bytes); the ledger takes no more entries (close() "
+            "closes it at its last confirmed entry)",
+            size=size,
+            limit=limit or None,
+        )
 
     def _same_data(self, index: int, bookie: str, incarnation: int, last_add_synced: int) -> bool:
         """Whether an answer of a VOLATILE ledger's bookie may count: False, after stopping
@@ -514,7 +546,7 @@ class AsyncLedgerWriter:
         self._drained.set()
         for add in pending:
             if not add.future.done():
-                add.future.set_exception(type(error)(str(error)))
+                add.future.set_exception(copy.copy(error))
         self._wake_completion_waiters()
 
     def _bookie_failed(self, index: int, bookie: str, reason: str) -> None:

@@ -9,6 +9,7 @@
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
 - ``writer``        the log writer: record batching, rolling
+- ``entry_limit``   the log's record size limit against the client's and the bookies'
 - ``retire``        closing the ledgers the writer rolled away from (by recovery where a
                     close fails)
 - ``reader``        the non-fencing tailing reader; ``archived``: reading the archive;

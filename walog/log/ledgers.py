@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.entry import Entry
 from walog.ledger.options import LedgerOptions
@@ -65,10 +66,14 @@ class LedgerReaderLike(Protocol):
 
 
 class LedgerContextLike(Protocol):
-    """The client's shared context; the log layer only needs the metadata store."""
+    """The client's shared context: the log layer needs the metadata store and the client's
+    settings."""
 
     @property
     def store(self) -> MetadataStore: ...
+
+    @property
+    def config(self) -> ClientConfig: ...
 
 
 class LedgerClientLike(Protocol):

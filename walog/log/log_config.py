@@ -25,9 +25,7 @@ from walog.ledger.options import check_ledger_options
 from walog.log.log_metadata import LogMetadata
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.wire.durability import Durability
-
-DEFAULT_MAX_ENTRY_BYTES = 1024 * 1024
-"""The default of ``LogWriterConfig.max_entry_bytes`` (the largest entry a writer makes)."""
+from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 
 @dataclasses.dataclass(frozen=True)

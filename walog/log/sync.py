@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
 from walog.log.async_log import AsyncLog
+from walog.log.entry_limit import record_too_large
 from walog.log.lag import ReaderLag
 from walog.log.log_config import LogConfig
 from walog.log.log_metadata import DamagedField, LogMetadata
@@ -42,6 +43,7 @@ class LogWriter(SyncContext):
     def __init__(self, writer: AsyncLogWriter, loop: LoopThread, config: LogWriterConfig) -> None:
         self.async_writer = writer
         self._loop = loop
+        self._max_entry_bytes = config.max_entry_bytes
         self._max_payload = config.max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
         # The async writer resolves each future itself when its entry completes: no asyncio
         # future, callback or thread hop per record.
@@ -59,17 +61,15 @@ class LogWriter(SyncContext):
 
         Raises:
             TypeError: ``data`` is a ``str`` or not bytes-like.
-            ValueError: the record cannot fit in one entry.
+            RecordTooLargeError: the record cannot fit in one entry (a ``ValueError``);
+                the writer goes on.
         """
         return self._handoff.put(self._payload(data))
 
     def _payload(self, data: bytes | bytearray | memoryview) -> bytes:
         payload = data if type(data) is bytes else record_bytes(data)
         if len(payload) > self._max_payload:
-            raise ValueError(
-                f"record of {len(payload)} bytes exceeds the largest that fits an entry "
-                f"({self._max_payload}); raise LogWriterConfig.max_entry_bytes"
-            )
+            raise record_too_large(self.name, len(payload), self._max_entry_bytes)
         return payload
 
     def append(self, data: bytes | bytearray | memoryview) -> Position:

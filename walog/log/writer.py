@@ -22,6 +22,12 @@ become durable in the new ledger while an older entry fails and is left out of i
 recovery, a hole no reader could tell from a record never appended. A fenced or
 recovered ledger means another writer took over: the error is
 :class:`walog.WriterFencedError`.
+
+One failure does not end the writer: a bookie's refusal of an entry as too large (over its
+``--max-entry-bytes``, walog.log.entry_limit). The records of that ledger not acknowledged
+yet fail with :class:`walog.RecordTooLargeError` (none of them is in the log: the ledger is
+closed at its last acknowledged entry), the writer makes no larger entry than the bookie's
+limit from then on, rolls to a new ledger and goes on there with the next records.
 """
 
 from __future__ import annotations
@@ -39,11 +45,13 @@ from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
+    RecordTooLargeError,
     SessionExpiredError,
     WalogError,
     WriterFencedError,
 )
 from walog.ledger.options import LedgerOptions
+from walog.log.entry_limit import check_entry_limit, record_too_large
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
@@ -59,6 +67,7 @@ from walog.log.takeover import (
     take_over_once,
 )
 from walog.wire.durability import Durability
+from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
 log = get_logger(__name__)
 
@@ -88,14 +97,17 @@ class LogWriterConfig:
     """How records are batched into entries.
 
     Attributes:
-        max_entry_bytes: an entry (records + format overhead) never exceeds this; a single
-            record that cannot fit alone raises ValueError.
+        max_entry_bytes: an entry (records + format overhead) never exceeds this
+            (default: :data:`walog.wire.limits.DEFAULT_MAX_ENTRY_BYTES`, 5 MiB, the
+            bookies' and the client's default too); a single record that cannot fit alone
+            raises :class:`walog.RecordTooLargeError`. Checked at open against the client's
+            ``ClientConfig.max_entry_bytes`` and the limit each available bookie announces.
         max_records_per_entry: records per entry at most.
         linger: seconds a partly filled entry waits for more records; 0 sends it at the end
             of the current event-loop iteration (records appended together share an entry).
     """
 
-    max_entry_bytes: int = 1024 * 1024
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     max_records_per_entry: int = 4096
     linger: float = 0.0
 
@@ -134,6 +146,9 @@ class AsyncLogWriter:
         self._volatile = options.durability is Durability.VOLATILE
         self._roll_policy = roll_policy
         self._config = config
+        # The largest entry made: the config's, lowered to a bookie's that refused one.
+        self._entry_bytes = config.max_entry_bytes
+        self._refused: ActiveLedger | None = None  # a ledger a bookie refused an entry of
         self._loop = asyncio.get_running_loop()
         self._batch = self._new_batch()
         self._batch_futures: list[PositionSink] = []
@@ -190,7 +205,8 @@ class AsyncLogWriter:
 
         Raises:
             TypeError: ``data`` is not bytes-like.
-            ValueError: the record cannot fit in an entry of ``max_entry_bytes``.
+            RecordTooLargeError: the record cannot fit in an entry of ``max_entry_bytes``
+                (a ``ValueError``); the writer goes on.
             WriterFencedError: another writer took over.
             LedgerClosedError: this writer is closed.
         """
@@ -214,10 +230,7 @@ class AsyncLogWriter:
         batch = self._batch
         if not batch.fits(len(data)):
             if len(data) > batch.max_payload_bytes:
-                raise ValueError(
-                    f"record of {len(data)} bytes exceeds the largest that fits an entry "
-                    f"({batch.max_payload_bytes}); raise LogWriterConfig.max_entry_bytes"
-                )
+                raise record_too_large(self.name, len(data), self._entry_bytes)
             self._send_batch()
             batch = self._batch
         self._batch_futures.append(sink)
@@ -296,6 +309,8 @@ class AsyncLogWriter:
                     f"log {self.name!r}: records wait for ledger "
                     f"{old.recovering()} to be closed by recovery; flush again later"
                 )
+            elif self._current is self._refused:
+                await self.roll()  # the held records go to the next ledger
             else:
                 self._release_held()  # nothing keeps them back any more
                 if self._held and not self._undelivered:
@@ -310,7 +325,7 @@ class AsyncLogWriter:
             raise LedgerClosedError(f"log writer of {self.name!r} is closed")
 
     def _new_batch(self) -> RecordBatch:
-        return RecordBatch(self._config.max_entry_bytes, self._config.max_records_per_entry)
+        return RecordBatch(self._entry_bytes, self._config.max_records_per_entry)
 
     def _send_batch(self) -> None:
         if self._flush_handle is not None:
@@ -340,6 +355,8 @@ class AsyncLogWriter:
         undelivered = self._undelivered
         if undelivered and undelivered[0].ledger is not self._current:
             return True
+        if self._current is self._refused:
+            return True  # it takes no more entries: they wait for the next ledger
         return self._volatile and self._old.busy
 
     def _release_held(self) -> None:
@@ -390,6 +407,9 @@ class AsyncLogWriter:
             self._fail_futures(sinks, error)
             return error
         exc = entry.exception()
+        if isinstance(exc, RecordTooLargeError):
+            self._fail_futures(sinks, self._entry_refused(sent, exc))
+            return None  # later records go to the next ledger
         if exc is not None:
             if isinstance(exc, LedgerFencedError | LedgerClosedError):
                 exc = fenced(self.name, sent.ledger.ledger_id, exc)
@@ -406,6 +426,34 @@ class AsyncLogWriter:
             except ALREADY_SETTLED:
                 pass  # its caller cancelled it
         return None
+
+    def _entry_refused(self, sent: _SentEntry, exc: RecordTooLargeError) -> RecordTooLargeError:
+        """A bookie refused an entry of ``sent.ledger`` as too large (its ledger writer
+        stopped, failing every entry not acknowledged): make no entry larger than the
+        bookie's limit from now on and roll to a new ledger. Return the error for the
+        records of ``sent``."""
+        bookie_limit = exc.limit
+        if bookie_limit is not None and bookie_limit < self._entry_bytes:
+            try:
+                RecordBatch(bookie_limit, self._config.max_records_per_entry)
+            except ValueError:
+                pass  # too small for a record: keep the size, each entry is refused
+            else:
+                self._entry_bytes = bookie_limit
+        if self._refused is not sent.ledger:
+            self._refused = sent.ledger
+            log.warning("bookie refused an entry as too large", log=self.name, error=str(exc))
+            if sent.ledger is self._current:
+                self._maybe_roll()
+        error = RecordTooLargeError(
+            f"log {self.name!r}: not appended, with every record of ledger "
+            f"{sent.ledger.ledger_id} not yet acknowledged: {exc}; the writer goes on in "
+            f"a new ledger with entries of at most {self._entry_bytes} bytes",
+            size=exc.size,
+            limit=exc.limit,
+        )
+        error.__cause__ = exc
+        return error
 
     def _session_expired(self) -> None:
         """The session that took the log over is gone: another writer may hold the log by
@@ -465,7 +513,9 @@ class AsyncLogWriter:
             return
         led = self._current
         age = time.monotonic() - led.started
-        if self._roll_policy.should_roll(entries=led.entries, size_bytes=led.size_bytes, age=age):
+        if led is self._refused or self._roll_policy.should_roll(
+            entries=led.entries, size_bytes=led.size_bytes, age=age
+        ):
             self._roll_task = asyncio.create_task(self._roll())
 
     def _retry_roll(self) -> None:
@@ -580,8 +630,9 @@ class AsyncLogWriter:
                 await self._drain(recoveries=True)
                 if self._roll_task is not None:  # a roll under way when close began
                     await asyncio.shield(self._roll_task)
-        except WalogError:
-            pass
+        except WalogError as exc:
+            while self._held:  # held for a ledger the writer could not roll to
+                self._fail_futures(self._held.popleft()[2], exc)
         for timer in (self._age_timer, self._roll_retry):
             if timer is not None:
                 timer.cancel()
@@ -605,8 +656,11 @@ async def open_log_writer(
 
     Raises:
         NoSuchLogError: the log does not exist.
+        ValueError: ``config.max_entry_bytes`` is over the client's limit or the one an
+            available bookie announces (walog.log.entry_limit); nothing was changed.
         MetadataConflictError: other writers kept winning the CAS (duel) for too long.
     """
+    await check_entry_limit(client, name, config.max_entry_bytes)
     writer = await _take_over(client, name, options, roll_policy, config)
     try:
         # Visible to `walog log show` and `walog status` while it lives.

@@ -63,6 +63,19 @@ def registered_rack(record: bytes) -> str:
     return rack if isinstance(rack, str) and rack else DEFAULT_RACK
 
 
+def registered_max_entry_bytes(record: bytes) -> int | None:
+    """The largest entry payload a bookie's availability record announces it stores (its
+    ``--max-entry-bytes``), or None when the record does not say (a bookie from before
+    the announcement)."""
+    try:
+        limit = json.loads(record).get("max_entry_bytes")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit
+    return None
+
+
 def ledger_path(ledger_id: int) -> str:
     """Path of a ledger's metadata record."""
     return f"{LEDGERS}/{ledger_id}"
@@ -210,6 +223,7 @@ __all__ = [
     "log_writer_path",
     "log_writers_path",
     "read_only_bookie_path",
+    "registered_max_entry_bytes",
     "registered_rack",
     "repair_lock_path",
     "under_replicated_path",

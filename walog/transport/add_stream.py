@@ -288,10 +288,13 @@ class AddStream:
                 entry_ids, batch.entry_ids = batch.entry_ids, []
             if not batch.entry_ids:
                 del unanswered[result.batch_id]
-            batch.callback(
-                entry_ids,
-                AddReply(status_of(result.status), result.last_add_synced, result.incarnation),
+            reply = AddReply(
+                status_of(result.status),
+                result.last_add_synced,
+                result.incarnation,
+                result.max_entry_bytes,  # set with ENTRY_TOO_LARGE only
             )
+            batch.callback(entry_ids, reply)
         for forced in frame.forces:
             force = self._force_waiters.pop(forced.request_id, None)
             if force is None:

@@ -45,11 +45,14 @@ class AddReply:
         incarnation: The bookie's incarnation: a random id drawn each time its storage
             opens, so a restart (which loses unsynced VOLATILE entries) shows as a new
             value; 0 when the bookie does not say.
+        max_entry_bytes: With ENTRY_TOO_LARGE, the largest payload the bookie stores; 0
+            when it does not say.
     """
 
     status: Status
     last_add_synced: int = -1
     incarnation: int = 0
+    max_entry_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

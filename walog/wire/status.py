@@ -18,6 +18,7 @@ class Status(enum.IntEnum):
     BAD_REQUEST = 7
     IO_ERROR = 8
     DIGEST_MISMATCH = 9
+    ENTRY_TOO_LARGE = 10
 
 
 __all__ = ["Status"]

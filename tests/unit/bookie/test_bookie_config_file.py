@@ -18,6 +18,8 @@ from bookie.main import build_parser, main, parse_config
 from bookie.storage.compaction import CompactionPolicy
 from bookie.storage.config import StorageConfig
 from walog.config import ClientConfig
+from walog.log.log_config import LogConfig
+from walog.log.writer import LogWriterConfig
 from walog.settings import HELP, OWNER
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
@@ -45,11 +47,12 @@ def _printed(argv: list[str], capsys: pytest.CaptureFixture[str], env: dict[str,
     return sources
 
 
-def test_a_bookie_from_flags_accepts_a_little_more_than_a_client_sends() -> None:
+def test_a_bookie_a_client_and_a_log_share_one_default_entry_limit() -> None:
     config, _ = parse_config(BASE, environ=NO_ENV)
     client_largest = ClientConfig().max_entry_bytes
     assert client_largest == DEFAULT_MAX_ENTRY_BYTES
-    assert config.max_entry_bytes > client_largest
+    assert config.max_entry_bytes == client_largest == LogConfig().max_entry_bytes
+    assert LogWriterConfig().max_entry_bytes == DEFAULT_MAX_ENTRY_BYTES
     assert config.storage_config().max_entry_bytes == StorageConfig(Path("/d")).max_entry_bytes
 
 

@@ -40,7 +40,7 @@ async def test_bad_requests_are_refused(tmp_path: Path) -> None:
     assert (await add(core, 1, -1, lac=-1))[0] is Status.BAD_REQUEST
     assert (await add(core, 1, 3, lac=3))[0] is Status.BAD_REQUEST
     assert (await add(core, 1, 3, lac=-2))[0] is Status.BAD_REQUEST
-    assert (await add(core, 1, 0, data=b"x" * 1001))[0] is Status.BAD_REQUEST
+    assert (await add(core, 1, 0, data=b"x" * 1001))[0] is Status.ENTRY_TOO_LARGE
     assert core.ledgers() == []
     assert (await core.read(1, 0, 0))[0] is Status.NO_SUCH_LEDGER
     await core.close()

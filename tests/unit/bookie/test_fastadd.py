@@ -169,6 +169,7 @@ def refused_alike(ledger_id: Any, entries: Any, max_entry_bytes: Any) -> dict[An
         max_entry_bytes,
         Status.BAD_REQUEST,
         Status.DIGEST_MISMATCH,
+        Status.ENTRY_TOO_LARGE,
     )
     assert got == want
     if want[0] == "returned":
@@ -255,6 +256,14 @@ def test_a_repeated_entry_id_keeps_its_first_refusal_alike() -> None:
     }
 
 
+def test_an_oversized_entry_is_refused_as_too_large_not_as_a_bad_request() -> None:
+    entries = [entry(1, 0, -1, b"four"), entry(1, 1, 0, b"fiver"), (-1, -1, 0, b"fiver")]
+    assert refused_alike(1, entries, 4) == {
+        1: Status.ENTRY_TOO_LARGE,
+        -1: Status.BAD_REQUEST,  # a malformed entry stays a bad request, whatever its size
+    }
+
+
 def test_ids_past_int64_are_refused_or_fail_alike() -> None:
     big, small = 1 << 64, -(1 << 64)
     for ledger_id, entries in [
@@ -271,7 +280,7 @@ def test_ids_past_int64_are_refused_or_fail_alike() -> None:
     ]:
         refused_alike(ledger_id, entries, 3)
     with pytest.raises(struct.error):
-        compiled_add_module().refused_entries(big, [(0, -1, 0, b"")], 3, 1, 2)
+        compiled_add_module().refused_entries(big, [(0, -1, 0, b"")], 3, 1, 2, 3)
 
 
 def test_payloads_of_other_buffers_are_checked_alike() -> None:
@@ -304,10 +313,10 @@ def test_malformed_entries_fail_alike() -> None:
     ]:
         refused_alike(1, entries, 10)
     with pytest.raises(RuntimeError, match="boom"):
-        compiled_add_module().refused_entries(1, failing(), 10, 1, 2)
+        compiled_add_module().refused_entries(1, failing(), 10, 1, 2, 3)
 
 
-def test_the_compiled_refusal_wants_int_ids_and_its_five_arguments() -> None:
+def test_the_compiled_refusal_wants_int_ids_and_its_six_arguments() -> None:
     fast = compiled_add_module()
     for ledger_id, entries, limit in [
         (1.0, [], 1),
@@ -316,7 +325,7 @@ def test_the_compiled_refusal_wants_int_ids_and_its_five_arguments() -> None:
         (1, [], None),
     ]:
         with pytest.raises(TypeError):
-            fast.refused_entries(ledger_id, entries, limit, 1, 2)
+            fast.refused_entries(ledger_id, entries, limit, 1, 2, 3)
     with pytest.raises(TypeError):
         fast.refused_entries(1, [], 1)
 

@@ -8,7 +8,7 @@ import collections
 import pytest
 
 from walog import mutations
-from walog.errors import UnauthorizedError
+from walog.errors import RecordTooLargeError, UnauthorizedError
 from walog.ledger.create import password_check, verify_password
 from walog.ledger.writer import PendingAdd, as_payload, pop_completed
 from walog.metadata.layout import LedgerMetadata
@@ -74,10 +74,12 @@ def test_any_bytes_like_entry_is_accepted_and_copied() -> None:
     assert as_payload(b"", 100) == b""
 
 
-def test_entry_over_max_entry_bytes_is_refused_with_value_error() -> None:
+def test_entry_over_max_entry_bytes_is_refused_as_too_large() -> None:
     assert as_payload(b"x" * 10, 10) == b"x" * 10
-    with pytest.raises(ValueError, match="11 bytes exceeds max_entry_bytes=10"):
+    with pytest.raises(RecordTooLargeError, match="11 bytes exceeds max_entry_bytes=10") as caught:
         as_payload(b"x" * 11, 10)
+    assert isinstance(caught.value, ValueError)  # bad input, as before
+    assert (caught.value.size, caught.value.limit) == (11, 10)
 
 
 def test_wrong_password_is_refused_without_the_password_being_stored() -> None:

@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwalog/wire/proto/bookie.proto\x12\x0fwalog.bookie.v1\"W\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\x07\"\x97\x01\n\x08\x41\x64\x64\x42\x61tch\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x10\n\x08recovery\x18\x03 \x01(\x08\x12/\n\ndurability\x18\x04 \x01(\x0e\x32\x1b.walog.bookie.v1.Durability\x12\x0f\n\x07\x65ntries\x18\x05 \x01(\x0c\x12\x10\n\x08\x62\x61tch_id\x18\x06 \x01(\x04\"?\n\tLacUpdate\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"I\n\x0c\x46orceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\x04\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"\x95\x01\n\x08\x41\x64\x64\x46rame\x12*\n\x07\x62\x61tches\x18\x04 \x03(\x0b\x32\x19.walog.bookie.v1.AddBatch\x12(\n\x04lacs\x18\x02 \x03(\x0b\x32\x1a.walog.bookie.v1.LacUpdate\x12-\n\x06\x66orces\x18\x03 \x03(\x0b\x32\x1d.walog.bookie.v1.ForceRequestJ\x04\x08\x01\x10\x02\"\xa0\x01\n\tAddResult\x12\x10\n\x08\x62\x61tch_id\x18\x06 \x01(\x04\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x11\n\tentry_ids\x18\x05 \x03(\x03\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x17\n\x0flast_add_synced\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x07 \x01(\x06J\x04\x08\x02\x10\x03\"\x8b\x01\n\x0b\x46orceResult\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\x04\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x17\n\x0flast_add_synced\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x05 \x01(\x06\"m\n\x10\x41\x64\x64ResponseFrame\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.walog.bookie.v1.AddResult\x12,\n\x06\x66orces\x18\x02 \x03(\x0b\x32\x1c.walog.bookie.v1.ForceResult\"\xb9\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x12\n\nmaster_key\x18\x05 \x01(\x0c\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x07 \x01(\x03\x12\x1c\n\x14long_poll_timeout_ms\x18\x08 \x01(\x03\"}\n\x0cReadResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.walog.bookie.v1.Entry\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x8a\x01\n\x0fReadLacResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12*\n\nlast_entry\x18\x04 \x01(\x0b\x32\x16.walog.bookie.v1.Entry\"~\n\x0fWatchLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x13\n\x0bmax_entries\x18\x03 \x01(\x05\x12\x14\n\x0cheartbeat_ms\x18\x04 \x01(\x03\x12\x17\n\x0fmin_interval_ms\x18\x05 \x01(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"\\\n\rFenceResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\"\r\n\x0bInfoRequest\"\xc1\x02\n\x0cInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x17\n\x0f\x66ree_disk_bytes\x18\x04 \x01(\x03\x12\x18\n\x10total_disk_bytes\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x17\n\x0fmax_entry_bytes\x18\x07 \x01(\x03\x12\x15\n\rjournal_syncs\x18\x08 \x01(\x03\x12\x16\n\x0ejournal_groups\x18\t \x01(\x03\x12\x30\n\tlatencies\x18\n \x03(\x0b\x32\x1d.walog.bookie.v1.StageLatency\x12\x13\n\x0bnative_port\x18\x0b \x01(\x05\x12\x15\n\rnative_socket\x18\x0c \x01(\t\x12\x0c\n\x04rack\x18\r \x01(\t\"-\n\x0cStageLatency\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0e\n\x06\x63ounts\x18\x02 \x03(\x04\"\x14\n\x12ListLedgersRequest\")\n\x13ListLedgersResponse\x12\x12\n\nledger_ids\x18\x01 \x03(\x03*\xaf\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\n\n\x06\x46\x45NCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tREAD_ONLY\x10\x05\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x06\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x07\x12\x0c\n\x08IO_ERROR\x10\x08\x12\x13\n\x0f\x44IGEST_MISMATCH\x10\t**\n\nDurability\x12\x0e\n\nPERSISTENT\x10\x00\x12\x0c\n\x08VOLATILE\x10\x01\x32\x9a\x04\n\x06\x42ookie\x12G\n\x03\x41\x64\x64\x12\x19.walog.bookie.v1.AddFrame\x1a!.walog.bookie.v1.AddResponseFrame(\x01\x30\x01\x12\x43\n\x04Read\x12\x1c.walog.bookie.v1.ReadRequest\x1a\x1d.walog.bookie.v1.ReadResponse\x12L\n\x07ReadLac\x12\x1f.walog.bookie.v1.ReadLacRequest\x1a .walog.bookie.v1.ReadLacResponse\x12M\n\x08WatchLac\x12 .walog.bookie.v1.WatchLacRequest\x1a\x1d.walog.bookie.v1.ReadResponse0\x01\x12\x46\n\x05\x46\x65nce\x12\x1d.walog.bookie.v1.FenceRequest\x1a\x1e.walog.bookie.v1.FenceResponse\x12\x43\n\x04Info\x12\x1c.walog.bookie.v1.InfoRequest\x1a\x1d.walog.bookie.v1.InfoResponse\x12X\n\x0bListLedgers\x12#.walog.bookie.v1.ListLedgersRequest\x1a$.walog.bookie.v1.ListLedgersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwalog/wire/proto/bookie.proto\x12\x0fwalog.bookie.v1\"W\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\x07\"\x97\x01\n\x08\x41\x64\x64\x42\x61tch\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x10\n\x08recovery\x18\x03 \x01(\x08\x12/\n\ndurability\x18\x04 \x01(\x0e\x32\x1b.walog.bookie.v1.Durability\x12\x0f\n\x07\x65ntries\x18\x05 \x01(\x0c\x12\x10\n\x08\x62\x61tch_id\x18\x06 \x01(\x04\"?\n\tLacUpdate\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"I\n\x0c\x46orceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\x04\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"\x95\x01\n\x08\x41\x64\x64\x46rame\x12*\n\x07\x62\x61tches\x18\x04 \x03(\x0b\x32\x19.walog.bookie.v1.AddBatch\x12(\n\x04lacs\x18\x02 \x03(\x0b\x32\x1a.walog.bookie.v1.LacUpdate\x12-\n\x06\x66orces\x18\x03 \x03(\x0b\x32\x1d.walog.bookie.v1.ForceRequestJ\x04\x08\x01\x10\x02\"\xb9\x01\n\tAddResult\x12\x10\n\x08\x62\x61tch_id\x18\x06 \x01(\x04\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x11\n\tentry_ids\x18\x05 \x03(\x03\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x17\n\x0flast_add_synced\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x07 \x01(\x06\x12\x17\n\x0fmax_entry_bytes\x18\x08 \x01(\x03J\x04\x08\x02\x10\x03\"\x8b\x01\n\x0b\x46orceResult\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nrequest_id\x18\x02 \x01(\x04\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x17\n\x0flast_add_synced\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x05 \x01(\x06\"m\n\x10\x41\x64\x64ResponseFrame\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.walog.bookie.v1.AddResult\x12,\n\x06\x66orces\x18\x02 \x03(\x0b\x32\x1c.walog.bookie.v1.ForceResult\"\xb9\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x12\n\nmaster_key\x18\x05 \x01(\x0c\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x07 \x01(\x03\x12\x1c\n\x14long_poll_timeout_ms\x18\x08 \x01(\x03\"}\n\x0cReadResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.walog.bookie.v1.Entry\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x8a\x01\n\x0fReadLacResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12*\n\nlast_entry\x18\x04 \x01(\x0b\x32\x16.walog.bookie.v1.Entry\"~\n\x0fWatchLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x13\n\x0bmax_entries\x18\x03 \x01(\x05\x12\x14\n\x0cheartbeat_ms\x18\x04 \x01(\x03\x12\x17\n\x0fmin_interval_ms\x18\x05 \x01(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"\\\n\rFenceResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.walog.bookie.v1.Status\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\"\r\n\x0bInfoRequest\"\xc1\x02\n\x0cInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x17\n\x0f\x66ree_disk_bytes\x18\x04 \x01(\x03\x12\x18\n\x10total_disk_bytes\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x17\n\x0fmax_entry_bytes\x18\x07 \x01(\x03\x12\x15\n\rjournal_syncs\x18\x08 \x01(\x03\x12\x16\n\x0ejournal_groups\x18\t \x01(\x03\x12\x30\n\tlatencies\x18\n \x03(\x0b\x32\x1d.walog.bookie.v1.StageLatency\x12\x13\n\x0bnative_port\x18\x0b \x01(\x05\x12\x15\n\rnative_socket\x18\x0c \x01(\t\x12\x0c\n\x04rack\x18\r \x01(\t\"-\n\x0cStageLatency\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0e\n\x06\x63ounts\x18\x02 \x03(\x04\"\x14\n\x12ListLedgersRequest\")\n\x13ListLedgersResponse\x12\x12\n\nledger_ids\x18\x01 \x03(\x03*\xc4\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\n\n\x06\x46\x45NCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tREAD_ONLY\x10\x05\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x06\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x07\x12\x0c\n\x08IO_ERROR\x10\x08\x12\x13\n\x0f\x44IGEST_MISMATCH\x10\t\x12\x13\n\x0f\x45NTRY_TOO_LARGE\x10\n**\n\nDurability\x12\x0e\n\nPERSISTENT\x10\x00\x12\x0c\n\x08VOLATILE\x10\x01\x32\x9a\x04\n\x06\x42ookie\x12G\n\x03\x41\x64\x64\x12\x19.walog.bookie.v1.AddFrame\x1a!.walog.bookie.v1.AddResponseFrame(\x01\x30\x01\x12\x43\n\x04Read\x12\x1c.walog.bookie.v1.ReadRequest\x1a\x1d.walog.bookie.v1.ReadResponse\x12L\n\x07ReadLac\x12\x1f.walog.bookie.v1.ReadLacRequest\x1a .walog.bookie.v1.ReadLacResponse\x12M\n\x08WatchLac\x12 .walog.bookie.v1.WatchLacRequest\x1a\x1d.walog.bookie.v1.ReadResponse0\x01\x12\x46\n\x05\x46\x65nce\x12\x1d.walog.bookie.v1.FenceRequest\x1a\x1e.walog.bookie.v1.FenceResponse\x12\x43\n\x04Info\x12\x1c.walog.bookie.v1.InfoRequest\x1a\x1d.walog.bookie.v1.InfoResponse\x12X\n\x0bListLedgers\x12#.walog.bookie.v1.ListLedgersRequest\x1a$.walog.bookie.v1.ListLedgersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'walog.wire.proto.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=2223
-  _globals['_STATUS']._serialized_end=2398
-  _globals['_DURABILITY']._serialized_start=2400
-  _globals['_DURABILITY']._serialized_end=2442
+  _globals['_STATUS']._serialized_start=2248
+  _globals['_STATUS']._serialized_end=2444
+  _globals['_DURABILITY']._serialized_start=2446
+  _globals['_DURABILITY']._serialized_end=2488
   _globals['_ENTRY']._serialized_start=50
   _globals['_ENTRY']._serialized_end=137
   _globals['_ADDBATCH']._serialized_start=140
@@ -46,35 +46,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADDFRAME']._serialized_start=434
   _globals['_ADDFRAME']._serialized_end=583
   _globals['_ADDRESULT']._serialized_start=586
-  _globals['_ADDRESULT']._serialized_end=746
-  _globals['_FORCERESULT']._serialized_start=749
-  _globals['_FORCERESULT']._serialized_end=888
-  _globals['_ADDRESPONSEFRAME']._serialized_start=890
-  _globals['_ADDRESPONSEFRAME']._serialized_end=999
-  _globals['_READREQUEST']._serialized_start=1002
-  _globals['_READREQUEST']._serialized_end=1187
-  _globals['_READRESPONSE']._serialized_start=1189
-  _globals['_READRESPONSE']._serialized_end=1314
-  _globals['_READLACREQUEST']._serialized_start=1316
-  _globals['_READLACREQUEST']._serialized_end=1351
-  _globals['_READLACRESPONSE']._serialized_start=1354
-  _globals['_READLACRESPONSE']._serialized_end=1492
-  _globals['_WATCHLACREQUEST']._serialized_start=1494
-  _globals['_WATCHLACREQUEST']._serialized_end=1620
-  _globals['_FENCEREQUEST']._serialized_start=1622
-  _globals['_FENCEREQUEST']._serialized_end=1675
-  _globals['_FENCERESPONSE']._serialized_start=1677
-  _globals['_FENCERESPONSE']._serialized_end=1769
-  _globals['_INFOREQUEST']._serialized_start=1771
-  _globals['_INFOREQUEST']._serialized_end=1784
-  _globals['_INFORESPONSE']._serialized_start=1787
-  _globals['_INFORESPONSE']._serialized_end=2108
-  _globals['_STAGELATENCY']._serialized_start=2110
-  _globals['_STAGELATENCY']._serialized_end=2155
-  _globals['_LISTLEDGERSREQUEST']._serialized_start=2157
-  _globals['_LISTLEDGERSREQUEST']._serialized_end=2177
-  _globals['_LISTLEDGERSRESPONSE']._serialized_start=2179
-  _globals['_LISTLEDGERSRESPONSE']._serialized_end=2220
-  _globals['_BOOKIE']._serialized_start=2445
-  _globals['_BOOKIE']._serialized_end=2983
+  _globals['_ADDRESULT']._serialized_end=771
+  _globals['_FORCERESULT']._serialized_start=774
+  _globals['_FORCERESULT']._serialized_end=913
+  _globals['_ADDRESPONSEFRAME']._serialized_start=915
+  _globals['_ADDRESPONSEFRAME']._serialized_end=1024
+  _globals['_READREQUEST']._serialized_start=1027
+  _globals['_READREQUEST']._serialized_end=1212
+  _globals['_READRESPONSE']._serialized_start=1214
+  _globals['_READRESPONSE']._serialized_end=1339
+  _globals['_READLACREQUEST']._serialized_start=1341
+  _globals['_READLACREQUEST']._serialized_end=1376
+  _globals['_READLACRESPONSE']._serialized_start=1379
+  _globals['_READLACRESPONSE']._serialized_end=1517
+  _globals['_WATCHLACREQUEST']._serialized_start=1519
+  _globals['_WATCHLACREQUEST']._serialized_end=1645
+  _globals['_FENCEREQUEST']._serialized_start=1647
+  _globals['_FENCEREQUEST']._serialized_end=1700
+  _globals['_FENCERESPONSE']._serialized_start=1702
+  _globals['_FENCERESPONSE']._serialized_end=1794
+  _globals['_INFOREQUEST']._serialized_start=1796
+  _globals['_INFOREQUEST']._serialized_end=1809
+  _globals['_INFORESPONSE']._serialized_start=1812
+  _globals['_INFORESPONSE']._serialized_end=2133
+  _globals['_STAGELATENCY']._serialized_start=2135
+  _globals['_STAGELATENCY']._serialized_end=2180
+  _globals['_LISTLEDGERSREQUEST']._serialized_start=2182
+  _globals['_LISTLEDGERSREQUEST']._serialized_end=2202
+  _globals['_LISTLEDGERSRESPONSE']._serialized_start=2204
+  _globals['_LISTLEDGERSRESPONSE']._serialized_end=2245
+  _globals['_BOOKIE']._serialized_start=2491
+  _globals['_BOOKIE']._serialized_end=3029
 # @@protoc_insertion_point(module_scope)

@@ -47,6 +47,8 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     """the bookie failed to read or write its disks"""
     DIGEST_MISMATCH: _Status.ValueType  # 9
     """the entry's digest does not match its contents"""
+    ENTRY_TOO_LARGE: _Status.ValueType  # 10
+    """the payload is over the bookie's max_entry_bytes (AddResult says it)"""
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
 
@@ -67,6 +69,8 @@ IO_ERROR: Status.ValueType  # 8
 """the bookie failed to read or write its disks"""
 DIGEST_MISMATCH: Status.ValueType  # 9
 """the entry's digest does not match its contents"""
+ENTRY_TOO_LARGE: Status.ValueType  # 10
+"""the payload is over the bookie's max_entry_bytes (AddResult says it)"""
 Global___Status: _TypeAlias = Status  # noqa: Y015
 
 class _Durability:
@@ -265,6 +269,7 @@ class AddResult(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     LAST_ADD_SYNCED_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    MAX_ENTRY_BYTES_FIELD_NUMBER: _builtins.int
     batch_id: _builtins.int
     ledger_id: _builtins.int
     status: Global___Status.ValueType
@@ -275,6 +280,8 @@ class AddResult(_message.Message):
     writer learns of a restart (which loses unsynced VOLATILE entries) from the answer
     itself. 0 from a bookie that does not send it.
     """
+    max_entry_bytes: _builtins.int
+    """With ENTRY_TOO_LARGE: the largest payload the bookie stores (its --max-entry-bytes)."""
     @_builtins.property
     def entry_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """the entries answered; empty: every entry of the batch"""
@@ -288,10 +295,11 @@ class AddResult(_message.Message):
         status: Global___Status.ValueType = ...,
         last_add_synced: _builtins.int = ...,
         incarnation: _builtins.int = ...,
+        max_entry_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "entry_ids", b"entry_ids", "incarnation", b"incarnation", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "entry_ids", b"entry_ids", "incarnation", b"incarnation", "last_add_synced", b"last_add_synced", "ledger_id", b"ledger_id", "max_entry_bytes", b"max_entry_bytes", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,74 @@
+"""A log's record size limit against the client's and the bookies' (docs/logs.md, "Record
+size").
+
+A log's writer makes entries of at most the log's ``max_entry_bytes``. At open it checks
+that limit against the client's (``ClientConfig.max_entry_bytes``) and against the one
+every available bookie announces in its registration (``--max-entry-bytes``), and refuses
+to open with a larger one: otherwise its large records would be refused one by one, at the
+client or at a bookie. The rule (:func:`entry_limit_problem`) is pure; the bookies'
+announcements are read by :func:`walog.ledger.ensemble.announced_entry_limits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from walog.errors import RecordTooLargeError
+from walog.ledger.ensemble import announced_entry_limits
+from walog.log.ledgers import LedgerClientLike
+from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES
+
+
+def entry_limit_problem(
+    name: str, wanted: int, client_limit: int, announced: Mapping[str, int]
+) -> str | None:
+    """Why log ``name`` cannot make entries of ``wanted`` bytes, or None when it can: the
+    client sends at most ``client_limit`` bytes, and each bookie of ``announced`` stores at
+    most its limit."""
+    fix = f"lower the log's limit ('walog log config {name} --set max_entry_bytes=N')"
+    if wanted > client_limit:
+        return (
+            f"log {name!r} makes entries of up to max_entry_bytes={wanted} bytes, but this "
+            f"client sends at most ClientConfig.max_entry_bytes={client_limit}: {fix} or "
+            "raise the client's"
+        )
+    smaller = {bookie: limit for bookie, limit in announced.items() if limit < wanted}
+    if smaller:
+        bookie = min(smaller, key=lambda b: (smaller[b], b))
+        return (
+            f"log {name!r} makes entries of up to max_entry_bytes={wanted} bytes, but bookie "
+            f"{bookie} stores at most {smaller[bookie]} (its --max-entry-bytes"
+            + (f"; {len(smaller) - 1} other bookies are below it too" if len(smaller) > 1 else "")
+            + f"): {fix} or raise the bookies'"
+        )
+    return None
+
+
+async def check_entry_limit(client: LedgerClientLike, name: str, max_entry_bytes: int) -> None:
+    """Refuse a writer of log ``name`` whose entries (up to ``max_entry_bytes``) the client
+    or an available bookie would refuse.
+
+    Raises:
+        ValueError: naming the smaller limit and the fix.
+    """
+    announced = await announced_entry_limits(client.ctx.store)
+    problem = entry_limit_problem(
+        name, max_entry_bytes, client.ctx.config.max_entry_bytes, announced
+    )
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def record_too_large(name: str, size: int, max_entry_bytes: int) -> RecordTooLargeError:
+    """The error of a record of ``size`` bytes that no entry of ``max_entry_bytes`` holds."""
+    largest = max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
+    return RecordTooLargeError(
+        f"log {name!r}: a record of {size} bytes is over the largest one an entry holds, "
+        f"{largest} bytes (max_entry_bytes={max_entry_bytes} less {max_entry_bytes - largest} "
+        "of record format); the record was not appended, the writer goes on",
+        size=size,
+        limit=largest,
+    )
+
+
+__all__ = ["check_entry_limit", "entry_limit_problem", "record_too_large"]
