@@ -45,6 +45,9 @@ Known mutations:
   that holds Spark's ``_SUCCESS`` whether or not its files reached the disk.
 - ``statemachine_accepts_volatile``: a replicated state machine is built on a VOLATILE log,
   so its leader answers commands whose records no bookie has synced.
+- ``recovered_close_ignores_takeover``: a log writer whose close of a ledger it rolled away
+  from failed, and which then recovered that ledger, sends the records it held for the next
+  ledger without looking whether another writer took the log over meanwhile.
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -75,6 +78,7 @@ KNOWN: frozenset[str] = frozenset(
         "volatile_writer_ignores_restart",
         "archive_marks_unsynced_output",
         "statemachine_accepts_volatile",
+        "recovered_close_ignores_takeover",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -28,11 +28,12 @@ import walog
 from tests.chaos import nemesis
 from tests.chaos.checker import Ack, History, ReadRecord, Violation, check
 from tests.chaos.records import RecordKey, read_json_lines
-from tests.chaos.worker import CHAOS_CLIENT, MUTATIONS_ENV
+from tests.chaos.worker import CHAOS_CLIENT, CHAOS_ROLL, MUTATIONS_ENV
 from tests.processes import DIE_WITH_PARENT
 from walog.errors import is_retriable
 from walog.log.position import Position
 from walog.testing import LocalCluster, ZooKeeperServer
+from walog.wire.durability import Durability
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -371,12 +372,14 @@ def _run(
     )
     log_name = f"chaos-{config.seed}"
     with LocalCluster(config.bookies, metadata=uri, data_dir=work_dir / "cluster") as cluster:
-        with walog.connect(uri) as client:  # create the log with the run's quorums
+        with walog.connect(uri) as client:  # create the log with the run's settings
             client.open_log(
                 log_name,
                 ensemble_size=config.ensemble_size,
                 write_quorum=config.write_quorum,
                 ack_quorum=config.ack_quorum,
+                roll_policy=CHAOS_ROLL,
+                durability=Durability[config.durability],
             )
         pool = WriterPool(uri, log_name, out, config)
         chaos = Nemesis(cluster, pool, zookeeper.connect_string, out)

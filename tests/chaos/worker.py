@@ -44,6 +44,8 @@ MUTATIONS_ENV = "WALOG_CHAOS_MUTATIONS"
 
 # Short client time limits: a paused bookie is replaced within seconds, not tens of them.
 CHAOS_CLIENT = ClientConfig(timeouts=Timeouts(add=2.0, read=2.0, metadata=5.0))
+CHAOS_ROLL = RollPolicy(max_entries=40)
+"""The chaos log's roll policy, stored when the harness creates the log."""
 
 
 def _emit(event: str, **fields: Any) -> None:
@@ -124,7 +126,7 @@ async def run(
             ensemble_size=ensemble,
             write_quorum=write,
             ack_quorum=ack,
-            roll_policy=RollPolicy(max_entries=40),
+            roll_policy=CHAOS_ROLL,
             durability=durability,
         )
         _emit("started", writer=state.writer, incarnation=state.incarnation)

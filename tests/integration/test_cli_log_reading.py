@@ -13,7 +13,7 @@ import pytest
 import walog
 from tests.integration.test_cli import _env, _run
 from tests.processes import DIE_WITH_PARENT
-from walog.testing import LocalCluster, free_port
+from walog.testing import LocalCluster
 
 
 def _fill(cluster: LocalCluster, name: str, batches: list[list[bytes]]) -> list[walog.Position]:
@@ -175,9 +175,3 @@ def test_recover_prints_json_when_asked(
         "last_entry_id": 0,
         "log": None,
     }
-
-
-def test_connect_fails_at_once_saying_so_when_zookeeper_refuses_connections() -> None:
-    # Long enough that a connection left to kazoo would end in a timeout, not this message.
-    with pytest.raises(walog.MetadataError, match="refuses connections: nothing listens"):
-        walog.connect(f"zk://127.0.0.1:{free_port()}/walog", timeout=20)

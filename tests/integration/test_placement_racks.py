@@ -50,7 +50,7 @@ async def test_a_bookies_rack_is_registered_and_shown_by_walog_bookies_and_info(
     out = io.StringIO()
     with redirect_stdout(out):
         assert walog_main(["bookies", "--metadata", racked.metadata_uri]) == 0
-    rows = [f"{b} available {r}" for b, r in sorted(expected.items())]
+    rows = [f"{b} writable {r}" for b, r in sorted(expected.items())]
     assert out.getvalue().splitlines() == rows
     with racked.bookie(4).channel() as channel:
         info = pb_grpc.BookieStub(channel).Info(pb.InfoRequest(), timeout=10)

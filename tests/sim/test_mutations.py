@@ -3,7 +3,7 @@
 For every test-only mutation (walog/mutations.py) the search runs seeds 0, 1, 2, ...
 of the scenario most likely to expose it until an invariant breaks, then replays the
 failing seed without the mutation to show that the planted bug, not the schedule, broke it.
-The protocol's tunables stay at their production values here.
+The protocol's tunables stay at their production values here, unless a case draws them.
 
 The default suite starts each search at the first seed known to break (``FOUND_AT``), and
 searches from 0 only when that seed no longer does (the schedule generator changed: the test
@@ -19,11 +19,16 @@ from tests.sim.scenarios import Outcome, run_schedule
 
 ENGINE = {"engine": True, "cancel": True}
 """Schedules whose bookies run the real storage engine and whose client calls get cancelled."""
+ENGINE_DRAWN = {**ENGINE, "draw_tunables": True}
+"""Engine and cancel schedules whose protocol tunables are drawn too (shorter timeouts)."""
 CANCEL = {"cancel": True}
 """Schedules whose client calls get cancelled (model bookies)."""
 
-# mutation -> (scenario, schedules allowed, rules that may catch it[, schedule options])
-CASES: dict[str, tuple[str, int, set[str]] | tuple[str, int, set[str], dict[str, bool]]] = {
+# mutation -> (scenario, or None: the seed picks one, as the command line's search does;
+# schedules allowed, rules that may catch it[, schedule options])
+CASES: dict[
+    str, tuple[str | None, int, set[str]] | tuple[str | None, int, set[str], dict[str, bool]]
+] = {
     "no_fence_on_recovery_reads": (
         "recovery_races_writer",
         300,
@@ -89,10 +94,17 @@ CASES: dict[str, tuple[str, int, set[str]] | tuple[str, int, set[str], dict[str,
         100,
         {"sm_answer_lost", "sm_state_not_fold"},
     ),
+    "recovered_close_ignores_takeover": (
+        None,
+        300,
+        {"log_record_lost", "log_ledger_missing"},
+        ENGINE_DRAWN,
+    ),
 }
 
 
 FOUND_AT = {
+    "recovered_close_ignores_takeover": 45,
     "recovery_starts_at_lac": 295,
     "timeout_counts_as_absent": 196,
     "log_sends_across_roll_at_once": 221,
@@ -103,12 +115,15 @@ FOUND_AT = {
 find (``pytest -s`` prints it when it moved)."""
 
 
+def _options(mutation: str) -> dict[str, bool]:
+    """The schedule options of a case: its own, over production tunables."""
+    _scenario, _budget, _rules, *more = CASES[mutation]
+    return {"draw_tunables": False, **(more[0] if more else {})}
+
+
 def _breaks(mutation: str, seed: int) -> Outcome:
-    scenario, _budget, _rules, *more = CASES[mutation]
-    options = more[0] if more else {}
-    return run_schedule(
-        seed, scenario, mutations_on=frozenset({mutation}), draw_tunables=False, **options
-    )
+    scenario = CASES[mutation][0]
+    return run_schedule(seed, scenario, mutations_on=frozenset({mutation}), **_options(mutation))
 
 
 def _search(mutation: str) -> tuple[int, Outcome]:
@@ -122,11 +137,10 @@ def _search(mutation: str) -> tuple[int, Outcome]:
 
 
 def _check_found(mutation: str, seed: int, outcome: Outcome) -> None:
-    scenario, _budget, rules, *more = CASES[mutation]
-    options = more[0] if more else {}
+    scenario, _budget, rules, *_ = CASES[mutation]
     broken = {v.rule for v in outcome.violations}
     assert broken & rules, outcome.report(60)
-    clean = run_schedule(seed, scenario, draw_tunables=False, **options)
+    clean = run_schedule(seed, scenario, **_options(mutation))
     assert clean.ok, "the same schedule fails without the mutation:\n" + clean.report(60)
 
 

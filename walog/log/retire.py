@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
+from walog import mutations
 from walog._loggers import get_logger
 from walog.errors import (
     LedgerClosedError,
@@ -34,7 +35,7 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
-from walog.log.log_metadata import LedgerInfo
+from walog.log.log_metadata import LedgerInfo, read_log
 from walog.log.takeover import ListChanged, record_closed, recover_listed
 
 log = get_logger(__name__)
@@ -97,6 +98,7 @@ class Retirements:
         client: the ledger client of the writer.
         name: the log's name.
         password: the ledgers' password (a recovery needs it).
+        epoch: the writer's epoch (the log's, as its takeover left it).
         volatile: whether the log is VOLATILE (records wait for the closes).
         hooks: the writer's side (see :class:`RetireHooks`).
     """
@@ -107,11 +109,13 @@ class Retirements:
         name: str,
         password: bytes,
         *,
+        epoch: int,
         volatile: bool,
         hooks: RetireHooks,
     ) -> None:
         self._client = client
         self._name = name
+        self._epoch = epoch
         self._password = password
         self._volatile = volatile
         self._hooks = hooks
@@ -264,6 +268,14 @@ class Retirements:
                     info = await recover_listed(
                         self._client, LedgerInfo(old.ledger_id), self._password
                     )
+                    if await self._taken_over():
+                        # The ledger was found closed by the takeover's recovery: the
+                        # records held for the next ledger must not go. That ledger was
+                        # fenced, maybe deleted since, and a bookie that collected it no
+                        # longer knows the fence.
+                        error = MetadataConflictError(f"log {self._name!r} taken over")
+                        hooks.fail(fenced(self._name, old.ledger_id, error))
+                        return
         except (ListChanged, NoSuchLedgerError):
             return  # truncated meanwhile: nobody reads it any more
         except WalogError as exc:
@@ -288,6 +300,13 @@ class Retirements:
         await record_closed(
             self._client, self._name, old.ledger_id, info.last_entry_id, old.size_bytes
         )
+
+    async def _taken_over(self) -> bool:
+        """Whether the log's record shows a takeover after this writer's (a later epoch)."""
+        if mutations.enabled("recovered_close_ignores_takeover"):
+            return False
+        meta, _version = await read_log(self._client.ctx.store, self._name)
+        return meta.epoch != self._epoch
 
     def _held_too_long(self, task: asyncio.Task[None]) -> None:
         """Records of a VOLATILE log wait for ``task``'s close by recovery: stop the writer

@@ -165,6 +165,7 @@ class AsyncLogWriter:
             client,
             name,
             options.password,
+            epoch=epoch,
             volatile=self._volatile,
             hooks=RetireHooks(
                 failure=lambda: self._failure,

@@ -4,7 +4,7 @@
 
 - ``store``: the interface (versioned records, compare-and-swap, sessions, watches);
 - ``zookeeper`` and ``sqlite``: its two implementations; ``uri``: parsing the URIs;
-- ``zookeeper_probe``: whether anything listens on ZooKeeper's ports, asked before connecting;
+- ``zookeeper_probe``: whether anything listens on ZooKeeper's ports (the commands ask first);
 - ``layout``: where records live and the ledger metadata record;
 - ``election``: leader suggestion with an epoch per term.
 """

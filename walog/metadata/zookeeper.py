@@ -61,7 +61,6 @@ from walog.metadata.store import (
     call_timed_out,
 )
 from walog.metadata.uri import ZooKeeperURI, check_counter, check_path
-from walog.metadata.zookeeper_probe import every_server_refuses
 
 log = logging.getLogger(__name__)
 # kazoo's own lines (lost connections, reconnect attempts) are walog's: see walog._loggers.
@@ -152,18 +151,11 @@ class ZooKeeperStore(MetadataStore):
         call_timeout: float | None = None,
         create: bool = True,
     ) -> ZooKeeperStore:
-        """Connect (waiting up to ``timeout`` seconds; at once a MetadataError when every
-        server refuses connections), create the chroot if missing (unless
-        ``create`` is False: then a missing chroot is a MetadataError naming it), and start
-        watching the session state; each later call ends within ``call_timeout`` seconds
-        (None: ``timeout``)."""
-        if await asyncio.to_thread(every_server_refuses, config.hosts):
-            err = MetadataError(
-                f"ZooKeeper {config.connect_string} refuses connections: nothing listens "
-                "there (is ZooKeeper running? check the metadata URI)"
-            )
-            err.retriable = False
-            raise err
+        """Connect (waiting up to ``timeout`` seconds, also for a ZooKeeper that is still
+        starting: the ``walog`` commands ask first whether anything listens), create the
+        chroot if missing (unless ``create`` is False: then a missing chroot is a
+        MetadataError naming it), and start watching the session state; each later call
+        ends within ``call_timeout`` seconds (None: ``timeout``)."""
         store = cls(config, timeout=timeout, call_timeout=call_timeout)
         store._create = create
         store._client.add_listener(store._on_state)

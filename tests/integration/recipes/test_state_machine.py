@@ -295,5 +295,5 @@ async def test_a_node_without_a_snapshot_refuses_a_log_truncated_before_it(
             await writer.append(b"c1")
             assert await log.truncate(Position(first.ledger_id + 1, 0, 0)) == 1
         machine = AsyncStateMachine(log, Counter(), node_id="a")
-        with pytest.raises(DataLossError, match="no valid snapshot covers it"):
+        with pytest.raises(DataLossError, match="no valid snapshot covers what went"):
             await machine.start()
