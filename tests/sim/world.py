@@ -83,6 +83,7 @@ class World:
         self.held: set[str] = set()
         """Bookies a scenario keeps down: the nemesis and the end of chaos leave them be."""
         self.paused: set[str] = set()
+        self._supervisor: asyncio.Future[bool] | None = None  # after a heal: see heal_all
         self._clients: list[LedgerContext] = []
         for bookie_id, bookie in self.bookies.items():
             if isinstance(bookie, EngineBookie):
@@ -189,6 +190,9 @@ class World:
             if bookie.paused:
                 self.net.resume(bookie_id)
         self.paused.clear()
+        # A supervisor starts again a bookie whose start (under way now, begun before the
+        # heal) fails, as systemd's Restart= would.
+        self._supervisor = asyncio.ensure_future(self.all_up())
 
 
 class Nemesis:
