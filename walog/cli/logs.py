@@ -158,7 +158,8 @@ def show_log(args: argparse.Namespace) -> int:
 def cursors(args: argparse.Namespace) -> int:
     """``walog log cursors LOG [--commit SUB POSITION | --delete SUB]``: list a log's
     subscriptions, or move or remove one."""
-    from walog.log.subscriptions import position_argument, validate_subscription_name
+    from walog.log.position import position_argument
+    from walog.log.subscriptions import validate_subscription_name
 
     with connect(args) as client:
         log = existing_log(client, args)

@@ -32,9 +32,9 @@ from walog.log.archived import ArchivedLedger, archive_covers, archived_entries,
 from walog.log.lag import ReaderLag, measure_lag
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.log_metadata import LogMetadata, commit_cursor, read_log
-from walog.log.position import Position, Record, ledger_start, unchecked_position
+from walog.log.position import Position, Record, ledger_start, position_argument, unchecked_position
 from walog.log.records import iter_records
-from walog.log.subscriptions import position_argument, validate_subscription_name
+from walog.log.subscriptions import validate_subscription_name
 from walog.metadata.layout import log_path
 
 log = get_logger(__name__)

@@ -39,25 +39,6 @@ def validate_subscription_name(name: object) -> str:
     return name
 
 
-def position_argument(value: object, argument: str) -> Position:
-    """``value`` as a :class:`Position`: a Position, or text ``LEDGER:ENTRY:SLOT``.
-
-    Raises:
-        TypeError: neither (naming ``argument``).
-        ValueError: text that is not a position (naming ``argument``).
-    """
-    if isinstance(value, Position):
-        return value
-    if isinstance(value, str):
-        try:
-            return Position.parse(value)
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
-    raise TypeError(
-        f"{argument} must be a walog.Position or 'LEDGER:ENTRY:SLOT', got {type(value).__name__}"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class SubscriptionInfo:
     """A subscription of a log and how far behind it is.
@@ -106,7 +87,6 @@ def subscriptions_of(meta: LogMetadata, open_last_entry: int = -1) -> list[Subsc
 
 __all__ = [
     "SubscriptionInfo",
-    "position_argument",
     "subscriptions_of",
     "validate_subscription_name",
 ]
