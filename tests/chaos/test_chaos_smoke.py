@@ -30,6 +30,7 @@ def test_acknowledged_records_survive_process_chaos(
     assert result.acks > 0, f"no record was acknowledged at all:\n{result.report()}"
 
 
+@pytest.mark.slow  # the simulator runs VOLATILE logs under faults in every ./test
 @pytest.mark.timeout(400)
 def test_acknowledged_records_of_a_volatile_log_survive_process_chaos(
     zookeeper: ZooKeeperServer, tmp_path: Path

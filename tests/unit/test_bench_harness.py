@@ -36,6 +36,7 @@ CONTRACT_KEYS = {
 }
 
 
+@pytest.mark.slow  # a whole quick benchmark run: half a minute
 def test_quick_json_run_prints_contract_keys_as_last_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
