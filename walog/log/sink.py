@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 
 from walog._loggers import get_logger
@@ -368,8 +369,9 @@ async def delete_unlinked(client: LedgerClientLike, name: str, ledger_ids: Itera
     return len(gone)
 
 
-_not_sink: set[int] = set()
-"""Ledger ids seen to be no sink ledger (tags never change): not read again by this process."""
+_not_sink: weakref.WeakKeyDictionary[object, set[int]] = weakref.WeakKeyDictionary()
+"""Per metadata store, the ledger ids seen to be no sink ledger (tags never change): not read
+again by this process. Per store: another cluster's ledger 22 says nothing of this one's."""
 
 
 async def collect_sink_orphans(
@@ -389,8 +391,9 @@ async def collect_sink_orphans(
     known = {*meta.ledger_ids, *meta.pending_deletion}
     moment = time.time() if now is None else now
     deleted = 0
+    not_sink = _not_sink.setdefault(client.ctx.store, set())
     for ledger_id in await client.list_ledgers():
-        if ledger_id in known or ledger_id in _not_sink:
+        if ledger_id in known or ledger_id in not_sink:
             continue
         try:
             ledger = await client.ledger_metadata(ledger_id)
@@ -398,7 +401,7 @@ async def collect_sink_orphans(
             continue
         tags = ledger.custom_metadata or {}
         if SINK_TAG not in tags:
-            _not_sink.add(ledger_id)
+            not_sink.add(ledger_id)
             continue
         mine = txn is not None and tags.get(SINK_TXN_TAG) == txn and tags.get(SINK_TAG) == name
         if mine or abandoned(tags, ledger.ctime, meta, name, grace, moment):
