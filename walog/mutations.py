@@ -48,6 +48,9 @@ Known mutations:
 - ``recovered_close_ignores_takeover``: a log writer whose close of a ledger it rolled away
   from failed, and which then recovered that ledger, sends the records it held for the next
   ledger without looking whether another writer took the log over meanwhile.
+- ``deleted_ledger_forgets_fence``: a bookie forgets a ledger it deleted (garbage
+  collection) altogether, fence included, so a writer that never learnt of the deletion
+  recreates the ledger there with a plain add (bookie/storage/engine.py).
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -78,6 +81,7 @@ KNOWN: frozenset[str] = frozenset(
         "volatile_writer_ignores_restart",
         "archive_marks_unsynced_output",
         "statemachine_accepts_volatile",
+        "deleted_ledger_forgets_fence",
         "recovered_close_ignores_takeover",
     }
 )

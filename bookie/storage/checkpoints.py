@@ -35,6 +35,7 @@ from bookie.storage.entry_storage import CachedEntry, EntryStorage, WriteCache
 from bookie.storage.environment import Workers
 from bookie.storage.journal import Journal
 from bookie.storage.journal_files import StorageIOError
+from bookie.storage.tombstones import Tombstones
 from walog import mutations
 
 _log = structlog.get_logger(__name__)
@@ -61,6 +62,7 @@ class Checkpointer:
         *,
         storage: Callable[[], EntryStorage],
         states: Callable[[set[int]], dict[int, bytes]],
+        tombstones: Callable[[], Tombstones],
         damaged_entries: dict[int, set[int]],
     ) -> None:
         self._config = config
@@ -68,6 +70,7 @@ class Checkpointer:
         self._writer = writer
         self._storage = storage
         self._states = states
+        self._tombstones = tombstones
         self._damaged_entries = damaged_entries
         self.cache = WriteCache()
         """Entries received since the last checkpoint began (adds insert here)."""
@@ -165,12 +168,14 @@ class Checkpointer:
                 except StorageIOError as exc:
                     self._failed(exc)
                     raise
-            # One synchronous step: freeze the write cache, take the dirty ledgers and queue
-            # the barrier whose position becomes the mark. Every record journaled before the
-            # mark is then in what this checkpoint persists (its entries in the frozen
-            # cache, its ledger's state among the dirty ones).
+            # One synchronous step: freeze the write cache, take the dirty ledgers and the
+            # deleted ones, and queue the barrier whose position becomes the mark. Every
+            # record journaled before the mark is then in what this checkpoint persists
+            # (its entries in the frozen cache, its ledger's state among the dirty ones, a
+            # deletion among the tombstones).
             frozen, self.cache = self.cache, WriteCache()
             dirty, self.dirty = self.dirty, set()
+            tombstones = self._tombstones()
             self._flushing = frozen
             self._idle.clear()
             barrier = None if not probe_first else self._journal.barrier()
@@ -190,7 +195,7 @@ class Checkpointer:
                     for entry_id in damaged.get(ledger_id, ()) & entries.keys()
                 }
                 written = await self._writer.run(
-                    functools.partial(storage.checkpoint, replace=replace),
+                    functools.partial(storage.checkpoint, replace=replace, tombstones=tombstones),
                     _sorted_entries(frozen),
                     states,
                     mark,

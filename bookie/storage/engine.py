@@ -57,6 +57,8 @@ from bookie.storage.journal_records import (
 from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
+from bookie.storage.tombstones import Tombstones
+from walog import mutations
 from walog.latency import StageLatencies
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER, PackedEntry
@@ -114,6 +116,9 @@ class BookieCore:
         # ledger waits for that one record. A fenced ledger absent from here is durably
         # fenced (its record synced, or replayed from disk on open).
         self._fencing: dict[int, asyncio.Future[GroupReport]] = {}
+        # Ledgers deleted here: a plain add to one is FENCED for good, a fence or a
+        # recovery write recreates it fenced (bookie/storage/tombstones.py).
+        self._tombstones = Tombstones()
         self._writer = env.workers(1, "bookie-storage")
         self._readers = env.workers(2, "bookie-read")
         self._storage: EntryStorage | None = None
@@ -152,6 +157,7 @@ class BookieCore:
             self._writer,
             storage=self._require_storage,
             states=self._state_records,
+            tombstones=lambda: self._tombstones.copy(),
             damaged_entries=self.damaged_entries,
         )
         """The write cache and its checkpoints (bookie/storage/checkpoints.py); while its
@@ -178,6 +184,7 @@ class BookieCore:
         core._storage = loaded.storage
         core._states = loaded.states
         core._damaged = loaded.damaged
+        core._tombstones = loaded.tombstones
         core.checkpoints.cache = loaded.cache
         core.checkpoints.dirty = loaded.touched
         core.stats.replayed_records = loaded.replayed_records
@@ -429,10 +436,17 @@ class BookieCore:
         if state is None:
             if ledger_id in self._damaged:
                 return None, Status.IO_ERROR  # its key and fence are unknown
+            deleted = ledger_id in self._tombstones
+            if deleted and mutations.enabled("deleted_ledger_forgets_fence"):
+                deleted = False
+            if deleted and not adopt_key:
+                return None, Status.FENCED
             state = LedgerState(ledger_id, bytes(master_key))
             self._states[ledger_id] = state
             self.checkpoints.dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
+            if deleted:
+                self._fence_state(state)
             return state, Status.OK
         if not state.master_key:
             if not adopt_key:
@@ -507,12 +521,7 @@ class BookieCore:
         if state is None:
             return status, -1, -1
         if not state.fenced:
-            state.fenced = True  # plain adds are refused from now on, before the sync
-            self.checkpoints.dirty.add(ledger_id)
-            record = self.journal.append((fence_record(ledger_id),), sync=True)
-            assert record is not None
-            self._fencing[ledger_id] = record
-            record.add_done_callback(functools.partial(self._fence_synced, ledger_id))
+            self._fence_state(state)
         waiter = self._fencing.get(ledger_id)
         if waiter is not None:
             try:
@@ -522,6 +531,17 @@ class BookieCore:
             except StorageIOError:
                 return Status.IO_ERROR, -1, -1
         return Status.OK, state.lac, state.last_entry_id
+
+    def _fence_state(self, state: LedgerState) -> None:
+        """Fence now (plain adds are refused from here on) and queue the FENCE record;
+        :attr:`_fencing` holds it until it is synced."""
+        ledger_id = state.ledger_id
+        state.fenced = True
+        self.checkpoints.dirty.add(ledger_id)
+        record = self.journal.append((fence_record(ledger_id),), sync=True)
+        assert record is not None
+        self._fencing[ledger_id] = record
+        record.add_done_callback(functools.partial(self._fence_synced, ledger_id))
 
     def _fence_synced(self, ledger_id: int, waiter: asyncio.Future[GroupReport]) -> None:
         # Only a synced record makes the ledger durably fenced. After a failed sync the
@@ -618,9 +638,9 @@ class BookieCore:
         return -1 if state is None else state.last_add_synced
 
     def is_fenced(self, ledger_id: int) -> bool:
-        """True once the ledger was fenced on this bookie."""
+        """True once the ledger was fenced on this bookie (a deleted one stays fenced)."""
         state = self._states.get(ledger_id)
-        return state is not None and state.fenced
+        return ledger_id in self._tombstones if state is None else state.fenced
 
     def ledgers(self) -> list[int]:
         """Ids of every ledger this bookie holds (damaged ones too, so GC can drop them),
@@ -663,15 +683,16 @@ class BookieCore:
                 self.stats.compaction_read_errors = storage.compaction_read_errors
 
     async def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
-        """Forget the ledgers and reclaim their space (a deletion is journaled, so replay
-        does not bring them back; entry logs left without live data are removed, partly
-        dead ones wait for compaction)."""
+        """Forget the ledgers and reclaim their space, keeping their ids fenced for good
+        (a deletion is journaled, so replay does not bring them back; entry logs left
+        without live data are removed, partly dead ones wait for compaction)."""
         doomed = sorted(set(ledger_ids))
         if not doomed or self._closed:
             return
         async with self.checkpoints.lock:
             storage = self._require_storage()
             waiters = []
+            self._tombstones.add_all(doomed)  # before a state is gone: no add slips between
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
                 self._damaged.discard(ledger_id)

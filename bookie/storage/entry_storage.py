@@ -47,6 +47,7 @@ from bookie.storage.index import (
     LOGS_CENSUS_KEY,
     MARK_KEY,
     NEXT_LOG_KEY,
+    TOMBSTONES_KEY,
     Census,
     IndexSummary,
     LedgerRow,
@@ -61,6 +62,7 @@ from bookie.storage.index import (
 )
 from bookie.storage.index_audit import AbsenceProof, audit_index, initialise, open_tables
 from bookie.storage.journal_files import JournalMark, StorageIOError
+from bookie.storage.tombstones import Tombstones
 from walog import mutations
 from walog.wire.digest import entry_digest
 
@@ -205,6 +207,8 @@ class EntryStorage:
         self._mark = JournalMark(*contents.mark)
         #: Ledgers whose state or entries the index cannot vouch for (IO_ERROR for them).
         self.damaged_ledgers: set[int] = contents.damaged
+        #: Ledgers deleted here, kept fenced for good (bookie/storage/tombstones.py).
+        self.tombstones = contents.tombstones
         self._absence = AbsenceProof(tables)
         self._log_writer = EntryLogWriter(
             self.log_dir,
@@ -420,13 +424,17 @@ class EntryStorage:
         mark: JournalMark,
         *,
         replace: Collection[tuple[int, int]] = (),
+        tombstones: Tombstones | None = None,
     ) -> int:
         """Append ``entries`` to entry logs, fsync them, then commit index rows, ledger
-        rows (state + index summary) and ``mark`` in one transaction. Every ledger with
-        entries must be in ``states`` or already stored. A row that exists is kept (a
-        duplicate), except for the ``(ledger, entry)`` in ``replace``: new copies of
-        entries whose stored copy is damaged. Returns the entries written."""
-        return self._write(entries, states, mark, repoint=False, replace=replace)
+        rows (state + index summary), ``tombstones`` (every ledger deleted before the
+        mark, a superset of :attr:`tombstones`) and ``mark`` in one transaction. Every
+        ledger with entries must be in ``states`` or already stored. A row that exists is
+        kept (a duplicate), except for the ``(ledger, entry)`` in ``replace``: new copies
+        of entries whose stored copy is damaged. Returns the entries written."""
+        return self._write(
+            entries, states, mark, repoint=False, replace=replace, tombstones=tombstones
+        )
 
     def _write(
         self,
@@ -436,6 +444,7 @@ class EntryStorage:
         *,
         repoint: bool,
         replace: Collection[tuple[int, int]] = (),
+        tombstones: Tombstones | None = None,
     ) -> int:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
@@ -444,7 +453,9 @@ class EntryStorage:
             if not repoint and ledger_id not in states and ledger_id not in self._rows:
                 raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
         try:
-            self._commit(rows, live, states, mark, repoint=repoint, replace=replace)
+            self._commit(
+                rows, live, states, mark, repoint=repoint, replace=replace, tombstones=tombstones
+            )
         except lmdb.Error as exc:
             raise StorageIOError(f"index commit failed: {exc}") from exc
         return written
@@ -458,7 +469,10 @@ class EntryStorage:
         *,
         repoint: bool,
         replace: Collection[tuple[int, int]] = (),
+        tombstones: Tombstones | None = None,
     ) -> None:
+        if tombstones == self.tombstones:
+            tombstones = None
         new_rows: dict[int, LedgerRow] = {}
         ledgers_census = self._ledgers_census
         with self._env.begin(write=True) as txn:
@@ -493,7 +507,11 @@ class EntryStorage:
                 self._put_meta(txn, LEDGERS_CENSUS_KEY, pack_census(ledgers_census))
             if logs_census != self._logs_census:
                 self._put_meta(txn, LOGS_CENSUS_KEY, pack_census(logs_census))
+            if tombstones is not None:
+                self._put_meta(txn, TOMBSTONES_KEY, tombstones.to_bytes())
             self._put_meta(txn, MARK_KEY, pack_mark(*mark))
+        if tombstones is not None:
+            self.tombstones = tombstones
         self._rows.update(new_rows)
         self._live.update(live_docs)
         self._ledgers_census = ledgers_census
@@ -540,12 +558,15 @@ class EntryStorage:
     # -- garbage collection ---------------------------------------------------------------
 
     def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
-        """Drop the ledgers' rows (damaged ones too), then delete the entry logs with no
-        live ledger left (logs partly dead are left to compaction: :meth:`compact_step`)."""
+        """Drop the ledgers' rows (damaged ones too) and keep their ids as tombstones, in
+        one transaction, then delete the entry logs with no live ledger left (logs partly
+        dead are left to compaction: :meth:`compact_step`)."""
         doomed = set(ledger_ids)
         if not doomed:
             return
         census = self._ledgers_census
+        tombstones = self.tombstones.copy()
+        tombstones.add_all(doomed)
         docs: dict[int, dict[str, int]] = {}
         names = {str(ledger_id) for ledger_id in doomed}
         try:
@@ -567,9 +588,11 @@ class EntryStorage:
                         txn.put(log_key, seal(log_key, json.dumps(doc).encode()), db=self._logs)
                         docs[log_id] = doc
                 self._put_meta(txn, LEDGERS_CENSUS_KEY, pack_census(census))
+                self._put_meta(txn, TOMBSTONES_KEY, tombstones.to_bytes())
         except lmdb.Error as exc:
             raise StorageIOError(f"index update failed: {exc}") from exc
         self._ledgers_census = census
+        self.tombstones = tombstones
         self._live.update(docs)
         for ledger_id in doomed:
             self._rows.pop(ledger_id, None)

@@ -36,6 +36,9 @@ NEXT_LOG_KEY = b"next_log"
 LEDGERS_CENSUS_KEY = b"census:ledgers"
 LOGS_CENSUS_KEY = b"census:logs"
 META_KEYS = (FORMAT_KEY, MARK_KEY, NEXT_LOG_KEY, LEDGERS_CENSUS_KEY, LOGS_CENSUS_KEY)
+#: The ledgers deleted here (bookie/storage/tombstones.py); absent in an index written
+#: before bookies kept them, which reads as none.
+TOMBSTONES_KEY = b"tombstones"
 
 ROW_CRC = struct.Struct(">I")
 ENTRY_KEY = struct.Struct(">qq")
@@ -199,6 +202,7 @@ __all__ = [
     "META_KEYS",
     "NEXT_LOG_KEY",
     "ROW_CRC",
+    "TOMBSTONES_KEY",
     "Census",
     "IndexSummary",
     "LedgerRow",

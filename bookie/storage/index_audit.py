@@ -38,6 +38,7 @@ from bookie.storage.index import (
     MARK_KEY,
     META_KEYS,
     NEXT_LOG_KEY,
+    TOMBSTONES_KEY,
     Census,
     LedgerRow,
     census_of,
@@ -53,6 +54,7 @@ from bookie.storage.index import (
     unseal_entry_row,
 )
 from bookie.storage.journal_files import StorageIOError
+from bookie.storage.tombstones import Tombstones
 
 _log = structlog.get_logger(__name__)
 
@@ -81,6 +83,7 @@ class IndexContents:
         mark: The journal position replay starts from.
         ledgers_census: Census of the ``ledgers`` table.
         logs_census: Census of the ``logs`` table.
+        tombstones: The ledgers deleted here, fenced for good.
     """
 
     rows: dict[int, LedgerRow]
@@ -89,6 +92,7 @@ class IndexContents:
     mark: tuple[int, int]
     ledgers_census: Census
     logs_census: Census
+    tombstones: Tombstones
 
 
 def open_tables(env: lmdb.Environment) -> tuple[Tables, bool]:
@@ -129,6 +133,7 @@ def initialise(
         NEXT_LOG_KEY: pack_next_log(1),
         LEDGERS_CENSUS_KEY: pack_census(Census()),
         LOGS_CENSUS_KEY: pack_census(Census()),
+        TOMBSTONES_KEY: Tombstones().to_bytes(),
     }
     with env.begin(write=True, db=tables.meta) as txn:
         for key, payload in rows.items():
@@ -176,7 +181,22 @@ def audit_index(env: lmdb.Environment, tables: Tables) -> IndexContents:
     mark = unpack_mark(meta[MARK_KEY])
     if mark is None:
         raise StorageIOError(f"index in {where}: the checkpoint mark row is malformed")
-    return IndexContents(rows, damaged, live, mark, ledgers_census, logs_census)
+    return IndexContents(
+        rows, damaged, live, mark, ledgers_census, logs_census, _tombstones(meta, where)
+    )
+
+
+def _tombstones(meta: dict[bytes, bytes], where: str) -> Tombstones:
+    payload = meta.get(TOMBSTONES_KEY)
+    if payload is None:
+        return Tombstones()  # an index written before bookies kept them
+    tombstones = Tombstones.from_bytes(payload)
+    if tombstones is None:
+        raise StorageIOError(
+            f"index in {where}: meta row {TOMBSTONES_KEY.decode()} is malformed: the bookie "
+            "cannot tell which deleted ledgers it must keep fenced"
+        )
+    return tombstones
 
 
 def _meta_rows(txn: lmdb.Transaction, tables: Tables, where: str) -> dict[bytes, bytes]:
@@ -195,6 +215,12 @@ def _meta_rows(txn: lmdb.Transaction, tables: Tables, where: str) -> dict[bytes,
             state = "missing" if raw is None else "damaged"
             raise StorageIOError(f"index in {where}: meta row {key.decode()} is {state}")
         found[key] = payload
+    raw = txn.get(TOMBSTONES_KEY, db=tables.meta)
+    if raw is not None:
+        payload = unseal(TOMBSTONES_KEY, bytes(raw))
+        if payload is None:
+            raise StorageIOError(f"index in {where}: meta row {TOMBSTONES_KEY.decode()} is damaged")
+        found[TOMBSTONES_KEY] = payload
     if found[FORMAT_KEY] != format_payload():
         raise StorageIOError(
             f"index in {where} has format {found[FORMAT_KEY].decode(errors='replace')!r}; "

@@ -29,6 +29,7 @@ from bookie.storage.fastpath import unpack_entries
 from bookie.storage.journal_files import JournalMark, StorageIOError, journal_files, replay
 from bookie.storage.journal_records import Record, RecordKind, decode_record
 from bookie.storage.ledger_state import LedgerState
+from bookie.storage.tombstones import Tombstones
 from walog.wire.digest import entry_digest
 
 _log = structlog.get_logger(__name__)
@@ -46,6 +47,8 @@ class LoadedStore:
         cache: Entries replayed from the journal and not yet in the index.
         touched: Ledgers whose state replay changed (to be stored at the next checkpoint).
         deleted: Ledgers deleted by replayed records (their stored data must be dropped).
+        tombstones: Every ledger deleted here, from the index and replayed records: each is
+            fenced for good (bookie/storage/tombstones.py).
         damaged: Ledgers whose index rows are damaged: IO_ERROR for them, never absence.
         next_journal_seq: Number of the journal file to write next.
         replayed_records: Records replayed.
@@ -53,6 +56,7 @@ class LoadedStore:
 
     storage: EntryStorage
     states: dict[int, LedgerState]
+    tombstones: Tombstones
     cache: WriteCache = dataclasses.field(default_factory=WriteCache)
     touched: set[int] = dataclasses.field(default_factory=set)
     deleted: set[int] = dataclasses.field(default_factory=set)
@@ -81,7 +85,9 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
             ledger_id: LedgerState.from_bytes(ledger_id, raw)
             for ledger_id, raw in storage.ledger_states().items()
         }
-        loaded = LoadedStore(storage, states, damaged=set(storage.damaged_ledgers))
+        loaded = LoadedStore(
+            storage, states, storage.tombstones.copy(), damaged=set(storage.damaged_ledgers)
+        )
         mark = storage.checkpoint_mark()
         journal = journal_files(journal_dir, files)
         _check_mark(mark, [seq for seq, _ in journal], journal_dir)
@@ -100,6 +106,9 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
         # checksummed index summary, not a B-tree lookup, says what the index holds, so a
         # damaged index can never lower it (entries above it are absent for sure).
         for ledger_id, state in states.items():
+            # A deletion whose index update failed leaves the ledger's row behind: it
+            # comes back (and is collected again) fenced.
+            state.fenced |= ledger_id in loaded.tombstones
             cached = loaded.cache.ledgers.get(ledger_id)
             held = storage.index_summary(ledger_id).last
             state.last_entry_id = max(held, max(cached or [-1]))
@@ -145,24 +154,29 @@ def _apply(loaded: LoadedStore, record: Record) -> None:
         if record.kind is RecordKind.DELETE:
             loaded.damaged.discard(ledger_id)
             loaded.deleted.add(ledger_id)
+            loaded.tombstones.add_all((ledger_id,))
         return
     states = loaded.states
     state = states.get(ledger_id)
     if record.kind is RecordKind.KEY:
         if state is None:
-            states[ledger_id] = LedgerState(ledger_id, record.data)
+            state = states[ledger_id] = LedgerState(ledger_id, record.data)
+            # Recreated after its deletion (a fence or a recovery write): fenced, even if
+            # the FENCE record that followed was torn off.
+            state.fenced = ledger_id in loaded.tombstones
             loaded.touched.add(ledger_id)
         elif not state.master_key:  # rebuilt from the entry logs: the key given since
             state.master_key = record.data
             loaded.touched.add(ledger_id)
         return
     if record.kind is RecordKind.DELETE:
-        # Drop what the ledger had before; records after this one (a writer that did not
-        # know of the deletion) start it afresh, in the write cache only.
+        # Drop what the ledger had before; records after this one (a fence or a recovery
+        # write after the deletion) start it afresh, fenced, in the write cache only.
         states.pop(ledger_id, None)
         loaded.cache.drop_ledger(ledger_id)
         loaded.touched.discard(ledger_id)
         loaded.deleted.add(ledger_id)
+        loaded.tombstones.add_all((ledger_id,))
         return
     if state is None:
         _log.warning("journal record for an unknown ledger", ledger=ledger_id)

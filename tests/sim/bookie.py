@@ -5,7 +5,9 @@ What it keeps per ledger, and what survives :meth:`SimBookie.crash`:
 - entries: PERSISTENT adds are durable when acknowledged (the real bookie acks after the
   journal fsync); VOLATILE adds sit in the "page cache" until a force (or an entry of the
   ledger being fsynced) makes them durable, and a crash loses them (seed 004).
-- the fence flag and the master key: persisted before the reply, survive crashes.
+- the fence flag and the master key: persisted before the reply, survive crashes; a model
+  bookie never deletes a ledger (garbage collection runs on the engine's bookies only,
+  tests/sim/engine.py).
 - the LAC: the highest piggybacked or explicit LAC seen; after a crash it is rebuilt from
   the LACs piggybacked on the surviving entries (an explicit LAC is not journalled).
 - the sync cursor (LastAddSynced, seed 004): the longest synced prefix, lifted by a
@@ -147,10 +149,6 @@ class SimBookie:
         """Whether the ledger is fenced on this bookie."""
         ledger = self._ledgers.get(ledger_id)
         return ledger is not None and ledger.fenced
-
-    def drop_ledger(self, ledger_id: int) -> None:
-        """Forget a deleted ledger (garbage collection)."""
-        self._ledgers.pop(ledger_id, None)
 
     # -- requests -------------------------------------------------------------------------
 

@@ -17,11 +17,11 @@ left (replaying the journal).
 
 Two rules of the bookie itself are checked here (on every reopen and at the end):
 
-- ``bookie_forgot_fence``: a ledger the bookie answered a fence for stays fenced;
+- ``bookie_forgot_fence``: a ledger the bookie answered a fence for stays fenced, also
+  after its collector deleted it;
 - ``bookie_lost_entry``: an entry the bookie acknowledged as PERSISTENT (a writer's add or a
-  recovery's write-back) stays readable on it,
-
-unless the ledger was deleted by its collector (the metadata says it was deleted).
+  recovery's write-back) stays readable on it, unless the ledger was deleted by its
+  collector (the metadata says it was deleted).
 """
 
 from __future__ import annotations
@@ -534,7 +534,7 @@ class EngineBookie:
         fenced: set[int],
         acked: dict[int, dict[int, bytes]],
     ) -> None:
-        for ledger_id in sorted(fenced - self.collected):
+        for ledger_id in sorted(fenced):  # a deleted ledger too: fences last for good
             if not core.is_fenced(ledger_id):
                 self._violate(
                     "bookie_forgot_fence",

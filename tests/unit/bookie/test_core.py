@@ -393,12 +393,14 @@ async def test_replayed_deletion_drops_old_data_and_keeps_a_later_rewrite(
     monkeypatch.setattr(EntryStorage, "delete_ledgers", lambda self, ids: None)
     await core.delete_ledgers([1])
     monkeypatch.undo()
-    # A writer that missed the deletion writes the ledger afresh.
-    await add(core, 1, 0, data=b"new")
-    await add(core, 1, 7, lac=-1, data=b"new7")
+    # A writer that missed the deletion is refused; a recovery write recreates it, fenced.
+    assert (await add(core, 1, 5))[0] is Status.FENCED
+    await add(core, 1, 0, data=b"new", recovery=True)
+    await add(core, 1, 7, lac=-1, data=b"new7", recovery=True)
     await core.abandon()
     core = await open_core(tmp_path)
     assert await read_all(core, 1, 10) == {0: b"new", 7: b"new7"}
+    assert core.is_fenced(1)
     await core.checkpoint()
     await core.close()
     core = await open_core(tmp_path)

@@ -17,7 +17,14 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from bookie.storage.index import ENTRY_KEY, FORMAT_KEY, LEDGER_KEY, MARK_KEY, seal
+from bookie.storage.index import (
+    ENTRY_KEY,
+    FORMAT_KEY,
+    LEDGER_KEY,
+    MARK_KEY,
+    TOMBSTONES_KEY,
+    seal,
+)
 from bookie.storage.journal_files import StorageIOError
 from tests.unit.bookie.helpers import KEY, add, open_core, payload
 from walog.wire.status import Status
@@ -180,6 +187,14 @@ async def test_a_damaged_ledger_row_answers_io_error_and_refuses_writes(tmp_path
             "has format 'walog-bookie-index/9'",
         ),
         (lambda txn, t: txn.drop(t["logs"], delete=True), "lacks table"),
+        (
+            lambda txn, t: txn.put(TOMBSTONES_KEY, seal(TOMBSTONES_KEY, b"\0"), db=t["meta"]),
+            "meta row tombstones is malformed",
+        ),
+        (
+            lambda txn, t: txn.put(TOMBSTONES_KEY, b"\0" * 20, db=t["meta"]),
+            "meta row tombstones is damaged",
+        ),
     ],
     ids=[
         "ledger-row-lost",
@@ -189,6 +204,8 @@ async def test_a_damaged_ledger_row_answers_io_error_and_refuses_writes(tmp_path
         "format-missing",
         "format-other",
         "table-lost",
+        "tombstones-malformed",
+        "tombstones-damaged",
     ],
 )
 async def test_damage_that_hides_which_ledgers_exist_refuses_start(
