@@ -7,16 +7,25 @@ every available bookie announces in its registration (``--max-entry-bytes``), an
 to open with a larger one: otherwise its large records would be refused one by one, at the
 client or at a bookie. The rule (:func:`entry_limit_problem`) is pure; the bookies'
 announcements are read by :func:`walog.ledger.ensemble.announced_entry_limits`.
+
+A bookie that refuses an entry as over its own limit stops that ledger's writer; the log's
+writer then packs the records not acknowledged yet again, in their order, into entries within
+the bookie's limit (:func:`repack`, pure as well) and sends them to the next ledger: only a
+record that no such entry holds fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Generic, TypeVar
 
 from walog.errors import RecordTooLargeError
 from walog.ledger.ensemble import announced_entry_limits
 from walog.log.ledgers import LedgerClientLike
-from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES
+from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, RecordBatch
+
+T = TypeVar("T")
 
 
 def entry_limit_problem(
@@ -59,16 +68,75 @@ async def check_entry_limit(client: LedgerClientLike, name: str, max_entry_bytes
         raise ValueError(problem)
 
 
-def record_too_large(name: str, size: int, max_entry_bytes: int) -> RecordTooLargeError:
-    """The error of a record of ``size`` bytes that no entry of ``max_entry_bytes`` holds."""
+def record_too_large(
+    name: str, size: int, max_entry_bytes: int, *, refusal: RecordTooLargeError | None = None
+) -> RecordTooLargeError:
+    """The error of a record of ``size`` bytes that no entry of ``max_entry_bytes`` holds;
+    ``refusal`` is the bookie's refusal that lowered the limit to ``max_entry_bytes``, if one
+    did."""
     largest = max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
-    return RecordTooLargeError(
+    why = "" if refusal is None else f", a bookie's limit: {refusal}"
+    error = RecordTooLargeError(
         f"log {name!r}: a record of {size} bytes is over the largest one an entry holds, "
         f"{largest} bytes (max_entry_bytes={max_entry_bytes} less {max_entry_bytes - largest} "
-        "of record format); the record was not appended, the writer goes on",
+        f"of record format{why}); the record was not appended, the writer goes on",
         size=size,
         limit=largest,
     )
+    error.__cause__ = refusal
+    return error
 
 
-__all__ = ["check_entry_limit", "entry_limit_problem", "record_too_large"]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Repacked(Generic[T]):
+    """Records packed again into smaller entries (:func:`repack`).
+
+    Attributes:
+        entries: the new entries in record order: each one's bytes, its size and what came
+            with its records (in slot order).
+        too_large: the records no entry holds alone, in record order: each one's payload
+            size and what came with it.
+    """
+
+    entries: list[tuple[bytes, int, list[T]]]
+    too_large: list[tuple[int, T]]
+
+
+def repack(
+    records: Iterable[tuple[float, bytes, T]], max_entry_bytes: int, max_records: int
+) -> Repacked[T]:
+    """Pack ``(timestamp, payload, companion)`` records, in their order, into entries of at
+    most ``max_entry_bytes`` bytes and ``max_records`` records; a record that no such entry
+    holds alone goes to :attr:`Repacked.too_large` instead, and the records around it keep
+    their order. The entries of the log's writer are made the same way
+    (walog.log.records.RecordBatch), so no entry passes a limit the writer's own would not.
+
+    Raises:
+        ValueError: ``max_entry_bytes`` or ``max_records`` leaves no room for a record.
+    """
+    batch = RecordBatch(max_entry_bytes, max_records)
+    largest = batch.max_payload_bytes
+    entries: list[tuple[bytes, int, list[T]]] = []
+    too_large: list[tuple[int, T]] = []
+    companions: list[T] = []
+    for timestamp, payload, companion in records:
+        if len(payload) > largest:
+            too_large.append((len(payload), companion))
+            continue
+        if not batch.fits(len(payload)):
+            entries.append((batch.encode(), batch.size, companions))
+            batch, companions = RecordBatch(max_entry_bytes, max_records), []
+        batch.add(timestamp, payload)
+        companions.append(companion)
+    if companions:
+        entries.append((batch.encode(), batch.size, companions))
+    return Repacked(entries, too_large)
+
+
+__all__ = [
+    "Repacked",
+    "check_entry_limit",
+    "entry_limit_problem",
+    "record_too_large",
+    "repack",
+]

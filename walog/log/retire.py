@@ -11,7 +11,10 @@ A VOLATILE log's records appended after a switch are held by the writer until th
 rolled away from are closed (a close forces every entry) or recovered; :class:`Retirements`
 tells it when (:attr:`Retirements.busy`, and the ``release`` hook), and stops it when a
 recovery finds that bookies lost acknowledged records, or when records waited
-:data:`CLOSE_RECOVERY_SECONDS` for one.
+:data:`CLOSE_RECOVERY_SECONDS` for one. The records a bookie refused as too large, packed
+again for the next ledger, are held the same way until the refused ledger is closed
+(:meth:`Retirements.ending`), in any log: until then its end is not known, and a record
+must not be in the log twice.
 """
 
 from __future__ import annotations
@@ -134,6 +137,11 @@ class Retirements:
     def busy(self) -> bool:
         """Whether a ledger rolled away from is neither closed nor recovered yet."""
         return bool(self.retiring or self.recoveries)
+
+    def ending(self, ledger: ActiveLedger) -> bool:
+        """Whether ``ledger`` was switched away from and its close (or its close by
+        recovery) has not ended yet."""
+        return ledger in self.retiring or ledger.ledger_id in self.recoveries.values()
 
     def recovering(self) -> str:
         """The ids of the ledgers being closed by recovery, for messages."""

@@ -24,10 +24,14 @@ recovered ledger means another writer took over: the error is
 :class:`walog.WriterFencedError`.
 
 One failure does not end the writer: a bookie's refusal of an entry as too large (over its
-``--max-entry-bytes``, walog.log.entry_limit). The records of that ledger not acknowledged
-yet fail with :class:`walog.RecordTooLargeError` (none of them is in the log: the ledger is
-closed at its last acknowledged entry), the writer makes no larger entry than the bookie's
-limit from then on, rolls to a new ledger and goes on there with the next records.
+``--max-entry-bytes``, walog.log.entry_limit). None of that ledger's records not acknowledged
+yet is in the log (the ledger is closed at its last acknowledged entry). The writer makes no
+larger entry than the bookie's limit from then on, packs those records again, in their
+order and with the ones appended since, into entries within that limit
+(:func:`walog.log.entry_limit.repack`), and holds them, as entries held behind a roll, for
+the next ledger: it rolls, and they go once the refused ledger is closed. Only a record that
+no such entry holds fails, with :class:`walog.RecordTooLargeError` naming its size and the
+limit; the records in the log stay those acknowledged, in append order.
 """
 
 from __future__ import annotations
@@ -51,11 +55,17 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.ledger.options import LedgerOptions
-from walog.log.entry_limit import check_entry_limit, record_too_large
+from walog.log.entry_limit import check_entry_limit, record_too_large, repack
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
-from walog.log.records import RecordBatch, record_bytes
+from walog.log.records import (
+    HEADER_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    RecordBatch,
+    decode_records,
+    record_bytes,
+)
 from walog.log.registration import WriterRegistration, register_writer
 from walog.log.retention import RollPolicy
 from walog.log.retire import ActiveLedger, RetireHooks, Retirements, fenced
@@ -119,11 +129,14 @@ class LogWriterConfig:
 
 @dataclasses.dataclass(slots=True, eq=False)
 class _SentEntry:
-    """An entry sent to a ledger, with the sinks of its records (in slot order)."""
+    """An entry sent to a ledger, with the sinks of its records (in slot order) and its
+    bytes (the ledger's writer holds them too until the entry completes), which go again to
+    the next ledger if a bookie refuses them as too large."""
 
     ledger: ActiveLedger
     sinks: list[PositionSink]
     entry: asyncio.Future[int]
+    payload: bytes
 
 
 class AsyncLogWriter:
@@ -356,8 +369,11 @@ class AsyncLogWriter:
         undelivered = self._undelivered
         if undelivered and undelivered[0].ledger is not self._current:
             return True
-        if self._current is self._refused:
-            return True  # it takes no more entries: they wait for the next ledger
+        refused = self._refused
+        if refused is not None and (refused is self._current or self._old.ending(refused)):
+            # It takes no more entries: they wait for the next ledger, and for the refused
+            # one's close, which fixes its end (a record must not be in both).
+            return True
         return self._volatile and self._old.busy
 
     def _release_held(self) -> None:
@@ -375,13 +391,23 @@ class AsyncLogWriter:
             self._fail(fenced(self.name, ledger.ledger_id, exc))
             self._fail_futures(futures, self._failure or exc)
             return
+        except RecordTooLargeError as exc:
+            if any(sent.ledger is ledger for sent in self._undelivered):
+                # The ledger's writer stopped on a bookie's refusal not delivered yet: this
+                # entry waits, first of the held ones, to be packed again with its entries.
+                self._refused = ledger
+                self._held.appendleft((payload, size, futures))
+                return
+            self._fail(exc)
+            self._fail_futures(futures, exc)
+            return
         except Exception as exc:  # e.g. an entry over the client's limit: nothing was sent
             self._fail(exc)
             self._fail_futures(futures, exc)
             return
         ledger.entries += 1
         ledger.size_bytes += size
-        self._undelivered.append(_SentEntry(ledger, futures, entry))
+        self._undelivered.append(_SentEntry(ledger, futures, entry, payload))
         entry.add_done_callback(self._entry_done)
         self._maybe_roll()
 
@@ -409,8 +435,8 @@ class AsyncLogWriter:
             return error
         exc = entry.exception()
         if isinstance(exc, RecordTooLargeError):
-            self._fail_futures(sinks, self._entry_refused(sent, exc))
-            return None  # later records go to the next ledger
+            self._entry_refused(sent, exc)
+            return None  # the writer goes on in the next ledger
         if exc is not None:
             if isinstance(exc, LedgerFencedError | LedgerClosedError):
                 exc = fenced(self.name, sent.ledger.ledger_id, exc)
@@ -428,33 +454,72 @@ class AsyncLogWriter:
                 pass  # its caller cancelled it
         return None
 
-    def _entry_refused(self, sent: _SentEntry, exc: RecordTooLargeError) -> RecordTooLargeError:
-        """A bookie refused an entry of ``sent.ledger`` as too large (its ledger writer
-        stopped, failing every entry not acknowledged): make no entry larger than the
-        bookie's limit from now on and roll to a new ledger. Return the error for the
-        records of ``sent``."""
-        bookie_limit = exc.limit
-        if bookie_limit is not None and bookie_limit < self._entry_bytes:
-            try:
-                RecordBatch(bookie_limit, self._config.max_records_per_entry)
-            except ValueError:
-                pass  # too small for a record: keep the size, each entry is refused
-            else:
-                self._entry_bytes = bookie_limit
-        if self._refused is not sent.ledger:
-            self._refused = sent.ledger
-            log.warning("bookie refused an entry as too large", log=self.name, error=str(exc))
-            if sent.ledger is self._current:
-                self._maybe_roll()
-        error = RecordTooLargeError(
-            f"log {self.name!r}: not appended, with every record of ledger "
-            f"{sent.ledger.ledger_id} not yet acknowledged: {exc}; the writer goes on in "
-            f"a new ledger with entries of at most {self._entry_bytes} bytes",
-            size=exc.size,
-            limit=exc.limit,
+    def _entry_refused(self, sent: _SentEntry, exc: RecordTooLargeError) -> None:
+        """A bookie refused an entry of ``sent.ledger`` as too large: its ledger writer
+        stopped, failing ``sent`` and every later entry with ``exc``, and the ledger is
+        closed at its last acknowledged entry. Make no entry larger than the bookie's limit
+        from now on, pack the records of those entries again, with the ones held or batched
+        since, and hold them for the next ledger (:meth:`_resend`); roll to it."""
+        ledger = sent.ledger
+        refused = [sent]
+        undelivered = self._undelivered
+        while undelivered and undelivered[0].ledger is ledger and undelivered[0].entry.done():
+            later = undelivered[0].entry
+            if later.cancelled() or not isinstance(later.exception(), RecordTooLargeError):
+                break
+            refused.append(undelivered.popleft())
+        self._refused = ledger
+        log.warning("bookie refused an entry as too large", log=self.name, error=str(exc))
+        limit = exc.limit
+        if limit is not None and HEADER_BYTES + RECORD_OVERHEAD_BYTES < limit < self._entry_bytes:
+            self._entry_bytes = limit
+            self._resend(refused, exc)
+        else:
+            # No smaller limit to pack them within (the bookie did not say, or it holds no
+            # record): sent again, they would be refused again.
+            error = RecordTooLargeError(
+                f"log {self.name!r}: not appended, with every record of ledger "
+                f"{ledger.ledger_id} not yet acknowledged: {exc}; the writer goes on in a "
+                f"new ledger with entries of at most {self._entry_bytes} bytes",
+                size=exc.size,
+                limit=exc.limit,
+            )
+            error.__cause__ = exc
+            for each in refused:
+                self._fail_futures(each.sinks, error)
+        if ledger is self._current:
+            self._maybe_roll()
+
+    def _resend(self, refused: list[_SentEntry], exc: RecordTooLargeError) -> None:
+        """Pack the records of the ``refused`` entries, then those held and batched since,
+        in their order, into entries of at most the lowered limit, and hold them for the
+        next ledger (:meth:`_release_held` sends them); fail a record no entry holds."""
+        records: list[tuple[float, bytes, PositionSink]] = []
+
+        def take(payload: bytes, sinks: list[PositionSink]) -> None:
+            for (timestamp, data), sink in zip(decode_records(payload), sinks, strict=True):
+                records.append((timestamp, data, sink))
+
+        for each in refused:
+            take(each.payload, each.sinks)
+        for payload, _size, sinks in self._held:
+            take(payload, sinks)
+        if self._batch_futures:
+            take(self._batch.encode(), self._batch_futures)
+        self._held.clear()
+        self._batch, self._batch_futures = self._new_batch(), []
+        repacked = repack(records, self._entry_bytes, self._config.max_records_per_entry)
+        for size, sink in repacked.too_large:
+            error = record_too_large(self.name, size, self._entry_bytes, refusal=exc)
+            self._fail_futures([sink], error)
+        self._held.extend(repacked.entries)
+        log.info(
+            "records refused as too large packed again for the next ledger",
+            log=self.name,
+            records=len(records) - len(repacked.too_large),
+            failed=len(repacked.too_large),
+            max_entry_bytes=self._entry_bytes,
         )
-        error.__cause__ = exc
-        return error
 
     def _session_expired(self) -> None:
         """The session that took the log over is gone: another writer may hold the log by
