@@ -19,6 +19,8 @@
   index from the entry logs (an offline command);
 - ``compaction``: moving the live entries out of partly dead entry logs;
 - ``ledger_state``: per-ledger state (key, fence, LAC, sync cursor), pure rules;
+- ``fences``: fences waiting for their sync, and the ledgers deleted here, fenced for
+  good; ``tombstones``: the set of those deleted ledgers, as stored in the index;
 - ``config``: ``StorageConfig``; ``files`` and ``environment``: the disk, threads and
   journal writer the engine runs on (swapped by the simulator);
 - ``fastpath`` and the ``_fast*`` extensions: the compiled hot paths and the choice of

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import hmac
 import secrets
 from collections.abc import Callable, Iterable, Sequence
@@ -44,21 +43,19 @@ from bookie.storage.entry_storage import (
 )
 from bookie.storage.environment import LOCAL_ENV, StorageEnv
 from bookie.storage.fastpath import refused_entries, unpack_entries
+from bookie.storage.fences import Fences
 from bookie.storage.group_reports import GroupReports
-from bookie.storage.journal import GroupReport, Journal
+from bookie.storage.journal import Journal
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.journal_records import (
     add_header,
     delete_record,
-    fence_record,
     key_record,
     lac_record,
 )
 from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
-from bookie.storage.tombstones import Tombstones
-from walog import mutations
 from walog.latency import StageLatencies
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER, PackedEntry
@@ -112,13 +109,6 @@ class BookieCore:
         # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
         self._damaged: set[int] = set()
         self._lac_polls = LacPolls(self.lac)
-        # Ledgers whose FENCE record is queued but not synced yet: every fence of such a
-        # ledger waits for that one record. A fenced ledger absent from here is durably
-        # fenced (its record synced, or replayed from disk on open).
-        self._fencing: dict[int, asyncio.Future[GroupReport]] = {}
-        # Ledgers deleted here: a plain add to one is FENCED for good, a fence or a
-        # recovery write recreates it fenced (bookie/storage/tombstones.py).
-        self._tombstones = Tombstones()
         self._writer = env.workers(1, "bookie-storage")
         self._readers = env.workers(2, "bookie-read")
         self._storage: EntryStorage | None = None
@@ -151,13 +141,15 @@ class BookieCore:
             runner=env.journal_runner,
             blocking=self._writer.run,
         )
+        self.fences = Fences(self.journal, lambda ledger_id: self.checkpoints.dirty.add(ledger_id))
+        """Fences waiting for their sync, and the ledgers deleted here (fenced for good)."""
         self.checkpoints = Checkpointer(
             config,
             self.journal,
             self._writer,
             storage=self._require_storage,
             states=self._state_records,
-            tombstones=lambda: self._tombstones.copy(),
+            tombstones=lambda: self.fences.tombstones.copy(),
             damaged_entries=self.damaged_entries,
         )
         """The write cache and its checkpoints (bookie/storage/checkpoints.py); while its
@@ -184,7 +176,7 @@ class BookieCore:
         core._storage = loaded.storage
         core._states = loaded.states
         core._damaged = loaded.damaged
-        core._tombstones = loaded.tombstones
+        core.fences.tombstones = loaded.tombstones
         core.checkpoints.cache = loaded.cache
         core.checkpoints.dirty = loaded.touched
         core.stats.replayed_records = loaded.replayed_records
@@ -436,9 +428,7 @@ class BookieCore:
         if state is None:
             if ledger_id in self._damaged:
                 return None, Status.IO_ERROR  # its key and fence are unknown
-            deleted = ledger_id in self._tombstones
-            if deleted and mutations.enabled("deleted_ledger_forgets_fence"):
-                deleted = False
+            deleted = self.fences.is_deleted(ledger_id)
             if deleted and not adopt_key:
                 return None, Status.FENCED
             state = LedgerState(ledger_id, bytes(master_key))
@@ -446,7 +436,7 @@ class BookieCore:
             self.checkpoints.dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
             if deleted:
-                self._fence_state(state)
+                self.fences.fence(state)
             return state, Status.OK
         if not state.master_key:
             if not adopt_key:
@@ -521,35 +511,10 @@ class BookieCore:
         if state is None:
             return status, -1, -1
         if not state.fenced:
-            self._fence_state(state)
-        waiter = self._fencing.get(ledger_id)
-        if waiter is not None:
-            try:
-                # Shared by every fence of the ledger: one cancelled request must not
-                # cancel the others' wait.
-                await asyncio.shield(waiter)
-            except StorageIOError:
-                return Status.IO_ERROR, -1, -1
+            self.fences.fence(state)
+        if not await self.fences.synced(ledger_id):
+            return Status.IO_ERROR, -1, -1
         return Status.OK, state.lac, state.last_entry_id
-
-    def _fence_state(self, state: LedgerState) -> None:
-        """Fence now (plain adds are refused from here on) and queue the FENCE record;
-        :attr:`_fencing` holds it until it is synced."""
-        ledger_id = state.ledger_id
-        state.fenced = True
-        self.checkpoints.dirty.add(ledger_id)
-        record = self.journal.append((fence_record(ledger_id),), sync=True)
-        assert record is not None
-        self._fencing[ledger_id] = record
-        record.add_done_callback(functools.partial(self._fence_synced, ledger_id))
-
-    def _fence_synced(self, ledger_id: int, waiter: asyncio.Future[GroupReport]) -> None:
-        # Only a synced record makes the ledger durably fenced. After a failed sync the
-        # future stays here, so a later fence of this ledger waits on it and answers
-        # IO_ERROR too (the journal has failed: nothing can be persisted any more).
-        synced = not waiter.cancelled() and waiter.exception() is None
-        if synced and self._fencing.get(ledger_id) is waiter:
-            del self._fencing[ledger_id]
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -640,7 +605,7 @@ class BookieCore:
     def is_fenced(self, ledger_id: int) -> bool:
         """True once the ledger was fenced on this bookie (a deleted one stays fenced)."""
         state = self._states.get(ledger_id)
-        return ledger_id in self._tombstones if state is None else state.fenced
+        return self.fences.is_deleted(ledger_id) if state is None else state.fenced
 
     def ledgers(self) -> list[int]:
         """Ids of every ledger this bookie holds (damaged ones too, so GC can drop them),
@@ -692,12 +657,11 @@ class BookieCore:
         async with self.checkpoints.lock:
             storage = self._require_storage()
             waiters = []
-            self._tombstones.add_all(doomed)  # before a state is gone: no add slips between
+            self.fences.deleted(doomed)
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
                 self._damaged.discard(ledger_id)
                 self.damaged_entries.pop(ledger_id, None)
-                self._fencing.pop(ledger_id, None)  # a recreated ledger is fenced anew
                 self.checkpoints.cache.drop_ledger(ledger_id)
                 self.checkpoints.dirty.discard(ledger_id)
                 self._lac_polls.wake(ledger_id)
