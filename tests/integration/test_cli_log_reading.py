@@ -123,7 +123,11 @@ def test_a_truncation_point_past_the_end_of_the_log_is_refused(
     status, out, err = _run(["truncate", log_name, "--before", str(past)], capsys)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and "past the end of log" in err, err
-    assert f"the next record goes at {positions[-1].ledger_id}:1:0" in err, err
+    last = positions[-1]
+    assert f"the log now ends at entry {last.ledger_id}:{last.entry_id}, so " in err, err
+    assert f"{last.ledger_id}:{last.entry_id + 1}:0 is the furthest truncation point" in err, err
+    status, out, err = _run(["truncate", log_name, "--before", str(past), "--dry-run"], capsys)
+    assert status == 2 and out == "" and "past the end of log" in err, err
     with walog.connect(cluster.metadata_uri) as client:
         log = client.open_log(log_name)
         assert [s.ledger_id for s in log.segments()] == before

@@ -166,8 +166,18 @@ async def log_truncator(world: World, who: str) -> None:
     if log is None:
         return
     world.log_history.on_truncate(before)
-    deleted = await cancellable(world, who, "truncate", log.truncate(before))
+    deleted = await cancellable(world, who, "truncate", _truncate(world, who, log, before))
     world.trace.log(f"{who} TRUNCATE before {before}: {deleted} ledger(s)")
+
+
+async def _truncate(world: World, who: str, log: AsyncLog, before: Position) -> int | None:
+    """``log.truncate(before)``; None when refused as past the end: an acknowledged record
+    may lie past the last add confirmed readers see yet (or a VOLATILE crash lost it)."""
+    try:
+        return await log.truncate(before)
+    except ValueError as exc:
+        world.trace.log(f"{who} TRUNCATE refused: {exc}")
+        return None
 
 
 async def log_duel(world: World, durability: Durability = Durability.PERSISTENT) -> None:

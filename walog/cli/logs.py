@@ -241,10 +241,10 @@ def repair_log(args: argparse.Namespace) -> int:
 
 def truncate(args: argparse.Namespace) -> int:
     """``walog truncate LOG --before POSITION [--dry-run]``: delete the ledgers wholly
-    before it; a point past the log's end is refused (status 2)."""
-    from walog.log.lag import last_entries, open_ledger_lacs
-    from walog.log.position import Position, ledger_end, ledger_start
+    before it; a point past the log's end is refused (status 2), by the library's check."""
+    from walog.log.position import Position
     from walog.log.retention import truncation_count
+    from walog.log.truncation import check_truncation_point
 
     try:
         before = Position.parse(args.before)
@@ -252,27 +252,18 @@ def truncate(args: argparse.Namespace) -> int:
         raise CliError(f"--before {args.before!r}: {exc}", 2) from None
     with connect(args) as client:
         log = existing_log(client, args)
-        meta = log.metadata()
-        lacs = client.loop_thread.run(
-            open_ledger_lacs(client.async_client, meta.ledgers, password_of(args))
-        )
-        window = last_entries(meta.ledgers, lacs, 1)
-        if window is not None:
-            end = ledger_end(window[1].ledger_id, window[1].entry_id)
-            last = f"its last record is in entry {window[1].ledger_id}:{window[1].entry_id}"
-        else:
-            end = ledger_start(meta.ledgers[0].ledger_id) if meta.ledgers else Position(0, 0, 0)
-            last = "it holds no record"
-        if before > end:
-            raise CliError(
-                f"--before {before} is past the end of log {args.log!r} ({last}; the next "
-                f"record goes at {end}): nothing there to truncate before",
-                2,
-            )
-        if args.dry_run:
-            doomed = [i.ledger_id for i in meta.ledgers[: truncation_count(meta.ledgers, before)]]
-        else:
-            doomed = meta.ledger_ids[: log.truncate(before)]
+        try:
+            if args.dry_run:
+                meta = client.loop_thread.run(
+                    check_truncation_point(client.async_client, args.log, before, password_of(args))
+                )
+                count = truncation_count(meta.ledgers, before)
+                doomed = [i.ledger_id for i in meta.ledgers[:count]]
+            else:
+                listed = log.metadata().ledger_ids
+                doomed = listed[: log.truncate(before)]
+        except ValueError as exc:
+            raise CliError(f"--{exc}", 2) from None
     if args.json:
         doc = {"log": args.log, "before": str(before), "dry_run": args.dry_run}
         emit(json.dumps({**doc, "ledgers": doomed}))

@@ -220,14 +220,23 @@ class AsyncLog:
         """Delete the ledgers whose every record is before ``before`` (a Position or text
         ``"LEDGER:ENTRY:SLOT"``); return how many.
 
-        Never deletes the ledger being written.
+        Never deletes the ledger being written. A point past the log's end is refused:
+        the end is just after the last entry readers can see now, that is the end the log's
+        record gives its last ledger when CLOSED, or the last add confirmed the bookies
+        give any reader when it is OPEN (entries a live writer has acknowledged but no
+        reader sees yet are past it). A point exactly at the end removes every record
+        written so far, but the ledger being written.
 
         Raises:
             TypeError: ``before`` is neither a Position nor text.
-            ValueError: ``before`` is text that does not parse.
+            ValueError: ``before`` is text that does not parse, or lies past the log's end
+                (the error names the log's last entry and the furthest point); nothing
+                is deleted then.
         """
         before = position_argument(before, "before")
-        return await truncation.truncate_log(self._client, self.name, before)
+        return await truncation.truncate_log(
+            self._client, self.name, before, self.ledger_options.password
+        )
 
     async def enforce_retention(self) -> int:
         """Apply the log's RetentionPolicy; return how many ledgers it deleted."""

@@ -303,9 +303,14 @@ class Log:
         """Delete the ledgers whose every record is before ``before`` (a Position or text
         ``"LEDGER:ENTRY:SLOT"``); return how many.
 
+        Never deletes the ledger being written. A point past the log's end (just after
+        the last entry readers can see now: the last add confirmed of the ledger being
+        written) is refused, as by :meth:`walog.aio.AsyncLog.truncate`.
+
         Raises:
             TypeError: ``before`` is neither a Position nor text.
-            ValueError: ``before`` is text that does not parse.
+            ValueError: ``before`` is text that does not parse, or lies past the log's end
+                (nothing is deleted then).
         """
         return self._loop.run(self.async_log.truncate(before))
 

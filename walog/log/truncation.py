@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError
+from walog.log.lag import last_entries, open_ledger_lacs
 from walog.log.ledgers import LOG_TAG, LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_metadata import LedgerInfo, LogMetadata, read_log, update_log
-from walog.log.position import Position, ledger_end
+from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.retention import RetentionPolicy, retention_decision, truncation_count
 from walog.log.sink import collect_sink_orphans
 
@@ -158,11 +159,81 @@ async def _remove(
     return len(removed)
 
 
-async def truncate_log(client: LedgerClientLike, name: str, before: Position) -> int:
+def truncation_end(ledgers: Sequence[LedgerInfo], open_lac: int) -> Position:
+    """The furthest truncation point of a log listing ``ledgers`` (pure): just after the
+    last confirmed entry of its last listed ledger, that ledger's end when CLOSED, its
+    last add confirmed ``open_lac`` (-1: none) when OPEN. A log with no ledger ends at
+    ``0:0:0``.
+
+    A point there removes every record confirmed so far (but the ledger being written);
+    a point after it names records nobody can read yet, or that may never exist.
+    """
+    if not ledgers:
+        return Position(0, 0, 0)
+    last = ledgers[-1]
+    return ledger_end(last.ledger_id, last.last_entry_id if last.is_closed else open_lac)
+
+
+def past_end_error(
+    name: str, before: Position, ledgers: Sequence[LedgerInfo], open_lac: int
+) -> ValueError | None:
+    """The error refusing truncation point ``before`` of log ``name`` (pure), None when
+    it is not past :func:`truncation_end`. It names the log's last confirmed entry (a
+    position that exists) and the furthest point allowed."""
+    end = truncation_end(ledgers, open_lac)
+    if before <= end:
+        return None
+    lacs = {} if not ledgers or ledgers[-1].is_closed else {ledgers[-1].ledger_id: open_lac}
+    window = last_entries(ledgers, lacs, 1)
+    if window is None:
+        now = "the log holds no record yet"
+    else:
+        now = f"the log now ends at entry {window[1].ledger_id}:{window[1].entry_id}"
+    return ValueError(
+        f"before: {before} is past the end of log {name!r}: {now}, so {end} is the furthest "
+        "truncation point (it removes every record written so far)"
+    )
+
+
+async def check_truncation_point(
+    client: LedgerClientLike, name: str, before: Position, password: bytes = b""
+) -> LogMetadata:
+    """Refuse a truncation point past the end of log ``name``; return the log's record.
+
+    The end is what readers can see now (:func:`truncation_end`): the log's record, and
+    the last add confirmed of its last ledger while OPEN, as the bookies tell any reader
+    (the writer may have more acknowledged that no reader sees yet). The bookies are
+    asked only for a point inside that OPEN ledger. The end only moves forward, so a
+    point within it stays within it while the truncation runs.
+
+    Raises:
+        ValueError: ``before`` is past the end (names the point and the log's end).
+    """
+    meta, _ = await read_log(client.ctx.store, name)
+    ledgers = meta.ledgers
+    open_lac = -1
+    if ledgers and not ledgers[-1].is_closed and before > ledger_start(ledgers[-1].ledger_id):
+        lacs = await open_ledger_lacs(client, ledgers[-1:], password)
+        open_lac = lacs.get(ledgers[-1].ledger_id, -1)
+    error = past_end_error(name, before, ledgers, open_lac)
+    if error is not None:
+        raise error
+    return meta
+
+
+async def truncate_log(
+    client: LedgerClientLike, name: str, before: Position, password: bytes = b""
+) -> int:
     """Remove and delete the head ledgers whose every record is before ``before``.
 
     Never the ledger being written (the last of the list). Returns how many were deleted.
+    ``password`` opens the log's ledgers (to read the LAC of the one being written).
+
+    Raises:
+        ValueError: ``before`` is past the log's end (:func:`check_truncation_point`);
+            nothing is deleted.
     """
+    await check_truncation_point(client, name, before, password)
     await refresh_closed(client, name)
     return await _remove(client, name, lambda meta: truncation_count(meta.ledgers, before))
 
@@ -285,10 +356,13 @@ def _report_overrun(
 
 
 __all__ = [
+    "check_truncation_point",
     "collect_orphans",
     "enforce_retention",
     "orphan_candidates",
+    "past_end_error",
     "refresh_closed",
     "scan_orphans",
     "truncate_log",
+    "truncation_end",
 ]

@@ -9,7 +9,8 @@ For each log (``list_logs``), whether a writer runs or not, a pass:
    in the log's report);
 3. applies the retention policy stored with the log (``walog.log.log_config``): after the
    archive job, so that a ledger it archived is one ``require_archived`` retention may
-   delete in the same pass, and whether or not the job failed;
+   delete in the same pass, and whether or not the job failed (a failed job is named in
+   the log's report, and the next pass runs it again whatever its interval);
 4. measures the log for the metrics and ``walog status`` (``walog.log.health``).
 
 A log whose maintenance fails is reported and left for the next pass; the other logs go on.
@@ -130,10 +131,11 @@ async def maintain_log(
     archiver: Archiver | None,
     archive_due: Callable[[str, float | None], bool],
     now: Callable[[], float] = time.time,
+    archive_failed: Callable[[str], None] = lambda name: None,
 ) -> LogReport:
     """One pass over log ``name``; ``archive_due(name, interval_s)`` says whether its
-    archive's interval has passed. Never raises for the log's own failures: they are in
-    the report."""
+    archive's interval has passed, ``archive_failed(name)`` hears that its archive job
+    failed. Never raises for the log's own failures: they are in the report."""
     report = LogReport(name)
     store = client.ctx.store
     try:
@@ -152,6 +154,7 @@ async def maintain_log(
                 raise
             except Exception as exc:  # the archive job's own errors (Spark, py4j) among them
                 archive_error = _failure(exc)
+                archive_failed(name)
                 log.warning("log archive failed", log=name, error=archive_error)
         if deletes_anything(config.retention):
             report.deleted = await truncation.enforce_retention(client, name, config.retention)
@@ -209,7 +212,8 @@ class Maintainer:
         client: the cluster's client.
         archiver: what runs the archive job (None: no archiving in this process).
         once: every archive is due at each pass (``walog maintain --once``); otherwise
-            a log's archive runs once per its policy's ``interval_s``.
+            a log's archive runs once per its policy's ``interval_s``, and again at the
+            next pass after a run that failed.
         clock: Unix time (for tests).
     """
 
@@ -235,6 +239,11 @@ class Maintainer:
             return True
         return False
 
+    def _archive_failed(self, name: str) -> None:
+        # The failed run counts for nothing: the next pass tries again, not the next
+        # interval (which may be hours).
+        self._last_archive.pop(name, None)
+
     async def pass_once(self) -> list[LogReport]:
         """One pass over every log; a report per log, in name order."""
         reports = []
@@ -245,6 +254,7 @@ class Maintainer:
                 archiver=self._archiver,
                 archive_due=self._archive_due,
                 now=self._clock,
+                archive_failed=self._archive_failed,
             )
             if report.error != "deleted meanwhile":
                 reports.append(report)

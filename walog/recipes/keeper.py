@@ -10,7 +10,7 @@ from walog._loggers import get_logger
 from walog.errors import WalogError
 from walog.log.async_log import AsyncLog
 from walog.log.log_metadata import SnapshotInfo
-from walog.log.position import Position
+from walog.log.position import Position, ledger_start
 from walog.recipes.policy import SnapshotPolicy, restore_order, truncation_point
 from walog.recipes.service import Service
 from walog.recipes.snapshots import (
@@ -105,6 +105,11 @@ class SnapshotKeeper:
                 "snapshot listed", node=self._node_id, position=str(position), at=info.location
             )
         point = truncation_point(meta.snapshots)
+        if point is not None and meta.last_ledger_id is not None:
+            # A leader's snapshot may lie past what readers see yet of the ledger it writes,
+            # a point truncation refuses; truncation keeps that ledger whatever the point
+            # inside it, so its start removes the same ledgers.
+            point = min(point, ledger_start(meta.last_ledger_id))
         if self._policy.truncate and point is not None:
             await self._log.truncate(point)
         return info if listed else None
