@@ -1,6 +1,10 @@
 """The entry log being filled, and the format of its records.
 
-An entry log holds entries of many ledgers, appended at checkpoints and by compaction. Each
+An entry log holds entries of many ledgers, appended at checkpoints and by compaction. It
+starts with a 16-byte header (:data:`LOG_HEADER`: ``WALE``, format version, log id); records
+follow. Logs written before the header existed (format version 1) start with their first
+record, and are read as such: their first four bytes are a record's data length, at most
+64 MiB (the largest message), never ``WALE`` (1.36 GiB read as a length). Each
 record is ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` (:data:`RECORD`)
 followed by the data. :class:`EntryLogWriter` appends records to the log being filled,
 writes and syncs them chunk by chunk, rolls to a new log at ``entry_log_file_bytes``, and
@@ -31,6 +35,7 @@ from bookie.storage.fastpath import CHECKPOINT_COMPILED
 from bookie.storage.files import Files, write_all
 from bookie.storage.index import ENTRY_KEY, ROW_CRC
 from bookie.storage.journal_files import StorageIOError
+from walog.format_versions import newer_version_message
 
 CachedEntry = tuple[int, int, bytes]
 """An entry held in the write cache: ``(lac, digest, data)``. A plain tuple, not a named
@@ -50,6 +55,36 @@ _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 #: The append loop, chosen once at import (bookie/storage/fastpath.py): True for the
 #: compiled one.
 _COMPILED = CHECKPOINT_COMPILED
+
+
+LOG_HEADER = struct.Struct(">4sIQ")
+"""An entry log's header: magic, format version, log id."""
+_LOG_MAGIC = b"WALE"
+ENTRY_LOG_VERSION = 2
+"""The entry-log format this bookie writes, and the newest it reads (1: no header)."""
+
+
+def log_header(log_id: int) -> bytes:
+    """The header entry log ``log_id`` starts with."""
+    return LOG_HEADER.pack(_LOG_MAGIC, ENTRY_LOG_VERSION, log_id)
+
+
+def records_start(head: bytes, path: Path) -> int:
+    """Where the first record of the entry log at ``path`` starts, given its first
+    :data:`LOG_HEADER` ``.size`` bytes ``head`` (fewer for a shorter file): after the
+    header, or at 0 in a log of version 1 (no header).
+
+    Raises:
+        StorageIOError: the header names a newer format version than this bookie reads.
+    """
+    if len(head) < LOG_HEADER.size or head[:4] != _LOG_MAGIC:
+        return 0
+    _, version, _ = LOG_HEADER.unpack_from(head)
+    if version > ENTRY_LOG_VERSION:
+        raise StorageIOError(
+            newer_version_message(f"entry log {path}", version, ENTRY_LOG_VERSION, "the bookie")
+        )
+    return LOG_HEADER.size
 
 
 def entry_log_path(directory: Path, log_id: int) -> Path:
@@ -277,7 +312,10 @@ class EntryLogWriter:
         self._fd = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._files.fsync_dir(self._log_dir)
         self.log_id = log_id
-        self._offset = 0
+        # Synced with the log's first records: a log with no index row pointing into it is
+        # removed at the next start, whatever it holds.
+        write_all(self._files, self._fd, log_header(log_id))
+        self._offset = LOG_HEADER.size
 
 
 def _bad_entry(
@@ -306,4 +344,13 @@ def _bad_entry(
     return None
 
 
-__all__ = ["RECORD", "CachedEntry", "EntryLogWriter", "entry_log_path"]
+__all__ = [
+    "ENTRY_LOG_VERSION",
+    "LOG_HEADER",
+    "RECORD",
+    "CachedEntry",
+    "EntryLogWriter",
+    "entry_log_path",
+    "log_header",
+    "records_start",
+]

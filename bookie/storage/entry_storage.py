@@ -3,7 +3,8 @@
 Layout under ``data_dir``:
 
 - ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints by the
-  entry-log writer (bookie/storage/entry_log_writer.py, which also defines the records).
+  entry-log writer (bookie/storage/entry_log_writer.py, which also defines the header and
+  the records); a log of a newer format than this bookie reads stops it at open.
 - ``index/`` — one LMDB environment (format version 2, bookie/storage/index.py) with four
   tables: ``entries`` ((ledger, entry) -> (log, offset, record length)), ``ledgers``
   (ledger -> index summary + :class:`LedgerState` record), ``logs`` (log -> live bytes per
@@ -35,7 +36,14 @@ from typing import NamedTuple
 import lmdb
 import structlog
 
-from bookie.storage.entry_log_writer import RECORD, CachedEntry, EntryLogWriter, entry_log_path
+from bookie.storage.entry_log_writer import (
+    LOG_HEADER,
+    RECORD,
+    CachedEntry,
+    EntryLogWriter,
+    entry_log_path,
+    records_start,
+)
 from bookie.storage.environment import open_lmdb_index
 from bookie.storage.fastpath import unbuilt
 from bookie.storage.files import LOCAL_FILES, Files, write_all
@@ -187,6 +195,7 @@ class EntryStorage:
             if fresh:
                 initialise(env, tables, self._log_names(), rebuild=rebuild)
             contents = audit_index(env, tables)
+            self._check_log_versions()
         except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
                 env.close()
@@ -256,6 +265,22 @@ class EntryStorage:
             if path.stem.isdigit() and int(path.stem) not in self._live:
                 _log.info("removing unreferenced entry log", file=str(path))
                 self._files.unlink(path)
+
+    def _check_log_versions(self) -> None:
+        """Refuse to start on an entry log of a newer format than this bookie reads
+        (StorageIOError naming both versions). A header the disk fails to read is left to
+        the reads of its entries, which report it as they would any failed read."""
+        for name in self._log_names():
+            path = self.log_dir / name
+            try:
+                fd = self._files.open(path, os.O_RDONLY)
+                try:
+                    head = self._files.pread(fd, LOG_HEADER.size, 0)
+                finally:
+                    self._files.close(fd)
+            except OSError:
+                continue
+            records_start(head, path)
 
     def _log_names(self) -> list[str]:
         """The names of the entry logs in the log directory."""
