@@ -92,6 +92,23 @@ def records_start(head: bytes, path: Path) -> int:
     return LOG_HEADER.size
 
 
+def check_log_versions(log_dir: Path, names: Iterable[str], files: Files) -> None:
+    """Refuse to open entry logs of a newer format than this bookie reads: StorageIOError
+    naming the log and both versions. A header the disk fails to read is left to the reads
+    of its entries, which report it as they would any failed read."""
+    for name in names:
+        path = log_dir / name
+        try:
+            fd = files.open(path, os.O_RDONLY)
+            try:
+                head = files.pread(fd, LOG_HEADER.size, 0)
+            finally:
+                files.close(fd)
+        except OSError:
+            continue
+        records_start(head, path)
+
+
 def entry_log_path(directory: Path, log_id: int) -> Path:
     """Path of entry log ``log_id``."""
     return directory / f"{log_id:010d}.log"
@@ -357,6 +374,7 @@ __all__ = [
     "RECORD",
     "CachedEntry",
     "EntryLogWriter",
+    "check_log_versions",
     "entry_log_path",
     "log_header",
     "records_start",

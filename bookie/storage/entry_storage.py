@@ -37,12 +37,11 @@ import lmdb
 import structlog
 
 from bookie.storage.entry_log_writer import (
-    LOG_HEADER,
     RECORD,
     CachedEntry,
     EntryLogWriter,
+    check_log_versions,
     entry_log_path,
-    records_start,
 )
 from bookie.storage.environment import open_lmdb_index
 from bookie.storage.fastpath import unbuilt
@@ -195,7 +194,7 @@ class EntryStorage:
             if fresh:
                 initialise(env, tables, self._log_names(), rebuild=rebuild)
             contents = audit_index(env, tables)
-            self._check_log_versions()
+            check_log_versions(self.log_dir, self._log_names(), files)
         except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
                 env.close()
@@ -265,22 +264,6 @@ class EntryStorage:
             if path.stem.isdigit() and int(path.stem) not in self._live:
                 _log.info("removing unreferenced entry log", file=str(path))
                 self._files.unlink(path)
-
-    def _check_log_versions(self) -> None:
-        """Refuse to start on an entry log of a newer format than this bookie reads
-        (StorageIOError naming both versions). A header the disk fails to read is left to
-        the reads of its entries, which report it as they would any failed read."""
-        for name in self._log_names():
-            path = self.log_dir / name
-            try:
-                fd = self._files.open(path, os.O_RDONLY)
-                try:
-                    head = self._files.pread(fd, LOG_HEADER.size, 0)
-                finally:
-                    self._files.close(fd)
-            except OSError:
-                continue
-            records_start(head, path)
 
     def _log_names(self) -> list[str]:
         """The names of the entry logs in the log directory."""
