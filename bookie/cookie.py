@@ -36,11 +36,13 @@ from pathlib import Path
 
 from bookie.config import BookieConfig
 from walog.errors import CookieMismatchError
+from walog.format_versions import check_version
 from walog.metadata.layout import cookie_path, decommission_path
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 
 COOKIE_FILE = "cookie.json"
 COOKIE_FORMAT = 1
+"""The cookie format this bookie writes, and the newest it reads."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,18 +74,27 @@ class Cookie:
         """Parse a cookie; ``where`` names its location in the error message.
 
         Raises:
-            CookieMismatchError: the bytes are not a cookie of a known format.
+            CookieMismatchError: the bytes are not a cookie, or one of a newer format
+                than :data:`COOKIE_FORMAT` (the message names both versions).
         """
         try:
             doc = json.loads(raw)
-            cookie = cls(**doc)
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             raise CookieMismatchError(f"the cookie at {where} is unreadable: {exc}") from exc
-        if cookie.format != COOKIE_FORMAT:
-            raise CookieMismatchError(
-                f"the cookie at {where} has format {cookie.format}, expected {COOKIE_FORMAT}"
-            )
-        return cookie
+        if not isinstance(doc, dict):
+            raise CookieMismatchError(f"the cookie at {where} is unreadable: not a JSON object")
+        # The version first: a newer cookie may have fields this version does not know.
+        check_version(
+            f"the cookie at {where}",
+            doc.get("format", COOKIE_FORMAT),
+            COOKIE_FORMAT,
+            CookieMismatchError,
+            upgrade="the bookie",
+        )
+        try:
+            return cls(**doc)
+        except TypeError as exc:
+            raise CookieMismatchError(f"the cookie at {where} is unreadable: {exc}") from exc
 
     def differences(self, other: Cookie) -> list[str]:
         """Human-readable ``field: a != b`` for every field that differs."""

@@ -22,7 +22,12 @@ import time
 import structlog
 
 from walog.errors import WalogError
-from walog.metadata.layout import DEFAULT_RACK, bookie_path, read_only_bookie_path
+from walog.metadata.layout import (
+    BOOKIE_RECORD_FORMAT,
+    DEFAULT_RACK,
+    bookie_path,
+    read_only_bookie_path,
+)
 from walog.metadata.store import MetadataStore, NodeExistsError
 
 log = structlog.get_logger("bookie.registration")
@@ -74,6 +79,7 @@ class Registration:
         """The JSON document stored at :attr:`path`."""
         record: dict[str, object] = {
             "bookie_id": self.bookie_id,
+            "format": BOOKIE_RECORD_FORMAT,
             "instance_id": self._instance_id,
             "rack": self.rack,
             "version": self._version,

@@ -20,7 +20,8 @@ The package, top to bottom (docs/architecture.md draws the layers):
 - shared helpers: ``_loggers`` (logging), ``_loop`` (the event loop walog starts),
   ``_loop_thread`` (the loop thread behind the sync facades), ``_sinks`` (where results
   go), ``latency`` (a bookie's add-stage histograms), ``memory`` (keeping freed memory),
-  ``mutations`` (test-only switches that plant known bugs), ``_version``.
+  ``mutations`` (test-only switches that plant known bugs), ``format_versions`` (the rule
+  every reader applies to the format version it finds), ``_version``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         LedgerFencedError,
         MetadataConflictError,
         MetadataError,
+        NewerFormatError,
         NoSuchEntryError,
         NoSuchLedgerError,
         NoSuchLogError,
@@ -120,6 +122,7 @@ _EXPORTS: dict[str, str] = {
     "BookieRestartedError": "walog.errors",
     "DigestMismatchError": "walog.errors",
     "MetadataError": "walog.errors",
+    "NewerFormatError": "walog.errors",
 }
 
 # A literal list, so type checkers know what is exported (a test compares it with the table).
@@ -149,6 +152,7 @@ __all__ = [
     "LogWriterConfig",
     "MetadataConflictError",
     "MetadataError",
+    "NewerFormatError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "NoSuchLogError",

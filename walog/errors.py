@@ -122,6 +122,11 @@ class DataLossError(WalogError):
     """Requested records are gone (for example truncated) and cannot be read."""
 
 
+class NewerFormatError(WalogError, ValueError):
+    """A record, file or message carries a newer format version than this walog reads; the
+    message names both versions and what to upgrade (docs/compatibility.md)."""
+
+
 class CookieMismatchError(WalogError):
     """A bookie's data directory does not match its cookie in the metadata store."""
 
@@ -143,6 +148,7 @@ __all__ = [
     "LedgerFencedError",
     "MetadataConflictError",
     "MetadataError",
+    "NewerFormatError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "NoSuchLogError",

@@ -27,8 +27,9 @@ from google.protobuf.message import DecodeError, Message
 from bookie.server.add_stream import IncomingAddStream
 from bookie.server.security import BearerTokens
 from bookie.server.service import BookieService
+from walog.format_versions import newer_version_message
 from walog.wire.frames import (
-    HELLO_MAGIC,
+    NATIVE_VERSION,
     RPC_NAMES,
     Code,
     FrameDecoder,
@@ -38,6 +39,7 @@ from walog.wire.frames import (
     encode,
     encode_end,
     encode_status,
+    hello_version,
 )
 from walog.wire.keepalive import keepalive
 from walog.wire.proto import bookie_pb2 as pb
@@ -199,9 +201,16 @@ class _Connection(asyncio.Protocol):
             raise FrameError(f"unexpected {kind.name} frame")
 
     def _hello(self, kind: Kind, body: bytes) -> None:
-        if kind != Kind.HELLO or not body.startswith(HELLO_MAGIC):
+        hello = hello_version(body) if kind == Kind.HELLO else None
+        if hello is None:
             raise FrameError("the connection did not start with a walog HELLO")
-        token = body[len(HELLO_MAGIC) :]
+        version, token = hello
+        if version > NATIVE_VERSION:
+            what = f"the client's native protocol (walog-native/{version})"
+            reason = newer_version_message(what, version, NATIVE_VERSION, "the bookie")
+            self._send(encode(0, Kind.HELLO, 0, encode_status(Code.UNIMPLEMENTED, reason)))
+            self.close()
+            return
         tokens = self._server.tokens
         if tokens is not None and not tokens.accepts(token):
             refusal = encode_status(Code.UNAUTHENTICATED, "missing or wrong bearer token")

@@ -1,7 +1,14 @@
 """The entry log being filled, and the format of its records.
 
-An entry log holds entries of many ledgers, appended at checkpoints and by compaction. Each
-record is ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` (:data:`RECORD`)
+An entry log holds entries of many ledgers, appended at checkpoints and by compaction. It
+starts with a 20-byte header (:data:`LOG_HEADER`: ``WALE``, format version, log id, and the
+CRC32C of those 16 bytes; every later version keeps these 20 bytes and may add after them);
+records follow. A header whose CRC fails is damage, not a newer version: the records still
+start after it (reads go by the index's offsets anyway). Logs written before the header
+existed (format version 1) start with their first record, and are read as such: their
+first four bytes are a record's data length, at most 64 MiB (the largest message), never
+``WALE`` (1.36 GiB read as a length). Each record is
+``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` (:data:`RECORD`)
 followed by the data. :class:`EntryLogWriter` appends records to the log being filled,
 writes and syncs them chunk by chunk, rolls to a new log at ``entry_log_file_bytes``, and
 builds the index rows and live-byte counts of what it wrote; the caller commits those
@@ -31,6 +38,7 @@ from bookie.storage.fastpath import CHECKPOINT_COMPILED
 from bookie.storage.files import Files, write_all
 from bookie.storage.index import ENTRY_KEY, ROW_CRC
 from bookie.storage.journal_files import StorageIOError
+from walog.format_versions import newer_version_message
 
 CachedEntry = tuple[int, int, bytes]
 """An entry held in the write cache: ``(lac, digest, data)``. A plain tuple, not a named
@@ -50,6 +58,55 @@ _CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
 #: The append loop, chosen once at import (bookie/storage/fastpath.py): True for the
 #: compiled one.
 _COMPILED = CHECKPOINT_COMPILED
+
+
+LOG_HEADER = struct.Struct(">4sIQI")
+"""An entry log's header: magic, format version, log id, CRC32C of the first three."""
+_LOG_MAGIC = b"WALE"
+_CHECKED = LOG_HEADER.size - 4  # the header's bytes its CRC covers
+ENTRY_LOG_VERSION = 2
+"""The entry-log format this bookie writes, and the newest it reads (1: no header)."""
+
+
+def log_header(log_id: int) -> bytes:
+    """The header entry log ``log_id`` starts with."""
+    head = LOG_HEADER.pack(_LOG_MAGIC, ENTRY_LOG_VERSION, log_id, 0)[:_CHECKED]
+    return head + ROW_CRC.pack(crc32c.crc32c(head))
+
+
+def records_start(head: bytes, path: Path) -> int:
+    """Where the first record of the entry log at ``path`` starts, given its first
+    :data:`LOG_HEADER` ``.size`` bytes ``head`` (fewer for a shorter file): after the
+    header, or at 0 in a log of version 1 (no header).
+
+    Raises:
+        StorageIOError: the header names a newer format version than this bookie reads.
+    """
+    if len(head) < LOG_HEADER.size or head[:4] != _LOG_MAGIC:
+        return 0
+    _, version, _, crc = LOG_HEADER.unpack_from(head)
+    if crc == crc32c.crc32c(head[:_CHECKED]) and version > ENTRY_LOG_VERSION:
+        raise StorageIOError(
+            newer_version_message(f"entry log {path}", version, ENTRY_LOG_VERSION, "the bookie")
+        )
+    return LOG_HEADER.size
+
+
+def check_log_versions(log_dir: Path, names: Iterable[str], files: Files) -> None:
+    """Refuse to open entry logs of a newer format than this bookie reads: StorageIOError
+    naming the log and both versions. A header the disk fails to read is left to the reads
+    of its entries, which report it as they would any failed read."""
+    for name in names:
+        path = log_dir / name
+        try:
+            fd = files.open(path, os.O_RDONLY)
+            try:
+                head = files.pread(fd, LOG_HEADER.size, 0)
+            finally:
+                files.close(fd)
+        except OSError:
+            continue
+        records_start(head, path)
 
 
 def entry_log_path(directory: Path, log_id: int) -> Path:
@@ -82,7 +139,9 @@ class EntryLogWriter:
     ) -> None:
         self._log_dir = log_dir
         self._files = files
-        self._file_bytes = file_bytes
+        # A log rolls once its records fill ``file_bytes``; they start after the header, so
+        # a new log always takes at least one record, however small ``file_bytes`` is.
+        self._roll_offset = LOG_HEADER.size + file_bytes
         self._cache_written = cache_written
         self._reserve_log_id = reserve_log_id
         self._fd = -1
@@ -156,7 +215,7 @@ class EntryLogWriter:
         pending = self._pending
         record, location = RECORD.pack, _CHECKED_KEY_AND_LOCATION.pack
         crc_of, crc = ROW_CRC.pack, crc32c.crc32c
-        limit, chunk, key_size = self._file_bytes, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
+        limit, chunk, key_size = self._roll_offset, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
         log_id, offset = self.log_id, self._offset
         flushed = offset  # the log's offset at the last write of the buffered records
         try:
@@ -213,7 +272,7 @@ class EntryLogWriter:
         buffer = bytearray()
         held: tuple[int, int, CachedEntry] | None = None
         used = written = 0
-        limit, chunk = self._file_bytes, _WRITE_CHUNK_BYTES
+        limit, chunk = self._roll_offset, _WRITE_CHUNK_BYTES
         log_id, offset = self.log_id, self._offset
         flushed = offset  # the log's offset at buffer[0]
         while True:
@@ -277,7 +336,10 @@ class EntryLogWriter:
         self._fd = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._files.fsync_dir(self._log_dir)
         self.log_id = log_id
-        self._offset = 0
+        # Synced with the log's first records: a log with no index row pointing into it is
+        # removed at the next start, whatever it holds.
+        write_all(self._files, self._fd, log_header(log_id))
+        self._offset = LOG_HEADER.size
 
 
 def _bad_entry(
@@ -306,4 +368,14 @@ def _bad_entry(
     return None
 
 
-__all__ = ["RECORD", "CachedEntry", "EntryLogWriter", "entry_log_path"]
+__all__ = [
+    "ENTRY_LOG_VERSION",
+    "LOG_HEADER",
+    "RECORD",
+    "CachedEntry",
+    "EntryLogWriter",
+    "check_log_versions",
+    "entry_log_path",
+    "log_header",
+    "records_start",
+]

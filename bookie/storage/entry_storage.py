@@ -3,7 +3,8 @@
 Layout under ``data_dir``:
 
 - ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints by the
-  entry-log writer (bookie/storage/entry_log_writer.py, which also defines the records).
+  entry-log writer (bookie/storage/entry_log_writer.py, which also defines the header and
+  the records); a log of a newer format than this bookie reads stops it at open.
 - ``index/`` — one LMDB environment (format version 2, bookie/storage/index.py) with four
   tables: ``entries`` ((ledger, entry) -> (log, offset, record length)), ``ledgers``
   (ledger -> index summary + :class:`LedgerState` record), ``logs`` (log -> live bytes per
@@ -35,7 +36,13 @@ from typing import NamedTuple
 import lmdb
 import structlog
 
-from bookie.storage.entry_log_writer import RECORD, CachedEntry, EntryLogWriter, entry_log_path
+from bookie.storage.entry_log_writer import (
+    RECORD,
+    CachedEntry,
+    EntryLogWriter,
+    check_log_versions,
+    entry_log_path,
+)
 from bookie.storage.environment import open_lmdb_index
 from bookie.storage.fastpath import unbuilt
 from bookie.storage.files import LOCAL_FILES, Files, write_all
@@ -187,6 +194,7 @@ class EntryStorage:
             if fresh:
                 initialise(env, tables, self._log_names(), rebuild=rebuild)
             contents = audit_index(env, tables)
+            check_log_versions(self.log_dir, self._log_names(), files)
         except (lmdb.Error, StorageIOError) as exc:
             if env is not None:
                 env.close()

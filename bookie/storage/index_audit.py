@@ -55,6 +55,7 @@ from bookie.storage.index import (
 )
 from bookie.storage.journal_files import StorageIOError
 from bookie.storage.tombstones import Tombstones
+from walog.format_versions import newer_version_message
 
 _log = structlog.get_logger(__name__)
 
@@ -222,9 +223,14 @@ def _meta_rows(txn: lmdb.Transaction, tables: Tables, where: str) -> dict[bytes,
             raise StorageIOError(f"index in {where}: meta row {TOMBSTONES_KEY.decode()} is damaged")
         found[TOMBSTONES_KEY] = payload
     if found[FORMAT_KEY] != format_payload():
+        text = found[FORMAT_KEY].decode(errors="replace")
+        name, _, number = text.rpartition("/")
+        if name == "walog-bookie-index" and number.isdigit() and int(number) > FORMAT_VERSION:
+            what, version = f"index in {where}", int(number)
+            raise StorageIOError(newer_version_message(what, version, FORMAT_VERSION, "the bookie"))
+        expected = format_payload().decode()
         raise StorageIOError(
-            f"index in {where} has format {found[FORMAT_KEY].decode(errors='replace')!r}; "
-            f"this bookie reads {format_payload().decode()!r} only"
+            f"index in {where} has format {text!r}; this bookie reads {expected!r} only"
         )
     return found
 

@@ -30,6 +30,7 @@ import structlog
 
 from bookie.storage.files import LOCAL_FILES, Files
 from walog.errors import BookieError
+from walog.format_versions import newer_version_message
 
 _log = structlog.get_logger("bookie.storage.journal")
 
@@ -37,7 +38,7 @@ FRAME = struct.Struct(">II")
 """A record's frame: payload length and CRC32C (seeded, see :func:`crc_seed`)."""
 _HEADER = struct.Struct(">4sIQ")  # magic, format version, file sequence number
 _MAGIC = b"WALJ"
-_VERSION = 2
+_VERSION = 2  # 1: files without a header, read as such
 _SEQ = struct.Struct(">Q")
 _SUFFIX = ".journal"
 _RECYCLED_SUFFIX = ".recycled"
@@ -57,13 +58,22 @@ def file_header(file_seq: int) -> bytes:
     return _HEADER.pack(_MAGIC, _VERSION, file_seq)
 
 
-def _records_start(head: bytes, file_seq: int) -> tuple[int, int] | None:
+def _records_start(head: bytes, file_seq: int, path: Path) -> tuple[int, int] | None:
     """``(offset of the first record, CRC seed)`` for a file starting with ``head``, or None
     when it holds no record of its own: a header naming another file (a recycled file
-    renamed before its new header reached the disk)."""
+    renamed before its new header reached the disk).
+
+    Raises:
+        StorageIOError: the header names a newer format version than this bookie reads
+            (written by a later release): replaying it as records would guess.
+    """
     if len(head) < _HEADER.size or head[:4] != _MAGIC:
-        return 0, 0  # written before headers: plain CRCs from the start
+        return 0, 0  # written before headers (version 1): plain CRCs from the start
     _, version, seq = _HEADER.unpack_from(head)
+    if version > _VERSION:
+        raise StorageIOError(
+            newer_version_message(f"journal file {path}", version, _VERSION, "the bookie")
+        )
     if version != _VERSION or seq != file_seq:
         return None
     return _HEADER.size, crc_seed(file_seq)
@@ -169,7 +179,7 @@ def replay(
             continue
         fd = files.open(path, os.O_RDWR)
         try:
-            start = _records_start(files.pread(fd, _HEADER.size, 0), file_seq)
+            start = _records_start(files.pread(fd, _HEADER.size, 0), file_seq, path)
             if start is None:
                 _log.info("journal file holds no records of its own", file=str(path))
                 continue

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bookie.storage.config import StorageConfig
-from bookie.storage.entry_log_writer import RECORD
+from bookie.storage.entry_log_writer import LOG_HEADER, RECORD, records_start
 from bookie.storage.entry_storage import EntryStorage, lock_directory
 from bookie.storage.files import LOCAL_FILES
 from bookie.storage.index import entry_row
@@ -91,7 +91,7 @@ def _scan_log(
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as raw:
             view = memoryview(raw)
             try:
-                offset = 0
+                offset = records_start(raw[: LOG_HEADER.size], path)
                 while offset + RECORD.size <= size:
                     data_len, ledger_id, entry_id, lac, digest = RECORD.unpack_from(raw, offset)
                     end = offset + RECORD.size + data_len

@@ -50,7 +50,8 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from walog.errors import MetadataConflictError, NoSuchLogError, is_retriable
+from walog.errors import MetadataConflictError, NewerFormatError, NoSuchLogError, is_retriable
+from walog.format_versions import check_version
 from walog.log.damaged import HOLDS_DATA, DamagedField, Fields, without, write_back
 from walog.log.position import Position, Segment, SegmentState, ledger_start, position_argument
 from walog.metadata.layout import LOGS, log_path
@@ -291,15 +292,17 @@ class LogMetadata:
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> LogMetadata:
-        """Parse a record written by :meth:`to_json`.
+    def from_json(cls, raw: bytes, name: str | None = None) -> LogMetadata:
+        """Parse a record written by :meth:`to_json` (``name``: the log's, for errors).
 
         The format, the epoch and the ledger list must parse; any other field that does
         not is set aside in ``damaged`` (the rest is kept).
 
         Raises:
-            ValueError: not a log record of a format this version reads, or its epoch or
-                ledger list does not parse (the message names the field).
+            NewerFormatError: the record's format is newer than :data:`LOG_FORMAT` (the
+                message names both versions).
+            ValueError: not a log record, or its epoch or ledger list does not parse (the
+                message names the field).
         """
         try:
             doc = json.loads(raw)
@@ -307,9 +310,8 @@ class LogMetadata:
             raise ValueError(f"malformed log metadata: not JSON ({exc})") from exc
         if not isinstance(doc, dict):
             raise ValueError("malformed log metadata: not a JSON object")
-        fmt = doc.get("format")
-        if fmt != LOG_FORMAT:
-            raise ValueError(f"log metadata format {fmt!r} is not supported")
+        what = "a log's record" if name is None else f"log {name!r}'s record"
+        check_version(what, doc.get("format"), LOG_FORMAT, ValueError, newer=NewerFormatError)
         try:
             ledgers = tuple(LedgerInfo(**info) for info in doc.get("ledgers", []))
         except (TypeError, AttributeError) as exc:
@@ -377,7 +379,7 @@ async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
         raw, version = await store.get(log_path(validate_log_name(name)))
     except NodeNotFoundError as exc:
         raise NoSuchLogError(f"log {name!r} does not exist") from exc
-    return LogMetadata.from_json(raw), version
+    return LogMetadata.from_json(raw, name), version
 
 
 async def create_log(

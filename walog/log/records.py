@@ -23,6 +23,7 @@ import struct
 from collections.abc import Iterator
 
 from walog.errors import WalogError
+from walog.format_versions import check_version
 
 FORMAT_VERSION = 1
 _HEADER = struct.Struct(">BI")
@@ -97,11 +98,7 @@ def iter_record_views(entry: bytes | memoryview) -> Iterator[tuple[float, memory
     if len(view) < HEADER_BYTES:
         raise RecordFormatError(f"log entry of {len(view)} bytes is shorter than its header")
     version, count = _HEADER.unpack_from(view, 0)
-    if version != FORMAT_VERSION:
-        raise RecordFormatError(
-            f"log entry format version {version} is not supported "
-            f"(this walog reads version {FORMAT_VERSION}); upgrade the reader"
-        )
+    check_version("a log entry", version, FORMAT_VERSION, RecordFormatError)
     if count == 0:
         raise RecordFormatError("log entry holds zero records")
     offset = HEADER_BYTES

@@ -21,12 +21,17 @@ import time
 from typing import Any
 
 from walog._loggers import get_logger
-from walog.errors import WalogError
+from walog.errors import NewerFormatError, WalogError
+from walog.format_versions import check_version
 from walog.log.log_metadata import LogMetadata
 from walog.metadata.layout import log_writer_path, log_writers_path
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 
 log = get_logger(__name__)
+
+WRITER_RECORD_FORMAT = 1
+"""The format version of writer registrations (``"format"``; a record without it is version
+1) this walog writes, and the newest it reads."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,17 +52,23 @@ class WriterInfo:
 
     def to_json(self) -> bytes:
         """The record's bytes."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        doc = {"format": WRITER_RECORD_FORMAT, **dataclasses.asdict(self)}
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> WriterInfo:
         """Parse :meth:`to_json`'s bytes.
 
         Raises:
+            NewerFormatError: its format is newer than :data:`WRITER_RECORD_FORMAT` (the
+                message names both versions).
             ValueError: not a writer registration.
         """
         try:
             doc: dict[str, Any] = json.loads(raw)
+            what = f"the registration of log writer epoch {doc.get('epoch', '?')}"
+            found = doc.get("format", 1)
+            check_version(what, found, WRITER_RECORD_FORMAT, ValueError, newer=NewerFormatError)
             return cls(
                 host=str(doc["host"]),
                 pid=int(doc["pid"]),
@@ -130,6 +141,8 @@ async def live_writer(store: MetadataStore, name: str, meta: LogMetadata) -> Wri
         return None
     try:
         return WriterInfo.from_json(raw)
+    except NewerFormatError:
+        raise
     except ValueError:
         return None
 
@@ -141,6 +154,7 @@ async def forget_writers(store: MetadataStore, name: str) -> None:
 
 
 __all__ = [
+    "WRITER_RECORD_FORMAT",
     "WriterInfo",
     "WriterRegistration",
     "forget_writers",

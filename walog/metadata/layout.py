@@ -22,6 +22,8 @@ import re
 import time
 from typing import Any, Literal
 
+from walog.errors import NewerFormatError
+from walog.format_versions import check_version
 from walog.wire.durability import Durability
 
 LEDGERS = "/ledgers"
@@ -36,6 +38,10 @@ LOG_WRITERS = "/logwriters"
 LEDGER_ID_COUNTER = "ledger-ids"
 
 LedgerState = Literal["OPEN", "IN_RECOVERY", "CLOSED"]
+
+LEDGER_FORMAT = 1
+"""The format version of ledger metadata records this walog writes, and the newest it reads
+(``"format"`` in the record; a record without it is version 1)."""
 
 DEFAULT_RACK = "default"
 """The rack of a bookie started without ``--rack`` (or registered before racks existed)."""
@@ -53,24 +59,56 @@ def check_rack_name(name: str) -> str:
     return name
 
 
+BOOKIE_RECORD_FORMAT = 1
+"""The format version of bookie registrations (``"format"``; a record without it is
+version 1) this walog writes, and the newest it reads."""
+
+
+def registration_doc(record: bytes) -> dict[str, Any]:
+    """A bookie's registration as a JSON object; ``{}`` when it is not one (damaged).
+
+    Raises:
+        NewerFormatError: the record's format is newer than :data:`BOOKIE_RECORD_FORMAT`
+            (the message names the bookie and both versions).
+    """
+    try:
+        doc = json.loads(record)
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    what = f"bookie {doc.get('bookie_id', '?')}'s registration"
+    try:
+        check_version(
+            what, doc.get("format", 1), BOOKIE_RECORD_FORMAT, ValueError, newer=NewerFormatError
+        )
+    except NewerFormatError:
+        raise
+    except ValueError:
+        return {}
+    return doc
+
+
 def registered_rack(record: bytes) -> str:
     """The rack named by a bookie's availability record (:data:`DEFAULT_RACK` when it
-    names none)."""
-    try:
-        rack = json.loads(record).get("rack")
-    except (ValueError, AttributeError):
-        return DEFAULT_RACK
+    names none).
+
+    Raises:
+        NewerFormatError: as :func:`registration_doc`.
+    """
+    rack = registration_doc(record).get("rack")
     return rack if isinstance(rack, str) and rack else DEFAULT_RACK
 
 
 def registered_max_entry_bytes(record: bytes) -> int | None:
     """The largest entry payload a bookie's availability record announces it stores (its
     ``--max-entry-bytes``), or None when the record does not say (a bookie from before
-    the announcement)."""
-    try:
-        limit = json.loads(record).get("max_entry_bytes")
-    except (ValueError, AttributeError):
-        return None
+    the announcement).
+
+    Raises:
+        NewerFormatError: as :func:`registration_doc`.
+    """
+    limit = registration_doc(record).get("max_entry_bytes")
     if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
         return limit
     return None
@@ -187,14 +225,22 @@ class LedgerMetadata:
         doc = dataclasses.asdict(self)
         doc["durability"] = self.durability.value
         doc["ensembles"] = [[first, list(bookies)] for first, bookies in self.ensembles]
-        doc["format"] = 1
+        doc["format"] = LEDGER_FORMAT
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> LedgerMetadata:
-        """Parse a record written by :meth:`to_json`."""
+        """Parse a record written by :meth:`to_json`, of any format up to
+        :data:`LEDGER_FORMAT`.
+
+        Raises:
+            NewerFormatError: the record's format is newer than this walog reads (the
+                message names both versions).
+        """
         doc = json.loads(raw)
-        doc.pop("format", None)
+        found = doc.pop("format", 1)
+        what = f"ledger {doc.get('ledger_id', '?')}'s metadata"
+        check_version(what, found, LEDGER_FORMAT, NewerFormatError)
         doc["durability"] = Durability(doc["durability"])
         doc["ensembles"] = tuple((int(f), tuple(b)) for f, b in doc["ensembles"])
         return cls(**doc)
@@ -202,10 +248,12 @@ class LedgerMetadata:
 
 __all__ = [
     "AVAILABLE_BOOKIES",
+    "BOOKIE_RECORD_FORMAT",
     "COOKIES",
     "DECOMMISSIONING",
     "DEFAULT_RACK",
     "LEDGERS",
+    "LEDGER_FORMAT",
     "LEDGER_ID_COUNTER",
     "LOGS",
     "LOG_WRITERS",
@@ -225,6 +273,7 @@ __all__ = [
     "read_only_bookie_path",
     "registered_max_entry_bytes",
     "registered_rack",
+    "registration_doc",
     "repair_lock_path",
     "under_replicated_path",
 ]

@@ -13,7 +13,9 @@ A frame is a 10-byte header, then its body::
 ``length`` counts the body only. The first frame each way is ``HELLO``: the client's body is
 :data:`HELLO_MAGIC` followed by its bearer token (may be empty); the bookie answers with a
 ``HELLO`` whose body is an :class:`Code` byte and a reason, and closes the connection unless
-the code is ``OK``. After that the client numbers its calls from 1 up, each id greater than
+the code is ``OK``. A bookie speaks every protocol version up to its own
+(:data:`NATIVE_VERSION`); a HELLO of a newer one is answered ``UNIMPLEMENTED`` with a reason
+naming both versions. After that the client numbers its calls from 1 up, each id greater than
 the last one (a late frame of a finished call then starts nothing):
 
 * ``DATA``: one message of a call. The client's first ``DATA`` of an id starts a call of
@@ -35,8 +37,23 @@ HEADER = struct.Struct("!IIBB")
 """length, call id, kind, method."""
 MAX_BODY_BYTES = 64 * 1024 * 1024 + 4096
 """The largest frame body either side accepts: a message under the gRPC limit, plus room."""
-HELLO_MAGIC = b"walog-native/1\n"
+NATIVE_VERSION = 1
+"""The native protocol's version: what this walog's clients send in their HELLO, and the
+newest its bookies speak."""
+HELLO_PREFIX = b"walog-native/"
+HELLO_MAGIC = HELLO_PREFIX + str(NATIVE_VERSION).encode() + b"\n"
 """What a client's HELLO starts with: the protocol and its version."""
+
+
+def hello_version(body: bytes) -> tuple[int, bytes] | None:
+    """``(protocol version, bearer token)`` of a client's HELLO body
+    (``walog-native/<version>\n<token>``), or None when it is not a walog HELLO."""
+    if not body.startswith(HELLO_PREFIX):
+        return None
+    number, newline, token = body[len(HELLO_PREFIX) :].partition(b"\n")
+    if not newline or not number.isdigit() or len(number) > 9:
+        return None
+    return int(number), token
 
 
 class Kind(enum.IntEnum):
@@ -219,7 +236,9 @@ class FrameDecoder:
 __all__ = [
     "HEADER",
     "HELLO_MAGIC",
+    "HELLO_PREFIX",
     "MAX_BODY_BYTES",
+    "NATIVE_VERSION",
     "RPC_NAMES",
     "Code",
     "FrameDecoder",
@@ -231,4 +250,5 @@ __all__ = [
     "encode_end",
     "encode_status",
     "frame_header",
+    "hello_version",
 ]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bookie.storage.entry_log_writer import LOG_HEADER, records_start
 from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.journal_files import HEADER_BYTES, journal_files
 from bookie.storage.journal_records import RecordKind, decode_record
@@ -83,7 +84,7 @@ def _journal_spans(path: Path, start: int) -> list[Span]:
 def _entry_log_spans(path: Path) -> list[Span]:
     raw = path.read_bytes()
     spans = []
-    offset = 0
+    offset = records_start(raw[: LOG_HEADER.size], path)
     while offset < len(raw):
         length, ledger_id, entry_id, _, _ = _ENTRY_HEADER.unpack_from(raw, offset)
         end = offset + _ENTRY_HEADER.size + length

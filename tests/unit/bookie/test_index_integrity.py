@@ -181,10 +181,8 @@ async def test_a_damaged_ledger_row_answers_io_error_and_refuses_writes(tmp_path
         ),
         (lambda txn, t: txn.delete(FORMAT_KEY, db=t["meta"]), "has no format version"),
         (
-            lambda txn, t: txn.put(
-                FORMAT_KEY, seal(FORMAT_KEY, b"walog-bookie-index/9"), db=t["meta"]
-            ),
-            "has format 'walog-bookie-index/9'",
+            lambda txn, t: txn.put(FORMAT_KEY, seal(FORMAT_KEY, b"another-index/1"), db=t["meta"]),
+            "has format 'another-index/1'",
         ),
         (lambda txn, t: txn.drop(t["logs"], delete=True), "lacks table"),
         (
