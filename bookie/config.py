@@ -177,7 +177,10 @@ class BookieConfig:
         group="maintenance",
     )
     gc_grace_s: float = setting(
-        300.0, help="a ledger written to within this time is never collected", group="maintenance"
+        10.0,
+        help="a ledger written to within this time is never collected (a margin: deletion "
+        "is proven by a synced metadata read)",
+        group="maintenance",
     )
     gc_stray_interval_s: float = setting(
         3600.0,
