@@ -144,6 +144,7 @@ class BookieConfig:
     cache_entry_logs: bool = same_as(StorageConfig, "cache_entry_logs", group="storage")
     group_wait_s: float = same_as(StorageConfig, "group_wait_s", group="journal")
     group_max_bytes: int = same_as(StorageConfig, "group_max_bytes", group="journal")
+    journal_file_bytes: int = same_as(StorageConfig, "journal_file_bytes", group="journal")
     volatile_flush_interval_s: float = same_as(
         StorageConfig, "volatile_flush_interval_s", group="journal"
     )

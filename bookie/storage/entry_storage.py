@@ -646,6 +646,12 @@ class EntryStorage:
                 shares[log_id] = live / total
         return shares
 
+    def live_bytes(self, log_id: int) -> int:
+        """Bytes of the entries of entry log ``log_id`` still indexed (0: no such log):
+        what compacting it copies."""
+        doc = self._live.get(log_id, {})
+        return sum(size for name, size in doc.items() if name != "_total")
+
     def compact_step(
         self, log_id: int, after: tuple[int, int] | None, max_bytes: int
     ) -> tuple[tuple[int, int] | None, int]:

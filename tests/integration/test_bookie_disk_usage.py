@@ -9,6 +9,8 @@ low-water mark it takes adds again by itself.
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ from walog.wire.digest import master_key
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRY = 4096
 ROUNDS = 128  # 9 ledgers x 128 entries x 64 KiB: 72 MiB against a 128 MiB disk
 ROUNDS_PER_CHECKPOINT = 8  # 4.5 MiB between checkpoints, against 8 MiB entry logs
@@ -230,3 +233,33 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
         with client.open_ledger(keeper.ledger_id) as reader:
             got = [e.data for first in range(0, ROUNDS, 32) for e in reader.read(first, first + 31)]
             assert got == [bytes([0]) * entry] * ROUNDS
+
+
+def test_a_journal_disk_too_small_for_two_journal_files_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    with small_tmpfs(64) as disk:
+        journal = disk / "journal"
+        started = subprocess.run(
+            [
+                sys.executable, "-m", "bookie",
+                "--data-dir", str(tmp_path / "bookie"),
+                "--journal-dir", str(journal),
+                "--listen", f"127.0.0.1:{free_port()}",
+                "--metadata", f"sqlite:///{tmp_path}/meta.db",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO_ROOT,
+        )  # fmt: skip
+        assert not journal.exists()  # refused before anything was written there
+    assert started.returncode == 1, started.stderr
+    line = started.stderr.strip().splitlines()[-1]
+    assert line == (
+        f"python -m bookie: error: journal directory {journal} is on a disk of 67108864 bytes "
+        "(64.0 MiB), too small for the journal: it needs at least 134217728 bytes (128.0 MiB) "
+        "(2 journal files of --journal-file-bytes 67108864 bytes (64.0 MiB): the one being "
+        "filled and the one before it, kept until a checkpoint retires it); give the journal "
+        "a larger disk (--journal-dir) or smaller files (--journal-file-bytes)"
+    )
