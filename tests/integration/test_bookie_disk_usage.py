@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tests.integration.disks import (
     wait_until,
 )
 from walog import main as cli
-from walog.testing import LocalCluster, free_port
+from walog.testing import LocalCluster, ZooKeeperServer, free_port
 from walog.wire.digest import master_key
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
@@ -263,3 +264,90 @@ def test_a_journal_disk_too_small_for_two_journal_files_is_refused_at_start(
         "filled and the one before it, kept until a checkpoint retires it); give the journal "
         "a larger disk (--journal-dir) or smaller files (--journal-file-bytes)"
     )
+
+
+WRITABLE_WITHIN_S = 120.0
+"""At default settings a full bookie whose ledgers were deleted takes adds again within
+this long (docs/bookies.md, *Full disks and read-only mode*)."""
+
+
+def _deletion_to_writable_s(tmp_path: Path, metadata: str, disk_mib: int, ballast: float) -> float:
+    """Fill a bookie whose data disk is ``disk_mib`` MiB (a ballast file takes ``ballast``
+    of it first) until it turns read-only, delete every ledger it holds, and return the
+    seconds from the last deletion until it is announced writable again. Every setting of
+    the bookie is its default but its directories: the journal has a disk of its own (the
+    default puts it in the data directory, where its files would be counted too)."""
+    entry = 64 * 1024
+    rate = 16  # entries a second: 1 MiB/s, so a checkpoint (every 10 s) never jumps the reserve
+    with contextlib.ExitStack() as stack:
+        disk = stack.enter_context(small_tmpfs(disk_mib))
+        journal_disk = stack.enter_context(small_tmpfs(256))
+        fill_to(disk / "ballast", ballast)
+        cluster = stack.enter_context(
+            LocalCluster(bookies=3, data_dir=tmp_path / "cluster", metadata=metadata)
+        )
+        small = stack.enter_context(
+            running_bookie(
+                disk / "bookie",
+                cluster.metadata_uri,
+                extra_args=["--journal-dir", str(journal_disk / "journal")],
+            )
+        )
+        client = stack.enter_context(walog.connect(cluster.metadata_uri))
+        wait_until(lambda: small.bookie_id in client.bookies(), "the small bookie registers")
+        ledger_ids: list[int] = []
+        writer = client.create_ledger(3, 3, 2)
+        ledger_ids.append(writer.ledger_id)
+        while small.bookie_id not in writer.metadata.ensembles[0][1]:
+            writer.close()
+            writer = client.create_ledger(3, 3, 2)
+            ledger_ids.append(writer.ledger_id)
+        started = time.monotonic()
+        second = 0
+        with writer:
+            while client.read_only_bookies() != [small.bookie_id]:
+                assert time.monotonic() - started < 600, "the small bookie never turned read-only"
+                futures = [writer.append_async(bytes([second % 256]) * entry) for _ in range(rate)]
+                for future in futures:
+                    future.result(timeout=60)
+                second += 1
+                time.sleep(max(0.0, started + second - time.monotonic()))  # pacing
+        filled = time.monotonic() - started
+        full = used_share(disk)
+        assert full > 0.95
+        for ledger_id in ledger_ids:
+            client.delete_ledger(ledger_id)
+        deleted = time.monotonic()
+        wait_until(
+            lambda: small.bookie_id in client.bookies() and client.read_only_bookies() == [],
+            "writable again after its ledgers were deleted",
+            within=WRITABLE_WITHIN_S + 60,
+        )
+        took = time.monotonic() - deleted
+        print(
+            f"\nfilled a {disk_mib} MiB disk from {ballast:.0%} to {full:.1%} in {filled:.0f} s; "
+            f"writable again {took:.1f} s after the deletion (disk {used_share(disk):.1%})"
+        )
+        assert used_share(disk) < 0.9
+        assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
+        return took
+
+
+@pytest.mark.zk
+def test_a_full_bookie_at_default_settings_is_writable_soon_after_the_deletions(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    """The short form: the ballast takes most of the disk, the bookie fills the rest."""
+    metadata = zookeeper.uri(f"/space-{uuid.uuid4().hex[:12]}")
+    took = _deletion_to_writable_s(tmp_path, str(metadata), disk_mib=256, ballast=0.87)
+    assert took < WRITABLE_WITHIN_S, f"writable again only {took:.1f} s after the deletion"
+
+
+@pytest.mark.slow
+@pytest.mark.zk
+def test_a_full_bookie_at_default_settings_is_writable_within_two_minutes_of_the_deletions(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    metadata = zookeeper.uri(f"/space-{uuid.uuid4().hex[:12]}")
+    took = _deletion_to_writable_s(tmp_path, str(metadata), disk_mib=256, ballast=0.8)
+    assert took < WRITABLE_WITHIN_S, f"writable again only {took:.1f} s after the deletion"
