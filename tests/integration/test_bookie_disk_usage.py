@@ -334,6 +334,7 @@ def _deletion_to_writable_s(tmp_path: Path, metadata: str, disk_mib: int, ballas
 
 
 @pytest.mark.zk
+@pytest.mark.timeout(400)  # ~50 s alone: the fill is paced, and a loaded machine is slower
 def test_a_full_bookie_at_default_settings_is_writable_soon_after_the_deletions(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
@@ -345,6 +346,7 @@ def test_a_full_bookie_at_default_settings_is_writable_soon_after_the_deletions(
 
 @pytest.mark.slow
 @pytest.mark.zk
+@pytest.mark.timeout(400)  # ~70 s alone
 def test_a_full_bookie_at_default_settings_is_writable_within_two_minutes_of_the_deletions(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
