@@ -352,7 +352,7 @@ async def _serve(
     major = config.major_compaction_threshold
     reclaimer = Reclaimer(
         collector.collect_once,
-        lambda: core.compactor.compact(major),
+        lambda: core.compactor.compact(major, seal_filling=True),
         gap_s=config.disk_check_interval_s,
     )
     retiring = DrainMark(store, config.bookie_id)

@@ -7,7 +7,9 @@ space of deleted ledgers comes back. The disk monitor (bookie/disks.py) wakes a
 :class:`Reclaimer` at every measurement that finds a disk under pressure; it then runs one
 pass: a GC scan (deleted ledgers go, and with them every entry log left without live data),
 then a compaction at the major threshold (partly dead logs are copied, as BookKeeper's
-bookies force a compaction on a nearly full disk). Passes are at least ``gap_s`` apart, so a
+bookies force a compaction on a nearly full disk), the log being filled included: it is
+sealed first when it is partly dead, since on a disk smaller than an entry log it may hold
+everything. Passes are at least ``gap_s`` apart, so a
 disk that stays full costs one metadata listing per ``gap_s``, not one per measurement.
 """
 

@@ -137,16 +137,24 @@ class Compactor:
         self.bytes_moved = 0
         """Payload bytes copied since start."""
 
-    async def compact(self, threshold: float) -> int:
+    async def compact(self, threshold: float, *, seal_filling: bool = False) -> int:
         """Compact every log whose live share is below ``threshold`` now; returns how many
         were compacted. A log the disk failed to read, or one whose live bytes do not fit
         in the room left (:attr:`room`), is left for a later pass. Passes never overlap: a
         call made while one runs waits for it.
 
+        Args:
+            threshold: the live share below which a log is compacted.
+            seal_filling: first seal the log being filled if it is below ``threshold``
+                too (:meth:`EntryStorage.seal_filling_log`), so that it is compacted as
+                well (a disk under pressure).
+
         Raises:
             StorageIOError: the index or the log being filled failed.
         """
         async with self._lock:
+            if seal_filling:
+                await self._in_storage(lambda s: s.seal_filling_log(threshold))
             return await self._compact(threshold)
 
     async def _compact(self, threshold: float) -> int:

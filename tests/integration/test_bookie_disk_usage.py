@@ -25,6 +25,7 @@ from tests.integration.disks import (
     add_status,
     fill_to,
     info,
+    read_entries,
     small_tmpfs,
     used_share,
     wait_until,
@@ -271,12 +272,17 @@ WRITABLE_WITHIN_S = 120.0
 this long (docs/bookies.md, *Full disks and read-only mode*)."""
 
 
-def _deletion_to_writable_s(tmp_path: Path, metadata: str, disk_mib: int, ballast: float) -> float:
+def _deletion_to_writable_s(
+    tmp_path: Path, metadata: str, disk_mib: int, ballast: float, *, keep: bool
+) -> float:
     """Fill a bookie whose data disk is ``disk_mib`` MiB (a ballast file takes ``ballast``
-    of it first) until it turns read-only, delete every ledger it holds, and return the
-    seconds from the last deletion until it is announced writable again. Every setting of
-    the bookie is its default but its directories: the journal has a disk of its own (the
-    default puts it in the data directory, where its files would be counted too)."""
+    of it first) with four ledgers, round robin, until it turns read-only; delete them all
+    (``keep``: all but the first), and return the seconds from the last deletion until the
+    bookie is announced writable again. Every setting of the bookie is its default but its
+    directories: the journal has a disk of its own (the default puts it in the data
+    directory, where its files would be counted too). With ``keep`` the kept ledger's
+    entries share the one entry log (512 MiB, larger than the disk) with the deleted ones,
+    so the space comes back only through compaction."""
     entry = 64 * 1024
     rate = 16  # entries a second: 1 MiB/s, so a checkpoint (every 10 s) never jumps the reserve
     with contextlib.ExitStack() as stack:
@@ -296,27 +302,34 @@ def _deletion_to_writable_s(tmp_path: Path, metadata: str, disk_mib: int, ballas
         client = stack.enter_context(walog.connect(cluster.metadata_uri))
         wait_until(lambda: small.bookie_id in client.bookies(), "the small bookie registers")
         ledger_ids: list[int] = []
-        writer = client.create_ledger(3, 3, 2)
-        ledger_ids.append(writer.ledger_id)
-        while small.bookie_id not in writer.metadata.ensembles[0][1]:
-            writer.close()
+        writers = []
+        while len(writers) < 4:  # all four on the small bookie
             writer = client.create_ledger(3, 3, 2)
             ledger_ids.append(writer.ledger_id)
+            if small.bookie_id in writer.metadata.ensembles[0][1]:
+                writers.append(writer)
+            else:
+                writer.close()
         started = time.monotonic()
         second = 0
-        with writer:
-            while client.read_only_bookies() != [small.bookie_id]:
-                assert time.monotonic() - started < 600, "the small bookie never turned read-only"
-                futures = [writer.append_async(bytes([second % 256]) * entry) for _ in range(rate)]
-                for future in futures:
-                    future.result(timeout=60)
-                second += 1
-                time.sleep(max(0.0, started + second - time.monotonic()))  # pacing
+        while client.read_only_bookies() != [small.bookie_id]:
+            assert time.monotonic() - started < 600, "the small bookie never turned read-only"
+            futures = [
+                writers[i % 4].append_async(bytes([second % 256]) * entry) for i in range(rate)
+            ]
+            for future in futures:
+                future.result(timeout=60)
+            second += 1
+            time.sleep(max(0.0, started + second - time.monotonic()))  # pacing
         filled = time.monotonic() - started
+        for writer in writers:
+            writer.close()
         full = used_share(disk)
         assert full > 0.95
+        kept = writers[0]
         for ledger_id in ledger_ids:
-            client.delete_ledger(ledger_id)
+            if not (keep and ledger_id == kept.ledger_id):
+                client.delete_ledger(ledger_id)
         deleted = time.monotonic()
         wait_until(
             lambda: small.bookie_id in client.bookies() and client.read_only_bookies() == [],
@@ -326,10 +339,19 @@ def _deletion_to_writable_s(tmp_path: Path, metadata: str, disk_mib: int, ballas
         took = time.monotonic() - deleted
         print(
             f"\nfilled a {disk_mib} MiB disk from {ballast:.0%} to {full:.1%} in {filled:.0f} s; "
-            f"writable again {took:.1f} s after the deletion (disk {used_share(disk):.1%})"
+            f"{'one ledger of four kept; ' if keep else ''}writable again {took:.1f} s after "
+            f"the deletion (disk {used_share(disk):.1%})"
         )
         assert used_share(disk) < 0.9
         assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
+        if keep:  # the small bookie still serves the kept ledger's entries it took
+            ensembles = kept.metadata.ensembles
+            last = ensembles[1][0] - 1 if len(ensembles) > 1 else kept.last_add_confirmed
+            assert last > 0
+            assert read_entries(small, kept.ledger_id, 0, last) == [
+                bytes([(i // 4) % 256]) * entry
+                for i in range(last + 1)  # 4 a second
+            ]
         return took
 
 
@@ -340,7 +362,7 @@ def test_a_full_bookie_at_default_settings_is_writable_soon_after_the_deletions(
 ) -> None:
     """The short form: the ballast takes most of the disk, the bookie fills the rest."""
     metadata = zookeeper.uri(f"/space-{uuid.uuid4().hex[:12]}")
-    took = _deletion_to_writable_s(tmp_path, str(metadata), disk_mib=256, ballast=0.87)
+    took = _deletion_to_writable_s(tmp_path, str(metadata), disk_mib=256, ballast=0.87, keep=False)
     assert took < WRITABLE_WITHIN_S, f"writable again only {took:.1f} s after the deletion"
 
 
@@ -351,5 +373,5 @@ def test_a_full_bookie_at_default_settings_is_writable_within_two_minutes_of_the
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:
     metadata = zookeeper.uri(f"/space-{uuid.uuid4().hex[:12]}")
-    took = _deletion_to_writable_s(tmp_path, str(metadata), disk_mib=256, ballast=0.8)
+    took = _deletion_to_writable_s(tmp_path, str(metadata), disk_mib=256, ballast=0.8, keep=True)
     assert took < WRITABLE_WITHIN_S, f"writable again only {took:.1f} s after the deletion"

@@ -45,7 +45,7 @@ def test_inconsistent_compaction_settings_are_refused(changes: dict[str, float])
 
 
 async def _interleaved(path: Path, ledgers: int, rounds: int, **overrides: object):  # type: ignore[no-untyped-def]
-    core = await open_core(path, entry_log_file_bytes=64 * 1024, **overrides)
+    core = await open_core(path, **{"entry_log_file_bytes": 64 * 1024, **overrides})
     for entry_id in range(rounds):
         for ledger_id in range(1, ledgers + 1):
             await add(core, ledger_id, entry_id, data=payload(ledger_id, entry_id, SIZE))
@@ -243,4 +243,24 @@ async def test_compaction_takes_only_the_logs_whose_live_bytes_fit_in_the_room_l
     core.compactor.room = lambda: ROOM_MARGIN_BYTES + max(live.values())
     assert await core.compactor.compact(0.5) == len(shares)
     assert await read_all(core, 1, 59) == {i: payload(1, i, SIZE) for i in range(60)}
+    await core.close()
+
+
+async def test_under_pressure_the_partly_dead_log_being_filled_is_sealed_and_compacted(
+    tmp_path: Path,
+) -> None:
+    """On a disk smaller than one entry log every entry is in the log being filled, which
+    the timed passes never compact: a pass under pressure seals it first."""
+    core = await _interleaved(tmp_path, ledgers=4, rounds=60, entry_log_file_bytes=1 << 30)
+    assert len(list((tmp_path / "entrylogs").glob("*.log"))) == 1
+    await core.delete_ledgers([2, 3, 4])
+    before = _log_bytes(tmp_path)
+    assert await core.compactor.compact(0.8) == 0  # the log being filled is left alone
+    assert await core.compactor.compact(0.8, seal_filling=True) == 1
+    assert _log_bytes(tmp_path) < before * 0.5
+    expected = {i: payload(1, i, SIZE) for i in range(60)}
+    assert await read_all(core, 1, 59) == expected
+    await core.close()
+    core = await open_core(tmp_path)
+    assert await read_all(core, 1, 59) == expected
     await core.close()
