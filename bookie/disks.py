@@ -127,6 +127,23 @@ def free_bytes(directory: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def reserve_bytes(directory: Path, thresholds: DiskThresholds) -> int:
+    """The bytes of the disk of ``directory`` above the read-only mark (blocking): plain
+    adds never fill them, compaction and the journal may."""
+    st = os.statvfs(directory)
+    return int(st.f_blocks * st.f_frsize * (1 - thresholds.disk_usage_threshold))
+
+
+def entry_log_bytes_for(configured: int, reserve: int) -> int:
+    """The entry-log size to use on a data disk with ``reserve`` bytes above the read-only
+    mark: at most half the reserve (and no less than 1 MiB), so that compacting any log,
+    which needs its live bytes free, fits in the reserve; ``configured`` when it fits
+    already or when there is no reserve (a mark of 1: the operator takes the risk)."""
+    if reserve <= 0:
+        return configured
+    return min(configured, max(reserve // 2, 1024 * 1024))
+
+
 JOURNAL_FILES_NEEDED = 2
 """Journal files a journal's disk must hold at once: the one being filled and the one
 before it, which stays until a checkpoint retires it."""
@@ -180,6 +197,10 @@ class DiskMonitor:
         on_change: awaited with the new mode's reason (None: writable) on every change;
             an exception is logged and the call is repeated at the next measurement.
         on_pressure: called after every measurement that finds a disk under pressure.
+        unwritten_bytes: bytes the first directory's disk is still to receive (entries
+            taken and not yet checkpointed); counted as used, so that the bookie turns
+            read-only before the checkpoint that writes them, not after, and the space
+            above the read-only mark stays a reserve.
     """
 
     def __init__(
@@ -190,6 +211,7 @@ class DiskMonitor:
         storage_failure: Callable[[], str | None],
         on_change: ModeListener,
         on_pressure: Callable[[], None] = lambda: None,
+        unwritten_bytes: Callable[[], int] = lambda: 0,
     ) -> None:
         by_device: dict[int, Path] = {}
         for directory in directories:
@@ -200,6 +222,7 @@ class DiskMonitor:
         self._storage_failure = storage_failure
         self._on_change = on_change
         self._on_pressure = on_pressure
+        self._unwritten_bytes = unwritten_bytes
         self._wake = asyncio.Event()
         self._full: set[Path] = set()
         self._warned: set[Path] = set()
@@ -224,9 +247,13 @@ class DiskMonitor:
 
     async def check(self) -> str | None:
         """Measure once, apply a change of mode, and return the current reason."""
-        self.usages = tuple(
-            await asyncio.gather(*(asyncio.to_thread(measure, d) for d in self.directories))
+        measured = await asyncio.gather(*(asyncio.to_thread(measure, d) for d in self.directories))
+        unwritten = self._unwritten_bytes()
+        first = measured[0]
+        measured[0] = DiskUsage(
+            first.directory, min(first.total_bytes, first.used_bytes + unwritten), first.total_bytes
         )
+        self.usages = tuple(measured)
         self._log_warnings()
         self.under_pressure = under_pressure(self.usages, self.thresholds)
         if self.under_pressure:
@@ -303,8 +330,10 @@ __all__ = [
     "JournalDiskTooSmallError",
     "ModeListener",
     "check_journal_disk",
+    "entry_log_bytes_for",
     "free_bytes",
     "full_disks",
     "measure",
+    "reserve_bytes",
     "under_pressure",
 ]

@@ -34,7 +34,13 @@ from prometheus_client import CollectorRegistry
 import walog._loop
 from bookie.config import GROUPS, BookieConfig, parse_listen
 from bookie.cookie import check_cookie
-from bookie.disks import DiskMonitor, check_journal_disk, free_bytes
+from bookie.disks import (
+    DiskMonitor,
+    check_journal_disk,
+    entry_log_bytes_for,
+    free_bytes,
+    reserve_bytes,
+)
 from bookie.exit_with import exit_with
 from bookie.gc import LedgerCollector
 from bookie.log_output import configure_logging
@@ -46,6 +52,7 @@ from bookie.server.grpc_port import BookieServer
 from bookie.server.health import BookieHealth, read_only_reason
 from bookie.server.http import MetricsServer
 from bookie.space import Reclaimer
+from bookie.storage.config import StorageConfig
 from bookie.storage.engine import BookieCore
 from walog._version import __version__
 from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
@@ -300,7 +307,7 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         try:
             cookie = await check_cookie(store, config)
             log.info("cookie verified", instance_id=cookie.instance_id)
-            core = await BookieCore.open(config.storage_config())
+            core = await BookieCore.open(_storage_config(config))
             try:
                 await _serve(config, store, core, cookie.instance_id, stop)
             finally:
@@ -308,6 +315,25 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         finally:
             await store.close()
     log.info("bookie stopped")
+
+
+def _storage_config(config: BookieConfig) -> StorageConfig:
+    """The storage settings, with entry logs no larger than half the data disk's reserve
+    (so a full disk can always compact; a warning says when the flag was lowered)."""
+    storage = config.storage_config()
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    reserve = reserve_bytes(config.data_dir, config.disk_thresholds())
+    size = entry_log_bytes_for(storage.entry_log_file_bytes, reserve)
+    if size == storage.entry_log_file_bytes:
+        return storage
+    log.warning(
+        "entry logs smaller than --entry-log-file-bytes: compacting a log must fit in the "
+        "data disk's reserve above --disk-usage-threshold",
+        entry_log_file_bytes=size,
+        configured=storage.entry_log_file_bytes,
+        reserve_bytes=reserve,
+    )
+    return dataclasses.replace(storage, entry_log_file_bytes=size)
 
 
 async def _serve(
@@ -363,6 +389,7 @@ async def _serve(
         lambda: core.storage_failure or retiring.reason,
         apply_mode,
         on_pressure=reclaimer.wake,
+        unwritten_bytes=lambda: core.checkpoints.unwritten_bytes,
     )
     retiring.on_change = disks.wake
     await retiring.start()

@@ -52,7 +52,7 @@ _log = structlog.get_logger("bookie.storage.compaction")
 STEP_BYTES = 1024 * 1024
 """Payload bytes copied per step (one storage-thread job between checkpoints)."""
 
-ROOM_MARGIN_BYTES = 4 * STEP_BYTES
+ROOM_MARGIN_BYTES = STEP_BYTES
 """Free bytes a compaction leaves untouched besides a log's live bytes: the index rows it
 repoints and the entry log's header need some, and so do the journal and checkpoints."""
 

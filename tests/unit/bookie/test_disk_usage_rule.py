@@ -12,6 +12,7 @@ from bookie.disks import (
     DiskMonitor,
     DiskThresholds,
     DiskUsage,
+    entry_log_bytes_for,
     full_disks,
     measure,
     under_pressure,
@@ -203,3 +204,31 @@ def test_a_reclaimer_pass_collects_then_compacts_and_passes_keep_their_gap() -> 
     asyncio.run(scenario())
     assert [name for name, _ in steps] == ["collect", "compact", "collect", "compact"]
     assert steps[2][1] - steps[0][1] >= 0.2 * 0.9
+
+
+def test_entry_logs_are_at_most_half_the_data_disks_reserve() -> None:
+    """So that compacting any log, which needs its live bytes free, fits in the reserve."""
+    mib = 1024 * 1024
+    assert entry_log_bytes_for(512 * mib, reserve=int(12.8 * mib)) == int(6.4 * mib)
+    assert entry_log_bytes_for(512 * mib, reserve=50 * 1024 * mib) == 512 * mib
+    assert entry_log_bytes_for(512 * mib, reserve=mib) == mib  # never below 1 MiB
+    assert entry_log_bytes_for(512 * mib, reserve=0) == 512 * mib  # no reserve: as given
+
+
+def test_entries_not_yet_checkpointed_count_as_used_on_the_data_disk(tmp_path: Path) -> None:
+    usage = measure(tmp_path)
+    free = usage.total_bytes - usage.used_bytes
+    changes: list[str | None] = []
+
+    async def record(reason: str | None) -> None:
+        changes.append(reason)
+
+    async def scenario() -> None:
+        monitor = DiskMonitor(
+            [tmp_path], DiskThresholds(), 10.0, lambda: None, record, unwritten_bytes=lambda: free
+        )
+        assert (await monitor.check() or "").startswith("disk full: ")
+        assert monitor.usages[0].share == 1.0
+
+    asyncio.run(scenario())
+    assert len(changes) == 1
