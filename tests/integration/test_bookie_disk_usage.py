@@ -106,7 +106,9 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         assert small.bookie_id not in ensembles[-1][1]
         moved_at = ensembles[1][0]
         assert moved_at > 0, "the small bookie took no entry before it filled up"
-        assert used_share(disk) > 0.5
+        # Above the low-water mark: the bookie counted the entries it had not checkpointed
+        # yet, so it turned read-only before the disk itself passed the high-water mark.
+        assert used_share(disk) > 0.4
 
         # Read-only: announced so, shown by Info and the metrics, no longer offered. (The
         # switch makes the new record before it removes the old one: wait for both.)
@@ -325,7 +327,9 @@ def _deletion_to_writable_s(
         for writer in writers:
             writer.close()
         full = used_share(disk)
-        assert full > 0.95
+        # The bookie counts what it has not checkpointed yet: read-only a little below
+        # the mark, always above the low-water mark.
+        assert full > 0.9
         kept = writers[0]
         for ledger_id in ledger_ids:
             if not (keep and ledger_id == kept.ledger_id):
@@ -348,10 +352,12 @@ def _deletion_to_writable_s(
             ensembles = kept.metadata.ensembles
             last = ensembles[1][0] - 1 if len(ensembles) > 1 else kept.last_add_confirmed
             assert last > 0
-            assert read_entries(small, kept.ledger_id, 0, last) == [
-                bytes([(i // 4) % 256]) * entry
-                for i in range(last + 1)  # 4 a second
+            got = [  # in reads of 32: an answer holds a few MiB at most
+                data
+                for first in range(0, last + 1, 32)
+                for data in read_entries(small, kept.ledger_id, first, min(first + 31, last))
             ]
+            assert got == [bytes([(i // 4) % 256]) * entry for i in range(last + 1)]  # 4 a second
         return took
 
 
