@@ -21,12 +21,13 @@ Ledger ids are never reused, so a record once gone never comes back under the sa
 That proof replaces waiting for a long quiet time after the last write (BookKeeper's
 bookies decide from the same two lists and the same re-read of each candidate). A short
 margin remains (``grace``, ``--gc-grace-s``): a ledger written to within it, or since less
-than that after the bookie started, is kept; it guards against a store whose create is
-acknowledged before a synced read shows it, at a cost of seconds only, because a ledger
-whose metadata was deleted is rarely still being written.
+than that after the bookie started, is kept. The proof does not need it; it covers a
+client that breaks the create-before-first-add order (another implementation of the
+protocol, a bug), and costs seconds only: a ledger whose metadata was deleted is rarely
+still being written.
 
-While a disk is above the warning mark the bookie wakes the collector at every disk
-measurement (:meth:`LedgerCollector.wake`), not only every ``interval``.
+While a disk is above the warning mark the bookie also runs a scan at once, between the
+timed ones (bookie/space.py); scans never overlap.
 
 A second, rarer scan (every ``stray_interval`` seconds) drops *stray copies*: entries of a
 CLOSED ledger none of whose fragments names this bookie. They are left by an auto-recovery
@@ -147,14 +148,9 @@ class LedgerCollector:
         self._clock = clock
         self._started = clock()
         self._next_stray_scan = self._started + stray_interval
-        self._wake = asyncio.Event()
         self._scanning = asyncio.Lock()
         self.deleted_total = 0
         self.strays_deleted_total = 0
-
-    def wake(self) -> None:
-        """Scan now rather than at the end of the interval (a disk is filling up)."""
-        self._wake.set()
 
     async def collect_once(self) -> list[int]:
         """Run one scan; return the ids deleted. Scans never overlap: a call made while
@@ -229,18 +225,15 @@ class LedgerCollector:
             self._last_write.pop(ledger_id, None)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Scan every ``interval`` seconds, and at once when woken (:meth:`wake`), and for
-        stray copies every ``stray_interval``, until ``stop`` is set."""
+        """Scan every ``interval`` seconds (and for stray copies every ``stray_interval``)
+        until ``stop`` is set."""
         while not stop.is_set():
-            waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())}
             try:
-                await asyncio.wait(waiters, timeout=self._interval, return_when="FIRST_COMPLETED")
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-            if stop.is_set():
+                await asyncio.wait_for(stop.wait(), timeout=self._interval)
+            except TimeoutError:
+                pass
+            else:
                 return
-            self._wake.clear()
             try:
                 await self.collect_once()
                 if self._stray_interval > 0 and self._clock() >= self._next_stray_scan:
