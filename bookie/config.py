@@ -144,6 +144,7 @@ class BookieConfig:
     cache_entry_logs: bool = same_as(StorageConfig, "cache_entry_logs", group="storage")
     group_wait_s: float = same_as(StorageConfig, "group_wait_s", group="journal")
     group_max_bytes: int = same_as(StorageConfig, "group_max_bytes", group="journal")
+    journal_file_bytes: int = same_as(StorageConfig, "journal_file_bytes", group="journal")
     volatile_flush_interval_s: float = same_as(
         StorageConfig, "volatile_flush_interval_s", group="journal"
     )
@@ -177,7 +178,10 @@ class BookieConfig:
         group="maintenance",
     )
     gc_grace_s: float = setting(
-        300.0, help="a ledger written to within this time is never collected", group="maintenance"
+        10.0,
+        help="a ledger written to within this time is never collected (a margin: deletion "
+        "is proven by a synced metadata read)",
+        group="maintenance",
     )
     gc_stray_interval_s: float = setting(
         3600.0,

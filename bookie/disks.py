@@ -16,8 +16,16 @@ replays what the journal holds, ends that mode. A checkpoint that failed to writ
 logs or the index makes it read-only until a checkpoint succeeds again (the entries stay
 in the journal and in memory meanwhile, and are served from there).
 
-:func:`full_disks` is the pure rule; :class:`DiskMonitor` measures (``statvfs`` in a
-thread) and calls back on every change of mode.
+Space comes back by itself. While any disk is used beyond the warning mark
+(``--disk-usage-warn-threshold``) the bookie is *under pressure* (:func:`under_pressure`):
+it measures every :data:`PRESSURE_INTERVAL_S` instead of every ``interval_s`` (so adds stop
+soon after a disk passes the read-only mark, and what is left above it stays a reserve for
+the journal, checkpoints and compaction), and after each measurement it calls
+``on_pressure``, which runs the ledger GC and a compaction at once instead of waiting for
+their intervals.
+
+:func:`full_disks` and :func:`under_pressure` are the pure rules; :class:`DiskMonitor`
+measures (``statvfs`` in a thread) and calls back on every change of mode.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from pathlib import Path
 
 import structlog
 
+from walog.errors import WalogError
 from walog.settings import setting
 
 _log = structlog.get_logger("bookie.disks")
@@ -103,6 +112,75 @@ def full_disks(
     return out
 
 
+PRESSURE_INTERVAL_S = 1.0
+"""Longest time between measurements while a disk is under pressure."""
+
+
+def under_pressure(usages: Collection[DiskUsage], thresholds: DiskThresholds) -> bool:
+    """Whether any disk is used beyond the warning mark (space should be reclaimed now)."""
+    return any(u.share > thresholds.disk_usage_warn_threshold for u in usages)
+
+
+def free_bytes(directory: Path) -> int:
+    """Bytes the bookie may still write on the file system of ``directory`` (blocking)."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def reserve_bytes(directory: Path, thresholds: DiskThresholds) -> int:
+    """The bytes of the disk of ``directory`` above the read-only mark (blocking): plain
+    adds never fill them, compaction and the journal may."""
+    st = os.statvfs(directory)
+    return int(st.f_blocks * st.f_frsize * (1 - thresholds.disk_usage_threshold))
+
+
+def entry_log_bytes_for(configured: int, reserve: int) -> int:
+    """The entry-log size to use on a data disk with ``reserve`` bytes above the read-only
+    mark: at most half the reserve (and no less than 1 MiB), so that compacting any log,
+    which needs its live bytes free, fits in the reserve; ``configured`` when it fits
+    already or when there is no reserve (a mark of 1: the operator takes the risk)."""
+    if reserve <= 0:
+        return configured
+    return min(configured, max(reserve // 2, 1024 * 1024))
+
+
+JOURNAL_FILES_NEEDED = 2
+"""Journal files a journal's disk must hold at once: the one being filled and the one
+before it, which stays until a checkpoint retires it."""
+
+
+class JournalDiskTooSmallError(WalogError):
+    """The journal directory's file system cannot hold the journal's files."""
+
+
+def check_journal_disk(directory: Path, file_bytes: int) -> None:
+    """Refuse a journal directory on a file system smaller than the journal needs
+    (:data:`JOURNAL_FILES_NEEDED` files of ``file_bytes``): such a journal would fail
+    with a full disk soon after start, and the bookie stay read-only until restarted.
+
+    Raises:
+        JournalDiskTooSmallError: naming the directory, the disk's size and what is needed.
+    """
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    st = os.statvfs(existing)
+    size = st.f_blocks * st.f_frsize
+    needed = JOURNAL_FILES_NEEDED * file_bytes
+    if size < needed:
+        raise JournalDiskTooSmallError(
+            f"journal directory {directory} is on a disk of {_mib(size)}, too small for the "
+            f"journal: it needs at least {_mib(needed)} ({JOURNAL_FILES_NEEDED} journal files "
+            f"of --journal-file-bytes {_mib(file_bytes)}: the one being filled and the one "
+            "before it, kept until a checkpoint retires it); give the journal a larger disk "
+            "(--journal-dir) or smaller files (--journal-file-bytes)"
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size} bytes ({size / (1024 * 1024):.1f} MiB)"
+
+
 ModeListener = Callable[[str | None], Awaitable[None]]
 """Called with the reason of read-only mode, or None when the bookie turns writable."""
 
@@ -118,6 +196,11 @@ class DiskMonitor:
             checkpoint), or None.
         on_change: awaited with the new mode's reason (None: writable) on every change;
             an exception is logged and the call is repeated at the next measurement.
+        on_pressure: called after every measurement that finds a disk under pressure.
+        unwritten_bytes: bytes the first directory's disk is still to receive (entries
+            taken and not yet checkpointed); counted as used, so that the bookie turns
+            read-only before the checkpoint that writes them, not after, and the space
+            above the read-only mark stays a reserve.
     """
 
     def __init__(
@@ -127,6 +210,8 @@ class DiskMonitor:
         interval_s: float,
         storage_failure: Callable[[], str | None],
         on_change: ModeListener,
+        on_pressure: Callable[[], None] = lambda: None,
+        unwritten_bytes: Callable[[], int] = lambda: 0,
     ) -> None:
         by_device: dict[int, Path] = {}
         for directory in directories:
@@ -136,6 +221,8 @@ class DiskMonitor:
         self.interval_s = interval_s
         self._storage_failure = storage_failure
         self._on_change = on_change
+        self._on_pressure = on_pressure
+        self._unwritten_bytes = unwritten_bytes
         self._wake = asyncio.Event()
         self._full: set[Path] = set()
         self._warned: set[Path] = set()
@@ -146,6 +233,8 @@ class DiskMonitor:
         """Why the bookie is read-only, None while it is writable."""
         self.read_only_entered = 0
         """How many times the bookie turned read-only since start."""
+        self.under_pressure = False
+        """Whether a disk was used beyond the warning mark at the last measurement."""
 
     @property
     def highest_share(self) -> float:
@@ -158,10 +247,17 @@ class DiskMonitor:
 
     async def check(self) -> str | None:
         """Measure once, apply a change of mode, and return the current reason."""
-        self.usages = tuple(
-            await asyncio.gather(*(asyncio.to_thread(measure, d) for d in self.directories))
+        measured = await asyncio.gather(*(asyncio.to_thread(measure, d) for d in self.directories))
+        unwritten = self._unwritten_bytes()
+        first = measured[0]
+        measured[0] = DiskUsage(
+            first.directory, min(first.total_bytes, first.used_bytes + unwritten), first.total_bytes
         )
+        self.usages = tuple(measured)
         self._log_warnings()
+        self.under_pressure = under_pressure(self.usages, self.thresholds)
+        if self.under_pressure:
+            self._on_pressure()
         self._full = full_disks(self.usages, self.thresholds, self._full)
         reason = self._storage_failure()
         if reason is None and self._full:
@@ -216,10 +312,28 @@ class DiskMonitor:
             self._wake.clear()
             waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())}
             try:
-                await asyncio.wait(waiters, timeout=self.interval_s, return_when="FIRST_COMPLETED")
+                interval = self.interval_s
+                if self.under_pressure:
+                    interval = min(interval, PRESSURE_INTERVAL_S)
+                await asyncio.wait(waiters, timeout=interval, return_when="FIRST_COMPLETED")
             finally:
                 for waiter in waiters:
                     waiter.cancel()
 
 
-__all__ = ["DiskMonitor", "DiskThresholds", "DiskUsage", "ModeListener", "full_disks", "measure"]
+__all__ = [
+    "JOURNAL_FILES_NEEDED",
+    "PRESSURE_INTERVAL_S",
+    "DiskMonitor",
+    "DiskThresholds",
+    "DiskUsage",
+    "JournalDiskTooSmallError",
+    "ModeListener",
+    "check_journal_disk",
+    "entry_log_bytes_for",
+    "free_bytes",
+    "full_disks",
+    "measure",
+    "reserve_bytes",
+    "under_pressure",
+]

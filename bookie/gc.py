@@ -1,14 +1,33 @@
 """Garbage collection: drop deleted ledgers, and copies of closed ledgers nobody reads.
 
-A ledger's metadata is created before any of its entries reaches a bookie, and it is
-deleted only when the ledger is deleted. So a ledger this bookie stores whose metadata is
-absent was deleted, provided the two facts are read in the right order: the bookie's list
-first, the metadata store's second. A ledger created between the two reads is not in the
-bookie's list; one created before is in the metadata store's list unless it was deleted.
+A ledger's metadata is created before any of its entries reaches a bookie (a writer sends
+its first add only once the store acknowledged the create; a recovery or a fence starts
+from metadata it read), and it is deleted only when the ledger is deleted. So a ledger this
+bookie stores whose metadata is absent was deleted, provided the absence is read *after*
+the bookie listed the ledger and from a view of the store that includes every change
+acknowledged before that. Each scan therefore:
 
-As a second guard a ledger written to within ``grace`` seconds (or since less than
-``grace`` after the bookie started) is kept, and each candidate's absence is confirmed
-with one more metadata read just before it is deleted.
+1. lists the ledgers stored here;
+2. lists the ledgers in the metadata store: those absent are candidates;
+3. syncs its metadata session (:meth:`MetadataStore.sync`: the ZooKeeper server it reads
+   from catches up with the leader; SQLite reads are current anyway) and reads each
+   candidate's record once more, just before deleting it. A candidate whose record shows
+   up was created meanwhile or read from a lagging view: it is kept.
+
+A ledger created elsewhere after step 1 has no entries in the list, so it cannot be a
+candidate; one created before step 1 had its create acknowledged before its first entry
+arrived here, hence before the sync, so the read of step 3 sees it unless it was deleted.
+Ledger ids are never reused, so a record once gone never comes back under the same id.
+That proof replaces waiting for a long quiet time after the last write (BookKeeper's
+bookies decide from the same two lists and the same re-read of each candidate). A short
+margin remains (``grace``, ``--gc-grace-s``): a ledger written to within it, or since less
+than that after the bookie started, is kept. The proof does not need it; it covers a
+client that breaks the create-before-first-add order (another implementation of the
+protocol, a bug), and costs seconds only: a ledger whose metadata was deleted is rarely
+still being written.
+
+While a disk is above the warning mark the bookie also runs a scan at once, between the
+timed ones (bookie/space.py); scans never overlap.
 
 A second, rarer scan (every ``stray_interval`` seconds) drops *stray copies*: entries of a
 CLOSED ledger none of whose fragments names this bookie. They are left by an auto-recovery
@@ -129,11 +148,17 @@ class LedgerCollector:
         self._clock = clock
         self._started = clock()
         self._next_stray_scan = self._started + stray_interval
+        self._scanning = asyncio.Lock()
         self.deleted_total = 0
         self.strays_deleted_total = 0
 
     async def collect_once(self) -> list[int]:
-        """Run one scan; return the ids deleted."""
+        """Run one scan; return the ids deleted. Scans never overlap: a call made while
+        one runs waits for it, then scans anew."""
+        async with self._scanning:
+            return await self._collect()
+
+    async def _collect(self) -> list[int]:
         on_bookie = list(self._core.ledgers())
         if not on_bookie:
             return []
@@ -146,6 +171,11 @@ class LedgerCollector:
             started=self._started,
             grace=self._grace,
         )
+        if not candidates:
+            return []
+        # One sync covers every candidate: each one's create, if any, was acknowledged
+        # before the listing above, so before the sync.
+        await self._store.sync(LEDGERS)
         confirmed = [c for c in candidates if await self._store.exists(ledger_path(c)) is None]
         if confirmed:
             await self._delete(confirmed)

@@ -34,7 +34,13 @@ from prometheus_client import CollectorRegistry
 import walog._loop
 from bookie.config import GROUPS, BookieConfig, parse_listen
 from bookie.cookie import check_cookie
-from bookie.disks import DiskMonitor
+from bookie.disks import (
+    DiskMonitor,
+    check_journal_disk,
+    entry_log_bytes_for,
+    free_bytes,
+    reserve_bytes,
+)
 from bookie.exit_with import exit_with
 from bookie.gc import LedgerCollector
 from bookie.log_output import configure_logging
@@ -45,6 +51,8 @@ from bookie.registration import Registration
 from bookie.server.grpc_port import BookieServer
 from bookie.server.health import BookieHealth, read_only_reason
 from bookie.server.http import MetricsServer
+from bookie.space import Reclaimer
+from bookie.storage.config import StorageConfig
 from bookie.storage.engine import BookieCore
 from walog._version import __version__
 from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
@@ -285,6 +293,7 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         ProcessLookupError: ``--exit-with`` names no process.
         CookieMismatchError: the disk does not match the cookie in the metadata store.
         OSError: the address cannot be bound or a directory is unusable.
+        JournalDiskTooSmallError: the journal's disk cannot hold two journal files.
         WalogError: the metadata store is unreachable.
     """
     loop = asyncio.get_running_loop()
@@ -293,11 +302,12 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     with exit_with(config.exit_with, stop):  # before anything else: refuses a missing PID
+        check_journal_disk(config.journal_path, config.journal_file_bytes)
         store = await open_store(config.metadata, timeout=config.metadata_timeout_s)
         try:
             cookie = await check_cookie(store, config)
             log.info("cookie verified", instance_id=cookie.instance_id)
-            core = await BookieCore.open(config.storage_config())
+            core = await BookieCore.open(_storage_config(config))
             try:
                 await _serve(config, store, core, cookie.instance_id, stop)
             finally:
@@ -305,6 +315,25 @@ async def run(config: BookieConfig, stop: asyncio.Event | None = None) -> None:
         finally:
             await store.close()
     log.info("bookie stopped")
+
+
+def _storage_config(config: BookieConfig) -> StorageConfig:
+    """The storage settings, with entry logs no larger than half the data disk's reserve
+    (so a full disk can always compact; a warning says when the flag was lowered)."""
+    storage = config.storage_config()
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    reserve = reserve_bytes(config.data_dir, config.disk_thresholds())
+    size = entry_log_bytes_for(storage.entry_log_file_bytes, reserve)
+    if size == storage.entry_log_file_bytes:
+        return storage
+    log.warning(
+        "entry logs smaller than --entry-log-file-bytes: compacting a log must fit in the "
+        "data disk's reserve above --disk-usage-threshold",
+        entry_log_file_bytes=size,
+        configured=storage.entry_log_file_bytes,
+        reserve_bytes=reserve,
+    )
+    return dataclasses.replace(storage, entry_log_file_bytes=size)
 
 
 async def _serve(
@@ -344,6 +373,14 @@ async def _serve(
         core.read_only_reason = reason  # adds are refused first, then clients are told
         await registration.set_read_only(reason is not None)
 
+    # Compaction takes a log only if its live bytes fit in the data disk's free space.
+    core.compactor.room = functools.partial(free_bytes, config.data_dir)
+    major = config.major_compaction_threshold
+    reclaimer = Reclaimer(
+        collector.collect_once,
+        lambda: core.compactor.compact(major, seal_filling=True),
+        gap_s=config.disk_check_interval_s,
+    )
     retiring = DrainMark(store, config.bookie_id)
     disks = DiskMonitor(
         (config.data_dir, config.journal_path),
@@ -351,6 +388,8 @@ async def _serve(
         config.disk_check_interval_s,
         lambda: core.storage_failure or retiring.reason,
         apply_mode,
+        on_pressure=reclaimer.wake,
+        unwritten_bytes=lambda: core.checkpoints.unwritten_bytes,
     )
     retiring.on_change = disks.wake
     await retiring.start()
@@ -386,6 +425,7 @@ async def _serve(
         if await _until_stopped(registration.register(), stop):
             tasks.append(asyncio.create_task(collector.run(stop)))
             tasks.append(asyncio.create_task(disks.run(stop)))
+            tasks.append(asyncio.create_task(reclaimer.run()))
             log.info("bookie ready", bookie_id=config.bookie_id, port=server.port)
             await stop.wait()
         log.info("bookie stopping")

@@ -100,6 +100,13 @@ class Checkpointer:
             entry = self._flushing.get(ledger_id, entry_id)
         return entry
 
+    @property
+    def unwritten_bytes(self) -> int:
+        """Bytes of entries taken and not yet in an entry log: the write cache and the one
+        being persisted (what the data disk is still to receive)."""
+        flushing = self._flushing
+        return self.cache.bytes + (flushing.bytes if flushing is not None else 0)
+
     def want(self) -> None:
         """Take a checkpoint soon (the write cache is full)."""
         self._wanted.set()

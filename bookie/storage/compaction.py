@@ -15,6 +15,17 @@ Copying runs in steps of about 1 MiB in the storage thread, between checkpoints,
 most ``compaction_rate_bytes`` per second, so a writer's adds and the checkpoints keep their pace.
 :func:`logs_to_compact` is the pure rule; :class:`Compactor` runs it against a core.
 
+Compaction on a full disk. Copying a log's live entries needs that many bytes free before
+the old log can go. Read-only mode (bookie/disks.py) stops plain adds at
+``--disk-usage-threshold``, which leaves the rest of the disk as a reserve that only
+checkpoints of entries already acknowledged, the journal and compaction write to. When the
+compactor is given a measure of that room (:attr:`Compactor.room`, the data disk's free
+bytes), it takes a log only if its live bytes plus :data:`ROOM_MARGIN_BYTES` fit
+(:func:`fits`), emptiest first: each log compacted gives back more than it took, so the
+room grows as the pass goes on, and a log that does not fit is left with one log line
+rather than failing the disk. A disk full to the last byte still frees every log left
+without live data at the deletion itself, which needs no room.
+
 A log is deleted only once every live entry in it was read and copied, or was read and
 found damaged (its header or digest wrong: that copy is lost either way, and its reads
 answer IO_ERROR, so auto-recovery copies the entry back). A read the disk failed (EIO)
@@ -40,6 +51,10 @@ _log = structlog.get_logger("bookie.storage.compaction")
 
 STEP_BYTES = 1024 * 1024
 """Payload bytes copied per step (one storage-thread job between checkpoints)."""
+
+ROOM_MARGIN_BYTES = STEP_BYTES
+"""Free bytes a compaction leaves untouched besides a log's live bytes: the index rows it
+repoints and the entry log's header need some, and so do the journal and checkpoints."""
 
 StorageStep = Callable[[Callable[["EntryStorage"], Any]], Awaitable[Any]]
 """Runs a function on the storage in its thread, between checkpoints; returns its result."""
@@ -91,6 +106,11 @@ def logs_to_compact(shares: Mapping[int, float], threshold: float) -> list[int]:
                   key=lambda log: (shares[log], log))  # fmt: skip
 
 
+def fits(live_bytes: int, free_bytes: int) -> bool:
+    """Whether a log with ``live_bytes`` to copy can be compacted with ``free_bytes`` free."""
+    return live_bytes + ROOM_MARGIN_BYTES <= free_bytes
+
+
 def _compact_step(
     storage: EntryStorage, *, log_id: int, after: tuple[int, int] | None
 ) -> tuple[tuple[int, int] | None, int]:
@@ -108,24 +128,44 @@ class Compactor:
     def __init__(self, policy: CompactionPolicy, in_storage: StorageStep) -> None:
         self.policy = policy
         self._in_storage = in_storage
+        self.room: Callable[[], int] | None = None
+        """Measures the free bytes of the disk compaction writes to (blocking; run in a
+        thread); None: not measured, every chosen log is taken."""
+        self._lock = asyncio.Lock()
         self.compacted_logs = 0
         """Logs compacted since start."""
         self.bytes_moved = 0
         """Payload bytes copied since start."""
 
-    async def compact(self, threshold: float) -> int:
+    async def compact(self, threshold: float, *, seal_filling: bool = False) -> int:
         """Compact every log whose live share is below ``threshold`` now; returns how many
-        were compacted. A log the disk failed to read is left for a later pass.
+        were compacted. A log the disk failed to read, or one whose live bytes do not fit
+        in the room left (:attr:`room`), is left for a later pass. Passes never overlap: a
+        call made while one runs waits for it.
+
+        Args:
+            threshold: the live share below which a log is compacted.
+            seal_filling: first seal the log being filled if it is below ``threshold``
+                too (:meth:`EntryStorage.seal_filling_log`), so that it is compacted as
+                well (a disk under pressure).
 
         Raises:
             StorageIOError: the index or the log being filled failed.
         """
+        async with self._lock:
+            if seal_filling:
+                await self._in_storage(lambda s: s.seal_filling_log(threshold))
+            return await self._compact(threshold)
+
+    async def _compact(self, threshold: float) -> int:
         shares: dict[int, float] = await self._in_storage(lambda s: s.live_shares())
         chosen = logs_to_compact(shares, threshold)
         started = _now()
         moved_before = self.bytes_moved
         compacted = 0
         for log_id in chosen:
+            if not await self._fits(log_id):
+                continue
             after: tuple[int, int] | None = None
             while True:
                 try:
@@ -160,6 +200,23 @@ class Compactor:
             )
         return compacted
 
+    async def _fits(self, log_id: int) -> bool:
+        room = self.room
+        if room is None:
+            return True
+        live: int = await self._in_storage(lambda s: s.live_bytes(log_id))
+        free = await asyncio.to_thread(room)
+        if fits(live, free):
+            return True
+        _log.warning(
+            "entry log left for a later compaction: not enough room",
+            log=log_id,
+            live_bytes=live,
+            free_bytes=free,
+            margin_bytes=ROOM_MARGIN_BYTES,
+        )
+        return False
+
     async def run(self) -> None:
         """Run the minor and major passes on their intervals until cancelled."""
         policy = self.policy
@@ -186,4 +243,11 @@ class Compactor:
             due[name] = _now() + interval
 
 
-__all__ = ["STEP_BYTES", "CompactionPolicy", "Compactor", "logs_to_compact"]
+__all__ = [
+    "ROOM_MARGIN_BYTES",
+    "STEP_BYTES",
+    "CompactionPolicy",
+    "Compactor",
+    "fits",
+    "logs_to_compact",
+]

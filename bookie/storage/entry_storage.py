@@ -654,6 +654,30 @@ class EntryStorage:
                 shares[log_id] = live / total
         return shares
 
+    def seal_filling_log(self, threshold: float) -> int | None:
+        """Stop appending to the entry log being filled when its live share is below
+        ``threshold`` (deleted ledgers left most of it dead): the next write starts a new
+        log and this one may be compacted like any other. Returns its id, or None when it
+        was left as it is. A disk under pressure needs it: the log being filled is never
+        compacted, and on a disk smaller than ``entry_log_file_bytes`` it may hold every
+        entry there is."""
+        log_id = self._log_writer.log_id
+        doc = self._live.get(log_id)
+        if log_id < 0 or doc is None or not doc.get("_total", 0):
+            return None
+        live = sum(size for name, size in doc.items() if name != "_total")
+        if live / doc["_total"] >= threshold:
+            return None
+        self._log_writer.stop_appending()
+        _log.info("entry log being filled sealed for compaction", log=log_id)
+        return log_id
+
+    def live_bytes(self, log_id: int) -> int:
+        """Bytes of the entries of entry log ``log_id`` still indexed (0: no such log):
+        what compacting it copies."""
+        doc = self._live.get(log_id, {})
+        return sum(size for name, size in doc.items() if name != "_total")
+
     def compact_step(
         self, log_id: int, after: tuple[int, int] | None, max_bytes: int
     ) -> tuple[tuple[int, int] | None, int]:

@@ -108,7 +108,13 @@ def test_enospc_on_the_journal_acks_nothing_after_it_and_restart_keeps_every_ack
         with running_bookie(
             tmp_path / "bookie",
             metadata,
-            extra_args=["--journal-dir", str(disk / "journal"), *NO_USAGE_LIMIT],
+            extra_args=[
+                "--journal-dir",
+                str(disk / "journal"),
+                "--journal-file-bytes",
+                "8MiB",
+                *NO_USAGE_LIMIT,
+            ],
         ) as bookie:
             fill_to(ballast, 0.8)
             statuses = [

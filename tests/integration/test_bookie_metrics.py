@@ -148,7 +148,9 @@ async def test_a_bookie_whose_journal_disk_is_full_is_ready_for_reads_but_not_wr
     tmp_path: Path,
 ) -> None:
     with small_tmpfs(16) as journal_dir:
-        bookie, base = _started(tmp_path, "--journal-dir", str(journal_dir))
+        bookie, base = _started(
+            tmp_path, "--journal-dir", str(journal_dir), "--journal-file-bytes", "8MiB"
+        )
         try:
             await _wait_ready(base, writes=True, want=200)
             await asyncio.to_thread(fill, journal_dir)

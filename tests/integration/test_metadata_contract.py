@@ -170,6 +170,15 @@ async def test_exists_reports_version_or_none(store: MetadataStore) -> None:
     assert await store.exists("/a") == 1
 
 
+async def test_after_sync_a_read_sees_every_record_created_before_it_by_another_session(
+    store: MetadataStore, other: MetadataStore
+) -> None:
+    await other.create("/synced/a", b"x")
+    await store.sync("/synced")
+    assert await store.exists("/synced/a") == 0
+    assert await store.children("/synced") == ["a"]
+
+
 async def test_delete_with_wrong_version_conflicts_and_keeps_record(store: MetadataStore) -> None:
     await store.create("/a", b"")
     with pytest.raises(MetadataConflictError):

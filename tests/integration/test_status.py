@@ -90,7 +90,7 @@ async def test_status_names_a_killed_and_a_read_only_bookie_and_exits_1(
         extra = BookieProcess(
             tmp_path / "read-only-bookie",
             fresh_cluster.metadata_uri,
-            extra_args=["--journal-dir", str(journal_dir)],
+            extra_args=["--journal-dir", str(journal_dir), "--journal-file-bytes", "8MiB"],
         )
         try:
             # Started before the kill, so it cannot be given the killed bookie's port (id).

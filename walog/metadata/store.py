@@ -72,6 +72,16 @@ class MetadataStore(abc.ABC):
     async def exists(self, path: str) -> int | None:
         """Return the record's version, or None when it does not exist."""
 
+    async def sync(self, path: str) -> None:
+        """Bring this store's view up to date: every change acknowledged (to any client)
+        before the call is visible to the reads made after it returns.
+
+        ZooKeeper serves reads from whichever server the session is connected to, which
+        may lag behind the leader; its ``sync`` makes that server catch up first. Stores
+        whose reads are always current (SQLite, one file) need nothing: this default
+        returns at once."""
+        del path
+
     @abc.abstractmethod
     async def create(self, path: str, data: bytes, *, make_parents: bool = True) -> int:
         """Create a record (version 0); :class:`NodeExistsError` if it exists."""

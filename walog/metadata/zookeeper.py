@@ -254,6 +254,19 @@ class ZooKeeperStore(MetadataStore):
         )
         return bytes(data), int(stat.version)
 
+    async def sync(self, path: str) -> None:
+        """Make the server this session reads from catch up with the leader (ZooKeeper's
+        ``sync``): a record created before the call, by any client, is seen by the reads
+        made after it returns. The reply carries the leader's transaction id, so a session
+        that reconnects to another server afterwards still never reads an older view."""
+        full = self._full(path)
+        await self._run(
+            lambda _retried: self._wait(self._client.sync_async(full)),
+            path,
+            what="sync",
+            change=False,
+        )
+
     async def exists(self, path: str) -> int | None:
         """Return the record's version, or None when it does not exist."""
         full = self._full(path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.storage.compaction import CompactionPolicy, logs_to_compact
+from bookie.storage.compaction import ROOM_MARGIN_BYTES, CompactionPolicy, fits, logs_to_compact
 from bookie.storage.engine import BookieCore
 from bookie.storage.entry_storage import EntryStorage
 from tests.unit.bookie.helpers import add, open_core, payload, read_all
@@ -45,7 +45,7 @@ def test_inconsistent_compaction_settings_are_refused(changes: dict[str, float])
 
 
 async def _interleaved(path: Path, ledgers: int, rounds: int, **overrides: object):  # type: ignore[no-untyped-def]
-    core = await open_core(path, entry_log_file_bytes=64 * 1024, **overrides)
+    core = await open_core(path, **{"entry_log_file_bytes": 64 * 1024, **overrides})
     for entry_id in range(rounds):
         for ledger_id in range(1, ledgers + 1):
             await add(core, ledger_id, entry_id, data=payload(ledger_id, entry_id, SIZE))
@@ -222,4 +222,45 @@ async def test_compaction_leaves_a_damaged_record_behind_and_removes_its_log(
     assert core.stats.compaction_read_errors == 0
     assert (await core.read(1, damaged, damaged))[0] is Status.IO_ERROR
     assert await read_all(core, 1, 59) == {i: data for i, data in EXPECTED.items() if i != damaged}
+    await core.close()
+
+
+async def test_compaction_takes_only_the_logs_whose_live_bytes_fit_in_the_room_left(
+    tmp_path: Path,
+) -> None:
+    """On a full disk a log is compacted only if its live entries fit in the free space
+    (with a margin); the others stay, intact, for a pass with more room."""
+    core = await _interleaved(tmp_path, ledgers=4, rounds=60)
+    await core.delete_ledgers([2, 3, 4])
+    shares = await core.in_storage(lambda s: s.live_shares())
+    assert shares and all(share < 0.5 for share in shares.values())
+    live = {log: await core.in_storage(lambda s, log=log: s.live_bytes(log)) for log in shares}
+    assert all(size > 0 for size in live.values())
+    assert not fits(min(live.values()), ROOM_MARGIN_BYTES)
+    core.compactor.room = lambda: ROOM_MARGIN_BYTES  # nothing fits: nothing is touched
+    assert await core.compactor.compact(0.5) == 0
+    assert await core.in_storage(lambda s: s.live_shares()) == shares
+    core.compactor.room = lambda: ROOM_MARGIN_BYTES + max(live.values())
+    assert await core.compactor.compact(0.5) == len(shares)
+    assert await read_all(core, 1, 59) == {i: payload(1, i, SIZE) for i in range(60)}
+    await core.close()
+
+
+async def test_under_pressure_the_partly_dead_log_being_filled_is_sealed_and_compacted(
+    tmp_path: Path,
+) -> None:
+    """On a disk smaller than one entry log every entry is in the log being filled, which
+    the timed passes never compact: a pass under pressure seals it first."""
+    core = await _interleaved(tmp_path, ledgers=4, rounds=60, entry_log_file_bytes=1 << 30)
+    assert len(list((tmp_path / "entrylogs").glob("*.log"))) == 1
+    await core.delete_ledgers([2, 3, 4])
+    before = _log_bytes(tmp_path)
+    assert await core.compactor.compact(0.8) == 0  # the log being filled is left alone
+    assert await core.compactor.compact(0.8, seal_filling=True) == 1
+    assert _log_bytes(tmp_path) < before * 0.5
+    expected = {i: payload(1, i, SIZE) for i in range(60)}
+    assert await read_all(core, 1, 59) == expected
+    await core.close()
+    core = await open_core(tmp_path)
+    assert await read_all(core, 1, 59) == expected
     await core.close()

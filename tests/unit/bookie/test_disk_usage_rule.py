@@ -8,8 +8,17 @@ from pathlib import Path
 import pytest
 
 from bookie.config import BookieConfig
-from bookie.disks import DiskMonitor, DiskThresholds, DiskUsage, full_disks, measure
+from bookie.disks import (
+    DiskMonitor,
+    DiskThresholds,
+    DiskUsage,
+    entry_log_bytes_for,
+    full_disks,
+    measure,
+    under_pressure,
+)
 from bookie.main import parse_config
+from bookie.space import Reclaimer
 
 A, B = Path("/a"), Path("/b")
 
@@ -135,3 +144,91 @@ def test_a_mode_change_the_metadata_store_refused_is_applied_at_the_next_check(
 
     asyncio.run(scenario())
     assert len(calls) == 2 and all(c is not None for c in calls)
+
+
+def test_a_disk_is_under_pressure_beyond_the_warning_mark_only() -> None:
+    assert not under_pressure([_usage(A, 0.9), _usage(B, 0.5)], MARKS)
+    assert under_pressure([_usage(A, 0.5), _usage(B, 0.901)], MARKS)
+
+
+def test_a_disk_under_pressure_wakes_the_reclaimer_at_every_measurement(tmp_path: Path) -> None:
+    share = measure(tmp_path).share
+    woken: list[bool] = []
+
+    async def record(reason: str | None) -> None:
+        del reason
+
+    async def scenario() -> None:
+        calm = DiskMonitor(
+            [tmp_path], DiskThresholds(), 10.0, lambda: None, record, lambda: woken.append(False)
+        )
+        await calm.check()
+        assert woken == [] and not calm.under_pressure
+        pressed = DiskMonitor(
+            [tmp_path],
+            _marks(min(1.0, share * 2), share / 2, share / 4),
+            10.0,
+            lambda: None,
+            record,
+            lambda: woken.append(True),
+        )
+        await pressed.check()
+        await pressed.check()
+        assert woken == [True, True] and pressed.under_pressure
+
+    asyncio.run(scenario())
+
+
+def test_a_reclaimer_pass_collects_then_compacts_and_passes_keep_their_gap() -> None:
+    steps: list[tuple[str, float]] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def collect() -> None:
+            steps.append(("collect", loop.time()))
+
+        async def compact() -> None:
+            steps.append(("compact", loop.time()))
+
+        reclaimer = Reclaimer(collect, compact, gap_s=0.2)
+        task = asyncio.create_task(reclaimer.run())
+        reclaimer.wake()
+        await asyncio.sleep(0.05)
+        reclaimer.wake()  # within the gap: the next pass waits for it
+        reclaimer.wake()
+        await asyncio.sleep(0.4)
+        task.cancel()
+        assert reclaimer.passes == 2
+
+    asyncio.run(scenario())
+    assert [name for name, _ in steps] == ["collect", "compact", "collect", "compact"]
+    assert steps[2][1] - steps[0][1] >= 0.2 * 0.9
+
+
+def test_entry_logs_are_at_most_half_the_data_disks_reserve() -> None:
+    """So that compacting any log, which needs its live bytes free, fits in the reserve."""
+    mib = 1024 * 1024
+    assert entry_log_bytes_for(512 * mib, reserve=int(12.8 * mib)) == int(6.4 * mib)
+    assert entry_log_bytes_for(512 * mib, reserve=50 * 1024 * mib) == 512 * mib
+    assert entry_log_bytes_for(512 * mib, reserve=mib) == mib  # never below 1 MiB
+    assert entry_log_bytes_for(512 * mib, reserve=0) == 512 * mib  # no reserve: as given
+
+
+def test_entries_not_yet_checkpointed_count_as_used_on_the_data_disk(tmp_path: Path) -> None:
+    usage = measure(tmp_path)
+    free = usage.total_bytes - usage.used_bytes
+    changes: list[str | None] = []
+
+    async def record(reason: str | None) -> None:
+        changes.append(reason)
+
+    async def scenario() -> None:
+        monitor = DiskMonitor(
+            [tmp_path], DiskThresholds(), 10.0, lambda: None, record, unwritten_bytes=lambda: free
+        )
+        assert (await monitor.check() or "").startswith("disk full: ")
+        assert monitor.usages[0].share == 1.0
+
+    asyncio.run(scenario())
+    assert len(changes) == 1
