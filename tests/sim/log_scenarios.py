@@ -17,7 +17,7 @@ from tests.sim.world import World, cancellable, guard
 from walog.aio import AsyncClient
 from walog.errors import DataLossError, WalogError
 from walog.log.async_log import AsyncLog
-from walog.log.position import Position
+from walog.log.position import Position, ledger_start
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.writer import AsyncLogWriter
 from walog.wire.durability import Durability
@@ -171,13 +171,18 @@ async def log_truncator(world: World, who: str) -> None:
 
 
 async def _truncate(world: World, who: str, log: AsyncLog, before: Position) -> int | None:
-    """``log.truncate(before)``; None when refused as past the end: an acknowledged record
-    may lie past the last add confirmed readers see yet (or a VOLATILE crash lost it)."""
+    """``log.truncate(before)``. Refused as past the end (an acknowledged record may lie
+    past the last add confirmed readers see yet, or a VOLATILE crash lost it), it truncates
+    again before the start of the log's last ledger, which deletes the same ledgers (the
+    last one always stays), as a user told "the furthest point is ..." would."""
     try:
         return await log.truncate(before)
     except ValueError as exc:
         world.trace.log(f"{who} TRUNCATE refused: {exc}")
+    last = (await log.metadata()).last_ledger_id
+    if last is None:
         return None
+    return await log.truncate(ledger_start(last))
 
 
 async def log_duel(world: World, durability: Durability = Durability.PERSISTENT) -> None:
