@@ -45,7 +45,7 @@ from bookie.storage.entry_log_writer import (
 )
 from bookie.storage.environment import open_lmdb_index
 from bookie.storage.fastpath import unbuilt
-from bookie.storage.files import LOCAL_FILES, Files, write_all
+from bookie.storage.files import LOCAL_FILES, Files, probe_write
 from bookie.storage.index import (
     ENTRY_KEY,
     LEDGER_KEY,
@@ -67,7 +67,14 @@ from bookie.storage.index import (
     unseal,
     unseal_entry_row,
 )
-from bookie.storage.index_audit import AbsenceProof, audit_index, initialise, open_tables
+from bookie.storage.index_audit import (
+    AbsenceProof,
+    IndexContents,
+    Tables,
+    audit_index,
+    initialise,
+    open_tables,
+)
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.tombstones import Tombstones
 from walog import mutations
@@ -156,6 +163,35 @@ class WriteCache:
             self.count -= len(entries)
 
 
+def _open_index(
+    index_dir: Path,
+    open_index: Callable[[Path], lmdb.Environment],
+    log_names: Callable[[], list[str]],
+    *,
+    rebuild: bool,
+) -> tuple[lmdb.Environment, Tables, IndexContents]:
+    """Open the index, initialise a fresh one, audit it (StorageIOError when it fails)."""
+    env: lmdb.Environment | None = None
+    try:
+        env = open_index(index_dir)
+        # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
+        tables, fresh = open_tables(env)
+        if fresh:
+            initialise(env, tables, log_names(), rebuild=rebuild)
+        return env, tables, audit_index(env, tables)
+    except (lmdb.Error, StorageIOError) as exc:
+        if env is not None:
+            env.close()
+        if isinstance(exc, StorageIOError):
+            raise
+        raise StorageIOError(f"cannot open index {index_dir}: {exc}") from exc
+
+
+def live_of(doc: dict[str, int]) -> int:
+    """The live bytes an entry log's accounting row counts (every ledger's, not ``_total``)."""
+    return sum(size for name, size in doc.items() if name != "_total")
+
+
 class EntryStorage:
     """Entry logs plus the LMDB index. Not thread-safe for writers: one writer thread
     calls :meth:`checkpoint` and :meth:`delete_ledgers`; readers may run concurrently.
@@ -186,22 +222,14 @@ class EntryStorage:
                 files.makedirs(directory)
                 files.fsync_dir(directory.parent)
         self._lock_fd = lock_directory(data_dir, files)
-        env: lmdb.Environment | None = None
         try:
-            env = (open_index or open_lmdb_index)(self.index_dir)
-            # A damaged index fails here (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not only in open.
-            tables, fresh = open_tables(env)
-            if fresh:
-                initialise(env, tables, self._log_names(), rebuild=rebuild)
-            contents = audit_index(env, tables)
+            env, tables, contents = _open_index(
+                self.index_dir, open_index or open_lmdb_index, self._log_names, rebuild=rebuild
+            )
             check_log_versions(self.log_dir, self._log_names(), files)
-        except (lmdb.Error, StorageIOError) as exc:
-            if env is not None:
-                env.close()
+        except StorageIOError:
             files.close(self._lock_fd)
-            if isinstance(exc, StorageIOError):
-                raise
-            raise StorageIOError(f"cannot open index {self.index_dir}: {exc}") from exc
+            raise
         self._env = env
         self._entries = tables.entries
         self._ledgers = tables.ledgers
@@ -285,20 +313,11 @@ class EntryStorage:
         """Write and sync a block in the entry-log directory, then remove it: after a
         failed checkpoint, proof that the disk takes writes again even when there is
         nothing to checkpoint. StorageIOError when it does not."""
-        path = self.log_dir / "probe.tmp"
-        files = self._files
         try:
-            fd = files.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                write_all(files, fd, bytes(4096))
-                files.fsync(fd)
-            finally:
-                files.close(fd)
-                files.unlink(path)
+            probe_write(self._files, self.log_dir)
         except OSError as exc:
-            raise StorageIOError(
-                f"entry-log directory {self.log_dir} failed a write: {exc}"
-            ) from exc
+            message = f"entry-log directory {self.log_dir} failed a write: {exc}"
+            raise StorageIOError(message) from exc
 
     # -- reads --------------------------------------------------------------------------
 
@@ -619,7 +638,7 @@ class EntryStorage:
             if doc is None:
                 continue
             total = doc.get("_total", 0)
-            live = sum(size for name, size in doc.items() if name != "_total")
+            live = live_of(doc)
             if log_id == self._log_writer.log_id:
                 if live == 0:
                     # Nothing live in the log being filled: start a new one at the next
@@ -650,7 +669,7 @@ class EntryStorage:
         for log_id, doc in self._live.items():
             total = doc.get("_total", 0)
             if log_id != self._log_writer.log_id and total:
-                live = sum(size for name, size in doc.items() if name != "_total")
+                live = live_of(doc)
                 shares[log_id] = live / total
         return shares
 
@@ -665,7 +684,7 @@ class EntryStorage:
         doc = self._live.get(log_id)
         if log_id < 0 or doc is None or not doc.get("_total", 0):
             return None
-        live = sum(size for name, size in doc.items() if name != "_total")
+        live = live_of(doc)
         if live / doc["_total"] >= threshold:
             return None
         self._log_writer.stop_appending()
@@ -675,8 +694,7 @@ class EntryStorage:
     def live_bytes(self, log_id: int) -> int:
         """Bytes of the entries of entry log ``log_id`` still indexed (0: no such log):
         what compacting it copies."""
-        doc = self._live.get(log_id, {})
-        return sum(size for name, size in doc.items() if name != "_total")
+        return live_of(self._live.get(log_id, {}))
 
     def compact_step(
         self, log_id: int, after: tuple[int, int] | None, max_bytes: int
@@ -813,4 +831,5 @@ __all__ = [
     "UnreadableEntryLogError",
     "WriteCache",
     "entry_log_path",
+    "live_of",
 ]

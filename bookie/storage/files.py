@@ -169,6 +169,18 @@ LOCAL_FILES: Files = LocalFiles()
 """The machine's own file systems (what a bookie process uses)."""
 
 
+def probe_write(files: Files, directory: Path) -> None:
+    """Write and sync a block in ``directory``, then remove it (OSError when it fails)."""
+    path = directory / "probe.tmp"
+    fd = files.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(files, fd, bytes(4096))
+        files.fsync(fd)
+    finally:
+        files.close(fd)
+        files.unlink(path)
+
+
 def write_all(files: Files, fd: int, data: Bytes) -> None:
     """Write every byte of ``data`` at the descriptor's position (short writes resumed)."""
     with memoryview(data) as whole:
@@ -177,4 +189,4 @@ def write_all(files: Files, fd: int, data: Bytes) -> None:
             view = view[files.write(fd, view) :]
 
 
-__all__ = ["LOCAL_FILES", "Bytes", "Files", "LocalFiles", "write_all"]
+__all__ = ["LOCAL_FILES", "Bytes", "Files", "LocalFiles", "probe_write", "write_all"]
