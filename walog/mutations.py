@@ -45,9 +45,6 @@ Known mutations:
   that holds Spark's ``_SUCCESS`` whether or not its files reached the disk.
 - ``statemachine_accepts_volatile``: a replicated state machine is built on a VOLATILE log,
   so its leader answers commands whose records no bookie has synced.
-- ``recovered_close_ignores_takeover``: a log writer whose close of a ledger it rolled away
-  from failed, and which then recovered that ledger, sends the records it held for the next
-  ledger without looking whether another writer took the log over meanwhile.
 - ``deleted_ledger_forgets_fence``: a bookie forgets a ledger it deleted (garbage
   collection) altogether, fence included, so a writer that never learnt of the deletion
   recreates the ledger there with a plain add (bookie/storage/engine.py).
@@ -82,7 +79,6 @@ KNOWN: frozenset[str] = frozenset(
         "archive_marks_unsynced_output",
         "statemachine_accepts_volatile",
         "deleted_ledger_forgets_fence",
-        "recovered_close_ignores_takeover",
     }
 )
 """Every mutation name the protocol code knows."""

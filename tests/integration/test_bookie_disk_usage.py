@@ -361,8 +361,9 @@ def _deletion_to_writable_s(
         return took
 
 
+@pytest.mark.slow  # ~50 s alone: the fill is paced; the disk rules' unit tests run always
 @pytest.mark.zk
-@pytest.mark.timeout(400)  # ~50 s alone: the fill is paced, and a loaded machine is slower
+@pytest.mark.timeout(400)  # a loaded machine is slower
 def test_a_full_bookie_at_default_settings_is_writable_soon_after_the_deletions(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:

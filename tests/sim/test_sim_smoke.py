@@ -51,17 +51,13 @@ def check_engine_chunk(chunk: int) -> None:
     check_seeds(range(first, first + ENGINE_CHUNK), engine=True, cancel=True)
 
 
-# ~10 s of CPU per chunk; the generous limit is for heavily shared machines.
+# ~10 s of CPU per chunk; the generous limit is for heavily shared machines. The engine's
+# chunks are in tests/sim/test_sim_engine_smoke.py: a module runs on one test worker, and
+# the two halves then run side by side.
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_no_invariant_breaks_in_random_schedules(chunk: int) -> None:
     check_chunk(chunk)
-
-
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("chunk", range(ENGINE_CHUNKS))
-def test_no_invariant_breaks_with_the_real_engine_and_cancellations(chunk: int) -> None:
-    check_engine_chunk(chunk)
 
 
 @pytest.mark.slow
@@ -69,13 +65,6 @@ def test_no_invariant_breaks_with_the_real_engine_and_cancellations(chunk: int) 
 @pytest.mark.parametrize("chunk", range(CHUNKS, SLOW_CHUNKS))
 def test_no_invariant_breaks_in_many_more_random_schedules(chunk: int) -> None:
     check_chunk(chunk)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("chunk", range(ENGINE_CHUNKS, SLOW_ENGINE_CHUNKS))
-def test_no_invariant_breaks_in_many_more_engine_schedules(chunk: int) -> None:
-    check_engine_chunk(chunk)
 
 
 def test_every_scenario_runs_clean_on_its_own() -> None:

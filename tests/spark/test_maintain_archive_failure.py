@@ -21,7 +21,9 @@ from walog.maintenance.service import Maintainer
 from walog.spark.archive import archive_log
 from walog.testing import LocalCluster
 
-pytestmark = pytest.mark.spark
+# ~80 s alone (a Spark job, retention and a second pass): with --slow; maintain's report of
+# an archive it cannot run is tested in the default suite without Spark (test_maintain.py).
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 class SessionArchiver:

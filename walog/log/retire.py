@@ -27,7 +27,6 @@ from collections.abc import Callable
 
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
-from walog import mutations
 from walog._loggers import get_logger
 from walog.errors import (
     LedgerClosedError,
@@ -311,8 +310,6 @@ class Retirements:
 
     async def _taken_over(self) -> bool:
         """Whether the log's record shows a takeover after this writer's (a later epoch)."""
-        if mutations.enabled("recovered_close_ignores_takeover"):
-            return False
         meta, _version = await read_log(self._client.ctx.store, self._name)
         return meta.epoch != self._epoch
 
