@@ -10,6 +10,7 @@ import pytest
 
 import walog
 import walog.aio
+from tests.integration.log_reads import read_exactly
 from walog import main as cli
 from walog.aio import AsyncClient
 from walog.cli.status import gather
@@ -37,17 +38,6 @@ async def _log_of_two_ledgers(client: AsyncClient, name: str) -> tuple[AsyncLog,
     await writer.append(b"c")
     await writer.close()
     return log, [b"a", b"b", b"c"]
-
-
-async def _read_all(log: AsyncLog, count: int) -> list[bytes]:
-    """The first ``count`` records from the start, and nothing after them."""
-    reader = await log.open_reader("earliest")
-    try:
-        records = [await reader.read_next(timeout=30) for _ in range(count)]
-        assert await reader.read_next(timeout=0.2) is None
-        return [r.data for r in records if r is not None]
-    finally:
-        await reader.close()
 
 
 async def _stored(client: AsyncClient, name: str) -> bytes:
@@ -121,11 +111,11 @@ async def test_no_call_stores_a_position_that_is_not_one(
     assert words in str(caught.value)
     # Nothing stored, nothing lost, and the log is as usable as before.
     assert await _stored(client, log_name) == before
-    assert await _read_all(log, len(payloads)) == payloads
+    assert await read_exactly(log, len(payloads)) == payloads
     writer = await log.open_writer()
     await writer.append(b"d")
     await writer.close()
-    assert await _read_all(log, 4) == [*payloads, b"d"]
+    assert await read_exactly(log, 4) == [*payloads, b"d"]
     status = await gather(client, "test")
     assert status.problems == []
 
@@ -183,7 +173,7 @@ async def test_a_stored_field_that_does_not_parse_leaves_the_log_usable_until_re
     await writer.append(b"d")
     await writer.roll()
     await writer.close()
-    assert await _read_all(log, 4) == [*payloads, b"d"]
+    assert await read_exactly(log, 4) == [*payloads, b"d"]
     assert json.loads(await _stored(client, log_name))["cursors"]["x"] == "garbage"
     # Retention cannot know what a damaged cursor protects: it deletes nothing.
     everything = RetentionPolicy(max_age=0.001)
@@ -205,7 +195,7 @@ async def test_a_stored_field_that_does_not_parse_leaves_the_log_usable_until_re
     meta = await log.metadata()
     assert meta.damaged == () and meta.cursors == {"audit": Position(first_ledger, 0, 0)}
     assert (await gather(client, "test")).problems == []
-    assert await _read_all(log, 4) == [*payloads, b"d"]
+    assert await read_exactly(log, 4) == [*payloads, b"d"]
     # The good cursor alone holds retention now: the ledgers before it are kept.
     await log.commit_cursor("audit", None)
     assert await enforce_retention(client, log_name, everything, now=2e9) >= 1

@@ -12,8 +12,8 @@ import pytest
 
 import walog
 import walog.aio
+from tests.integration.log_reads import read_exactly
 from walog.aio import AsyncClient
-from walog.log.async_log import AsyncLog
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.testing import LocalCluster
 
@@ -24,17 +24,6 @@ ENDS_AT = re.compile(r"the log now ends at entry (\d+):(\d+), so (\S+) is the fu
 async def client(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
     async with await walog.aio.connect(cluster.metadata_uri) as c:
         yield c
-
-
-async def _read_all(log: AsyncLog, count: int) -> list[bytes]:
-    """The first ``count`` records from the start, and nothing after them."""
-    reader = await log.open_reader("earliest")
-    try:
-        records = [await reader.read_next(timeout=30) for _ in range(count)]
-        assert await reader.read_next(timeout=0.2) is None
-        return [r.data for r in records if r is not None]
-    finally:
-        await reader.close()
 
 
 def _refusal(message: str, name: str, before: Position) -> tuple[Position, Position]:
@@ -81,14 +70,14 @@ async def test_a_truncation_point_past_the_end_readers_see_is_refused_and_the_lo
     # The log goes on: the writer appends, a reader reads every record.
     payloads.append(b"after the refusal")
     await writer.append(payloads[-1])
-    assert await _read_all(log, len(payloads)) == payloads
+    assert await read_exactly(log, len(payloads)) == payloads
     # The end a refusal names is a valid point: it removes every ledger but the open one.
     with pytest.raises(ValueError) as caught:
         await log.truncate(Position(ids[-1] + 1000, 0, 0))
     _, furthest = _refusal(str(caught.value), log_name, Position(ids[-1] + 1000, 0, 0))
     assert await log.truncate(furthest) == 2
     assert [s.ledger_id for s in await log.segments()] == ids[-1:]
-    assert await _read_all(log, 4) == payloads[-4:]
+    assert await read_exactly(log, 4) == payloads[-4:]
 
     # With no live writer the end is the last ledger's recorded end: exactly there is fine.
     await writer.close()
@@ -106,7 +95,7 @@ async def test_a_truncation_point_past_the_end_readers_see_is_refused_and_the_lo
     writer = await log.open_writer()
     await writer.append(b"next writer")
     await writer.close()
-    assert await _read_all(log, 5) == [*payloads[-4:], b"next writer"]
+    assert await read_exactly(log, 5) == [*payloads[-4:], b"next writer"]
 
 
 def test_the_sync_api_refuses_a_truncation_point_past_the_end_and_the_log_stays_usable(
