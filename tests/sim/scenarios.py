@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
@@ -490,6 +491,20 @@ class _TraceHandler(logging.Handler):
         )
 
 
+@contextmanager
+def _seeded_uuids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` drawn from the seed (election tokens and the like end up in the trace,
+    and a replay must print the same trace); a generator of its own, so that the global
+    one's draws stay as they were."""
+    rng = random.Random(seed)
+    real = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    try:
+        yield
+    finally:
+        uuid.uuid4 = real
+
+
 def run_schedule(
     seed: int,
     scenario: str | None = None,
@@ -543,6 +558,7 @@ def run_schedule(
             world.trace.log(f"START {name} {params}")
             mutations.set_enabled(mutations_on)
             stack.enter_context(_logs_into_trace(world))
+            stack.enter_context(_seeded_uuids(seed))
             try:
                 loop.run_until_complete(_schedule(world, SCENARIOS[name], max_faulty, chaos_s))
             except (SimDeadlock, SimStepLimit, TimeoutError) as exc:
