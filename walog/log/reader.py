@@ -374,7 +374,11 @@ class AsyncLogReader:
             await self._lost_ledger()
             return
         self._handle, self._stale = handle, False
-        self._bound = max(self._bound, bound) if not handle.is_closed else bound
+        # What this handle knows, even below what an earlier handle of the ledger saw: the
+        # handle reads nothing past its own last add confirmed, so a higher bound kept from
+        # before would fail the read as a lost ledger. The entries between are waited for
+        # again (the handle's LAC catches up).
+        self._bound = bound
 
     async def _read_batch(self) -> None:
         assert self._handle is not None and self._ledger_id is not None
