@@ -211,7 +211,7 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
             writer.close()
         wait_until(lambda: client.read_only_bookies() == [small.bookie_id], "read-only")
         full = used_share(disk)
-        assert full > 0.5
+        assert full > 0.4  # read-only a little below the mark: unwritten entries count
 
         keeper, doomed = writers[0], writers[1:]
         for writer in doomed:
