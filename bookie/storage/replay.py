@@ -106,8 +106,9 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
         # checksummed index summary, not a B-tree lookup, says what the index holds, so a
         # damaged index can never lower it (entries above it are absent for sure).
         for ledger_id, state in states.items():
-            # A deletion whose index update failed leaves the ledger's row behind: it
-            # comes back (and is collected again) fenced.
+            # A deleted ledger is fenced: one recreated by a fence or a recovery write
+            # after its deletion (even if the FENCE record that followed was torn off), or
+            # one whose row a failed index update left behind (collected again).
             state.fenced |= ledger_id in loaded.tombstones
             cached = loaded.cache.ledgers.get(ledger_id)
             held = storage.index_summary(ledger_id).last
@@ -160,10 +161,7 @@ def _apply(loaded: LoadedStore, record: Record) -> None:
     state = states.get(ledger_id)
     if record.kind is RecordKind.KEY:
         if state is None:
-            state = states[ledger_id] = LedgerState(ledger_id, record.data)
-            # Recreated after its deletion (a fence or a recovery write): fenced, even if
-            # the FENCE record that followed was torn off.
-            state.fenced = ledger_id in loaded.tombstones
+            states[ledger_id] = LedgerState(ledger_id, record.data)
             loaded.touched.add(ledger_id)
         elif not state.master_key:  # rebuilt from the entry logs: the key given since
             state.master_key = record.data
