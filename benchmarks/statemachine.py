@@ -145,15 +145,10 @@ def _ask(port: int, line: str) -> str:
 
 def takeover(uri: str, rounds: int, session_timeout: float) -> dict[str, float]:
     """SIGKILL the leader of two kvstore processes; time until the other acknowledges a PUT."""
-    import socket
-
-    def port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+    from walog.testing import free_port
 
     node_uri = f"{uri}?session_timeout={session_timeout}&heartbeat={session_timeout / 5}"
-    ports = {"a": port(), "b": port()}
+    ports = {"a": free_port(), "b": free_port()}
     procs = {name: _node(node_uri, name, p) for name, p in ports.items()}
     times: list[float] = []
     try:

@@ -18,16 +18,10 @@ from typing import Any
 import pytest
 
 from tests.processes import DIE_WITH_PARENT
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER = REPO_ROOT / "examples" / "kvstore" / "server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Node:

@@ -52,7 +52,7 @@ async def test_the_asyncio_api_creates_a_log_whose_writer_applies_its_retention(
         await writer.roll()
         runner = writer.after_roll
         assert runner is not None
-        await runner.wait_idle()  # type: ignore[attr-defined]
+        await writer.wait_retention()
         assert [s.ledger_id for s in await log.segments()] == [writer.ledger_id]
         await writer.close()
 
@@ -129,7 +129,7 @@ async def test_a_failed_retention_run_is_counted_and_never_fails_an_append(
         await writer.roll()
         runner = writer.after_roll
         assert runner is not None
-        await runner.wait_idle()  # type: ignore[attr-defined]
+        await writer.wait_retention()
         assert runner.failures >= 1 and runner.runs == 0  # type: ignore[attr-defined]
         assert len(await log.segments()) > 1  # nothing deleted
         await writer.append(b"appends go on")

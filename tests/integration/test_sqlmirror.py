@@ -16,16 +16,10 @@ import pytest
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from tests.processes import DIE_WITH_PARENT
-from walog.testing import LocalCluster
+from walog.testing import LocalCluster, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE = REPO_ROOT / "examples" / "sqlmirror" / "node.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MirrorNode:

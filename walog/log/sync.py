@@ -24,7 +24,6 @@ from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
 from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
 from walog.log.registration import WriterInfo
-from walog.log.retention_runner import RetentionRunner
 from walog.log.subscriptions import SubscriptionInfo
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 from walog.metadata import election
@@ -97,10 +96,8 @@ class LogWriter(SyncContext):
 
     def wait_retention(self) -> None:
         """Wait until the retention this writer applies after its rolls has run (no run
-        under way or asked for)."""
-        runner = self.async_writer.after_roll
-        if isinstance(runner, RetentionRunner):
-            self._loop.run(runner.wait_idle())
+        under way or asked for); a roll under way finishes first."""
+        self._loop.run(self.async_writer.wait_retention())
 
     def flush(self) -> None:
         """Wait until every record appended so far is durable."""

@@ -98,6 +98,9 @@ class RollFollower(Protocol):
     def rolled(self) -> None:
         """A roll switched to a new ledger and closed the previous one."""
 
+    async def wait_idle(self) -> None:
+        """Return once no work is under way or asked for."""
+
     async def stop(self) -> None:
         """The writer closes."""
 
@@ -616,6 +619,15 @@ class AsyncLogWriter:
             error = await asyncio.shield(self._roll_task)
             if error is not None and self._current is current:
                 raise error
+
+    async def wait_retention(self) -> None:
+        """Wait until what runs after this writer's rolls (its retention) has run: rolls
+        under way finish first (each asks for a run once it has closed its old ledger),
+        then no run is under way or asked for. Never raises a roll's error."""
+        while (task := self._roll_task) is not None:
+            await asyncio.wait({task})
+        if self.after_roll is not None:
+            await self.after_roll.wait_idle()
 
     async def _roll(self) -> BaseException | None:
         """Roll once; return the error of a failed roll (the writer keeps its ledger)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,9 +31,49 @@ class _NotReady(Exception):
     """The bookie runs but is not ready yet (retried until the timeout)."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listened on a moment ago (the kernel's choice)."""
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+_handed_out: set[tuple[str, int]] = set()
+
+
+def _port_range() -> range:
+    """Where :func:`free_port` looks: below the kernel's ephemeral range, in the slice of
+    this pytest-xdist worker (empty when the ephemeral range leaves too little room)."""
+    try:
+        end = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        end = 32768  # Linux's default ephemeral range starts here
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    width = (end - _LOWEST_PORT) // max(workers, 1)
+    start = _LOWEST_PORT + (int(worker) % workers if worker.isdigit() else 0) * width
+    return range(start, start + width) if width >= 500 else range(0)
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on, for a server about to start.
+
+    It is chosen below the kernel's ephemeral range: outgoing connections take their local
+    ports from that range, so one of them cannot take the port before the server binds it
+    (a port the kernel hands out for ``bind(0)`` can be). Each pytest-xdist worker picks
+    from a slice of its own, and no port is handed out twice by one process.
+    """
+    ports = _port_range()
+    for _ in range(200 if ports else 0):
+        port = random.choice(ports)
+        if (host, port) not in _handed_out and _bindable(host, port):
+            _handed_out.add((host, port))
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # the kernel's choice
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 

@@ -17,18 +17,12 @@ from types import TracebackType
 
 from tests.processes import DIE_WITH_PARENT
 from walog.log.position import Position
+from walog.testing import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SERVER = REPO_ROOT / "examples" / "kvstore" / "server.py"
 REQUEST_TIMEOUT_S = 3.0
 LOG_TAIL_LINES = 40
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback address."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PartitionProxy:
