@@ -431,12 +431,14 @@ class BookieCore:
             deleted = self.fences.is_deleted(ledger_id)
             if deleted and not adopt_key:
                 return None, Status.FENCED
+            # Records first, the state after: a queueing that raises leaves no state behind
+            # (a deleted ledger's unfenced state would take a plain add).
             state = LedgerState(ledger_id, bytes(master_key))
-            self._states[ledger_id] = state
-            self.checkpoints.dirty.add(ledger_id)
             self.journal.append((key_record(ledger_id, state.master_key),), sync=True, wait=False)
             if deleted:
                 self.fences.fence(state)
+            self._states[ledger_id] = state
+            self.checkpoints.dirty.add(ledger_id)
             return state, Status.OK
         if not state.master_key:
             if not adopt_key:

@@ -45,13 +45,18 @@ class Fences:
         )
 
     def fence(self, state: LedgerState) -> None:
-        """Fence now (plain adds are refused from here on) and queue the FENCE record,
-        waited for by :meth:`synced` until it is on disk."""
+        """Queue the FENCE record and fence now (plain adds are refused from here on);
+        :meth:`synced` waits until the record is on disk.
+
+        The ledger is marked fenced only once its record is queued: a queueing that raises
+        leaves it unfenced, so no later fence can be answered on a mark that no record
+        backs.
+        """
         ledger_id = state.ledger_id
-        state.fenced = True
-        self._touched(ledger_id)
         record = self._journal.append((fence_record(ledger_id),), sync=True)
         assert record is not None
+        state.fenced = True
+        self._touched(ledger_id)
         self._pending[ledger_id] = record
         record.add_done_callback(functools.partial(self._synced, ledger_id))
 

@@ -26,6 +26,8 @@ def test_no_invariant_breaks_in_many_more_engine_schedules(chunk: int) -> None:
 ONCE_BROKEN = {
     1033906: "a bookie forgot the fence of a ledger it had collected",
     1202740: "a log reader kept a bound its reopened ledger handle did not confirm",
+    1303981: "a bookie answered fences on a mark whose record a crash kept from the journal",
+    1306925: "a bookie answered fences on a mark whose record a crash kept from the journal",
 }
 """Engine and cancel seeds that broke a rule before their fix (docs/history.md): while the
 schedule generator stays as it is, each still runs this situation."""

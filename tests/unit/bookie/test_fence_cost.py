@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bookie.storage.engine import BookieCore
-from bookie.storage.journal_records import fence_record
+from bookie.storage.journal_records import fence_record, key_record
 from tests.unit.bookie.helpers import KEY, add, open_core, python_journal_writer
 from walog.wire.status import Status
 
@@ -157,4 +157,54 @@ async def test_ledger_deleted_while_its_fence_syncs_is_fenced_anew_when_recreate
     await deleted
     assert await second == (Status.OK, -1, -1)
     assert (await add(core, 1, 0))[0] is Status.FENCED
+    await core.close()
+
+
+class _QueueingFailed(Exception):
+    """What a journal append raised (any failure other than the journal's own errors)."""
+
+
+def fail_queueing(core: BookieCore, monkeypatch: pytest.MonkeyPatch, record: bytes) -> None:
+    """The next append of ``record`` to the core's journal raises :class:`_QueueingFailed`."""
+    append = core.journal.append
+    armed = [True]
+
+    def failing_append(parts: Sequence[bytes], **kwargs: object) -> object:
+        if armed[0] and parts and parts[0] == record:
+            armed[0] = False
+            raise _QueueingFailed
+        return append(parts, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core.journal, "append", failing_append)
+
+
+async def test_a_fence_whose_record_was_never_queued_leaves_the_ledger_unfenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 1, 0)
+    fail_queueing(core, monkeypatch, fence_record(1))
+    with pytest.raises(_QueueingFailed):
+        await core.fence(1, KEY)
+    assert not core.is_fenced(1)  # no mark that no record backs
+    records = count_fence_records(core, monkeypatch)
+    assert await core.fence(1, KEY) == (Status.OK, -1, 0)
+    assert records == [1]  # answered on a record of its own, not on the failed one's mark
+    await core.abandon()
+    core = await open_core(tmp_path)
+    assert core.is_fenced(1)
+    await core.close()
+
+
+async def test_a_deleted_ledger_whose_key_record_was_never_queued_still_refuses_plain_adds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = await open_core(tmp_path)
+    await add(core, 1, 0)
+    await core.delete_ledgers([1])
+    fail_queueing(core, monkeypatch, key_record(1, KEY))
+    with pytest.raises(_QueueingFailed):
+        await core.fence(1, KEY)  # would recreate the ledger, fenced
+    assert core.ledgers() == []  # no state left behind
+    assert (await add(core, 1, 1))[0] is Status.FENCED
     await core.close()
