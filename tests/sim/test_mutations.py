@@ -104,10 +104,14 @@ CASES: dict[
 
 
 FOUND_AT = {
+    "checkpoint_probes_after_freezing": 38,
+    "compaction_skips_unreadable": 28,
+    "failed_list_change_deletes_new_ledger": 26,
+    "log_fences_only_last_ledger": 6,
+    "log_sends_across_roll_at_once": 53,
     "recovery_starts_at_lac": 295,
     "timeout_counts_as_absent": 196,
-    "log_sends_across_roll_at_once": 221,
-    "volatile_log_flush_skips_force": 137,
+    "volatile_log_flush_skips_force": 46,
     "volatile_writer_ignores_restart": 116,
 }
 """The first seed that breaks an invariant, for the mutations a search from 0 takes long to
