@@ -19,7 +19,7 @@ import shutil
 import sys
 import time
 
-from tests.hosts.nemesis.run import MixedConfig, run_mixed
+from tests.hosts.nemesis.run import WORK_PREFIX, MixedConfig, run_mixed
 from walog.testing.netns import HostNetworkError, check_can_make_hosts
 from walog.testing.tempdirs import owned_temp_dir
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except HostNetworkError as exc:
         print(f"cannot build hosts here: {exc}", file=sys.stderr)
         return 2
-    work = owned_temp_dir("walog-nemesis-")
+    work = owned_temp_dir(WORK_PREFIX)
     result = run_mixed(MixedConfig(seed=args.seed, seconds=args.minutes * 60), work)
     print(result.report() if not result.ok else f"ok seed={args.seed} {result.summary()}")
     if result.ok and not args.keep:

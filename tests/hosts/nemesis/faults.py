@@ -178,7 +178,8 @@ class Nemesis:
 
     def heal_all(self, retired: str) -> list[str]:
         """Undo every fault, start what is down, wait until every bookie but ``retired``
-        is registered writable (one that is not gets restarted); what went wrong."""
+        (being decommissioned, read-only, or gone) is registered writable (one that is not
+        gets restarted); what went wrong."""
         problems: list[str] = []
         self.cluster.heal()
         self._net.clear()

@@ -54,8 +54,11 @@ from walog.log.log_config import LogConfig
 from walog.log.position import Position
 from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.testing.hosts import HostCluster
+from walog.testing.tempdirs import sweep_stale_dirs
 
 LOG = "mixed"
+WORK_PREFIX = "walog-nemesis-"
+"""Work directories of ``python -m tests.hosts.nemesis`` are ``<tmp>/walog-nemesis-<pid>-*``."""
 PROGRESS = 100
 BOOKIE_ARGS = [
     "--disk-check-interval-s", "1",
@@ -148,7 +151,8 @@ def run_mixed(config: MixedConfig, work: Path) -> MixedResult:
 
 def _run(config: MixedConfig, work: Path, result: MixedResult) -> None:
     layout = config.layout()
-    sweep_stale_mounts()
+    sweep_stale_mounts()  # a killed run's: its namespaces go when the cluster starts
+    sweep_stale_dirs(WORK_PREFIX)
     with contextlib.ExitStack() as stack:
         disk = stack.enter_context(small_tmpfs(config.disk_mib))
         bookies_dir = (work / "cluster" / "bookies").resolve()
@@ -198,12 +202,8 @@ def _kv_acks(work: Path) -> int:
 def _carry_out(
     config: MixedConfig, result: MixedResult, services: Services, nemesis: Nemesis
 ) -> None:
-    """The writers' first acknowledgement, then every step of the schedule on time."""
-    deadline = time.monotonic() + 60.0
-    while _acks(services) == 0:
-        assert time.monotonic() < deadline, "no append acknowledged within 60 s of the start"
-        services.tend()
-        time.sleep(0.2)  # other processes: their ack files are polled
+    """Every step of the schedule on time, from the moment the processes are started (the
+    first faults meet them starting up; the checks after the heal show they work)."""
     steps = plan.timeline(result.schedule)
     nemesis.began = began = time.monotonic()
     result.totals["setup_s"] = round(began - result.started, 1)
@@ -235,7 +235,8 @@ def _finish(
 ) -> None:
     found = result.violations
     healed_at = time.monotonic()
-    found += [Violation("heal_failed", p) for p in nemesis.heal_all(services.decommissioned)]
+    services.tend()  # a decommission that just finished stops its bookie first
+    found += [Violation("heal_failed", p) for p in nemesis.heal_all(services.decommission_target)]
     nemesis.note("healed")
     result.totals["heal_s"] = round(time.monotonic() - healed_at, 1)
     writes, commands = _acks(services) + PROGRESS, _kv_acks(work) + PROGRESS // 10
@@ -368,4 +369,4 @@ def _check_kv(work: Path, services: Services) -> list[Violation]:
     return found
 
 
-__all__ = ["MixedConfig", "MixedResult", "run_mixed"]
+__all__ = ["WORK_PREFIX", "MixedConfig", "MixedResult", "run_mixed"]
