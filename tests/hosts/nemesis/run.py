@@ -263,7 +263,7 @@ def _finish(
     result.totals["repair_s"] = _wait(repaired, services, config.repair_s)
     nemesis.note("repairs surveyed")
     services.stop("autorecovery")
-    _check(config, work, result, cluster, services, nemesis, segments, replication[0])
+    _check(work, result, cluster, services, nemesis, segments, replication[0])
 
 
 async def _close_logs(client: AsyncClient) -> dict[str, object]:
@@ -302,7 +302,6 @@ def _final_read(cluster: HostCluster, work: Path, end: str) -> subprocess.Comple
 
 
 def _check(
-    config: MixedConfig,
     work: Path,
     result: MixedResult,
     cluster: HostCluster,
