@@ -13,6 +13,17 @@ the rule it breaks and the records involved. Rules:
 - ``unknown_record``: the log holds a record no writer ever appended (key out of range).
 - ``tail_not_prefix``: what a reader tailing the log during the faults returned is not a
   prefix of the final log (it saw a record that later vanished or moved, or skipped one).
+- ``epoch_order``: a record of a later writer epoch (takeover) lies in the log before one of
+  an earlier epoch.
+- ``under_replicated``: after the heal, a fragment has a bookie of its ensemble that is not
+  live or lacks part of its share of the fragment's entries (fewer than Qw copies of some
+  entry on live bookies).
+- ``retired_bookie_named``: a fragment still names a decommissioned bookie.
+
+When retention deleted the head of the log (``History.truncated_through``), the final
+readers start after it: the tailing reader's records before that point stand in for the
+deleted ones, so acknowledged records there are still checked (the tail may lag, but
+retention never deletes what its subscription has not passed).
 """
 
 from __future__ import annotations
@@ -62,6 +73,39 @@ class History:
     """Upper bound of sequence numbers sent per (writer, incarnation), when known."""
     tail: list[ReadRecord] | None = None
     """What a reader tailing during the faults read, when one ran."""
+    epochs: Mapping[tuple[int, int], int] = dataclasses.field(default_factory=dict)
+    """The log's epoch each (writer, incarnation) took it over at, when known."""
+    truncated_through: Position | None = None
+    """Every record before it was deleted by retention (the log's metadata says so)."""
+    replication: Replication | None = None
+    """What a survey of the bookies found once every fault was healed, when one ran."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FragmentCopies:
+    """One fragment of a ledger (entries ``first_entry_id..last_entry_id`` on ``ensemble``)
+    and the bookies of its ensemble that served every entry of their share."""
+
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    ensemble: tuple[str, ...]
+    holding: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Replication:
+    """A survey of every fragment once the faults are healed.
+
+    Attributes:
+        fragments: the fragments that hold entries.
+        live: the bookies registered (writable or read-only) at the survey.
+        retired: decommissioned bookies, which no fragment may name any more.
+    """
+
+    fragments: list[FragmentCopies]
+    live: frozenset[str]
+    retired: frozenset[str] = frozenset()
 
 
 MAX_REPORTED = 10
@@ -76,12 +120,54 @@ def check(history: History) -> list[Violation]:
     reference = history.reads[names[0]]
     for name in names[1:]:
         found += _compare_readers(names[0], reference, name, history.reads[name])
+    whole = _whole_log(history, reference)
     for name in names:
-        found += _check_sequence(name, history.reads[name], history.sent)
-    found += _check_acks(history.acks, reference)
+        records, label = history.reads[name], name
+        if name == names[0] and len(whole) > len(reference):
+            records, label = whole, f"{name} after the tail's deleted head"
+        found += _check_sequence(label, records, history.sent, history.epochs)
+    found += _check_acks(history.acks, whole)
     if history.tail is not None:
-        found += _check_prefix(history.tail, reference)
+        found += _check_prefix(history.tail, whole)
+    if history.replication is not None:
+        found += check_replication(history.replication)
     return _cap(found)
+
+
+def _whole_log(history: History, reference: list[ReadRecord]) -> list[ReadRecord]:
+    """The log as it was written: the tail's records of the head retention deleted, then
+    what the final reader read."""
+    cut = history.truncated_through
+    if cut is None or not history.tail:
+        return reference
+    return [record for record in history.tail if record.position < cut] + reference
+
+
+def check_replication(replication: Replication) -> list[Violation]:
+    """Violations of ``under_replicated`` and ``retired_bookie_named`` alone (a harness
+    waiting for repairs to finish asks this until it is empty)."""
+    found: list[Violation] = []
+    for fragment in replication.fragments:
+        entries = f"{fragment.first_entry_id}..{fragment.last_entry_id}"
+        where = f"ledger {fragment.ledger_id} entries {entries}"
+        retired = sorted(set(fragment.ensemble) & replication.retired)
+        if retired:
+            found.append(Violation("retired_bookie_named", f"{where} names {', '.join(retired)}"))
+        short = [
+            b for b in fragment.ensemble if b not in replication.live or b not in fragment.holding
+        ]
+        if short:
+            lacking = [
+                f"{b} ({'not live' if b not in replication.live else 'lacks entries'})"
+                for b in short
+            ]
+            found.append(
+                Violation(
+                    "under_replicated",
+                    f"{where} on {', '.join(fragment.ensemble)}: {', '.join(lacking)}",
+                )
+            )
+    return found
 
 
 def _check_prefix(tail: Sequence[ReadRecord], final: Sequence[ReadRecord]) -> list[Violation]:
@@ -130,13 +216,29 @@ def _compare_readers(
 
 
 def _check_sequence(
-    name: str, records: Sequence[ReadRecord], sent: Mapping[tuple[int, int], int]
+    name: str,
+    records: Sequence[ReadRecord],
+    sent: Mapping[tuple[int, int], int],
+    epochs: Mapping[tuple[int, int], int],
 ) -> list[Violation]:
     found: list[Violation] = []
     seen: dict[RecordKey, Position] = {}
     last_of_writer: dict[int, ReadRecord] = {}
     previous: Position | None = None
+    latest: tuple[int, ReadRecord] | None = None  # the highest epoch so far, and its record
     for record in records:
+        epoch = epochs.get((record.key.writer, record.key.incarnation))
+        if epoch is not None:
+            if latest is not None and epoch < latest[0]:
+                found.append(
+                    Violation(
+                        "epoch_order",
+                        f"{name}: {record.key}@{record.position} of epoch {epoch} after "
+                        f"{latest[1].key}@{latest[1].position} of epoch {latest[0]}",
+                    )
+                )
+            if latest is None or epoch > latest[0]:
+                latest = (epoch, record)
         if not record.intact:
             found.append(Violation("read_damaged", f"{name}: {record.key}@{record.position}"))
         if previous is not None and record.position <= previous:

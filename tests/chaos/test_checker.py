@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.checker import Ack, History, ReadRecord, check
+from tests.chaos.checker import (
+    Ack,
+    FragmentCopies,
+    History,
+    ReadRecord,
+    Replication,
+    check,
+)
 from tests.chaos.nemesis import make_schedule, timeline
 from tests.chaos.records import RecordKey, decode, payload
 from walog.log.position import Position
@@ -106,3 +113,53 @@ def test_tailing_reader_must_have_read_a_prefix_of_the_final_log() -> None:
     assert check(history) == []
     history.tail = [*_log()[:2], _log()[3]]
     assert _rules(history) == {"tail_not_prefix"}
+
+
+def _replication(holding: frozenset[str], retired: frozenset[str] = frozenset()) -> Replication:
+    ensemble = ("b1:3181", "b2:3181", "b3:3181")
+    fragment = FragmentCopies(7, 0, 2, ensemble, holding)
+    return Replication([fragment], frozenset({"b1:3181", "b2:3181", "b3:3181"}), retired)
+
+
+def test_writer_epochs_must_not_go_back_in_the_log() -> None:
+    history = _history(_log())
+    history.epochs = {(0, 1): 4, (1, 1): 5}
+    assert check(history) == []
+    history.epochs = {(0, 1): 5, (1, 1): 4}
+    assert _rules(history) == {"epoch_order"}
+
+
+def test_a_fragment_short_of_copies_or_naming_a_retired_bookie_is_flagged() -> None:
+    history = _history(_log())
+    history.replication = _replication(frozenset({"b1:3181", "b2:3181", "b3:3181"}))
+    assert check(history) == []
+    history.replication = _replication(frozenset({"b1:3181", "b2:3181"}))
+    assert _rules(history) == {"under_replicated"}
+    history.replication = _replication(
+        frozenset({"b1:3181", "b2:3181", "b3:3181"}), frozenset({"b3:3181"})
+    )
+    assert _rules(history) == {"retired_bookie_named"}
+
+
+def test_records_retention_deleted_are_checked_against_the_tail() -> None:
+    log = _log()
+    history = _history(log[3:])  # the final readers start at ledger 7 entry 1 slot 1
+    history.tail = log
+    assert _rules(history) == {"ack_lost", "tail_not_prefix"}, "without a truncation: lost"
+    history.truncated_through = log[3].position
+    assert check(history) == []
+    history.tail = [log[0], *log[2:]]  # the tail skipped a record retention then deleted
+    assert _rules(history) == {"ack_lost"}
+
+
+def test_a_mixed_history_reports_a_lost_a_duplicated_an_epoch_inversion_and_a_fragment() -> None:
+    log = _log()
+    reads = [*log[:2], *log[3:], ReadRecord(Position(8, 0, 0), log[0].key, True)]
+    history = _history(reads, list(reads))
+    history.epochs = {(0, 1): 6, (1, 1): 5}
+    history.replication = _replication(frozenset({"b1:3181"}))
+    violations = check(history)
+    rules = {violation.rule for violation in violations}
+    assert {"ack_lost", "duplicate", "epoch_order", "under_replicated"} <= rules, violations
+    lost = next(v for v in violations if v.rule == "ack_lost")
+    assert str(log[2].key) in lost.detail

@@ -37,22 +37,26 @@ class HostWriter:
         rate: float = 300.0,
         roll_entries: int = 400,
         session_timeout: float | None = None,
+        writer: int = 0,
     ) -> None:
         self.cluster = cluster
         self.host = host
         self.log = log
         self.out_dir = out_dir
+        self.writer = writer
         out_dir.mkdir(parents=True, exist_ok=True)
         self._offset = 0
         self._acks: list[Ack] = []
         self._sent: dict[tuple[int, int], int] = {}
+        self._epochs: dict[tuple[int, int], int] = {}
         self.events = out_dir / f"events-{incarnation}.log"
         with self.events.open("ab") as events:
             self.proc = cluster.popen(
                 host,
                 ["python", "-m", "tests.hosts.writer", cluster.uri(session_timeout), log,
                  str(out_dir),
-                 str(incarnation), "--rate", str(rate), "--roll-entries", str(roll_entries)],
+                 str(incarnation), "--rate", str(rate), "--roll-entries", str(roll_entries),
+                 "--writer", str(writer)],
                 log=events,
             )  # fmt: skip
 
@@ -66,9 +70,14 @@ class HostWriter:
         self._read_new_rows()
         return dict(self._sent)
 
+    def epochs(self) -> dict[tuple[int, int], int]:
+        """The log's epoch each (writer, incarnation) took it over at, once it did."""
+        self._read_new_rows()
+        return dict(self._epochs)
+
     def _read_new_rows(self) -> None:
         """Parse what the writer appended since the last call (its whole lines)."""
-        path = self.out_dir / "acks-0.jsonl"
+        path = self.out_dir / f"acks-{self.writer}.jsonl"
         if not path.exists():
             return
         with path.open("rb") as file:
@@ -80,9 +89,12 @@ class HostWriter:
             row = json.loads(line)
             if "key" in row:
                 self._acks.append(Ack(RecordKey.parse(row["key"]), Position.parse(row["pos"])))
+            elif "epoch" in row:
+                incarnation, epoch = row["epoch"]
+                self._epochs[(self.writer, int(incarnation))] = int(epoch)
             else:
                 incarnation, seq = row["sent"]
-                key = (0, int(incarnation))
+                key = (self.writer, int(incarnation))
                 self._sent[key] = max(self._sent.get(key, -1), int(seq))
 
     def wait_for_more(self, count: int, timeout: float) -> list[Ack]:

@@ -2,13 +2,14 @@
 
 ``python -m tests.hosts.writer URI LOG OUT_DIR INCARNATION`` takes the log over once and
 keeps up to ``--window`` appends in flight, recording them like the chaos writers do
-(``OUT_DIR/acks-0.jsonl``: ``{"sent": ...}`` before a batch goes out, ``{"key", "pos"}``
-per acknowledged record, fsynced; :mod:`tests.chaos.records`). It prints one JSON event
-line per takeover, fencing or failure.
+(``OUT_DIR/acks-W.jsonl`` for ``--writer W``, 0 by default: ``{"epoch": [INC, EPOCH]}``
+once the takeover made the log's epoch ``EPOCH``, ``{"sent": ...}`` before a batch goes
+out, ``{"key", "pos"}`` per acknowledged record, fsynced; :mod:`tests.chaos.records`). It
+prints one JSON event line per takeover, fencing or failure.
 
 Exit status: 0 after SIGTERM (appends in flight are awaited, the writer closed), 0 when
 another writer fenced it (``fenced`` event), 4 when the library gave up with any other
-error (``failed`` event, naming it).
+error, the takeover's included (``failed`` event, naming it).
 """
 
 from __future__ import annotations
@@ -53,26 +54,32 @@ class Pace:
 async def run(args: argparse.Namespace) -> int:
     """Take over and append until SIGTERM; the exit status."""
     ensemble, write, ack = (int(part) for part in args.quorum.split(","))
-    state = ChaosWriter(0, args.incarnation, args.out_dir, seed=args.incarnation)
+    state = ChaosWriter(args.writer, args.incarnation, args.out_dir, seed=args.incarnation)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with await walog.aio.connect(args.uri, config=CHAOS_CLIENT) as client:
-        log = await client.open_log(
-            args.log,
-            ensemble_size=ensemble,
-            write_quorum=write,
-            ack_quorum=ack,
-            roll_policy=RollPolicy(max_entries=args.roll_entries),
-        )
-        writer = await log.open_writer()
-        _emit("takeover", ledger=writer.ledger_id)
-        pace = Pace(args.rate / BATCH)
+    try:
+        client = await walog.aio.connect(args.uri, config=CHAOS_CLIENT)
+    except WalogError as exc:
+        _emit("failed", error=f"{type(exc).__name__}: {exc}")
+        return 4
+    async with client:
         pending: collections.deque[tuple[str, asyncio.Future[Position]]] = collections.deque()
         try:
+            log = await client.open_log(
+                args.log,
+                ensemble_size=ensemble,
+                write_quorum=write,
+                ack_quorum=ack,
+                roll_policy=RollPolicy(max_entries=args.roll_entries),
+            )
+            writer = await log.open_writer()
+            state.acks.write([{"epoch": [args.incarnation, writer.epoch]}])
+            _emit("takeover", ledger=writer.ledger_id, epoch=writer.epoch)
+            pace = Pace(args.rate / BATCH)
             while not stop.is_set() or pending:
                 while not stop.is_set() and len(pending) < args.window and pace.ready():
-                    for key in state.keys(BATCH):
-                        pending.append((str(key), writer.append_nowait(payload(key))))
+                    for record_key in state.keys(BATCH):
+                        pending.append((str(record_key), writer.append_nowait(payload(record_key))))
                 if not pending:
                     await asyncio.sleep(pace.wait_s())
                     continue
@@ -105,6 +112,7 @@ def main() -> int:
     parser.add_argument("log")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("incarnation", type=int)
+    parser.add_argument("--writer", type=int, default=0, help="the writer's number (keys, files)")
     parser.add_argument("--window", type=int, default=64, help="appends in flight at most")
     parser.add_argument("--rate", type=float, default=800.0, help="records a second at most")
     parser.add_argument("--quorum", default="3,3,2", help="E,Qw,Qa of new ledgers")

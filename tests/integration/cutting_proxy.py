@@ -53,6 +53,16 @@ class CuttingProxy:
             self._pattern, self._refuse_s = (pattern, *also), refuse_s
             self.cut.clear()
 
+    def cut_off(self, seconds: float) -> None:
+        """Drop every connection now and refuse new ones for ``seconds``: the client loses
+        the server at once, while a ZooKeeper server keeps the client's session for the
+        session's own timeout."""
+        self._refuse_until = time.monotonic() + seconds
+        with self._lock:
+            open_now = list(self._sockets)
+        for sock in open_now:
+            self._drop(sock)
+
     def damage_answers(self, pattern: bytes | None) -> None:
         """Flip one bit of ``pattern`` in every answer chunk that carries it (None: stop)."""
         with self._lock:

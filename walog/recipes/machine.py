@@ -33,7 +33,7 @@ from typing import Any
 
 from walog import mutations
 from walog._loggers import get_logger
-from walog.errors import DataLossError, LedgerFencedError, WalogError
+from walog.errors import DataLossError, LedgerFencedError, RecordTooLargeError, WalogError
 from walog.log.async_log import AsyncLog
 from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position, Record
@@ -124,6 +124,7 @@ class AsyncStateMachine:
         self._writer: AsyncLogWriter | None = None
         self._commands = CommandPipeline(self._apply, self._notify)
         self._writer_failed = asyncio.Event()
+        self._writer_error: BaseException | None = None
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
@@ -194,8 +195,14 @@ class AsyncStateMachine:
             raise NotLeaderError(f"node {self.node_id} is {self.role.value}, not the leader")
         try:
             ack = writer.append_nowait(command)
-        except LedgerFencedError:
-            self._writer_failed.set()  # a failure the writer already knew: the term is over
+        except RecordTooLargeError:
+            raise  # this command alone is refused: the writer goes on
+        except WalogError as exc:
+            # A failure the writer already knew (fenced, its session presumed expired while
+            # nothing was in flight, closed): it appends nothing more, so the term is over,
+            # even while the election record lasts.
+            self._writer_error = exc
+            self._writer_failed.set()
             raise
         self._commands.add(ack, bytes(command), sink)
 
@@ -412,7 +419,9 @@ class AsyncStateMachine:
             if applier.done():
                 applier.result()  # raises the append failure (fenced) that ended the term
             if failed.done():
-                raise _SteppedDown(f"node {self.node_id}: another writer took the log over")
+                raise _SteppedDown(
+                    f"node {self.node_id}: its log writer stopped ({self._writer_error})"
+                )
             raise _SteppedDown(f"node {self.node_id} lost its election record")
         finally:
             lost.cancel()

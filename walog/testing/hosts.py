@@ -29,7 +29,7 @@ import signal
 import subprocess
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, TypeVar
@@ -76,6 +76,8 @@ class HostCluster:
         clients: client hosts.
         data_dir: where data and logs go (kept); default: a temporary directory (removed).
         bookie_args: extra flags for every bookie.
+        bookie_env: extra environment of some bookies, by host name (e.g. an
+            ``LD_PRELOAD`` library that fails one bookie's disk on demand).
         session_timeout: ZooKeeper session timeout of the bookies and of
             :attr:`metadata_uri`, seconds.
         start_timeout: seconds the ensemble and each bookie may take to come up.
@@ -90,6 +92,7 @@ class HostCluster:
         data_dir: str | os.PathLike[str] | None = None,
         *,
         bookie_args: Sequence[str] = (),
+        bookie_env: Mapping[str, Mapping[str, str]] | None = None,
         session_timeout: float = 4.0,
         start_timeout: float = 90.0,
         subnet: str = "10.77.0.0/24",
@@ -102,6 +105,7 @@ class HostCluster:
             raise ValueError(f"racks={racks} but only {bookies} bookies to put in them")
         self._counts = (bookies, racks, clients)
         self._bookie_args = list(bookie_args)
+        self._bookie_env = {host: dict(env) for host, env in (bookie_env or {}).items()}
         self._session_timeout = session_timeout
         self._start_timeout = start_timeout
         self._owns_dir = data_dir is None
@@ -229,6 +233,8 @@ class HostCluster:
         for host in self._bookie_hosts:
             # --exit-with (BookieProcess's) works here too: the hosts share one PID namespace,
             # and it stops the bookie cleanly where a parent-death signal would kill it.
+            env = self._bookie_env.get(host.name, {})
+            setting = ["env", *(f"{name}={value}" for name, value in env.items())] if env else []
             bookie = BookieProcess(
                 self.data_dir / "bookies" / host.name,
                 self.metadata_uri,
@@ -236,7 +242,7 @@ class HostCluster:
                 host=host.address,
                 extra_args=[*self._bookie_args, "--rack", host.rack],
                 log_path=self.data_dir / "logs" / f"bookie-{host.name}.log",
-                command_prefix=host.exec_prefix(die_with_parent=False),
+                command_prefix=[*host.exec_prefix(die_with_parent=False), *setting],
             )
             self._bookies.append(bookie)
             bookie.start()
