@@ -137,9 +137,8 @@ async def elect(store: MetadataStore, name: str, candidate_id: str) -> Leadershi
     """
     path = leader_path(name)
     token = uuid.uuid4().hex
-    claim = json.dumps(
-        {"format": ELECTION_RECORD_FORMAT, "candidate": candidate_id, "token": token}
-    ).encode()
+    claimed = {"format": ELECTION_RECORD_FORMAT, "candidate": candidate_id, "token": token}
+    claim = json.dumps(claimed).encode()
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
 
@@ -157,8 +156,7 @@ async def elect(store: MetadataStore, name: str, candidate_id: str) -> Leadershi
                 continue
             try:
                 epoch = await store.next_id(epoch_counter(name))
-                doc = {"format": ELECTION_RECORD_FORMAT, "candidate": candidate_id}
-                record = json.dumps({**doc, "token": token, "epoch": epoch}).encode()
+                record = json.dumps({**claimed, "epoch": epoch}).encode()
                 await store.set(path, record, 0)
                 break
             except (NodeNotFoundError, MetadataConflictError):
