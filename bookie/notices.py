@@ -16,7 +16,12 @@ from collections.abc import Callable
 import structlog
 
 from walog.errors import MetadataConflictError, WalogError
-from walog.metadata.layout import decommission_path, under_replicated_path
+from walog.metadata.layout import (
+    decommission_path,
+    repair_doc,
+    repair_record,
+    under_replicated_path,
+)
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 
 log = structlog.get_logger("bookie")
@@ -35,17 +40,19 @@ class DamageReports:
     def report(self, ledger_id: int, entry_id: int) -> None:
         """Log the damaged copy and publish its ledger (in the background)."""
         log.error("damaged copy reported for re-replication", ledger=ledger_id, entry=entry_id)
-        task = asyncio.ensure_future(self._publish(ledger_id))
+        task = asyncio.ensure_future(self.publish(ledger_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish(self, ledger_id: int) -> None:
+    async def publish(self, ledger_id: int) -> None:
+        """Publish ledger ``ledger_id`` for repair now, adding this bookie to its repair
+        record (what :meth:`report` does in the background). A failure is logged, never
+        raised; a record of a newer format version is left as it is."""
         path = under_replicated_path(ledger_id)
         try:
             for _ in range(5):  # compare-and-set against other reporters and the auditor
                 try:
-                    record = json.dumps({"damaged_on": [self._bookie_id]}).encode()
-                    await self._store.create(path, record)
+                    await self._store.create(path, repair_record(damaged_on=[self._bookie_id]))
                     return
                 except NodeExistsError:
                     pass
@@ -53,7 +60,7 @@ class DamageReports:
                     raw, version = await self._store.get(path)
                 except NodeNotFoundError:
                     continue
-                doc = json.loads(raw)
+                doc = repair_doc(raw, ledger_id)
                 if self._bookie_id in doc.get("damaged_on", []):
                     return
                 doc["damaged_on"] = sorted({*doc.get("damaged_on", []), self._bookie_id})

@@ -74,6 +74,16 @@ class RecordingFiles:
         self._record("create_empty", path)
         self.inner.create_empty(path)
 
+    def read_file(self, path: PurePath) -> bytes | None:
+        """Recorded :meth:`ArchiveFiles.read_file`."""
+        self._record("read_file", path)
+        return self.inner.read_file(path)
+
+    def write_file(self, path: PurePath, data: bytes) -> None:
+        """Recorded :meth:`ArchiveFiles.write_file`."""
+        self._record("write_file", path)
+        self.inner.write_file(path, data)
+
     def rename(self, source: PurePath, target: PurePath) -> None:
         """Recorded :meth:`ArchiveFiles.rename`."""
         self._record("rename", source, target)
@@ -109,6 +119,9 @@ def durable_after(calls: Iterable[Call]) -> set[PurePath]:
             durable.add(call.paths[0])
         elif call.name == "create_empty":
             durable.add(call.paths[0])  # empty: nothing to lose but its entry
+            durable.discard(call.paths[0].parent)
+        elif call.name == "write_file":
+            durable.discard(call.paths[0])  # its bytes, until synced
             durable.discard(call.paths[0].parent)
         elif call.name == "remove_tree":
             (gone,) = call.paths

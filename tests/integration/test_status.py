@@ -16,7 +16,7 @@ import pytest
 import walog.aio
 from tests.integration.bookies import BookieProcess, make_add, send_frames
 from tests.integration.disks import fill, small_tmpfs
-from walog.metadata.election import elect
+from walog.metadata.election import ELECTION_RECORD_FORMAT, elect, leader_path
 from walog.testing import LocalCluster, free_port
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
@@ -138,3 +138,21 @@ def test_status_of_an_unreachable_metadata_store_exits_1_naming_it(
     assert done.stdout.startswith(f"NEEDS ATTENTION (1):\n  - metadata store {uri} unreachable")
     doc = json.loads(status(uri, "--timeout", "1", "--json").stdout)
     assert doc["healthy"] is False and doc["metadata"]["reachable"] is False
+
+
+async def test_status_names_a_leader_record_of_a_newer_version_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path}/meta.db"
+    newer = ELECTION_RECORD_FORMAT + 1
+    async with await walog.aio.connect(uri) as client:
+        store = client.ctx.store
+        await store.create(leader_path("kv-orders"), b"")
+        doc = {"format": newer, "candidate": "node-7", "token": "t", "epoch": 4}
+        await store.set(leader_path("kv-orders"), json.dumps(doc).encode(), 0)
+    done = await asyncio.to_thread(status, uri)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        f"  - election 'kv-orders''s leader record has format version {newer}; "
+        f"this walog reads up to {ELECTION_RECORD_FORMAT}: upgrade walog\n"
+    ) in done.stdout

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import walog
 from tests.archive_files import RecordingFiles, durable_after, tree
-from walog.log.archive_layout import STAGING
+from walog.log.archive_layout import MARKER, STAGING
 from walog.log.position import Position
 from walog.spark.archive import ArchiveIntent, _Archiver, archive_log
 from walog.spark.archive_files import LocalFiles
@@ -216,7 +216,7 @@ def test_archive_then_retention_deletes_only_archived_ledgers(
         assert sorted(_rows(back.drop("ledger"))) == archived
         assert {p.name for p in root.iterdir()} == {
             f"ledger={i}" for i in {p.ledger_id for p, _ in archived}
-        } | {STAGING}
+        } | {MARKER, STAGING}
         assert log.enforce_retention() == len(closed)
         left = log.segments()
     assert left[0].first_position >= through
@@ -224,7 +224,8 @@ def test_archive_then_retention_deletes_only_archived_ledgers(
 
 
 class _CrashOnRename(LocalFiles):
-    """The archive job's process dies at its ``after + 1``-th rename."""
+    """The archive job's process dies at its ``after + 1``-th rename (a new archive's first
+    rename puts its version marker in place)."""
 
     def __init__(self, after: int) -> None:
         self.left = after
@@ -247,7 +248,7 @@ def test_archive_rerun_finishes_an_interrupted_run_without_duplicates(
         # A first run crashed after writing and moving one ledger, before the mark.
         with pytest.raises(OSError, match="crash before renaming"):
             archive_log(
-                spark, cluster.metadata_uri, log_name, root, progress=False, files=_CrashOnRename(1)
+                spark, cluster.metadata_uri, log_name, root, progress=False, files=_CrashOnRename(2)
             )
         left = log.metadata()
         assert left.archive_intent is not None and left.archived_through is None

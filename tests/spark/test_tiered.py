@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Literal
@@ -50,15 +51,17 @@ def _tiered_log(
 
 def _assert_one_layout(meta: LogMetadata, root: Path) -> None:
     """The archive job wrote, and the tiered reader finds, what walog.log.archive_layout
-    defines: a ``ledger=<id>`` directory per ledger, Parquet files of its columns."""
+    defines: a ``ledger=<id>`` directory per ledger, Parquet files of its columns, and the
+    marker of the archive's format version."""
     import pyarrow.parquet as pq
 
     archived = [a.ledger_id for a in archived_only(meta)]
     dirs = sorted(filter(None, map(archive_layout.ledger_of_dir, os.listdir(root))))
     assert len(archived) >= 2 and archived == dirs
     assert sorted(os.listdir(root)) == sorted(
-        [archive_layout.STAGING, *map(archive_layout.ledger_dir_name, dirs)]
+        [archive_layout.MARKER, archive_layout.STAGING, *map(archive_layout.ledger_dir_name, dirs)]
     )
+    assert (root / archive_layout.MARKER).read_bytes() == archive_layout.marker_bytes()
     columns = [name for name, _ in archive_layout.COLUMNS]
     for ledger_id in archived:
         files = archive_layout.parquet_files(root, ledger_id)
@@ -101,3 +104,23 @@ def test_every_reader_reads_across_the_archive_bookie_boundary_with_the_same_pos
     )  # fmt: skip
     assert query.awaitTermination(180) and query.exception() is None
     assert sorted(_rows(spark.read.parquet(str(out)))) == written
+
+
+def test_the_archive_job_refuses_a_newer_archive_before_it_claims_a_run(
+    spark: SparkSession, cluster: LocalCluster, log_name: str, tmp_path: Path
+) -> None:
+    uri = cluster.metadata_uri
+    root = tmp_path / "archive"
+    root.mkdir()
+    newer = archive_layout.ARCHIVE_FORMAT + 1
+    (root / archive_layout.MARKER).write_text(json.dumps({"format": newer}))
+    with walog.connect(uri) as client:
+        log = _open(client, log_name)
+        with log.open_writer() as writer:
+            _append_over_ledgers(writer, 10)
+        both = f"has format version {newer}; this walog reads up to {newer - 1}: upgrade walog"
+        with pytest.raises(walog.NewerFormatError, match=both):
+            archive_log(spark, uri, log_name, root, progress=False)
+        meta = log.metadata()
+    assert meta.archive_intent is None and meta.archived_through is None
+    assert os.listdir(root) == [archive_layout.MARKER]

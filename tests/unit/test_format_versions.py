@@ -13,12 +13,18 @@ from walog.format_versions import check_version
 from walog.log.log_metadata import LOG_FORMAT, LogMetadata
 from walog.log.records import FORMAT_VERSION, RecordFormatError, decode_records, encode_records
 from walog.log.registration import WRITER_RECORD_FORMAT, WriterInfo
+from walog.metadata.election import leader_of
 from walog.metadata.layout import (
     BOOKIE_RECORD_FORMAT,
+    DECOMMISSION_MARK_FORMAT,
     LEDGER_FORMAT,
+    REPAIR_RECORD_FORMAT,
     LedgerMetadata,
+    decommission_mark,
     registered_max_entry_bytes,
     registered_rack,
+    repair_doc,
+    repair_record,
 )
 from walog.wire.frames import HELLO_MAGIC, NATIVE_VERSION, hello_version
 
@@ -100,3 +106,25 @@ def test_a_version_no_walog_writes_is_damage_not_a_newer_format() -> None:
         with pytest.raises(ValueError, match="which no walog writes") as caught:
             check_version("a record", found, 1, ValueError, newer=NewerFormatError)
         assert not isinstance(caught.value, NewerFormatError)
+
+
+def test_repair_records_and_decommission_marks_are_written_with_their_format() -> None:
+    assert repair_doc(repair_record(lost=["a:1"]), 7) == {
+        "format": REPAIR_RECORD_FORMAT,
+        "lost": ["a:1"],
+    }
+    assert repair_doc(b'{"damaged_on": ["a:1"]}', 7) == {"damaged_on": ["a:1"]}  # version 1
+    mark = json.loads(decommission_mark("a:1", 5.0))
+    assert mark == {"format": DECOMMISSION_MARK_FORMAT, "bookie_id": "a:1", "since": 5.0}
+
+
+def test_a_damaged_repair_or_leader_record_is_damage_not_a_newer_format() -> None:
+    for raw in (b"{not json", b"[1]", b'{"format": 0}', b'{"format": "2"}'):
+        with pytest.raises(ValueError, match="ledger 7's repair record") as caught:
+            repair_doc(raw, 7)
+        assert not isinstance(caught.value, NewerFormatError)
+        with pytest.raises(ValueError) as caught:
+            leader_of(raw, "svc")
+        assert not isinstance(caught.value, NewerFormatError)
+    with pytest.raises(ValueError, match="election 'svc''s leader record is damaged"):
+        leader_of(b'{"candidate": "a"}', "svc")

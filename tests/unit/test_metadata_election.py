@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,8 +12,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from walog.errors import NewerFormatError
 from walog.metadata import MetadataStore, open_store
-from walog.metadata.election import current_leader, elect, leader_path
+from walog.metadata.election import ELECTION_RECORD_FORMAT, current_leader, elect, leader_path
 
 WITHIN_S = 20.0
 
@@ -84,6 +87,39 @@ async def test_cancelled_campaign_leaves_no_record(stores: list[MetadataStore]) 
     third = await asyncio.wait_for(elect(stores[2], "svc", "c"), WITHIN_S)
     assert third.epoch > leader.epoch
     await third.resign()
+
+
+async def _put_leader_record(store: MetadataStore, name: str, doc: dict[str, object]) -> None:
+    """A leader record holding ``doc`` at version 1, as a term's record stands (no term
+    of this test owns it, so none ends on seeing it changed)."""
+    await store.create(leader_path(name), b"")
+    await store.set(leader_path(name), json.dumps(doc).encode(), 0)
+
+
+async def test_a_newer_election_record_version_is_refused_naming_both_versions(
+    stores: list[MetadataStore],
+) -> None:
+    newer = ELECTION_RECORD_FORMAT + 1
+    doc = {"format": newer, "candidate": "a", "token": "t", "epoch": 3, "a_field": 1}
+    await _put_leader_record(stores[1], "svc", doc)
+    both = re.escape(
+        f"election 'svc''s leader record has format version {newer}; "
+        f"this walog reads up to {ELECTION_RECORD_FORMAT}: upgrade walog"
+    )
+    with pytest.raises(NewerFormatError, match=both):
+        await current_leader(stores[2], "svc")
+    term = await elect(stores[0], "other", "a")
+    raw, _ = await stores[2].get(leader_path("other"))
+    assert json.loads(raw)["format"] == ELECTION_RECORD_FORMAT
+    await term.resign()
+
+
+async def test_an_election_record_without_a_format_reads_as_version_1(
+    stores: list[MetadataStore],
+) -> None:
+    # As walog 0.1.0 wrote it.
+    await _put_leader_record(stores[1], "svc", {"candidate": "a", "token": "t", "epoch": 3})
+    assert await current_leader(stores[2], "svc") == ("a", 3)
 
 
 async def test_bad_election_name_raises_value_error(stores: list[MetadataStore]) -> None:

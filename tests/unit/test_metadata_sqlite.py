@@ -1,8 +1,12 @@
-"""SQLite store specifics: the heartbeat runs in its own thread, the file's schema and modes."""
+"""SQLite store specifics: the heartbeat runs in its own thread, the file's schema, format
+version and modes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -14,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.processes import DIE_WITH_PARENT, REPO
-from walog.errors import MetadataError
+from walog.errors import MetadataError, NewerFormatError
 from walog.metadata import open_store
+from walog.metadata.sqlite_schema import SQLITE_STORE_FORMAT
 
 SESSION_S = 1.0
 
@@ -81,6 +86,58 @@ async def test_a_database_file_others_can_write_is_refused(tmp_path: Path) -> No
     (tmp_path / "meta.db").chmod(0o602)
     with pytest.raises(MetadataError, match="writable by other users"):
         await open_store(f"sqlite://{tmp_path}/meta.db")
+
+
+GOLDEN_STORE = REPO / "tests" / "golden" / "v1" / "metadata.sqlite"
+"""A store written by walog 0.1.0, which gave the file no version (never modified)."""
+
+
+def user_version(db: Path) -> int:
+    """The file's ``PRAGMA user_version``, read without writing."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+async def test_a_newer_sqlite_metadata_store_version_is_refused_naming_both_versions(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "meta.db"
+    store = await open_store(f"sqlite://{db}")
+    await store.create("/kept", b"data")
+    await store.close()
+    newer = SQLITE_STORE_FORMAT + 1
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        # Out of WAL mode, so that anything the store wrote would show in the file itself.
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute(f"PRAGMA user_version = {newer}")
+    before = db.read_bytes()
+    message = (
+        f"sqlite metadata store {db} has format version {newer}; "
+        f"this walog reads up to {SQLITE_STORE_FORMAT}: upgrade walog"
+    )
+    with pytest.raises(NewerFormatError, match=re.escape(message)):
+        await open_store(f"sqlite://{db}")
+    assert db.read_bytes() == before, "the store wrote to a file of a newer version"
+    assert not (tmp_path / "meta.db-wal").exists(), "the store switched a newer file to WAL"
+
+
+async def test_a_sqlite_metadata_store_without_a_version_reads_as_version_1(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "meta.db"
+    shutil.copyfile(GOLDEN_STORE, db)
+    db.chmod(0o600)
+    assert user_version(db) == 0
+    store = await open_store(f"sqlite://{db}", create=False)
+    try:
+        assert await store.children("/ledgers") == ["1", "2", "4", "5", "6"]
+        await store.create("/written-by-this-walog", b"x")
+    finally:
+        await store.close()
+    assert user_version(db) == 0, "an old file is read as it is, not stamped"
+    fresh = await open_store(f"sqlite://{tmp_path}/new.db")
+    await fresh.close()
+    assert user_version(tmp_path / "new.db") == SQLITE_STORE_FORMAT
 
 
 # One opener process: after "ready", opens (and closes) the store of each path it reads from

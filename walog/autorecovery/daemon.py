@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import time
 from collections.abc import Callable
 
@@ -41,7 +40,9 @@ from walog.metadata.election import elect
 from walog.metadata.layout import (
     LEDGERS,
     UNDER_REPLICATED,
+    repair_doc,
     repair_lock_path,
+    repair_record,
     under_replicated_path,
 )
 from walog.metadata.store import NodeExistsError, NodeNotFoundError
@@ -76,7 +77,7 @@ async def audit(
         repair, _ = damaged_fragments(metadata, lost)
         if not repair:
             continue
-        record = json.dumps({"lost": sorted(lost)}).encode()
+        record = repair_record(lost=sorted(lost))
         with contextlib.suppress(NodeExistsError):
             await ctx.store.create(under_replicated_path(metadata.ledger_id), record)
             published.append(metadata.ledger_id)
@@ -128,6 +129,7 @@ class Daemon:
         """True while this daemon is the auditor."""
         self.repaired_ledgers: list[int] = []
         """Ledgers this daemon's worker repaired."""
+        self._unreadable: set[int] = set()  # ledgers whose repair record it could not read
 
     async def run(self, stop: asyncio.Event) -> None:
         """Audit while elected and work, until ``stop`` is set."""
@@ -255,7 +257,14 @@ class Daemon:
                 raw, _ = await store.get(under_replicated_path(ledger_id))
             except NodeNotFoundError:
                 return  # repaired meanwhile by the lock's previous holder
-            doc = json.loads(raw)
+            try:
+                doc = repair_doc(raw, ledger_id)
+            except ValueError as exc:  # a newer format too: left to a walog that reads it
+                if ledger_id not in self._unreadable:
+                    self._unreadable.add(ledger_id)
+                    _log.error("repair record not read", ledger=ledger_id, error=str(exc))
+                return
+            self._unreadable.discard(ledger_id)
             lost = set(doc.get("lost", []))
             started = time.monotonic()
             report = await recover(

@@ -38,6 +38,7 @@ from walog.metadata.layout import (
     LEDGERS,
     bookie_path,
     cookie_path,
+    decommission_mark,
     decommission_path,
     read_only_bookie_path,
 )
@@ -82,9 +83,8 @@ async def decommission(
             f"no bookie {bookie_id} in this metadata store (no cookie at "
             f"{cookie_path(bookie_id)}); nothing to decommission"
         )
-    mark = json.dumps({"bookie_id": bookie_id, "since": time.time()}).encode()
     with contextlib.suppress(NodeExistsError):
-        await store.create(decommission_path(bookie_id), mark)
+        await store.create(decommission_path(bookie_id), decommission_mark(bookie_id, time.time()))
     deadline = time.monotonic() + timeout_s
     moved = 0
     lock_as = f"walog bookie decommission {bookie_id}"

@@ -30,7 +30,7 @@ from walog.cli.options import (
 )
 from walog.cli.tables import render_table
 from walog.config import ClientConfig, Timeouts
-from walog.errors import NoSuchLogError, WalogError
+from walog.errors import NewerFormatError, NoSuchLogError, WalogError
 from walog.ledger.ensemble import available_bookies, read_only_bookies
 from walog.log.health import LogHealth, log_health
 from walog.log.log_config import effective_config
@@ -113,7 +113,8 @@ class ClusterStatus:
     log_health: list[LogHealth] = dataclasses.field(default_factory=list)
     """Each log's figures: bytes, oldest record, what retention waits for, archive lag."""
     log_problems: list[str] = dataclasses.field(default_factory=list)
-    """Logs whose stored settings do not parse, one line each."""
+    """Logs whose stored settings do not parse, and leader records of a newer format
+    version, one line each."""
 
     @property
     def problems(self) -> list[str]:
@@ -253,6 +254,9 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
     for name in await store.children(ELECTIONS):
         try:
             leader = await current_leader(store, name)
+        except NewerFormatError as exc:
+            leader = None
+            log_problems.append(str(exc))
         except (ValueError, KeyError):
             leader = None  # a record this version cannot read: shown as no leader
         elections.append(LeaderStatus(name, *(leader if leader is not None else (None, None))))

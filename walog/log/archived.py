@@ -12,6 +12,10 @@ ledgers cover every record from the first of them up to ``archived_through``. Re
 are neither there nor on the bookies (truncated before archiving began, or truncated past
 ``archived_through`` by hand) are lost.
 
+Both readers here check the archive's format version first
+(:func:`walog.log.archive_layout.check_archive`): an archive of a newer version is refused
+with :class:`walog.errors.NewerFormatError` naming both versions, never guessed at.
+
 Needs ``pyarrow`` (the ``spark`` extra), imported only when an archive is read.
 """
 
@@ -28,6 +32,7 @@ from walog.log.archive_layout import (
     ENTRY_ID,
     SLOT,
     TIMESTAMP,
+    check_archive,
     ledger_of_dir,
     parquet_files,
 )
@@ -74,10 +79,15 @@ def archived_only(meta: LogMetadata) -> list[ArchivedLedger]:
 
     Those below the first listed ledger with a directory in the archive, ending at or
     before ``archived_through``; [] without an archive.
+
+    Raises:
+        walog.errors.NewerFormatError: the archive is of a newer format version.
+        ValueError: the archive's version marker is damaged.
     """
     location = meta.archive_location
     if location is None or meta.archived_through is None or not os.path.isdir(location):
         return []
+    check_archive(location)
     first = meta.ledgers[0].ledger_id if meta.ledgers else None
     ids = sorted(i for i in map(ledger_of_dir, os.listdir(location)) if i is not None)
     out: list[ArchivedLedger] = []
@@ -103,7 +113,13 @@ def archive_covers(meta: LogMetadata) -> bool:
 
 
 def archived_entries(location: str, ledger_id: int, first: int, last: int) -> list[Entry]:
-    """Entries ``first..last`` of an archived ledger, rebuilt from its records."""
+    """Entries ``first..last`` of an archived ledger, rebuilt from its records.
+
+    Raises:
+        walog.errors.NewerFormatError: the archive is of a newer format version.
+        ValueError: the archive's version marker is damaged.
+    """
+    check_archive(location)
     table = _table(location, ledger_id, [ENTRY_ID, SLOT, TIMESTAMP, DATA])
     if table is None:
         return []

@@ -296,7 +296,11 @@ class AsyncLog:
 
     async def current_leader(self, *, election: str | None = None) -> tuple[str, int] | None:
         """``(candidate_id, epoch)`` of the candidate leading this log's election now, or
-        None while nobody leads."""
+        None while nobody leads.
+
+        Raises:
+            walog.NewerFormatError: the leader record is of a newer format version.
+        """
         return await current_leader(self._client.ctx.store, self.election_name(election))
 
     async def repair(self) -> list[DamagedField]:

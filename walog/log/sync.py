@@ -360,7 +360,11 @@ class Log:
 
     def current_leader(self, *, election: str | None = None) -> tuple[str, int] | None:
         """``(candidate_id, epoch)`` of the candidate leading this log's election now, or
-        None while nobody leads."""
+        None while nobody leads.
+
+        Raises:
+            walog.NewerFormatError: the leader record is of a newer format version.
+        """
         return self._loop.run(self.async_log.current_leader(election=election))
 
     def repair(self) -> list[DamagedField]:

@@ -4,6 +4,7 @@
 
 - ``store``: the interface (versioned records, compare-and-swap, sessions, watches);
 - ``zookeeper`` and ``sqlite``: its two implementations; ``uri``: parsing the URIs;
+- ``sqlite_schema``: the SQLite file's tables and format version;
 - ``zookeeper_probe``: whether anything listens on ZooKeeper's ports (the commands ask first);
 - ``layout``: where records live and the ledger metadata record;
 - ``election``: leader suggestion with an epoch per term.
@@ -40,6 +41,8 @@ async def open_store(
 
     Raises:
         ValueError: the URI is malformed (the message names the accepted forms).
+        walog.errors.NewerFormatError: the SQLite file's format version is newer than this
+            walog reads (docs/compatibility.md).
         walog.errors.MetadataError: the store cannot be reached or opened.
     """
     if not timeout > 0:

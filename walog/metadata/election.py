@@ -9,7 +9,8 @@ its epoch is at least the highest it has seen, and walog ledgers are fenced by r
 anyway. Each term's epoch is taken from the per-election counter after the record is won,
 so every winner gets a larger epoch than every earlier winner.
 
-The record holds ``{"candidate", "token", "epoch"}`` at version 1 for the whole term. Any
+The record holds ``{"format", "candidate", "token", "epoch"}`` at version 1 for the whole
+term (``"format"``: :data:`ELECTION_RECORD_FORMAT`; a record without it is format 1). Any
 other state of the record (gone, another candidate, or re-created by the store after a
 session expiry, which gives version 0) ends the term: :attr:`Leadership.lost` is set and
 the record, if still ours, is removed so that others can win.
@@ -24,13 +25,16 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from walog.errors import MetadataConflictError, MetadataError
+from walog.errors import MetadataConflictError, MetadataError, NewerFormatError
+from walog.format_versions import check_version
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 from walog.metadata.uri import check_counter
 
 log = logging.getLogger(__name__)
 
 ELECTIONS = "/elections"
+ELECTION_RECORD_FORMAT = 1
+"""The format version of the leader records this walog writes, and the newest it reads."""
 
 
 def leader_path(name: str) -> str:
@@ -133,7 +137,8 @@ async def elect(store: MetadataStore, name: str, candidate_id: str) -> Leadershi
     """
     path = leader_path(name)
     token = uuid.uuid4().hex
-    claim = json.dumps({"candidate": candidate_id, "token": token}).encode()
+    claimed = {"format": ELECTION_RECORD_FORMAT, "candidate": candidate_id, "token": token}
+    claim = json.dumps(claimed).encode()
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
 
@@ -151,9 +156,7 @@ async def elect(store: MetadataStore, name: str, candidate_id: str) -> Leadershi
                 continue
             try:
                 epoch = await store.next_id(epoch_counter(name))
-                record = json.dumps(
-                    {"candidate": candidate_id, "token": token, "epoch": epoch}
-                ).encode()
+                record = json.dumps({**claimed, "epoch": epoch}).encode()
                 await store.set(path, record, 0)
                 break
             except (NodeNotFoundError, MetadataConflictError):
@@ -169,15 +172,47 @@ async def elect(store: MetadataStore, name: str, candidate_id: str) -> Leadershi
 
 
 async def current_leader(store: MetadataStore, name: str) -> tuple[str, int] | None:
-    """``(candidate_id, epoch)`` of the current term, or None while nobody leads."""
+    """``(candidate_id, epoch)`` of the current term, or None while nobody leads.
+
+    Raises:
+        NewerFormatError: the leader record's format is newer than
+            :data:`ELECTION_RECORD_FORMAT` (the message names the election and both
+            versions).
+        ValueError: the record is damaged.
+    """
     try:
         data, version = await store.get(leader_path(name))
     except NodeNotFoundError:
         return None
     if version < 1:
         return None  # won, epoch not yet recorded (or a stale re-created record)
-    doc = json.loads(data)
-    return str(doc["candidate"]), int(doc["epoch"])
+    return leader_of(data, name)
 
 
-__all__ = ["ELECTIONS", "Leadership", "current_leader", "elect", "epoch_counter", "leader_path"]
+def leader_of(record: bytes, name: str) -> tuple[str, int]:
+    """``(candidate_id, epoch)`` from the leader record of election ``name``.
+
+    Raises:
+        NewerFormatError: as :func:`current_leader`.
+        ValueError: the record is damaged.
+    """
+    what = f"election {name!r}'s leader record"
+    try:
+        doc = json.loads(record)
+        found = doc.get("format", 1)
+        check_version(what, found, ELECTION_RECORD_FORMAT, ValueError, newer=NewerFormatError)
+        return str(doc["candidate"]), int(doc["epoch"])
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{what} is damaged: {exc!r}") from exc
+
+
+__all__ = [
+    "ELECTIONS",
+    "ELECTION_RECORD_FORMAT",
+    "Leadership",
+    "current_leader",
+    "elect",
+    "epoch_counter",
+    "leader_of",
+    "leader_path",
+]

@@ -145,15 +145,62 @@ def read_only_bookie_path(bookie_id: str) -> str:
 
 
 def decommission_path(bookie_id: str) -> str:
-    """Path of the mark of a bookie being drained: it takes no new adds while it exists."""
+    """Path of the mark of a bookie being drained: it takes no new adds while it exists.
+
+    Its existence is the mark: the bookie asks only whether it exists, never reads its data
+    (:func:`decommission_mark`; one made by hand may hold nothing), so no reader has a
+    version to check.
+    """
     return f"{DECOMMISSIONING}/{bookie_id}"
+
+
+DECOMMISSION_MARK_FORMAT = 1
+"""The format version written in a decommission mark's data (``"format"``)."""
+
+
+def decommission_mark(bookie_id: str, since: float) -> bytes:
+    """The data of ``bookie_id``'s decommission mark, made at ``since`` (for people: the
+    mark's existence is what the bookie follows)."""
+    doc = {"format": DECOMMISSION_MARK_FORMAT, "bookie_id": bookie_id, "since": since}
+    return json.dumps(doc).encode()
 
 
 def under_replicated_path(ledger_id: int) -> str:
     """The record of a ledger published for repair: JSON ``{"lost": [bookie ids]}`` (by
     the auditor) or ``{"damaged_on": [bookie ids]}`` (by a bookie that found a damaged
-    copy of one of its entries)."""
+    copy of one of its entries), each with its ``"format"`` (:func:`repair_record`)."""
     return f"{UNDER_REPLICATED}/{ledger_id}"
+
+
+REPAIR_RECORD_FORMAT = 1
+"""The format version of the repair records under :data:`UNDER_REPLICATED` this walog
+writes, and the newest it reads (``"format"``; a record without it is version 1)."""
+
+
+def repair_record(**fields: list[str]) -> bytes:
+    """A repair record's bytes: ``fields`` (``lost``, ``damaged_on``) and its format."""
+    return json.dumps({"format": REPAIR_RECORD_FORMAT, **fields}).encode()
+
+
+def repair_doc(raw: bytes, ledger_id: int) -> dict[str, Any]:
+    """Ledger ``ledger_id``'s repair record as a JSON object, its version checked.
+
+    Raises:
+        NewerFormatError: the record's format is newer than :data:`REPAIR_RECORD_FORMAT`
+            (the message names the ledger and both versions).
+        ValueError: the record is not a JSON object, or carries a version no walog writes.
+    """
+    what = f"ledger {ledger_id}'s repair record"
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not JSON (damaged?): {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what} is not a JSON object (damaged?): {doc!r}")
+    check_version(
+        what, doc.get("format", 1), REPAIR_RECORD_FORMAT, ValueError, newer=NewerFormatError
+    )
+    return doc
 
 
 def repair_lock_path(ledger_id: int) -> str:
@@ -251,6 +298,7 @@ __all__ = [
     "BOOKIE_RECORD_FORMAT",
     "COOKIES",
     "DECOMMISSIONING",
+    "DECOMMISSION_MARK_FORMAT",
     "DEFAULT_RACK",
     "LEDGERS",
     "LEDGER_FORMAT",
@@ -259,12 +307,14 @@ __all__ = [
     "LOG_WRITERS",
     "READ_ONLY_BOOKIES",
     "REPAIR_LOCKS",
+    "REPAIR_RECORD_FORMAT",
     "UNDER_REPLICATED",
     "LedgerMetadata",
     "LedgerState",
     "bookie_path",
     "check_rack_name",
     "cookie_path",
+    "decommission_mark",
     "decommission_path",
     "ledger_path",
     "log_path",
@@ -274,6 +324,8 @@ __all__ = [
     "registered_max_entry_bytes",
     "registered_rack",
     "registration_doc",
+    "repair_doc",
     "repair_lock_path",
+    "repair_record",
     "under_replicated_path",
 ]

@@ -12,6 +12,10 @@ Layout of the file:
 - ``counters``: named 64-bit counters for :meth:`next_id`.
 - ``changes``: one global change number, bumped by every write transaction in that same
   transaction; watch pollers compare it before looking at individual records.
+- ``PRAGMA user_version``: the file's format version
+  (:mod:`walog.metadata.sqlite_schema`, which creates the tables); a file of a newer
+  version is refused with :class:`walog.errors.NewerFormatError` before anything is
+  written to it.
 
 Writes use ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy timeout, which
 is the store's call timeout);
@@ -44,6 +48,7 @@ from typing import TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from walog.errors import MetadataConflictError, MetadataError
+from walog.metadata.sqlite_schema import check_format, create_tables
 from walog.metadata.store import (
     MetadataStore,
     NodeExistsError,
@@ -55,23 +60,6 @@ from walog.metadata.uri import SqliteURI, check_counter, check_path, parent_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS nodes (
-    path TEXT PRIMARY KEY, parent TEXT NOT NULL, data BLOB NOT NULL,
-    version INTEGER NOT NULL, czxid INTEGER NOT NULL, mzxid INTEGER NOT NULL,
-    pzxid INTEGER NOT NULL, owner TEXT
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes(parent);
-CREATE INDEX IF NOT EXISTS nodes_by_owner ON nodes(owner) WHERE owner IS NOT NULL;
-CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, expires_at REAL NOT NULL)
-    WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)
-    WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS changes (id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL);
-INSERT OR IGNORE INTO changes VALUES (0, 0);
-INSERT OR IGNORE INTO nodes VALUES ('/', '', x'', 0, 0, 0, 0, NULL);
-"""
 
 # A record is visible while it is persistent or its owning session has not expired.
 _VISIBLE = (
@@ -136,6 +124,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
             reraise=True,
         ):
             with attempt:
+                check_format(conn, path)  # before the switch: a newer file stays untouched
                 conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
     except BaseException:
@@ -271,12 +260,18 @@ class SqliteStore(MetadataStore):
     ) -> SqliteStore:
         """Open the database file (creating it if missing, unless ``create`` is False),
         waiting up to ``timeout`` seconds, and start the heartbeat thread; each later call
-        ends within ``call_timeout`` seconds (None: ``timeout``)."""
+        ends within ``call_timeout`` seconds (None: ``timeout``).
+
+        Raises:
+            walog.errors.NewerFormatError: the file's format version is newer than this
+                walog reads (nothing was written to it).
+            walog.errors.MetadataError: the file cannot be opened.
+        """
         store = cls(config, timeout=timeout, call_timeout=call_timeout)
         try:
             await asyncio.to_thread(_secure_file, config.path, create)
             await store._run(
-                lambda conn: conn.executescript(_SCHEMA),
+                lambda conn: create_tables(conn, config.path),
                 what="open",
                 path="/",
                 change=True,

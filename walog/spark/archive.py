@@ -4,6 +4,10 @@ Layout (:mod:`walog.log.archive_layout`, which the tiered reader reads by too):
 ``DIR/ledger=<id>/part-*.parquet`` with the data source's columns (plus the ``ledger``
 partition column when read back with ``spark.read.parquet(DIR)``).
 
+The archive's root holds its format version (:data:`walog.log.archive_layout.MARKER`),
+checked before a run writes anything and published by the first run
+(:func:`~walog.spark.archive_publish.publish_marker`).
+
 A run is two-phase so that a crash or a rerun never leaves duplicates or a half-marked
 ledger, and so that a power loss never takes archived records the bookies no longer hold:
 
@@ -44,7 +48,7 @@ from walog.log.log_metadata import LogMetadata, read_log, update_log
 from walog.log.position import Position, ledger_end, ledger_start
 from walog.log.truncation import refresh_closed
 from walog.spark.archive_files import ArchiveFiles, LocalFiles, archive_root
-from walog.spark.archive_publish import publish, staged_write_finished
+from walog.spark.archive_publish import publish, publish_marker, staged_write_finished
 from walog.spark.options import BookieAccess
 from walog.spark.session import prepare_environment, spark_session
 
@@ -274,8 +278,10 @@ def archive_log(
         files: the file operations of the publish step (default: :class:`LocalFiles`).
 
     Raises:
-        ValueError: ``to`` is a URI rather than a directory path, or a TLS or token file
-            of ``access`` is missing or unreadable.
+        walog.NewerFormatError: the archive under ``to`` is of a newer format version than
+            this walog writes (nothing was written to it).
+        ValueError: ``to`` is a URI rather than a directory path, a TLS or token file of
+            ``access`` is missing or unreadable, or the archive's version marker is damaged.
         OSError: the archive directory could not be written or synced; nothing was marked.
         walog.NoSuchLogError: the log does not exist.
         walog.MetadataConflictError: another archive run replaced this run's intent.
@@ -286,6 +292,7 @@ def archive_log(
     register(spark)
     files = files or LocalFiles()
     files.make_dirs(root)
+    publish_marker(files, root)  # before anything is claimed or written: refuses a newer one
     access = access or BookieAccess()
     config = ClientConfig(timeouts=Timeouts(metadata=timeout))
     with connect(metadata_uri, timeout=timeout, config=config, **access.connect_kwargs()) as client:

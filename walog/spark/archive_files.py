@@ -1,10 +1,11 @@
 """The file operations the archive job puts its output in place with, behind one interface.
 
 :class:`ArchiveFiles` is every operation :mod:`walog.spark.archive_publish` needs: list a
-directory, create one, create an empty file, rename, remove a tree, and make a file or a
-directory durable. :class:`LocalFiles` does them on the local file system (or a mount of
-one) with ``os``; a simulated file system that loses what was not synced on a power loss
-stands in for it in the simulator (tests/sim), and recording wrappers in the tests.
+directory, create one, create an empty file, read and write a small file (the archive's
+version marker), rename, remove a tree, and make a file or a directory durable.
+:class:`LocalFiles` does them on the local file system (or a mount of one) with ``os``; a
+simulated file system that loses what was not synced on a power loss stands in for it in
+the simulator (tests/sim), and recording wrappers in the tests.
 
 Paths are :class:`~pathlib.PurePath` objects; the archive passes absolute ones.
 """
@@ -43,6 +44,12 @@ class ArchiveFiles(Protocol):
 
     def create_empty(self, path: PurePath) -> None:
         """Create the empty file ``path`` (not synced: its directory is)."""
+
+    def read_file(self, path: PurePath) -> bytes | None:
+        """The bytes of file ``path``; None when there is no such file."""
+
+    def write_file(self, path: PurePath, data: bytes) -> None:
+        """Create file ``path`` holding ``data``, replacing any file there (not synced)."""
 
     def rename(self, source: PurePath, target: PurePath) -> None:
         """Rename ``source`` to ``target`` atomically (same file system; ``target`` absent)."""
@@ -93,6 +100,17 @@ class LocalFiles:
     def create_empty(self, path: PurePath) -> None:
         """Create the empty file ``path`` (not synced: its directory is)."""
         Path(path).touch()
+
+    def read_file(self, path: PurePath) -> bytes | None:
+        """The bytes of file ``path``; None when there is no such file."""
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_file(self, path: PurePath, data: bytes) -> None:
+        """Create file ``path`` holding ``data``, replacing any file there (not synced)."""
+        Path(path).write_bytes(data)
 
     def rename(self, source: PurePath, target: PurePath) -> None:
         """Rename ``source`` to ``target`` atomically (same file system; ``target`` absent)."""

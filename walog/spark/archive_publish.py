@@ -17,7 +17,12 @@ survive a power loss of their host. Spark writes its files without syncing them,
 4. **Mark**: only now the caller's ``mark`` (one CAS on the log's metadata) runs.
 
 A crash at any point leaves either the mark unmoved (a rerun finishes or redoes the run) or
-every published file and directory on the disk. The functions here touch the disk only
+every published file and directory on the disk.
+
+Before a run writes anything, :func:`publish_marker` checks the archive's format version
+(:data:`walog.log.archive_layout.MARKER`) and, in an archive that has no marker yet,
+publishes one the same way: written under a temporary name, synced, renamed into place,
+the root synced. The functions here touch the disk only
 through :class:`~walog.spark.archive_files.ArchiveFiles`, so the simulator can run them on
 a file system that loses what was not synced.
 """
@@ -29,6 +34,7 @@ from pathlib import PurePath
 from typing import TypeVar
 
 from walog import mutations
+from walog.log.archive_layout import ARCHIVE_FORMAT, MARKER, marker_bytes, marker_format
 from walog.spark.archive_files import ArchiveFiles
 
 T = TypeVar("T")
@@ -76,6 +82,29 @@ def move_ledger(files: ArchiveFiles, staging: PurePath, root: PurePath, name: st
         files.remove_tree(target)
     files.rename(source, target)
     return True
+
+
+def publish_marker(files: ArchiveFiles, root: PurePath) -> int:
+    """Check the format version of the archive at ``root`` (an existing directory), and
+    publish its marker durably when it has none; returns the archive's version.
+
+    Raises:
+        walog.errors.NewerFormatError: the archive is of a newer version than this walog
+            writes (nothing was written).
+        ValueError: its marker is damaged.
+        OSError: the marker could not be read, written or synced.
+    """
+    marker = root / MARKER
+    found = files.read_file(marker)
+    if found is not None:
+        return marker_format(root, found)
+    # An archive written before the marker existed is version 1, as this one is.
+    temporary = root / f"{MARKER}.tmp"
+    files.write_file(temporary, marker_bytes())
+    files.sync_file(temporary)
+    files.rename(temporary, marker)
+    files.sync_dir(root)
+    return ARCHIVE_FORMAT
 
 
 def publish(
@@ -127,6 +156,7 @@ __all__ = [
     "SYNCED",
     "move_ledger",
     "publish",
+    "publish_marker",
     "seal",
     "staged_write_finished",
     "sync_tree",

@@ -9,9 +9,16 @@ from pathlib import Path, PurePath
 import pytest
 
 from tests.archive_files import Call, RecordingFiles, durable_after, tree
+from walog.log.archive_layout import ARCHIVE_FORMAT, MARKER, marker_bytes
 from walog.mutations import enabled_mutations
 from walog.spark.archive_files import LocalFiles, archive_root
-from walog.spark.archive_publish import SUCCESS, SYNCED, publish, staged_write_finished
+from walog.spark.archive_publish import (
+    SUCCESS,
+    SYNCED,
+    publish,
+    publish_marker,
+    staged_write_finished,
+)
 
 MARK = "mark"
 
@@ -80,6 +87,21 @@ def test_publish_leaves_every_published_file_and_directory_durable_when_it_marks
     published = tree(LocalFiles(), root, skip={"_staging"})
     assert len(published) == 1 + 3 + 2 * (2 + 1 + 3)
     assert set(published) - durable_after(before_mark) == set()
+
+
+def test_the_archive_marker_is_durable_once_published_and_published_once(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "archive"
+    LocalFiles().make_dirs(root)
+    files = RecordingFiles(LocalFiles())
+    assert publish_marker(files, root) == ARCHIVE_FORMAT
+    assert {root / MARKER, root} <= durable_after(files.calls)
+    assert [p.name for p in root.iterdir()] == [MARKER]  # its temporary name is gone
+    assert (root / MARKER).read_bytes() == marker_bytes()
+    again = RecordingFiles(LocalFiles())
+    assert publish_marker(again, root) == ARCHIVE_FORMAT
+    assert [c.name for c in again.calls] == ["read_file"]
 
 
 def test_a_rerun_trusts_only_a_staging_directory_the_archive_sealed(tmp_path: Path) -> None:
