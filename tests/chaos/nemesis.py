@@ -24,6 +24,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 BOOKIE_FAULTS = ("kill_bookie", "stop_bookie", "pause_bookie", "expire_bookie")
 WRITER_FAULTS = ("kill_writer", "expire_writer")
@@ -92,7 +93,7 @@ def make_schedule(
     return schedule
 
 
-def format_schedule(schedule: Sequence[Fault]) -> str:
+def format_schedule(schedule: Sequence[object]) -> str:
     """One line per fault."""
     return "\n".join(str(fault) for fault in schedule) or "(no faults)"
 
@@ -123,22 +124,37 @@ def expire_session(connect_string: str, session_file: Path, timeout: float = 5.0
     return f"expired session {client_id[0]:#x}"
 
 
-@dataclasses.dataclass
-class Step:
-    """A timed action of the executor: a fault starting or ending."""
+class Timed(Protocol):
+    """A scheduled fault of any run: it starts at ``start`` and lasts ``duration`` seconds
+    (0: an instant fault, e.g. a session expired, that no step undoes)."""
+
+    @property
+    def start(self) -> float: ...
+
+    @property
+    def duration(self) -> float: ...
+
+
+F = TypeVar("F", bound=Timed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step(Generic[F]):
+    """A timed action of the executor: a fault starting (``heal`` False) or ending."""
 
     at: float
     order: int
-    fault: Fault
+    fault: F
     heal: bool
 
 
-def timeline(schedule: Sequence[Fault]) -> list[Step]:
-    """The start and end steps of every fault, in time order (ends before starts at a tie)."""
+def timeline(schedule: Sequence[F]) -> list[Step[F]]:
+    """The start and end steps of every fault, in time order (ends before starts at a tie);
+    an instant fault has no end."""
     steps = []
     for order, fault in enumerate(schedule):
         steps.append(Step(fault.start, order, fault, heal=False))
-        if fault.kind != "expire_writer":
+        if fault.duration > 0:
             steps.append(Step(fault.start + fault.duration, order, fault, heal=True))
     steps.sort(key=lambda step: (step.at, not step.heal, step.order))
     return steps

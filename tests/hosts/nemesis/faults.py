@@ -54,7 +54,7 @@ class Nemesis:
         """The bookie on host ``host`` (``b3``)."""
         return self.cluster.bookie(int(host.removeprefix("b")) - 1)
 
-    def step(self, step: Step) -> None:
+    def step(self, step: Step[Fault]) -> None:
         """Carry out one step; note what happened (a failure is noted, not raised)."""
         fault = step.fault
         try:

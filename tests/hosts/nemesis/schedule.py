@@ -32,6 +32,8 @@ import dataclasses
 import random
 from collections.abc import Sequence
 
+from tests.chaos.nemesis import Step, format_schedule, timeline
+
 MAX_FAULTY_BOOKIES = 2
 MAX_FAULTS = 3
 MAX_ZK_DOWN = 2
@@ -208,27 +210,15 @@ def make_schedule(seed: int, seconds: float, layout: Layout) -> list[Fault]:
     return sorted(schedule, key=lambda fault: fault.start)
 
 
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """A fault starting (``heal`` False) or ending, at ``at`` seconds into the run."""
-
-    at: float
-    order: int
-    fault: Fault
-    heal: bool
-
-
-def timeline(schedule: Sequence[Fault]) -> list[Step]:
-    """The start and end steps of every fault in time order (ends first at a tie)."""
-    steps = []
-    for order, fault in enumerate(schedule):
-        steps.append(Step(fault.start, order, fault, heal=False))
-        if fault.duration > 0:
-            steps.append(Step(fault.start + fault.duration, order, fault, heal=True))
-    steps.sort(key=lambda step: (step.at, not step.heal, step.order))
-    return steps
-
-
-def format_schedule(schedule: Sequence[Fault]) -> str:
-    """One line per fault."""
-    return "\n".join(str(fault) for fault in schedule) or "(no faults)"
+__all__ = [
+    "FAULT_KINDS",
+    "MAX_FAULTS",
+    "MAX_FAULTY_BOOKIES",
+    "MAX_ZK_DOWN",
+    "Fault",
+    "Layout",
+    "Step",
+    "format_schedule",
+    "make_schedule",
+    "timeline",
+]
