@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -46,18 +46,28 @@ class SyncCounter:
         monkeypatch.setattr(os, "fdatasync", fdatasync)
 
 
+def before_appends(
+    core: BookieCore, monkeypatch: pytest.MonkeyPatch, see: Callable[[Sequence[bytes]], None]
+) -> None:
+    """``see`` is called with every record queued to the core's journal from now on, before
+    it is queued (an exception it raises is the append's)."""
+    append = core.journal.append
+
+    def seen_append(parts: Sequence[bytes], **kwargs: object) -> object:
+        see(parts)
+        return append(parts, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core.journal, "append", seen_append)
+
+
 def count_fence_records(core: BookieCore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Ledger ids of the FENCE records queued to the core's journal from now on."""
     fenced: list[int] = []
-    append = core.journal.append
 
-    def counting_append(parts: Sequence[bytes], **kwargs: object) -> object:
-        for ledger_id in (1, 2):
-            if parts and parts[0] == fence_record(ledger_id):
-                fenced.append(ledger_id)
-        return append(parts, **kwargs)  # type: ignore[arg-type]
+    def count(parts: Sequence[bytes]) -> None:
+        fenced.extend(i for i in (1, 2) if parts and parts[0] == fence_record(i))
 
-    monkeypatch.setattr(core.journal, "append", counting_append)
+    before_appends(core, monkeypatch, count)
     return fenced
 
 
@@ -166,16 +176,14 @@ class _QueueingFailed(Exception):
 
 def fail_queueing(core: BookieCore, monkeypatch: pytest.MonkeyPatch, record: bytes) -> None:
     """The next append of ``record`` to the core's journal raises :class:`_QueueingFailed`."""
-    append = core.journal.append
     armed = [True]
 
-    def failing_append(parts: Sequence[bytes], **kwargs: object) -> object:
+    def fail(parts: Sequence[bytes]) -> None:
         if armed[0] and parts and parts[0] == record:
             armed[0] = False
             raise _QueueingFailed
-        return append(parts, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(core.journal, "append", failing_append)
+    before_appends(core, monkeypatch, fail)
 
 
 async def test_a_fence_whose_record_was_never_queued_leaves_the_ledger_unfenced(
