@@ -3,14 +3,24 @@ table, what fails a run (no timing checks)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from walog.bench import main
 from walog.bench.command import build_parser
-from walog.bench.soak import Soak
-from walog.bench.soak_watch import DiskSample, FailureWatch, allocated_bytes, by_minute, table
+from walog.bench.soak import Soak, _Watch
+from walog.bench.soak_watch import (
+    DiskSample,
+    FailureWatch,
+    WatchedBookie,
+    allocated_bytes,
+    by_minute,
+    table,
+)
 
 MIB = 1024 * 1024
 
@@ -116,3 +126,29 @@ def test_disk_use_counts_allocated_blocks_and_leaves_the_journal_apart(tmp_path:
     (journal / "1.journal").write_bytes(b"j" * MIB)
     assert MIB <= allocated_bytes(tmp_path, skip=journal) < 2 * MIB
     assert allocated_bytes(tmp_path) >= 2 * MIB
+
+
+def test_a_bookie_that_exits_is_one_problem_and_stops_the_writer(tmp_path: Path) -> None:
+    alive = [True]
+    bookie = WatchedBookie(
+        pid=os.getpid(),
+        data_dir=tmp_path,
+        journal_dir=tmp_path / "journal",
+        metrics_url=None,
+        log_path=None,
+        running=lambda: alive[0],
+    )
+
+    async def scenario() -> _Watch:
+        watch = _Watch({"bookie-0": bookie}, time.monotonic())
+        await watch.sample()
+        assert not watch.broken.is_set() and len(watch.disks) == 1
+        alive[0] = False
+        await watch.sample()
+        await watch.sample()
+        assert watch.broken.is_set()
+        return watch
+
+    watch = asyncio.run(scenario())
+    assert watch.problems == [f"bookie-0 (pid {os.getpid()}) exited"]
+    assert len(watch.disks) == 1  # nothing measured once the run failed

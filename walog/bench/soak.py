@@ -208,6 +208,7 @@ class _Watch:
         self.problems: list[str] = []
         self.broken = asyncio.Event()
         self._logs = {name: FailureWatch(b.log_path) for name, b in self.bookies.items()}
+        self._exited: set[str] = set()
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
@@ -216,7 +217,8 @@ class _Watch:
     async def sample(self) -> None:
         at = time.monotonic() - self.started
         for name, bookie in self.bookies.items():
-            if not bookie.running():
+            if not bookie.running() and name not in self._exited:
+                self._exited.add(name)
                 self.problem(f"{name} (pid {bookie.pid}) exited")
             for line in await asyncio.to_thread(self._logs[name].new_failures):
                 self.problem(f"{name}: {line.strip()[:300]}")
