@@ -92,17 +92,20 @@ def test_the_disk_table_has_a_row_per_minute_with_each_bookies_peak() -> None:
         (55.0, {"b0": _disk(200.0), "b1": _disk(150.0, read_only=True)}),
         (65.0, {"b0": _disk(120.0, journal_mib=70.0), "b1": _disk(160.0)}),
     ]
-    rows = by_minute(samples)
-    assert [(r.minute, r.used_mib, r.max_mib, r.read_only) for r in rows] == [
-        (1, {"b0": 200.0, "b1": 300.0}, 300.0, ["b1"]),
-        (2, {"b0": 120.0, "b1": 160.0}, 160.0, []),
+    acknowledged = [(5.0, 1000), (55.0, 11000), (65.0, 14000)]
+    rows = by_minute(samples, acknowledged)
+    assert [(r.minute, r.used_mib, r.max_mib, r.read_only, r.entries_per_s) for r in rows] == [
+        (1, {"b0": 200.0, "b1": 300.0}, 300.0, ["b1"], 200),  # 11,000 in 55 s
+        (2, {"b0": 120.0, "b1": 160.0}, 160.0, [], 300),  # 3,000 in 10 s
     ]
     assert table(rows) == [
-        "| minute | b0, MiB | b1, MiB | max, MiB | journal, MiB | free, GiB | read-only |",
-        "|---:|---:|---:|---:|---:|---:|---|",
-        "| 1 | 200.0 | 300.0 | 300.0 | 64.0 | 50.0 | b1 |",
-        "| 2 | 120.0 | 160.0 | 160.0 | 70.0 | 50.0 | - |",
+        "| minute | entries/s | b0, MiB | b1, MiB | max, MiB | journal, MiB | free, GiB "
+        "| read-only |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| 1 | 200 | 200.0 | 300.0 | 300.0 | 64.0 | 50.0 | b1 |",
+        "| 2 | 300 | 120.0 | 160.0 | 160.0 | 70.0 | 50.0 | - |",
     ]
+    assert table(by_minute(samples))[2].startswith("| 1 | - | 200.0 |")  # not counted
 
 
 def test_the_failure_watch_reads_only_new_whole_lines_of_the_bookies_log(tmp_path: Path) -> None:

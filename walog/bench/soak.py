@@ -99,6 +99,8 @@ class Soak:
             writer's failure.
         rate: the entries per second asked for (None: full speed).
         ledgers_deleted: ledgers the log's retention deleted after the writer's rolls.
+        acknowledged: ``(seconds since start, entries acknowledged by then)``, taken with
+            the other samples.
     """
 
     seconds: float
@@ -110,6 +112,7 @@ class Soak:
     problems: list[str] = dataclasses.field(default_factory=list)
     rate: int | None = RATE
     ledgers_deleted: int = 0
+    acknowledged: list[tuple[float, int]] = dataclasses.field(default_factory=list)
 
     def _mean(self, first: float, last: float) -> dict[str, Memory]:
         chosen = [rss for at, rss in self.samples if first <= at <= last] or [self.samples[-1][1]]
@@ -156,7 +159,8 @@ class Soak:
             "soak_entries_per_s": round(entries_per_s),
             "soak_ledgers_deleted_by_retention": self.ledgers_deleted,
             "soak_disk_by_minute": [
-                {**dataclasses.asdict(row), "max_mib": row.max_mib} for row in by_minute(self.disks)
+                {**dataclasses.asdict(row), "max_mib": row.max_mib}
+                for row in by_minute(self.disks, self.acknowledged)
             ],
             "soak_disk_peak_mib": (peaks := peak_mib(self.disks)),
             "soak_disk_peak_max_mib": max(peaks.values(), default=0.0),
@@ -206,6 +210,9 @@ class _Watch:
         self.memory: list[tuple[float, dict[str, Memory]]] = []
         self.disks: list[tuple[float, dict[str, DiskSample]]] = []
         self.problems: list[str] = []
+        self.acknowledged: list[tuple[float, int]] = []
+        self.entries = 0
+        """Entries acknowledged so far (the writer's loop counts them)."""
         self.broken = asyncio.Event()
         self._logs = {name: FailureWatch(b.log_path) for name, b in self.bookies.items()}
         self._exited: set[str] = set()
@@ -237,6 +244,7 @@ class _Watch:
             *(asyncio.to_thread(measure_disk, b) for b in self.bookies.values())
         )
         self.disks.append((at, dict(zip(self.bookies, disks, strict=True))))
+        self.acknowledged.append((at, self.entries))
 
     async def run(self) -> None:
         while True:
@@ -289,6 +297,7 @@ async def soak(
         disks=watch.disks,
         problems=watch.problems,
         rate=rate,
+        acknowledged=watch.acknowledged,
         ledgers_deleted=retention.deleted if isinstance(retention, RetentionRunner) else 0,
     )
 
@@ -323,13 +332,14 @@ async def _append(
             done += finished
             if done - reported >= 256:
                 progress(done - reported)
-                reported = done
+                reported = watch.entries = done
             if rate is not None and room <= 0 and not finished:
                 await asyncio.sleep(PACE_S)  # ahead of the rate
         while inflight:
             await inflight.popleft()
             done += 1
         progress(done - reported)
+        watch.entries = done
     except WalogError as exc:
         watch.problem(f"the log writer failed: {type(exc).__name__}: {exc}")
     finally:

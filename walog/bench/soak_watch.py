@@ -158,6 +158,8 @@ class Minute:
         journal_mib: each bookie's peak journal use.
         free_gib: the lowest free space of a bookie's file system.
         read_only: the bookies seen read-only.
+        entries_per_s: entries acknowledged per second since the previous minute's last
+            sample (None: not counted).
     """
 
     minute: int
@@ -165,6 +167,7 @@ class Minute:
     journal_mib: dict[str, float]
     free_gib: float
     read_only: list[str]
+    entries_per_s: float | None = None
 
     @property
     def max_mib(self) -> float:
@@ -172,13 +175,21 @@ class Minute:
         return max(self.used_mib.values(), default=0.0)
 
 
-def by_minute(samples: Samples) -> list[Minute]:
-    """One :class:`Minute` per minute of the run."""
+def by_minute(samples: Samples, acknowledged: Sequence[tuple[float, int]] = ()) -> list[Minute]:
+    """One :class:`Minute` per minute of the run; ``acknowledged``: ``(seconds since start,
+    entries acknowledged by then)``, for the rate of each minute."""
     minutes: dict[int, list[Mapping[str, DiskSample]]] = {}
     for at, disks in samples:
         minutes.setdefault(int(at // 60) + 1, []).append(disks)
+    last: dict[int, tuple[float, int]] = {0: (0.0, 0)}  # each minute's last count
+    for at, count in acknowledged:
+        last[int(at // 60) + 1] = (at, count)
     rows: list[Minute] = []
     for minute, chosen in sorted(minutes.items()):
+        rate = None
+        if minute in last and minute - 1 in last and last[minute][0] > last[minute - 1][0]:
+            (was, before), (now, after) = last[minute - 1], last[minute]
+            rate = round((after - before) / (now - was))
         used: dict[str, int] = {}
         journal: dict[str, int] = {}
         for disks in chosen:
@@ -192,6 +203,7 @@ def by_minute(samples: Samples) -> list[Minute]:
                 journal_mib=_in_mib(journal),
                 free_gib=round(min(s.free_bytes for d in chosen for s in d.values()) / _GIB, 1),
                 read_only=sorted({n for d in chosen for n, s in d.items() if s.read_only}),
+                entries_per_s=rate,
             )
         )
     return rows
@@ -242,11 +254,12 @@ def table(rows: Sequence[Minute]) -> list[str]:
     if not rows:
         return []
     names = sorted({name for row in rows for name in row.used_mib})
-    head = ["minute", *(f"{name}, MiB" for name in names), "max, MiB", "journal, MiB"]
-    head += ["free, GiB", "read-only"]
+    head = ["minute", "entries/s", *(f"{name}, MiB" for name in names), "max, MiB"]
+    head += ["journal, MiB", "free, GiB", "read-only"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * (len(head) - 1) + "---|"]
     for row in rows:
-        cells = [str(row.minute), *(f"{row.used_mib.get(n, 0.0):,.1f}" for n in names)]
+        rate = "-" if row.entries_per_s is None else f"{row.entries_per_s:,.0f}"
+        cells = [str(row.minute), rate, *(f"{row.used_mib.get(n, 0.0):,.1f}" for n in names)]
         cells += [f"{row.max_mib:,.1f}", f"{max(row.journal_mib.values(), default=0.0):,.1f}"]
         cells += [f"{row.free_gib:,.1f}", ", ".join(row.read_only) or "-"]
         lines.append("| " + " | ".join(cells) + " |")
