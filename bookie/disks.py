@@ -24,8 +24,19 @@ the journal, checkpoints and compaction), and after each measurement it calls
 ``on_pressure``, which runs the ledger GC and a compaction at once instead of waiting for
 their intervals.
 
-:func:`full_disks` and :func:`under_pressure` are the pure rules; :class:`DiskMonitor`
-measures (``statvfs`` in a thread) and calls back on every change of mode.
+A disk is measured in good time however fast the bookie is written to: besides the timed
+measurements, the monitor measures again as soon as the bookie has journaled a quarter of
+the room left below the read-only mark at the last measurement
+(:func:`bytes_before_check`). Each journaled byte takes at most a byte of the journal's
+disk at once and a byte of the data disk (counted as unwritten until a checkpoint writes
+it): two bytes of one disk that holds both. So no disk passes the mark unseen by more than
+what the bookie takes while one measurement runs, and the reserve above the mark holds
+that: at full speed, a timed measurement alone would let a small disk's reserve be written
+over between two measurements, and the journal or a checkpoint meet a full disk.
+
+:func:`full_disks`, :func:`under_pressure` and :func:`bytes_before_check` are the pure rules;
+:class:`DiskMonitor` measures (``statvfs`` in a thread) and calls back on every change of
+mode.
 """
 
 from __future__ import annotations
@@ -121,6 +132,22 @@ def under_pressure(usages: Collection[DiskUsage], thresholds: DiskThresholds) ->
     return any(u.share > thresholds.disk_usage_warn_threshold for u in usages)
 
 
+MIN_BYTES_BETWEEN_CHECKS = 1024 * 1024
+"""Bytes journaled between two measurements triggered by writes, at least (a disk right at
+its mark is not measured after every group commit: the reserve holds this much)."""
+
+
+def bytes_before_check(usages: Collection[DiskUsage], thresholds: DiskThresholds) -> int:
+    """Bytes the bookie may journal before it measures its disks again: a quarter of the
+    smallest room left below the read-only mark (see the module's description), and at
+    least :data:`MIN_BYTES_BETWEEN_CHECKS`."""
+    room = min(
+        (int(u.total_bytes * thresholds.disk_usage_threshold) - u.used_bytes for u in usages),
+        default=0,
+    )
+    return max(room // 4, MIN_BYTES_BETWEEN_CHECKS)
+
+
 def free_bytes(directory: Path) -> int:
     """Bytes the bookie may still write on the file system of ``directory`` (blocking)."""
     st = os.statvfs(directory)
@@ -201,6 +228,9 @@ class DiskMonitor:
             taken and not yet checkpointed); counted as used, so that the bookie turns
             read-only before the checkpoint that writes them, not after, and the space
             above the read-only mark stays a reserve.
+
+    Call :meth:`journaled` with the bytes of every journal write: the monitor then also
+    measures once they reach :func:`bytes_before_check` of the last measurement.
     """
 
     def __init__(
@@ -224,6 +254,8 @@ class DiskMonitor:
         self._on_pressure = on_pressure
         self._unwritten_bytes = unwritten_bytes
         self._wake = asyncio.Event()
+        self._journaled = 0  # bytes journaled since the last measurement started
+        self._check_after = MIN_BYTES_BETWEEN_CHECKS
         self._full: set[Path] = set()
         self._warned: set[Path] = set()
         self._applied: str | None = None  # the mode on_change last applied: writable
@@ -245,8 +277,18 @@ class DiskMonitor:
         """Measure now (for example after the storage reported a failure)."""
         self._wake.set()
 
+    def journaled(self, size: int) -> None:
+        """The journal wrote ``size`` bytes: measure now if enough was written since the
+        last measurement (:func:`bytes_before_check`)."""
+        self._journaled += size
+        if self._journaled >= self._check_after:
+            self._wake.set()
+
     async def check(self) -> str | None:
         """Measure once, apply a change of mode, and return the current reason."""
+        # Bytes journaled from here on may be missing from the measurement: they count
+        # towards the next one.
+        self._journaled = 0
         measured = await asyncio.gather(*(asyncio.to_thread(measure, d) for d in self.directories))
         unwritten = self._unwritten_bytes()
         first = measured[0]
@@ -254,6 +296,7 @@ class DiskMonitor:
             first.directory, min(first.total_bytes, first.used_bytes + unwritten), first.total_bytes
         )
         self.usages = tuple(measured)
+        self._check_after = bytes_before_check(self.usages, self.thresholds)
         self._log_warnings()
         self.under_pressure = under_pressure(self.usages, self.thresholds)
         if self.under_pressure:
@@ -305,11 +348,11 @@ class DiskMonitor:
     async def run(self, stop: asyncio.Event) -> None:
         """Measure until ``stop`` is set; the first measurement happens at once."""
         while not stop.is_set():
+            self._wake.clear()  # a wake during the measurement asks for the next one
             try:
                 await self.check()
             except OSError as exc:
                 _log.warning("disk usage not measured", error=str(exc))
-            self._wake.clear()
             waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())}
             try:
                 interval = self.interval_s
@@ -323,12 +366,14 @@ class DiskMonitor:
 
 __all__ = [
     "JOURNAL_FILES_NEEDED",
+    "MIN_BYTES_BETWEEN_CHECKS",
     "PRESSURE_INTERVAL_S",
     "DiskMonitor",
     "DiskThresholds",
     "DiskUsage",
     "JournalDiskTooSmallError",
     "ModeListener",
+    "bytes_before_check",
     "check_journal_disk",
     "entry_log_bytes_for",
     "free_bytes",

@@ -394,8 +394,10 @@ async def _serve(
     retiring.on_change = disks.wake
     await retiring.start()
     # A failed journal write or sync, or a failed checkpoint, turns the bookie read-only at
-    # once, not at the next measurement.
-    core.journal.listeners.append(lambda _report, error: disks.wake() if error else None)
+    # once, not at the next measurement; what the journal writes brings the next one closer.
+    core.journal.listeners.append(
+        lambda report, error: disks.wake() if error else disks.journaled(report.byte_count)
+    )
     core.checkpoints.failure_listeners.append(disks.wake)
     damage_reports = DamageReports(store, config.bookie_id)
     core.damage_listeners.append(damage_reports.report)

@@ -260,6 +260,11 @@ class BookieCore:
         or a failed journal (which refuses every write until a restart)."""
         return self.read_only_reason is not None or self.storage_failure is not None
 
+    def _refuses_plain_adds(self) -> bool:
+        """Read-only by disk usage, or a checkpoint failed (a failed journal refuses every
+        write, with IO_ERROR)."""
+        return self.read_only_reason is not None or self.checkpoints.failure is not None
+
     # -- writes -----------------------------------------------------------------------------
 
     async def add(
@@ -311,9 +316,7 @@ class BookieCore:
         answers: dict[Status, list[int]] = {}
         if self._closed or self.journal.failed is not None:
             return [(Status.IO_ERROR, [e.entry_id for e in entries], -1)]
-        if not recovery and (
-            self.read_only_reason is not None or self.checkpoints.failure is not None
-        ):
+        if not recovery and self._refuses_plain_adds():
             # A recovery write is still taken: it must reach every bookie of a write quorum.
             return [(Status.READ_ONLY, [e.entry_id for e in entries], -1)]
         refused_ids = refused_entries(ledger_id, entries, self.config.max_entry_bytes)
@@ -331,6 +334,10 @@ class BookieCore:
             await self.checkpoints.idle()
             if self._closed:
                 return [*refused, (Status.IO_ERROR, ids, -1)]
+            if not recovery and self._refuses_plain_adds():
+                # Turned read-only meanwhile: taken now, the adds held back here (as many as
+                # admission lets in) would fill the disk's reserve and the journal fail.
+                return [*refused, (Status.READ_ONLY, ids, -1)]
         state, status = self._ledger_for_write(ledger_id, master_key, adopt_key=recovery)
         if state is None:
             return [*refused, (status, ids, -1)]

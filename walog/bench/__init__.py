@@ -9,7 +9,8 @@ Debian's ``etcd-server``.
   ``metrics_cost`` (what client metrics cost) and ``memory_probe`` (a writer's memory);
 - ``floors`` and ``echo_server``: what the disk and a bare stream can do; ``peers`` and
   ``etcd_load``: etcd and NATS measured the same way;
-- ``soak``: the bookies' memory over a long run; ``profile``: py-spy samples;
+- ``soak``: a long run through a log with retention, and ``soak_watch``: the bookies'
+  disks, modes and failures it watches besides their memory; ``profile``: py-spy samples;
 - ``stats``: histograms, rates and CPU readings; ``report`` and ``sections``: the table,
   the plots and the Markdown report.
 """

@@ -70,6 +70,21 @@ def _scenario_list(text: str) -> frozenset[str]:
     return names
 
 
+def _soak_rate(text: str) -> int:
+    """Parse ``--soak-rate``: a positive number of entries/s, or 0 (``full``: no limit)."""
+    if text.strip().lower() == "full":
+        return 0
+    try:
+        rate = int(text)
+    except ValueError:
+        rate = -1
+    if rate < 0:
+        raise argparse.ArgumentTypeError(
+            f"--soak-rate must be a number of entries/s, 0 or 'full', got {text!r}"
+        )
+    return rate
+
+
 class _Plan:
     """Sizes of one run: quick (about a minute) or full."""
 
@@ -116,8 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="MINUTES",
         default=None,
-        help="only the soak: 5,000 appends/s for MINUTES (ledgers closed and deleted as "
-        "they fill), the bookies' memory read every few seconds",
+        help="only the soak: appends through a log for MINUTES (its retention deletes old "
+        "ledgers), the bookies' memory and disks read every few seconds; fails if a bookie "
+        "dies, its storage fails or its disk use keeps growing",
+    )
+    parser.add_argument(
+        "--soak-rate",
+        type=_soak_rate,
+        metavar="N",
+        default=None,
+        help="entries/s of the soak (default 5000); 0 or 'full': as fast as the writer goes",
     )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
     parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
@@ -179,6 +202,8 @@ class _Run:
         self.thread_cpu: dict[str, dict[str, float]] = {}
         self.skipped: dict[str, str] = {}
         self.profiles: list[Profile] = []
+        self.failures: list[str] = []
+        """Why the run failed (the soak's checks), empty when it did not."""
 
     @contextlib.contextmanager
     def bar(self, name: str, unit: str = "op") -> Iterator[Callable[[int], None]]:
@@ -490,31 +515,28 @@ class _Run:
             self.skipped["hosts_append_eps"] = skipped
 
     def soak(self) -> None:
-        """The bookies' memory over a long run (walog.bench.soak); only with ``--soak``."""
+        """A long run through a log with retention, watching the bookies' memory and disks
+        (walog.bench.soak); only with ``--soak``. Why it failed, if it did, goes to
+        :attr:`failures`."""
         if "soak" not in self.args.only or self.args.soak is None:
             return
         from walog.bench import soak
 
-        bookies = {name: pid for name, pid in self.pids().items() if name != "client"}
-        if not bookies:
+        if self.cluster is None:
             self.skipped["bookie_rss_growth_pct"] = "the bookies run elsewhere (--metadata)"
             return
+        bookies = soak.watched_bookies(self.cluster)
         seconds = self.args.soak * 60
         warmup = min(120.0, seconds / 4)
-        with self.bar("soak: appends, bookie memory") as tick:
+        rate = self.args.soak_rate if self.args.soak_rate is not None else soak.RATE
+        with self.bar("soak: appends, bookie memory and disks") as tick:
             measured = self.aio(
-                lambda c: soak.soak(c, seconds, bookies, warmup=warmup, progress=tick)
+                lambda c: soak.soak(
+                    c, seconds, bookies, rate=rate or None, warmup=warmup, progress=tick
+                )
             )
-        r = self.results
-        r["soak_minutes"] = round(measured.seconds / 60, 1)
-        r["soak_entries"] = measured.entries
-        for key, memory in (("after_warmup", measured.baseline()), ("end", measured.end())):
-            r[f"bookie_rss_mib_{key}"] = {
-                name: {"private": round(anon, 1), "mapped_files": round(files, 1)}
-                for name, (anon, files) in memory.items()
-            }
-        r["bookie_rss_growth_pct_by_bookie"] = growth = measured.growth_pct()
-        r["bookie_rss_growth_pct"] = max(growth.values())
+        self.results.update(measured.results())
+        self.failures += measured.failures()
 
     def peer_scenarios(self) -> None:
         seconds = self.plan.peer_seconds
@@ -659,6 +681,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.soak <= 0:
             build_parser().error(f"--soak must be > 0 minutes, got {args.soak}")
         args.only = frozenset({"soak"})
+    elif args.soak_rate is not None:
+        build_parser().error("--soak-rate needs --soak MINUTES")
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
@@ -726,6 +750,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for p in run.profiles
         ]
     print_table(results, sys.stdout)
+    if "soak_disk_by_minute" in results:
+        from walog.bench.soak_watch import print_disks
+
+        print_disks(results, sys.stdout)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n")
@@ -733,4 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_report(results, args.report)
     if args.json:
         print(json.dumps(results), flush=True)
+    if run.failures:
+        print(f"walog bench: the soak failed: {'; '.join(run.failures)}", file=sys.stderr)
+        return 1
     return 0

@@ -9,9 +9,11 @@ import pytest
 
 from bookie.config import BookieConfig
 from bookie.disks import (
+    MIN_BYTES_BETWEEN_CHECKS,
     DiskMonitor,
     DiskThresholds,
     DiskUsage,
+    bytes_before_check,
     entry_log_bytes_for,
     full_disks,
     measure,
@@ -232,3 +234,50 @@ def test_entries_not_yet_checkpointed_count_as_used_on_the_data_disk(tmp_path: P
 
     asyncio.run(scenario())
     assert len(changes) == 1
+
+
+def test_a_bookie_measures_again_once_it_journaled_a_quarter_of_the_room_below_the_mark() -> None:
+    mib = 1024 * 1024
+    marks = DiskThresholds()  # read-only above 95 %
+    data, journal = DiskUsage(A, 50 * mib, 100 * mib), DiskUsage(B, 87 * mib, 100 * mib)
+    assert bytes_before_check([data], marks) == 45 * mib // 4
+    assert bytes_before_check([data, journal], marks) == 8 * mib // 4  # the fuller disk's room
+    # Near or past the mark: every MIN_BYTES_BETWEEN_CHECKS, not after every group commit.
+    assert bytes_before_check([DiskUsage(A, 95 * mib - 1, 100 * mib)], marks) == (
+        MIN_BYTES_BETWEEN_CHECKS
+    )
+    assert bytes_before_check([DiskUsage(A, 99 * mib, 100 * mib)], marks) == (
+        MIN_BYTES_BETWEEN_CHECKS
+    )
+
+
+def test_the_monitor_measures_as_soon_as_the_journal_wrote_enough_not_at_its_interval(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        measured = asyncio.Queue[None]()
+
+        def unwritten() -> int:  # asked once per measurement
+            measured.put_nowait(None)
+            return 0
+
+        async def record(reason: str | None) -> None:
+            pass
+
+        monitor = DiskMonitor(
+            [tmp_path], DiskThresholds(), 3600.0, lambda: None, record, unwritten_bytes=unwritten
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(monitor.run(stop))
+        await asyncio.wait_for(measured.get(), 10)  # the first measurement, at once
+        step = bytes_before_check(monitor.usages, monitor.thresholds)
+        monitor.journaled(step - 1)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert measured.empty()  # not enough yet; the next timed one is an hour away
+        monitor.journaled(1)
+        await asyncio.wait_for(measured.get(), 10)
+        stop.set()
+        await task
+
+    asyncio.run(scenario())
