@@ -29,4 +29,4 @@ def test_a_full_speed_soak_with_retention_loses_no_bookie_and_keeps_disk_use_bou
     assert results["soak_ledgers_deleted_by_retention"] > 0
     assert len(results["soak_disk_by_minute"]) >= 2
     assert results["soak_disk_bound_mib"].keys() == {"bookie-0", "bookie-1", "bookie-2"}
-    assert "| minute | bookie-0, MiB |" in out
+    assert "| minute | entries/s | bookie-0, MiB |" in out
