@@ -123,8 +123,16 @@ class ZooKeeperServer:
         raise ZooKeeperError(f"ZooKeeper did not start on port {self.port}:\n{log_tail}")
 
     def pause(self) -> None:
-        """Freeze the server (SIGSTOP): clients see a silent, unresponsive peer."""
+        """Freeze the server (SIGSTOP): clients see a silent, unresponsive peer.
+
+        Raises:
+            ZooKeeperError: the server is not running (a test would otherwise go on
+                against whatever answers on its port).
+        """
         if self._proc is not None:
+            code = self._proc.poll()
+            if code is not None:
+                raise ZooKeeperError(f"ZooKeeper on port {self.port} exited with status {code}")
             self._proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
