@@ -21,6 +21,7 @@ import os
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -205,9 +206,19 @@ def wait_until(check: Callable[[], bool], what: str, within: float = 30.0) -> No
         time.sleep(0.05)
 
 
+def bookie_metric(port: int, name: str) -> float:
+    """A bookie's metric ``name`` (its first sample) from its metrics port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported")
+
+
 __all__ = [
     "EioSwitch",
     "add_status",
+    "bookie_metric",
     "eio_switch",
     "fill",
     "fill_to",

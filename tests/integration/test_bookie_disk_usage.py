@@ -12,7 +12,6 @@ import contextlib
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import walog
 from tests.integration.bookies import make_add, running_bookie
 from tests.integration.disks import (
     add_status,
+    bookie_metric,
     fill_to,
     info,
     read_entries,
@@ -56,14 +56,6 @@ def _payload(i: int) -> bytes:
 def disk(tmp_path: Path) -> Iterator[Path]:
     with small_tmpfs(128) as mount:
         yield mount
-
-
-def _metric(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not exported")
 
 
 def _walog_bookies(metadata: str, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
@@ -123,8 +115,8 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         assert modes.pop(small.bookie_id) == "read-only"
         assert sorted(modes.items()) == [(b, "writable") for b in sorted(cluster.bookie_ids)]
         assert info(small).read_only
-        assert _metric(metrics_port, "walog_bookie_read_only") == 1
-        assert _metric(metrics_port, "walog_bookie_disk_usage_ratio") > 0.5
+        assert bookie_metric(metrics_port, "walog_bookie_read_only") == 1
+        assert bookie_metric(metrics_port, "walog_bookie_disk_usage_ratio") > 0.5
 
         # Nothing acknowledged is lost; the full bookie still serves reads and fences.
         with client.open_ledger(writer.ledger_id) as reader:
@@ -156,8 +148,8 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         )
         assert _walog_bookies(cluster.metadata_uri, capsys)[small.bookie_id] == "writable"
         assert not info(small).read_only
-        assert _metric(metrics_port, "walog_bookie_read_only") == 0
-        assert _metric(metrics_port, "walog_bookie_read_only_entered_total") == 1
+        assert bookie_metric(metrics_port, "walog_bookie_read_only") == 0
+        assert bookie_metric(metrics_port, "walog_bookie_read_only_entered_total") == 1
         assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
 
 
@@ -227,7 +219,7 @@ def _fill_delete_and_compact(stack: contextlib.ExitStack, disk: Path, tmp_path: 
         # stays is the kept ledger's share: at most one ninth, plus the entry log being
         # filled and the index.
         wait_until(
-            lambda: _metric(metrics_port, "walog_bookie_entry_logs_compacted_total") > 0,
+            lambda: bookie_metric(metrics_port, "walog_bookie_entry_logs_compacted_total") > 0,
             "a minor compaction",
             within=60,
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 import walog
 import walog.aio
 from tests.integration.bookies import make_add, running_bookie
-from tests.integration.disks import add_status, small_tmpfs, used_share
+from tests.integration.disks import add_status, bookie_metric, small_tmpfs, used_share
 from walog.log.writer import LogWriterConfig
 from walog.testing import BookieProcess, LocalCluster, free_port
 from walog.wire.proto import bookie_pb2 as pb
@@ -37,14 +36,6 @@ ROLL = walog.RollPolicy(max_bytes=8 * 1024 * 1024)
 RETENTION = walog.RetentionPolicy(max_bytes=16 * 1024 * 1024)
 WITHIN_S = 120.0
 """How long the small bookie may take to turn read-only, and then writable again."""
-
-
-def _metric(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not exported")
 
 
 def _storage_failures(bookie: BookieProcess) -> list[str]:
@@ -83,7 +74,7 @@ async def _write_until_full_and_writable_again(
                 assert small.running, "the small bookie died"
                 assert not _storage_failures(small), _storage_failures(small)
                 if not read_only_at:
-                    if _metric(metrics_port, "walog_bookie_read_only_entered_total") >= 1:
+                    if bookie_metric(metrics_port, "walog_bookie_read_only_entered_total") >= 1:
                         read_only_at = now
                     assert now - started < WITHIN_S, "the small bookie never turned read-only"
                     continue
@@ -126,7 +117,7 @@ def test_a_bookie_written_at_full_speed_turns_read_only_before_its_disk_is_full(
             f"{back_s:.1f} s later (disk {used_share(disk):.1%} used)"
         )
         assert not _storage_failures(small)
-        assert _metric(metrics_port, "walog_bookie_read_only") == 0
+        assert bookie_metric(metrics_port, "walog_bookie_read_only") == 0
         # The journal still takes writes, and the bookie restarts on what it wrote.
         assert add_status(small, make_add(777_777, 0, b"y")) == pb.OK
         small.terminate()
