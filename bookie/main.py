@@ -54,6 +54,7 @@ from bookie.server.http import MetricsServer
 from bookie.space import Reclaimer
 from bookie.storage.config import StorageConfig
 from bookie.storage.engine import BookieCore
+from walog._tasks import cancel_and_wait
 from walog._version import __version__
 from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
@@ -482,9 +483,7 @@ async def _until_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -
     if task.done():
         task.result()  # re-raise a failure of the step
         return True
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
     return False
 
 

@@ -48,6 +48,9 @@ Known mutations:
 - ``deleted_ledger_forgets_fence``: a bookie forgets a ledger it deleted (garbage
   collection) altogether, fence included, so a writer that never learnt of the deletion
   recreates the ledger there with a plain add (bookie/storage/engine.py).
+- ``stop_swallows_own_cancel``: stopping a task (walog/_tasks.py) swallows a cancellation
+  of the stopping task itself, as ``suppress(CancelledError)`` around the wait does: a
+  state machine cancelled as its term winds down never stops.
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -79,6 +82,7 @@ KNOWN: frozenset[str] = frozenset(
         "archive_marks_unsynced_output",
         "statemachine_accepts_volatile",
         "deleted_ledger_forgets_fence",
+        "stop_swallows_own_cancel",
     }
 )
 """Every mutation name the protocol code knows."""

@@ -23,7 +23,6 @@ Ordering rules that make it crash-safe:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hmac
 import secrets
@@ -56,6 +55,7 @@ from bookie.storage.journal_records import (
 from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
+from walog._tasks import cancel_and_wait
 from walog.latency import StageLatencies
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER, PackedEntry
@@ -222,9 +222,7 @@ class BookieCore:
     async def _stop_background(self) -> None:
         self._lac_polls.release()
         if self._compaction is not None:
-            self._compaction.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._compaction
+            await cancel_and_wait(self._compaction)
         await self.checkpoints.stop()
 
     async def _close_storage(self) -> None:

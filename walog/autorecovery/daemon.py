@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 from walog._loggers import get_logger
+from walog._tasks import cancel_and_wait
 from walog.autorecovery.replicate import copy_entries, master_key_for, recover
 from walog.autorecovery.report import Report
 from walog.autorecovery.rules import damaged_fragments, lost_bookies, shares_to_check
@@ -137,11 +138,7 @@ class Daemon:
         try:
             await stop.wait()
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(*tasks)
 
     async def _campaign(self) -> None:
         store = self._ctx.store
@@ -154,9 +151,7 @@ class Daemon:
                 await term.wait_lost()
             finally:
                 self.leading = False
-                auditing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await auditing
+                await cancel_and_wait(auditing)
                 if not term.lost.is_set():
                     await term.resign()  # cancelled: let another daemon audit at once
 

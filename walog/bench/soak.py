@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from walog._tasks import cancel_and_wait
 from walog.aio import AsyncClient
 from walog.bench.scenarios import ENSEMBLE, ENTRY_BYTES, Progress
 from walog.bench.soak_watch import (
@@ -280,9 +281,7 @@ async def soak(
     try:
         entries = await _append(writer, seconds, rate, watch, progress)
     finally:
-        sampler.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sampler
+        await cancel_and_wait(sampler)
         retention = writer.after_roll
         with contextlib.suppress(WalogError):
             await writer.close()

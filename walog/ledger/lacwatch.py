@@ -33,6 +33,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 from walog._loggers import get_logger
+from walog._tasks import cancel_and_wait
 from walog.errors import BookieError, WalogError
 from walog.transport.base import BookiePool, ReadReply
 from walog.wire.status import Status
@@ -124,11 +125,7 @@ class LacWatch:
             self._lead_check.cancel()
         tasks = list(self._watches.values())
         self._watches.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         self.wake()
 
     def _start_missing(self) -> None:

@@ -25,6 +25,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from walog._tasks import cancel_and_wait
 from walog.errors import MetadataConflictError, MetadataError, NewerFormatError
 from walog.format_versions import check_version
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
@@ -119,9 +120,7 @@ class Leadership:
         """End the term now and let another candidate win."""
         if self.lost.is_set():
             return
-        self._monitor.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._monitor
+        await cancel_and_wait(self._monitor)
         await self._end()
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from walog import mutations
 from walog._loggers import get_logger
+from walog._tasks import cancel_and_wait
 from walog.errors import DataLossError, LedgerFencedError, RecordTooLargeError, WalogError
 from walog.log.async_log import AsyncLog
 from walog.log.log_metadata import SnapshotInfo
@@ -231,15 +232,16 @@ class AsyncStateMachine:
     async def close(self) -> None:
         """Stop: resign the lead, close the writer and readers. Idempotent."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        snap, self._snapshot_task = self._snapshot_task, None
-        if snap is not None:
-            with contextlib.suppress(Exception):
-                await snap
-        self._set_role(Role.STOPPED)
+        try:
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await cancel_and_wait(task)
+            snap, self._snapshot_task = self._snapshot_task, None
+            if snap is not None:
+                with contextlib.suppress(Exception):
+                    await snap
+        finally:
+            self._set_role(Role.STOPPED)
 
     async def __aenter__(self) -> AsyncStateMachine:
         await self.start()
@@ -363,9 +365,7 @@ class AsyncStateMachine:
                     await asyncio.wait({read, campaign}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     if not read.done():
-                        read.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await read
+                        await cancel_and_wait(read)
                 if read.done() and not read.cancelled():
                     try:
                         records = read.result()
@@ -431,9 +431,8 @@ class AsyncStateMachine:
                 # Acknowledged commands are applied and answered; those that fail are not.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._commands.drain(), DRAIN_SECONDS)
-                applier.cancel()
-                with contextlib.suppress(asyncio.CancelledError, WalogError):
-                    await applier
+                with contextlib.suppress(WalogError):
+                    await cancel_and_wait(applier)
 
     async def _step_down(self, leadership: Leadership) -> None:
         writer, self._writer = self._writer, None
