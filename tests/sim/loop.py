@@ -86,6 +86,7 @@ class _VirtualSelector:
         if timeout is None:
             raise SimDeadlock("no ready callback and no pending timer")
         if not loop._ready:  # type: ignore[attr-defined]
+            loop.wake_burst_waiters()
             # Jump to the next timer. A real clock always moves on, at least a tick: without
             # that, code that re-arms a timer for "the rest of the delay" (computed as a
             # float difference) could spin at one instant forever.
@@ -156,6 +157,7 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
         self.set_task_factory(_task_factory)
         self._numbers = 0
         self.live_tasks: set[asyncio.Task[Any]] = set()
+        self._burst_waiters: list[asyncio.Future[None]] = []
         self.unretrieved: list[str] = []
         """Exceptions of tasks and futures freed unretrieved: reported when the garbage
         collector frees them, at a moment no seed decides, so kept out of :attr:`trace`."""
@@ -168,6 +170,21 @@ class SimLoop(asyncio.base_events.BaseEventLoop):
     def create_future(self) -> asyncio.Future[Any]:
         """A future with a deterministic hash."""
         return _SimFuture(loop=self)
+
+    def next_burst(self) -> asyncio.Future[None]:
+        """A future done just before the next timer's callbacks run (a message arriving, a
+        timeout, a disk finishing): whatever follows it runs in the loop iterations after."""
+        waiter: asyncio.Future[None] = self.create_future()
+        self._burst_waiters.append(waiter)
+        return waiter
+
+    def wake_burst_waiters(self) -> None:
+        """Called as the clock jumps to the next timer: resolve :meth:`next_burst`'s
+        futures (their tasks run first in the iteration that runs the timer's callbacks)."""
+        waiters, self._burst_waiters = self._burst_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def time(self) -> float:
         """The virtual clock, in seconds since the loop was made."""

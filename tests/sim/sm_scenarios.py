@@ -16,7 +16,12 @@ spot and at the end, when every node is back and caught up):
 - ``sm_applied_twice``: no command is applied twice (each is submitted once);
 - ``sm_leaders_share_epoch``: two nodes never lead in the same epoch;
 - ``sm_answer_lost``: a command whose submit returned is in every caught-up node's state,
-  at the place its answer named.
+  at the place its answer named;
+- ``sm_close_hangs``: a node's ``close()`` returns (:data:`CLOSE_LIMIT_S`), also when it
+  comes as the node's term ends and when it is itself cancelled.
+
+In schedules with cancellation, one node may start as a rival leader
+(:attr:`Cluster.rival`) and leaders may be stopped just as their terms end.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import json
 from collections.abc import Iterable
 from typing import IO, Any
 
-from tests.sim.world import World, cancellable, guard
+from tests.sim.world import World, cancellable, guard, into_a_burst
 from walog import mutations
 from walog.aio import AsyncClient
 from walog.errors import WalogError
@@ -44,6 +49,10 @@ SUBMIT_TIMEOUT_S = 10.0
 """How long the driver waits for a command's answer."""
 CATCH_UP_S = 60.0
 """Virtual seconds the nodes get to agree once every fault is over."""
+CLOSE_LIMIT_S = 60.0
+"""``sm_close_hangs``: a node's ``close()`` returns within this long (its writer's close and
+its resignation are bounded by the client's timeouts)."""
+RIVAL_ELECTION = "sm-rival"
 
 
 class ListService:
@@ -96,8 +105,20 @@ class Cluster:
         every = rng.choice([None, 2, 5, 12])
         self.snapshots = SnapshotPolicy(every_records=every, keep=rng.randint(1, 2))
         self.nodes: dict[str, Node] = {}
+        self.watches: list[asyncio.Future[None]] = []
         self.incarnations: dict[str, int] = {}
         self.answers: list[tuple[bytes, int, str]] = []  # command, answer, leader
+        # Drawn only in schedules with cancellation, so the others stay as they were.
+        self.rival: str | None = None
+        """A node whose first incarnation campaigns in an election of its own, as a leader
+        paused past its session's end meets its successor: the two take the log from each
+        other, each fencing the other's writer, until the rival is restarted."""
+        self.close_on_step_down = 0.0
+        """The chance that a leader whose term just ended is stopped a few loop iterations
+        later (while its term winds down: the window where stopping it once hung)."""
+        if world.cancel_chance:
+            self.rival = names[-1] if rng.random() < 0.3 else None
+            self.close_on_step_down = rng.choice([0.0, 0.5, 1.0])
         self.leaders: dict[int, str] = {}  # epoch -> node that led in it
         self.states: list[tuple[str, list[tuple[Position, bytes]]]] = []  # of dead nodes
 
@@ -119,8 +140,11 @@ class Cluster:
             await world.crash_client(client.ctx)
             return
         service = ListService(world, name)
+        election = RIVAL_ELECTION if name == self.rival and number == 0 else None
         try:
-            machine = AsyncStateMachine(log, service, node_id=name, snapshot_policy=self.snapshots)
+            machine = AsyncStateMachine(
+                log, service, node_id=name, snapshot_policy=self.snapshots, election=election
+            )
         except (ValueError, WalogError) as exc:
             world.trace.log(f"{who} refused: {exc}")
             await world.crash_client(client.ctx)
@@ -128,8 +152,26 @@ class Cluster:
         if await guard(world, who, machine.start()) is None and machine._task is None:
             await world.crash_client(client.ctx)
             return
-        self.nodes[name] = Node(who, client, service, machine)
-        world.trace.log(f"{who} STARTED at {machine.applied_position}")
+        node = self.nodes[name] = Node(who, client, service, machine)
+        world.trace.log(
+            f"{who} STARTED at {machine.applied_position}" + (" (rival)" if election else "")
+        )
+        if self.close_on_step_down and world.rng.random() < self.close_on_step_down:
+            self.watches.append(asyncio.ensure_future(self._close_after_term(name, node)))
+
+    async def _close_after_term(self, name: str, node: Node) -> None:
+        """Stop ``node`` a few loop iterations after its first term as leader ended."""
+        machine = node.machine
+        try:
+            await machine.wait_for(lambda: machine.role is Role.LEADER)
+            await machine.wait_for(lambda: machine.role is not Role.LEADER)
+        except (WalogError, TimeoutError):
+            return  # the node stopped
+        for _ in range(self.world.rng.randint(0, 40)):
+            await asyncio.sleep(0)
+        if self.nodes.get(name) is node:
+            self.world.trace.log(f"{node.name} STOPPED after its term")
+            await self.close(name)
 
     async def crash(self, name: str) -> None:
         """The node's process dies: its session ends, its tasks stop mid-way."""
@@ -148,7 +190,14 @@ class Cluster:
         node = self.nodes.pop(name, None)
         if node is None:
             return
-        await cancellable(self.world, node.name, "state machine close", node.machine.close())
+        world = self.world
+        closing = asyncio.ensure_future(
+            cancellable(world, node.name, "state machine close", node.machine.close())
+        )
+        if not (await asyncio.wait({closing}, timeout=CLOSE_LIMIT_S))[0]:
+            world.history.violate(
+                "sm_close_hangs", f"{node.name}'s close() did not return in {CLOSE_LIMIT_S}s"
+            )
         self.states.append((node.name, list(node.service.state)))
         await self.world.crash_client(node.client.ctx)
 
@@ -201,6 +250,8 @@ async def node_faults(world: World, cluster: Cluster, until: float) -> None:
     rng = world.rng
     while world.loop.time() < until:
         await asyncio.sleep(rng.uniform(0.1, 0.8))
+        if world.cancel_chance and rng.random() < 0.5:
+            await into_a_burst(world)
         name = rng.choice(cluster.names)
         if name not in cluster.nodes:
             await cluster.start(name)
@@ -208,6 +259,8 @@ async def node_faults(world: World, cluster: Cluster, until: float) -> None:
             await cluster.crash(name)
         else:
             await cluster.close(name)
+    if cluster.rival in cluster.nodes and cluster.incarnations[cluster.rival] == 0:
+        await cluster.close(cluster.rival)  # it comes back in the common election
     for name in cluster.names:
         if name not in cluster.nodes:
             await cluster.start(name)
@@ -233,6 +286,8 @@ async def state_machine(world: World) -> None:
         await _agree(world, cluster)
     finally:
         watch.cancel()
+        for closer in cluster.watches:
+            closer.cancel()
 
 
 async def _agree(world: World, cluster: Cluster) -> None:

@@ -94,6 +94,12 @@ CASES: dict[
         100,
         {"sm_answer_lost", "sm_state_not_fold"},
     ),
+    "stop_swallows_own_cancel": (
+        "state_machine",
+        300,
+        {"cancel_swallowed", "sm_close_hangs", "stalled"},
+        CANCEL,
+    ),
     "deleted_ledger_forgets_fence": (
         None,
         300,
@@ -110,6 +116,7 @@ FOUND_AT = {
     "log_fences_only_last_ledger": 6,
     "log_sends_across_roll_at_once": 53,
     "recovery_starts_at_lac": 295,
+    "stop_swallows_own_cancel": 6,
     "timeout_counts_as_absent": 196,
     "volatile_log_flush_skips_force": 46,
     "volatile_writer_ignores_restart": 116,

@@ -299,21 +299,42 @@ async def cancellable(world: World, who: str, what: str, call: Awaitable[Any]) -
     probability ``world.cancel_chance``), as ``asyncio.wait_for``, a service shutting down
     or a closing event loop would; a call cancelled so returns None."""
     task = asyncio.ensure_future(call)
+    cancelled: list[bool] = []
     if world.cancel_chance and world.rng.random() < world.cancel_chance:
-        world.loop.call_later(world.rng.uniform(0.0, 0.1), _cancel, world, task, who, what)
+        world.loop.call_later(
+            world.rng.uniform(0.0, 0.1), _cancel, world, task, who, what, cancelled
+        )
     try:
-        return await guard(world, who, task)
+        result = await guard(world, who, task)
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # this caller is being cancelled, not only its call
         return None
+    if cancelled and not task.cancelled() and task.exception() is None:
+        # Cancelled while it waited, it must end cancelled (or fail): a call that returns
+        # as if nothing happened took the cancellation meant for it for something else's.
+        world.history.violate("cancel_swallowed", f"{who}: {what} returned after its cancel")
+    return result
 
 
-def _cancel(world: World, task: asyncio.Future[Any], who: str, what: str) -> None:
+async def into_a_burst(world: World, most: int = 60) -> None:
+    """Wait until something next happens (a timer fires) and up to ``most`` loop iterations
+    into what follows. Faults timed by the clock alone land while every task waits (the
+    clock jumps from one timer to the next): this lands them in the middle of a reaction,
+    where a task may be half way through winding something down."""
+    await world.loop.next_burst()
+    for _ in range(world.rng.randint(0, most)):
+        await asyncio.sleep(0)
+
+
+def _cancel(
+    world: World, task: asyncio.Future[Any], who: str, what: str, cancelled: list[bool]
+) -> None:
     if not task.done():
         world.trace.log(f"{who} CANCEL {what}")
         task.cancel()
+        cancelled.append(True)
 
 
 async def guard(world: World, who: str, call: Awaitable[Any]) -> Any:
