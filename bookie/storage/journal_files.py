@@ -165,7 +165,7 @@ class _ChunkReader:
         return data
 
 
-Scan = Callable[[bytes, int, int], tuple[list[tuple[int, int]], int, str | None]]
+Scan = Callable[[memoryview, int, int], tuple[list[tuple[int, int]], int, str | None]]
 """The compiled frame scanner (``bookie.storage._fastreplay.scan_frames``): the intact
 records of a chunk, where the first other one starts, and what is wrong with it (None: it
 is not whole in the chunk)."""
@@ -192,11 +192,12 @@ def replay_scanned(
     directory: Path, mark: JournalMark, max_record_bytes: int, scan: Scan
 ) -> Iterator[tuple[memoryview, JournalMark]]:
     """:func:`replay` of the bookie's own files through the compiled scanner ``scan``:
-    files read in chunks of ``_SCAN_CHUNK`` bytes, each payload a memoryview of its chunk.
-    The same records and the same cuts."""
+    files read in chunks of ``_SCAN_CHUNK`` bytes, each payload a memoryview of a buffer
+    that later reads overwrite: valid only until the next record is asked for (copy what
+    is kept). The same records and the same cuts."""
 
     def read(fd: int, file_seq: int, offset: int, seed: int) -> _Records[memoryview]:
-        return _scan_records(LOCAL_FILES, fd, file_seq, offset, seed, max_record_bytes, scan)
+        return _scan_records(fd, file_seq, offset, seed, max_record_bytes, scan)
 
     return _replay(directory, mark, LOCAL_FILES, read)
 
@@ -268,33 +269,31 @@ def _read_records(
 
 
 def _scan_records(
-    files: Files,
-    fd: int,
-    file_seq: int,
-    offset: int,
-    seed: int,
-    max_record_bytes: int,
-    scan: Scan,
+    fd: int, file_seq: int, offset: int, seed: int, max_record_bytes: int, scan: Scan
 ) -> _Records[memoryview]:
-    """:func:`_read_records` through the compiled scanner: a chunk at a time, the payloads
-    views of it. A record not whole in a chunk starts the next read (one read of its own
-    when it is larger than a chunk)."""
+    """:func:`_read_records` through the compiled scanner: a chunk at a time, read into one
+    buffer that the next read reuses (a fresh buffer per read costs its pages again), the
+    payloads views of it. A record not whole in a chunk starts the next read (a larger
+    buffer of its own when the record is larger than a chunk)."""
+    buffer = memoryview(bytearray(_SCAN_CHUNK))
     size = _SCAN_CHUNK
     while True:
-        chunk = files.pread(fd, size, offset)
-        if not chunk:
+        if size > len(buffer):
+            buffer = memoryview(bytearray(size))
+        got = os.preadv(fd, [buffer[:size]], offset)
+        if not got:
             return None
+        chunk = buffer[:got]
         frames, used, problem = scan(chunk, seed, max_record_bytes)
-        view = memoryview(chunk)
         for start, length in frames:
-            yield view[start : start + length], JournalMark(file_seq, offset + start + length)
-        rest = chunk[used : used + FRAME.size]
+            yield chunk[start : start + length], JournalMark(file_seq, offset + start + length)
+        rest = bytes(chunk[used : used + FRAME.size])
         if problem is not None:
             return offset + used, rest, problem
-        if len(chunk) < size:  # the file ends in the middle of this record (or after it)
-            if used == len(chunk):
+        if got < size:  # the file ends in the middle of this record (or after it)
+            if used == got:
                 return None
-            payload = chunk[used + FRAME.size :] if len(rest) == FRAME.size else None
+            payload = bytes(chunk[used + FRAME.size :]) if len(rest) == FRAME.size else None
             return offset + used, rest, _frame_error(rest, payload, max_record_bytes) or ""
         offset += used
         # The next read starts with the record that was not whole in this one, all of it.
