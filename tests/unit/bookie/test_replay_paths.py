@@ -4,14 +4,13 @@ journal both leave the same store, entry for entry, fence for fence, LAC for LAC
 the same torn tails.
 
 The compiled module must be built here (``pip install -e .``): these tests fail, not skip,
-when it is not.
+when it is not; they run it under ``WALOG_PURE_PYTHON=1`` too.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import crc32c
 import pytest
@@ -33,23 +32,20 @@ from bookie.storage.journal_records import (
     lac_record,
 )
 from bookie.storage.replay import LoadedStore, load_store
-from tests.unit.bookie.helpers import KEY, OTHER_KEY, add, config, open_core, payload
+from tests.unit.bookie.helpers import (
+    KEY,
+    OTHER_KEY,
+    add,
+    compiled_replay_module,
+    config,
+    open_core,
+    payload,
+)
 from walog.wire.digest import entry_digest
 from walog.wire.durability import Durability
 from walog.wire.packing import ENTRY_HEADER
 
 VOLATILE_LEDGER = 4
-
-
-def compiled_replay_module() -> Any:
-    """The compiled replay; the calling test fails with one line when it is not built."""
-    if replay_module._fastreplay is None:
-        pytest.fail(
-            "bookie.storage._fastreplay is not built (or WALOG_PURE_PYTHON is set): run "
-            "`pip install -e .` (needs a C compiler and the Python headers)",
-            pytrace=False,
-        )
-    return replay_module._fastreplay
 
 
 def _entry(ledger_id: int, entry_id: int, lac: int, data: bytes, *, good: bool = True) -> bytes:
@@ -168,11 +164,12 @@ def _load(path: Path) -> tuple[dict[str, object], bool]:
 async def test_compiled_and_pure_python_replay_leave_the_same_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
 ) -> None:
-    compiled_replay_module()
+    fast = compiled_replay_module()
     await _journal(tmp_path / "written")
     shutil.copytree(tmp_path / "written", tmp_path / "compiled")
     shutil.copytree(tmp_path / "written", tmp_path / "pure")
     monkeypatch.setattr(journal_files_module, "_SCAN_CHUNK", chunk_bytes)
+    monkeypatch.setattr(replay_module, "_fastreplay", fast)  # WALOG_PURE_PYTHON=1 too
     compiled, ran_compiled = _load(tmp_path / "compiled")
     monkeypatch.setattr(replay_module, "_fastreplay", None)
     pure, ran_pure = _load(tmp_path / "pure")
