@@ -1,7 +1,8 @@
 """Build of the bookie storage engine's compiled hot paths (bookie/storage/): the checkpoint
-loop (``_fastcheckpoint.c``), the add path's per-entry checks (``_fastadd.c``) and the
-journal's writer thread (``_fastjournal.c``); everything else about the package is in
-pyproject.toml. ``pip install -e .`` builds them in place."""
+loop (``_fastcheckpoint.c``), the add path's per-entry checks (``_fastadd.c``), the
+journal's writer thread (``_fastjournal.c``) and journal replay at start (``_fastreplay.c``);
+everything else about the package is in pyproject.toml. ``pip install -e .`` builds them in
+place."""
 
 from setuptools import Extension, setup
 
@@ -23,5 +24,6 @@ setup(
         _extension("_fastcheckpoint"),
         _extension("_fastadd"),
         _extension("_fastjournal"),
+        _extension("_fastreplay"),
     ]
 )

@@ -142,6 +142,7 @@ class BookieConfig:
         shown="none",
     )
     cache_entry_logs: bool = same_as(StorageConfig, "cache_entry_logs", group="storage")
+    write_cache_bytes: int = same_as(StorageConfig, "write_cache_bytes", group="storage")
     group_wait_s: float = same_as(StorageConfig, "group_wait_s", group="journal")
     group_max_bytes: int = same_as(StorageConfig, "group_max_bytes", group="journal")
     journal_file_bytes: int = same_as(StorageConfig, "journal_file_bytes", group="journal")

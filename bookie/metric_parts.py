@@ -86,7 +86,19 @@ class BookieParts:
         }
 
     def _on_loop(self, read: Callable[[], T]) -> T | None:
-        """``read()`` run on the event loop; None when the loop does not run it in time."""
+        """``read()`` run on the event loop; None when the loop does not run it in time.
+
+        Called on the loop itself (the registry describes the collector when the bookie
+        registers it, at start), ``read()`` runs at once: a callback handed to the loop
+        would wait for this call to return, and the loop would stand still for the whole
+        timeout.
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            return read()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:

@@ -69,6 +69,16 @@ STORAGE_METRICS: dict[str, tuple[str, str, str]] = {
         "walog_bookie_journal_replayed_records",
         "Journal records replayed at start",
     ),
+    "replayed_bytes": (
+        "gauge",
+        "walog_bookie_journal_replayed_bytes",
+        "Bytes of the journal records replayed at start, framing included",
+    ),
+    "replay_seconds": (
+        "gauge",
+        "walog_bookie_journal_replay_seconds",
+        "Seconds the journal replay at start took (reading, checking and applying records)",
+    ),
     "entry_logs_deleted": (
         "counter",
         "walog_bookie_entry_logs_deleted",

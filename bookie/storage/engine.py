@@ -82,6 +82,8 @@ class BookieStats:
     checkpoints: int = 0
     entries_checkpointed: int = 0
     replayed_records: int = 0
+    replayed_bytes: int = 0
+    replay_seconds: float = 0.0
     entry_logs_deleted: int = 0
     entry_logs_compacted: int = 0
     compaction_read_errors: int = 0
@@ -180,6 +182,8 @@ class BookieCore:
         core.checkpoints.cache = loaded.cache
         core.checkpoints.dirty = loaded.touched
         core.stats.replayed_records = loaded.replayed_records
+        core.stats.replayed_bytes = loaded.replayed_bytes
+        core.stats.replay_seconds = loaded.replay_s
         try:
             await core.journal.start(loaded.next_journal_seq)
         except BaseException:

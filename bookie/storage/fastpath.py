@@ -3,9 +3,11 @@
 The compiled code lives in C extensions built by ``pip install -e .`` (setup.py):
 ``bookie.storage._fastcheckpoint`` (the checkpoint loop, which
 bookie/storage/entry_storage.py runs),
-``bookie.storage._fastadd`` (the add path's checks), both selected here, and
+``bookie.storage._fastadd`` (the add path's checks), both selected here,
 ``bookie.storage._fastjournal`` (the journal's writer thread, selected by
-bookie/storage/journal_writer.py). Each returns exactly what its pure-Python version returns.
+bookie/storage/journal_writer.py) and ``bookie.storage._fastreplay`` (journal replay at
+start, selected by bookie/storage/replay.py). Each returns exactly what its pure-Python
+version returns.
 ``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does a checkout where an extension
 is not built (the bookie warns at start).
 
@@ -78,6 +80,8 @@ COMPILED = _fastadd is not None
 CHECKPOINT_COMPILED = compiled_module("bookie.storage._fastcheckpoint") is not None
 #: The journal's writer thread (bookie/storage/journal_writer.py): True for the compiled one.
 JOURNAL_COMPILED = compiled_module("bookie.storage._fastjournal") is not None
+#: Journal replay at start (bookie/storage/replay.py): True for the compiled one.
+REPLAY_COMPILED = compiled_module("bookie.storage._fastreplay") is not None
 
 
 def unbuilt() -> list[str]:
@@ -89,6 +93,7 @@ def unbuilt() -> list[str]:
         "bookie.storage._fastadd": COMPILED,
         "bookie.storage._fastcheckpoint": CHECKPOINT_COMPILED,
         "bookie.storage._fastjournal": JOURNAL_COMPILED,
+        "bookie.storage._fastreplay": REPLAY_COMPILED,
     }
     return [name for name, compiled in selected.items() if not compiled]
 
@@ -122,6 +127,7 @@ else:
 __all__ = [
     "CHECKPOINT_COMPILED",
     "COMPILED",
+    "REPLAY_COMPILED",
     "compiled_module",
     "pure_python_asked",
     "refused_entries",

@@ -29,7 +29,9 @@ class RecordKind(enum.IntEnum):
     """The ledger was deleted; earlier records of it are void."""
 
 
-_ADD = struct.Struct(">BqB")
+ADD_HEADER = struct.Struct(">BqB")
+"""The fixed part of an ADD record: kind, ledger, durability (1: VOLATILE)."""
+_ADD = ADD_HEADER
 _LEDGER = struct.Struct(">Bq")
 _LAC = struct.Struct(">Bqq")
 
@@ -97,6 +99,7 @@ def decode_record(payload: bytes) -> Record:
 
 
 __all__ = [
+    "ADD_HEADER",
     "Record",
     "RecordKind",
     "add_header",

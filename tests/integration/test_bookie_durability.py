@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.integration.bookies import (
     answers,
     batch_of,
     make_add,
+    running_bookie,
     send_frames,
 )
 from walog.wire.digest import entry_digest, master_key
@@ -89,6 +91,54 @@ async def test_acknowledged_entries_survive_sigkill_and_restart(
         entries = await read_all(pb_grpc.BookieStub(channel), ledger, 199)
     assert len(entries) == 200
     check_entries(entries, ledger)
+
+
+@pytest.mark.slow  # a GiB written, replayed and read back: about 40 s here
+@pytest.mark.timeout(900)
+async def test_every_entry_acknowledged_before_a_sigkill_is_read_after_a_gib_of_replay(
+    tmp_path: Path,
+) -> None:
+    """1 GiB of 1 KiB entries acknowledged and not checkpointed (a write cache larger than
+    that, a checkpoint an hour), the bookie SIGKILLed: after its restart replays the whole
+    GiB of journal, it serves every entry, byte for byte."""
+    ledger, size, per_batch, per_stream = 9, 1024, 256, 64
+    count = (1 << 30) // size
+    args = ["--write-cache-bytes", "2GiB", "--checkpoint-interval-s", "3600"]
+    metadata = f"sqlite:///{tmp_path}/meta.db"
+    with running_bookie(tmp_path / "bookie", metadata, extra_args=args) as bookie:
+        acked = 0
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            stub = pb_grpc.BookieStub(channel)
+            for start in range(0, count, per_batch * per_stream):
+                frames = [
+                    pb.AddFrame(
+                        batches=[
+                            batch_of(
+                                ledger,
+                                [
+                                    (e, e - 1, entry_digest(ledger, e, e - 1, data), data)
+                                    for e in range(first, first + per_batch)
+                                    for data in (payload(ledger, e, size),)
+                                ],
+                                key=master_key(b""),
+                            )
+                        ]
+                    )
+                    for first in range(start, min(start + per_batch * per_stream, count), per_batch)
+                ]
+                results, _ = await send_frames(stub, frames)
+                assert {r.status for r in results} == {pb.OK}
+                acked += len(results)
+        assert acked == count
+        assert bookie.kill() != 0
+        bookie.restart()
+        opened = [line for line in bookie.log_tail(200).splitlines() if "storage opened" in line]
+        replayed = json.loads(opened[-1])["replayed_bytes"]
+        assert replayed > count * size, opened[-1]  # nothing had been checkpointed
+        async with grpc.aio.insecure_channel(bookie.bookie_id) as channel:
+            entries = await read_all(pb_grpc.BookieStub(channel), ledger, count - 1)
+        assert len(entries) == count
+        check_entries(entries, ledger, size)
 
 
 async def test_a_default_read_page_fits_a_plain_grpc_clients_default_message_limit(

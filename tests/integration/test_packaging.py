@@ -28,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("walog", "bookie", "pyproject.toml", "setup.py", "README.md")
 """What a build reads: the packages, their build files and the README of the metadata."""
-EXTENSIONS = ("_fastadd", "_fastcheckpoint", "_fastjournal")
+EXTENSIONS = ("_fastadd", "_fastcheckpoint", "_fastjournal", "_fastreplay")
 """The bookie's compiled hot paths (bookie/storage/_fast*.c), optional extensions."""
 PURE_PYTHON_WARNING = "compiled hot paths not built"
 

@@ -25,7 +25,6 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,10 +34,10 @@ from tqdm import tqdm
 
 import walog._loop
 import walog.aio
-from bookie.storage.journal_files import journal_files
 from walog.bench import checkpoint_tail, floors, metrics_cost, peers, scenarios
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
+from walog.bench.restart import restart_killed
 from walog.bench.stats import cpu_seconds, thread_cpu_seconds
 from walog.latency import bucket_of, percentile_us
 from walog.testing import LocalCluster
@@ -46,6 +45,9 @@ from walog.wire.durability import Durability
 
 T = TypeVar("T")
 
+GIB = 1 << 30
+RESTART_TIMEOUT_S = 300.0
+"""Longest a killed bookie may take to serve and register again (a GiB to replay)."""
 SLOW_SYNC_S = 0.02
 """A journal sync at least this long counts as held up by the disk (tail scenario)."""
 HANDOVER_ROUNDS = 5000
@@ -141,6 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         default=None,
         help="entries/s of the soak (default 5000); 0 or 'full': as fast as the writer goes",
+    )
+    parser.add_argument(
+        "--restart-gib",
+        type=float,
+        metavar="GIB",
+        default=None,
+        help="only the bookie restart, after GIB GiB of journal not checkpointed: the "
+        "bookies hold that much in their write caches (--write-cache-bytes) and checkpoint "
+        "hourly",
     )
     parser.add_argument("--peers", action="store_true", help="also etcd, NATS and floors")
     parser.add_argument("--profile", action="store_true", help="py-spy the hot paths")
@@ -481,25 +492,31 @@ class _Run:
             self.skipped["spark_sink_standalone_mb_s"] = standalone[1].removeprefix("failed: ")
 
     def bookie_restart(self) -> None:
-        """Fill the bookies, SIGKILL one, time its restart (journal replay + registration)."""
+        """Fill the bookies, SIGKILL one, time its restart (walog.bench.restart): until it
+        serves again (journal replayed) and until it is registered again."""
         if "restart" not in self.args.only:
             return
         if self.cluster is None:
             self.skipped["bookie_restart_s"] = "needs the local cluster (not with --metadata)"
             return
+        cluster = self.cluster
         with self.bar("bookie restart", unit="step") as tick:
             written = self.aio(lambda c: scenarios.fill_ledger(c, self.plan.restart_mb))
             tick(1)
-            self.cluster.kill(0)
-            started = time.perf_counter()
-            self.cluster.restart(0)
-            elapsed = time.perf_counter() - started
-            journal = _journal_bytes(self.cluster.bookie_dir(0))
+            timed = restart_killed(cluster, 0, timeout_s=RESTART_TIMEOUT_S)
             tick(1)
-        self.results["bookie_restart_s"] = round(elapsed, 3)
-        self.results["journal_mb"] = round(journal / 1e6, 2)
-        self.results["journal_replay_mb_s"] = round(journal / 1e6 / elapsed, 1)
-        self.results["restart_written_mb"] = round(written / 1e6, 2)
+        r = self.results
+        r["bookie_restart_serving_s"] = round(timed["serving_s"], 3)
+        r["bookie_restart_s"] = round(timed["registered_s"], 3)
+        r["bookie_restart_replay_s"] = round(timed["replay_s"], 3)
+        r["journal_mb"] = round(timed["journal_bytes"] / 1e6, 2)
+        r["journal_replay_mb_s"] = round(timed["journal_bytes"] / 1e6 / timed["registered_s"], 1)
+        r["journal_replayed_mb"] = round(timed["replayed_bytes"] / 1e6, 2)
+        r["journal_replayed_records"] = int(timed["replayed_records"])
+        if timed["replay_s"] > 0:
+            rate = timed["replayed_bytes"] / 1e6 / timed["replay_s"]
+            r["journal_replay_rate_mb_s"] = round(rate, 1)
+        r["restart_written_mb"] = round(written / 1e6, 2)
 
     def hosts(self) -> None:
         """Appends between hosts next to the same on loopback (walog.bench.hosts)."""
@@ -589,6 +606,13 @@ class _Run:
             r["vs_etcd_x"] = round(r["ledger_append_eps"] / r["etcd_put_ops"], 2)
 
 
+def _unflushed_bookie_args(gib: float) -> list[str]:
+    """Bookie flags that keep ``gib`` GiB of entries in the write cache, unflushed: a cache
+    larger than that and a checkpoint an hour (``--restart-gib``)."""
+    cache = int((gib + 1) * GIB)
+    return ["--write-cache-bytes", str(cache), "--checkpoint-interval-s", "3600"]
+
+
 SOAK_BOOKIE_ARGS = ("--gc-interval-s", "10")
 """Bookie options of the soak's cluster: deleted ledgers collected within 10 s (the scan
 interval) instead of a minute; the grace after a ledger's last write is the default."""
@@ -615,14 +639,6 @@ def _writer_memory(uri: str, records: int) -> dict[str, float]:
 def _per_op(cpu: dict[str, float], ops: int, digits: int = 1) -> dict[str, float]:
     """CPU microseconds per operation by process, from the seconds of :meth:`_Run.cpu`."""
     return {name: round(seconds * 1e6 / max(ops, 1), digits) for name, seconds in cpu.items()}
-
-
-def _journal_bytes(bookie_dir: Path) -> int:
-    """Bytes of journal records on disk after a restart: the files replay cut to their
-    records' end (space reserved past them is released by replay), without the file the
-    restarted bookie has just opened."""
-    found = journal_files(bookie_dir / "journal")
-    return sum(path.stat().st_size for _, path in found[:-1])
 
 
 def _machine() -> dict[str, Any]:
@@ -683,6 +699,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.only = frozenset({"soak"})
     elif args.soak_rate is not None:
         build_parser().error("--soak-rate needs --soak MINUTES")
+    if args.restart_gib is not None:
+        if args.restart_gib <= 0 or args.soak is not None or args.hosts:
+            build_parser().error("--restart-gib takes a size > 0, without --soak or --hosts")
+        args.only = frozenset({"restart"})
     _quiet_logging()
     if args.from_json is not None:
         if args.report is None:
@@ -694,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seconds is not None and args.seconds <= 0:
         build_parser().error(f"--seconds must be > 0, got {args.seconds}")
     plan = _Plan(args.quick, args.seconds)
+    if args.restart_gib is not None:
+        plan.restart_mb = args.restart_gib * GIB / 1e6
     started = datetime.datetime.now(datetime.UTC)
     machine = _machine()
     data_dir = args.data_dir
@@ -707,6 +729,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The soak's bookies collect deleted ledgers within a minute (the default grace
             # keeps a ledger written in the last 5 minutes): its steady state comes early.
             gc_args = [] if args.soak is None else list(SOAK_BOOKIE_ARGS)
+            if args.restart_gib is not None:
+                gc_args = _unflushed_bookie_args(args.restart_gib)
             cluster = stack.enter_context(
                 LocalCluster(
                     bookies=3, data_dir=data_dir / "cluster", metrics=True, bookie_args=gc_args

@@ -74,7 +74,15 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "tail_lag_checkpoint_p99_ms": ("tail lag while bookies checkpoint, p99", "ms", 3.0, False),
     "tail_lag_checkpoint_max_ms": ("tail lag while bookies checkpoint, max", "ms", None, False),
     "recovery_s": ("recovery of an open ledger (worst)", "s", 0.5, False),
-    "bookie_restart_s": ("bookie restart after SIGKILL", "s", None, False),
+    "bookie_restart_serving_s": ("bookie restart after SIGKILL: serving again", "s", 2.0, False),
+    "bookie_restart_s": ("bookie restart after SIGKILL: registered again", "s", None, False),
+    "bookie_restart_replay_s": ("bookie restart: journal replay", "s", None, False),
+    "journal_replay_rate_mb_s": (
+        "bookie restart: journal replayed / replay time",
+        "MB/s",
+        None,
+        True,
+    ),
     "journal_replay_mb_s": ("journal on disk / restart time", "MB/s", None, True),
     "spark_scan_mb_s": ("Spark batch scan, local[2]", "MB/s", 100.0, True),
     "spark_sink_mb_s": ("Spark batch sink (write + commit), local[2]", "MB/s", None, True),
@@ -295,9 +303,17 @@ journal on a disk of its own, `--journal-dir`).
   show it, or the run is repeated (`walog.bench.checkpoint_tail`).
 * **recovery** - an open ledger of N entries is fenced, recovered and closed by
   `open_ledger(recovery=True)` from a second client.
-* **bookie restart** - after filling the bookies, one is SIGKILLed and restarted; the time
-  covers process start, journal replay and registration. "journal on disk" is the size of the
-  journal files replay went through, as replay left them (cut at their last record).
+* **bookie restart** - after filling the bookies, one is SIGKILLed and restarted
+  (`walog.bench.restart`). It *serves again* once its gRPC health service answers SERVING:
+  the process started, the journal replayed, reads and adds of its ledgers answered. It is
+  *registered again* once the new process's availability record is in the metadata store:
+  before that it waits for its killed predecessor's record to expire with that process's
+  session (up to 3 s after the kill with the local cluster's SQLite store), however fast it
+  replayed. "journal replay" and its rate are the bookie's own figures (its
+  `journal_replay_seconds` and `journal_replayed_bytes` metrics); "journal on disk" is the
+  size of the journal files replay went through, as replay left them (cut at their last
+  record), over the time to register again. `--restart-gib N` runs this scenario alone
+  after N GiB of journal not yet checkpointed.
 * **peers** (with `--peers`) - etcd 3.4 with three members (1 KiB puts, blocking Python client
   in a subprocess, 32 threads) and NATS JetStream 2.x with three servers, an R3 file stream
   and `sync_interval: always` (1 KiB publishes, {ledger_window} in flight), both on loopback;

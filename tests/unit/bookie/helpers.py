@@ -96,6 +96,12 @@ def compiled_journal_module() -> ModuleType:
     return _compiled("_fastjournal")
 
 
+def compiled_replay_module() -> ModuleType:
+    """The compiled journal replay (bookie/storage/_fastreplay.c); the calling test fails with
+    one line when it is not built (tests never fall back to pure Python silently)."""
+    return _compiled("_fastreplay")
+
+
 def python_journal_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Journals started from now on write through the pure-Python writer, whose
     ``os.write`` and ``os.fdatasync`` a test can replace (the compiled writer calls the C
