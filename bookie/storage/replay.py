@@ -162,7 +162,6 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
         ledgers=len(states),
         replayed_records=loaded.replayed_records,
         replayed_bytes=loaded.replayed_bytes,
-        replay_s=round(loaded.replay_s, 3),
         compiled_replay=loaded.compiled,
         checkpoint_mark=tuple(mark),
     )
