@@ -15,11 +15,14 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
+from walog._futures import LightFuture
 from walog._loop import new_event_loop
 from walog._sinks import BatchSinks, Sink
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_new = object.__new__  # a LightFuture's class defaults are its initial state
 
 
 def name_os_thread() -> None:
@@ -137,12 +140,13 @@ class SyncContext:
 class Handoff(Generic[R]):
     """Hands payloads from user threads to the loop in batches: one wake-up per batch.
 
-    :meth:`put` (any thread) queues a payload with a fresh ``concurrent.futures.Future`` and
-    wakes the loop only when no drain is scheduled yet; :meth:`put_many` queues a list of
-    payloads with one future for all of them. :meth:`drain` (loop thread) calls
-    ``submit(payload, sink)`` for every queued payload, in queue order. ``submit`` must
-    resolve the sink eventually; an exception it raises fails that sink (and, in a list,
-    the payloads after it are not submitted).
+    :meth:`put` (any thread) queues a payload with a fresh :class:`LightFuture` (a
+    ``concurrent.futures.Future`` that takes no lock until a thread waits on it) and wakes
+    the loop only when no drain is scheduled yet; :meth:`put_many` queues a list of payloads
+    with one future for all of them. :meth:`drain` (loop thread) calls ``submit(payload,
+    sink)`` for every queued payload, in queue order, the future itself being the sink.
+    ``submit`` must resolve the sink eventually; an exception it raises fails that sink
+    (and, in a list, the payloads after it are not submitted).
     """
 
     def __init__(self, loop: LoopThread, submit: Callable[[bytes, Sink[R]], None]) -> None:
@@ -150,22 +154,22 @@ class Handoff(Generic[R]):
         self._submit = submit
         self._lock = threading.Lock()
         # (payload, its future) or (list of payloads, the list's future); guarded by _lock.
-        self._queue: list[tuple[Any, concurrent.futures.Future[Any]]] = []
+        self._queue: list[tuple[Any, LightFuture[Any]]] = []
         self._drain_scheduled = False
 
-    def put(self, payload: bytes) -> concurrent.futures.Future[R]:
+    def put(self, payload: bytes) -> LightFuture[R]:
         """Queue ``payload``; the returned future resolves as ``submit`` decides."""
-        future: concurrent.futures.Future[R] = concurrent.futures.Future()
+        future: LightFuture[R] = _new(LightFuture)
         self._queue_item(payload, future)
         return future
 
-    def put_many(self, payloads: list[bytes]) -> concurrent.futures.Future[list[R]]:
+    def put_many(self, payloads: list[bytes]) -> LightFuture[list[R]]:
         """Queue ``payloads`` in order; the future resolves with all their results."""
-        future: concurrent.futures.Future[list[R]] = concurrent.futures.Future()
+        future: LightFuture[list[R]] = _new(LightFuture)
         self._queue_item(payloads, future)
         return future
 
-    def _queue_item(self, item: Any, future: concurrent.futures.Future[Any]) -> None:
+    def _queue_item(self, item: Any, future: LightFuture[Any]) -> None:
         with self._lock:
             self._queue.append((item, future))
             wake = not self._drain_scheduled
@@ -190,7 +194,7 @@ class Handoff(Generic[R]):
             except Exception as exc:
                 future.set_exception(exc)
 
-    def _submit_many(self, payloads: list[bytes], future: concurrent.futures.Future[Any]) -> None:
+    def _submit_many(self, payloads: list[bytes], future: LightFuture[Any]) -> None:
         sinks: BatchSinks[R] = BatchSinks(len(payloads), future)
         submit = self._submit
         for index, payload in enumerate(payloads):
