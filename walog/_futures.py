@@ -289,4 +289,19 @@ class LightFuture(concurrent.futures.Future[T]):
                 LOGGER.exception("exception calling callback for %r", self)
 
 
-__all__ = ["LightFuture"]
+def start_all(pairs: list[tuple[Any, LightFuture[Any]]]) -> bool:
+    """Mark the futures of ``pairs`` (``(item, future)`` each) handed over, as
+    ``set_running_or_notify_cancel`` does, under one acquisition of the gate for them all;
+    return False when some could not be marked so (cancelled, waited on or settled before:
+    ask those one by one)."""
+    every = True
+    with _GATE:
+        for _, future in pairs:
+            if future._slow is None and future._state == PENDING:
+                future._state = RUNNING
+            else:
+                every = False
+    return every
+
+
+__all__ = ["LightFuture", "start_all"]

@@ -8,6 +8,7 @@ per call: they hand work over in batches (:class:`Handoff`, one wake-up per batc
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import os
 import threading
@@ -15,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from walog._futures import LightFuture
+from walog._futures import LightFuture, start_all
 from walog._loop import new_event_loop
 from walog._sinks import BatchSinks, Sink
 
@@ -152,40 +153,52 @@ class Handoff(Generic[R]):
     def __init__(self, loop: LoopThread, submit: Callable[[bytes, Sink[R]], None]) -> None:
         self._loop = loop
         self._submit = submit
-        self._lock = threading.Lock()
-        # (payload, its future) or (list of payloads, the list's future); guarded by _lock.
-        self._queue: list[tuple[Any, LightFuture[Any]]] = []
+        # (payload, its future) or (list of payloads, the list's future). No lock: a deque's
+        # append and popleft are atomic, and a put that finds a drain scheduled has queued
+        # its item before the drain clears the flag, so the drain takes it (see drain()).
+        self._queue: collections.deque[tuple[Any, LightFuture[Any]]] = collections.deque()
         self._drain_scheduled = False
 
     def put(self, payload: bytes) -> LightFuture[R]:
         """Queue ``payload``; the returned future resolves as ``submit`` decides."""
         future: LightFuture[R] = _new(LightFuture)
-        self._queue_item(payload, future)
+        self._queue.append((payload, future))
+        if not self._drain_scheduled:
+            self._wake()
         return future
 
     def put_many(self, payloads: list[bytes]) -> LightFuture[list[R]]:
         """Queue ``payloads`` in order; the future resolves with all their results."""
         future: LightFuture[list[R]] = _new(LightFuture)
-        self._queue_item(payloads, future)
+        self._queue.append((payloads, future))
+        if not self._drain_scheduled:
+            self._wake()
         return future
 
-    def _queue_item(self, item: Any, future: LightFuture[Any]) -> None:
-        with self._lock:
-            self._queue.append((item, future))
-            wake = not self._drain_scheduled
-            self._drain_scheduled = True
-        if wake:
-            self._loop.call_soon(self.drain)
+    def _wake(self) -> None:
+        # Two threads may both get here: the second drain finds less or nothing to do.
+        self._drain_scheduled = True
+        self._loop.call_soon(self.drain)
 
     def drain(self) -> None:
         """Loop thread: submit every queued payload, in queue order."""
-        with self._lock:
-            batch, self._queue = self._queue, []
-            self._drain_scheduled = False
+        # Cleared before taking: a put that still saw it set had queued its item already.
+        self._drain_scheduled = False
+        queue = self._queue
+        # What is queued now, not what comes meanwhile: a thread that keeps putting cannot
+        # keep the loop here (its items are the next drain's).
+        popleft = queue.popleft
+        batch = [popleft() for _ in range(len(queue))]
+        if not start_all(batch):
+            # Some future was cancelled (or is waited on) before it was handed over: ask
+            # each one left; a cancelled one is never submitted.
+            batch = [
+                pair
+                for pair in batch
+                if pair[1].running() or pair[1].set_running_or_notify_cancel()
+            ]
         submit = self._submit
         for item, future in batch:
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled before it was handed over: never submitted
             if type(item) is list:
                 self._submit_many(item, future)
                 continue
