@@ -5,19 +5,28 @@ A plain ``concurrent.futures.Future`` carries a ``threading.Condition`` (a Pytho
 around a reentrant lock) and takes it for every call: creating, starting, settling and
 reading one result costs four lock round trips through Python code. :class:`LightFuture`
 is the same class to its users (a subclass: ``isinstance``, ``concurrent.futures.wait``,
-``as_completed`` and ``asyncio.wrap_future`` work unchanged) without that per-record price:
+``as_completed`` and ``asyncio.wrap_future`` work unchanged) without that per-record price.
 
-- its state is a plain attribute, written by the thread that settles it and read without a
-  lock: ``result()``, ``done()`` on a settled future take none;
-- the condition, the waiters of ``concurrent.futures.wait`` and the done callbacks live in a
-  part created only when a thread has to wait, add a callback or cancel (:class:`_Slow`);
-- starting and settling a future that has no such part is decided under one process-wide
-  leaf lock (:data:`_GATE`, a C lock held for a few attribute reads and writes): either the
-  part exists and the change is made under its condition, as ``concurrent.futures`` makes
-  every change, or the change is made before any part can exist, and the part created later
-  sees it. A waiter therefore never misses the settling of its future, and a future is
-  never settled twice (a second ``set_result`` raises ``InvalidStateError``, as it does on
-  any ``concurrent.futures.Future``).
+Its state is kept twice:
+
+- ``_raw``, a plain attribute read without a lock: ``result()`` and ``done()`` on a settled
+  future take none, and the event loop settles a started future by writing the result and
+  then ``_raw`` (a reader that sees FINISHED sees the result);
+- the state under the future's condition (``_Slow.state``, what ``concurrent.futures.wait``
+  and ``as_completed`` read as ``_state``), with the condition itself, the waiters of those
+  two and the done callbacks: made only when a thread has to wait on the future, add a
+  callback or cancel it (:class:`_Slow`), then changed only under the condition, as
+  ``concurrent.futures`` changes every state.
+
+Whoever makes the slow part publishes it and then reads ``_raw``, holding its condition; the
+loop writes ``_raw`` and then looks for a slow part. Under the interpreter lock these steps
+fall in one order, so one of the two sees the other's: a part made after the settling starts
+out settled (nothing waited on it before), and a settling after the part was made moves the
+state under the condition itself, telling every waiter and callback once. A waiter therefore
+never misses the settling of its future, and a future is never settled twice (a second
+``set_result`` raises ``InvalidStateError``, as it does on any ``concurrent.futures.Future``).
+The lock-free settling is for the one thread that settles started futures (the loop, which
+also starts them); anything else settles through the condition.
 """
 
 from __future__ import annotations
@@ -38,8 +47,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _GATE = threading.Lock()
-"""Makes "no slow part yet, so change the state" one step against the creation of a slow
-part. A leaf: nothing else is acquired while it is held."""
+"""Serialises making slow parts with each other and with :func:`start_all`'s "no slow part
+yet, so mark it running". A leaf: nothing else is acquired while it is held."""
 
 _DONE = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
 _CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
@@ -48,10 +57,11 @@ _CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
 class _Slow:
     """What a future needs once a thread waits on it, adds a callback or cancels it."""
 
-    __slots__ = ("callbacks", "cond", "waiters")
+    __slots__ = ("callbacks", "cond", "state", "waiters")
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
+        self.state = PENDING  # set from the future's _raw before anyone else sees this part
         self.waiters: list[Any] = []  # concurrent.futures.wait's and as_completed's
         self.callbacks: list[Callable[[Any], object]] = []
 
@@ -66,7 +76,7 @@ class LightFuture(concurrent.futures.Future[T]):
 
     # Class defaults: a new future is PENDING with nothing else; the base's __init__ (which
     # builds a Condition) never runs.
-    _state = PENDING
+    _raw = PENDING
     _result = None
     _exception = None
     _slow: _Slow | None = None
@@ -82,11 +92,14 @@ class LightFuture(concurrent.futures.Future[T]):
             with _GATE:
                 slow = self._slow
                 if slow is None:
-                    slow = self._slow = _Slow()
+                    slow = _Slow()
+                    with slow.cond:
+                        self._slow = slow  # published first, then _raw read (see above)
+                        slow.state = self._raw
         return slow
 
-    # concurrent.futures.wait() and as_completed() take a future's _condition and add to its
-    # _waiters directly.
+    # concurrent.futures.wait() and as_completed() read _state and add to _waiters under
+    # _condition, directly.
     @property
     def _condition(self) -> threading.Condition:
         return self._slow_part().cond
@@ -94,6 +107,15 @@ class LightFuture(concurrent.futures.Future[T]):
     @_condition.setter
     def _condition(self, value: threading.Condition) -> None:
         raise AttributeError("a LightFuture's condition is its own")
+
+    @property
+    def _state(self) -> str:
+        slow = self._slow
+        return self._raw if slow is None else slow.state
+
+    @_state.setter
+    def _state(self, value: str) -> None:
+        raise AttributeError("a LightFuture's state changes through its methods")
 
     @property
     def _waiters(self) -> list[Any]:
@@ -106,7 +128,7 @@ class LightFuture(concurrent.futures.Future[T]):
     # -- reading ---------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        state = self._state
+        state = self._raw
         if state == FINISHED:
             outcome = (
                 f"raised {type(self._exception).__name__}"
@@ -118,15 +140,15 @@ class LightFuture(concurrent.futures.Future[T]):
 
     def cancelled(self) -> bool:
         """True if the future was cancelled."""
-        return self._state in _CANCELLED
+        return self._raw in _CANCELLED
 
     def running(self) -> bool:
         """True while the operation runs (handed over, not settled yet)."""
-        return self._state == RUNNING
+        return self._raw == RUNNING
 
     def done(self) -> bool:
         """True once the future was cancelled or settled."""
-        return self._state in _DONE
+        return self._raw in _DONE
 
     def result(self, timeout: float | None = None) -> T:
         """The operation's result, waiting up to ``timeout`` seconds (None: no limit).
@@ -136,15 +158,15 @@ class LightFuture(concurrent.futures.Future[T]):
             TimeoutError: ``timeout`` passed first.
             Exception: the operation's failure.
         """
-        if self._state == FINISHED:  # settled: the state never changes again
-            exception = self._exception
-            if exception is None:
-                return self._result  # type: ignore[return-value]
-            try:
-                raise exception
-            finally:
-                del exception, self  # no reference cycle through the traceback
-        return self._settled(timeout)._outcome()
+        if self._raw is not FINISHED:
+            self._wait(timeout)
+        exception = self._exception
+        if exception is None:
+            return self._result  # type: ignore[return-value]
+        try:
+            raise exception
+        finally:
+            del exception, self  # no reference cycle through the traceback
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The operation's failure (None if it succeeded), waiting as :meth:`result` does.
@@ -153,39 +175,29 @@ class LightFuture(concurrent.futures.Future[T]):
             CancelledError: the future was cancelled.
             TimeoutError: ``timeout`` passed first.
         """
-        if self._state != FINISHED:
-            self._settled(timeout)
+        if self._raw is not FINISHED:
+            self._wait(timeout)
         return self._exception
 
-    def _settled(self, timeout: float | None) -> LightFuture[T]:
+    def _wait(self, timeout: float | None) -> None:
         """Wait (once, as ``concurrent.futures`` does) until settled; raise
-        ``CancelledError`` or ``TimeoutError`` as ``result()`` does; return ``self``."""
+        ``CancelledError`` or ``TimeoutError`` as ``result()`` does."""
         slow = self._slow_part()
         with slow.cond:
-            if self._state not in _DONE:
+            if slow.state not in _DONE:
                 slow.cond.wait(timeout)
-            state = self._state
+            state = slow.state
         if state in _CANCELLED:
             raise concurrent.futures.CancelledError()
         if state != FINISHED:
             raise TimeoutError()
-        return self
-
-    def _outcome(self) -> T:
-        exception = self._exception
-        if exception is None:
-            return self._result  # type: ignore[return-value]
-        try:
-            raise exception
-        finally:
-            del exception, self
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
         """Call ``fn(self)`` once the future is settled or cancelled (now, if it is), in the
         thread that settles it; callbacks run in the order they were added."""
         slow = self._slow_part()
         with slow.cond:
-            if self._state not in _DONE:
+            if slow.state not in _DONE:
                 slow.callbacks.append(fn)
                 return
         try:
@@ -200,14 +212,14 @@ class LightFuture(concurrent.futures.Future[T]):
         if it is cancelled."""
         slow = self._slow_part()
         with slow.cond:
-            state = self._state
+            state = slow.state
             if state in (RUNNING, FINISHED):
                 return False
             if state in _CANCELLED:
                 return True
-            self._state = CANCELLED
+            slow.state = self._raw = CANCELLED
             slow.cond.notify_all()
-        self._invoke_callbacks()
+        self._invoke_callbacks(slow)
         return True
 
     def set_running_or_notify_cancel(self) -> bool:
@@ -217,20 +229,18 @@ class LightFuture(concurrent.futures.Future[T]):
         Raises:
             RuntimeError: called twice, or after the future was settled.
         """
-        with _GATE:
-            if self._slow is None and self._state == PENDING:
-                self._state = RUNNING
-                return True
+        if start_all([(None, self)]):
+            return True
         slow = self._slow_part()
         with slow.cond:
-            state = self._state
+            state = slow.state
             if state == CANCELLED:
-                self._state = CANCELLED_AND_NOTIFIED
+                slow.state = self._raw = CANCELLED_AND_NOTIFIED
                 for waiter in slow.waiters:
                     waiter.add_cancelled(self)
                 return False
             if state == PENDING:
-                self._state = RUNNING
+                slow.state = self._raw = RUNNING
                 return True
         LOGGER.critical("Future %s in unexpected state: %s", id(self), state)
         raise RuntimeError("Future in unexpected state")
@@ -241,12 +251,14 @@ class LightFuture(concurrent.futures.Future[T]):
         Raises:
             InvalidStateError: the future is settled or cancelled already.
         """
-        with _GATE:
-            if self._slow is None and (self._state == RUNNING or self._state == PENDING):
-                self._result = result
-                self._state = FINISHED  # last: a reader that sees it sees the result
-                return
-        self._settle_slowly(result, None)
+        if self._raw is RUNNING:  # started: only the thread that settles it changes it now
+            self._result = result
+            self._raw = FINISHED  # after the result: a reader that sees it sees the result
+            if self._slow is None:
+                return  # a slow part made from now on starts out settled
+            self._publish(self._slow, None)
+            return
+        self._settle(result, None)
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Settle the future with ``exception``.
@@ -254,32 +266,49 @@ class LightFuture(concurrent.futures.Future[T]):
         Raises:
             InvalidStateError: the future is settled or cancelled already.
         """
-        with _GATE:
-            if self._slow is None and (self._state == RUNNING or self._state == PENDING):
-                self._exception = exception
-                self._state = FINISHED
+        if self._raw is RUNNING:
+            self._exception = exception
+            self._raw = FINISHED
+            if self._slow is None:
                 return
-        self._settle_slowly(None, exception)
+            self._publish(self._slow, exception)
+            return
+        self._settle(None, exception)
 
-    def _settle_slowly(self, result: T | None, exception: BaseException | None) -> None:
+    def _publish(self, slow: _Slow, exception: BaseException | None) -> None:
+        """Move the state under the condition to FINISHED after ``_raw`` was (unless the slow
+        part, made meanwhile, started out so), telling the waiters and callbacks."""
+        with slow.cond:
+            if slow.state == FINISHED:
+                return  # made after the settling: nobody waited or added a callback before
+            slow.state = FINISHED
+            self._tell_waiters(slow, exception)
+        self._invoke_callbacks(slow)
+
+    def _settle(self, result: T | None, exception: BaseException | None) -> None:
+        """Settle through the condition (a future not started, or settled already)."""
         slow = self._slow_part()
         with slow.cond:
-            if self._state in _DONE:
-                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            if slow.state in _DONE:
+                raise concurrent.futures.InvalidStateError(f"{slow.state}: {self!r}")
             self._result = result
             self._exception = exception
-            self._state = FINISHED
-            for waiter in slow.waiters:
-                if exception is None:
-                    waiter.add_result(self)
-                else:
-                    waiter.add_exception(self)
-            slow.cond.notify_all()
-        self._invoke_callbacks()
+            slow.state = self._raw = FINISHED
+            self._tell_waiters(slow, exception)
+        self._invoke_callbacks(slow)
 
-    def _invoke_callbacks(self) -> None:
+    def _tell_waiters(self, slow: _Slow, exception: BaseException | None) -> None:
+        for waiter in slow.waiters:
+            if exception is None:
+                waiter.add_result(self)
+            else:
+                waiter.add_exception(self)
+        slow.cond.notify_all()
+
+    def _invoke_callbacks(self, slow: _Slow | None = None) -> None:
         # Only once the state is final: no callback is added after that.
-        slow = self._slow
+        if slow is None:
+            slow = self._slow
         if slow is None:
             return
         for callback in slow.callbacks:
@@ -297,8 +326,8 @@ def start_all(pairs: list[tuple[Any, LightFuture[Any]]]) -> bool:
     every = True
     with _GATE:
         for _, future in pairs:
-            if future._slow is None and future._state == PENDING:
-                future._state = RUNNING
+            if future._slow is None and future._raw is PENDING:
+                future._raw = RUNNING
             else:
                 every = False
     return every
