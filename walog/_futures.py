@@ -50,6 +50,7 @@ _GATE = threading.Lock()
 """Serialises making slow parts with each other and with :func:`start_all`'s "no slow part
 yet, so mark it running". A leaf: nothing else is acquired while it is held."""
 
+_new = object.__new__
 _DONE = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
 _CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
 
@@ -70,19 +71,21 @@ class LightFuture(concurrent.futures.Future[T]):
     """A ``concurrent.futures.Future`` that takes no lock of its own until a thread has to
     wait on it (see the module's docstring). Same methods, same meaning.
 
-    Make one with ``LightFuture()`` or, on a hot path, ``object.__new__(LightFuture)``:
-    every attribute starts as a class default.
+    Make one with ``LightFuture()``, or on a hot path with :func:`new_future` (the same
+    without a call of ``__init__``).
     """
 
-    # Class defaults: a new future is PENDING with nothing else; the base's __init__ (which
-    # builds a Condition) never runs.
-    _raw = PENDING
-    _result = None
-    _exception = None
-    _slow: _Slow | None = None
+    # Slots, not the instance dict: the loop and the callers' threads both write these, and
+    # a dict's entries may be moved (when it outgrows its shared keys) by one thread while
+    # another writes, losing that write. A slot is one pointer, written in one step.
+    __slots__ = ("_exception", "_raw", "_result", "_slow")
 
     def __init__(self) -> None:
-        """A PENDING future (the class defaults hold; the base's Condition is not made)."""
+        """A PENDING future (the base's __init__, which builds a Condition, does not run)."""
+        self._raw = PENDING
+        self._slow: _Slow | None = None
+        self._result: T | None = None
+        self._exception: BaseException | None = None
 
     # -- the slow part ---------------------------------------------------------------------
 
@@ -318,6 +321,16 @@ class LightFuture(concurrent.futures.Future[T]):
                 LOGGER.exception("exception calling callback for %r", self)
 
 
+def new_future() -> LightFuture[Any]:
+    """A PENDING :class:`LightFuture`, as ``LightFuture()`` makes it, without the call of
+    ``__init__``; ``_result`` is set when it is settled (read only then)."""
+    future: LightFuture[Any] = _new(LightFuture)
+    future._raw = PENDING
+    future._slow = None
+    future._exception = None
+    return future
+
+
 def start_all(pairs: list[tuple[Any, LightFuture[Any]]]) -> bool:
     """Mark the futures of ``pairs`` (``(item, future)`` each) handed over, as
     ``set_running_or_notify_cancel`` does, under one acquisition of the gate for them all;
@@ -333,4 +346,4 @@ def start_all(pairs: list[tuple[Any, LightFuture[Any]]]) -> bool:
     return every
 
 
-__all__ = ["LightFuture", "start_all"]
+__all__ = ["LightFuture", "new_future", "start_all"]

@@ -16,14 +16,12 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from walog._futures import LightFuture, start_all
+from walog._futures import LightFuture, new_future, start_all
 from walog._loop import new_event_loop
 from walog._sinks import BatchSinks, Sink
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-_new = object.__new__  # a LightFuture's class defaults are its initial state
 
 
 def name_os_thread() -> None:
@@ -161,7 +159,7 @@ class Handoff(Generic[R]):
 
     def put(self, payload: bytes) -> LightFuture[R]:
         """Queue ``payload``; the returned future resolves as ``submit`` decides."""
-        future: LightFuture[R] = _new(LightFuture)
+        future: LightFuture[R] = new_future()
         self._queue.append((payload, future))
         if not self._drain_scheduled:
             self._wake()
@@ -169,7 +167,7 @@ class Handoff(Generic[R]):
 
     def put_many(self, payloads: list[bytes]) -> LightFuture[list[R]]:
         """Queue ``payloads`` in order; the future resolves with all their results."""
-        future: LightFuture[list[R]] = _new(LightFuture)
+        future: LightFuture[list[R]] = new_future()
         self._queue.append((payloads, future))
         if not self._drain_scheduled:
             self._wake()
