@@ -286,8 +286,9 @@ journal on a disk of its own, `--journal-dir`).
   fdatasync) and VOLATILE (after the write).
 * **sync API** - the same through `walog.connect(...)` (the event loop runs in a
   background thread): `append_many_async` with 64 entries a call, and `append_async` with
-  one (the calls of a loop turn are handed over together, but each entry still has a
-  `concurrent.futures.Future` of its own).
+  one (the calls of a loop turn are handed over together; each entry has a future of its
+  own, which the loop settles without a lock and which takes one only when a thread has to
+  wait on it).
 * **one in flight** - `await append()` one at a time: the latency of a durable append.
 * **log append** - 100-byte records through a `LogWriter`, which packs the records appended
   in one event-loop turn into one entry; through the sync API too, with `append_many_async`
