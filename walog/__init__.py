@@ -18,10 +18,11 @@ The package, top to bottom (docs/architecture.md draws the layers):
   ``bench``: ``walog bench``; ``testing``: local clusters for tests and demos;
 - ``metrics``: Prometheus metrics; ``errors``: the exceptions, rooted at ``WalogError``;
 - shared helpers: ``_loggers`` (logging), ``_loop`` (the event loop walog starts),
-  ``_loop_thread`` (the loop thread behind the sync facades), ``_sinks`` (where results
-  go), ``latency`` (a bookie's add-stage histograms), ``memory`` (keeping freed memory),
-  ``mutations`` (test-only switches that plant known bugs), ``format_versions`` (the rule
-  every reader applies to the format version it finds), ``_version``.
+  ``_loop_thread`` (the loop thread behind the sync facades), ``_futures`` (the futures
+  they return), ``_sinks`` (where results go), ``latency`` (a bookie's add-stage
+  histograms), ``memory`` (keeping freed memory), ``mutations`` (test-only switches that
+  plant known bugs), ``format_versions`` (the rule every reader applies to the format
+  version it finds), ``_version``.
 """
 
 from __future__ import annotations

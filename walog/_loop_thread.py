@@ -8,6 +8,7 @@ per call: they hand work over in batches (:class:`Handoff`, one wake-up per batc
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import os
 import threading
@@ -15,6 +16,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
+from walog._futures import LightFuture, new_future, start_all
 from walog._loop import new_event_loop
 from walog._sinks import BatchSinks, Sink
 
@@ -137,51 +139,64 @@ class SyncContext:
 class Handoff(Generic[R]):
     """Hands payloads from user threads to the loop in batches: one wake-up per batch.
 
-    :meth:`put` (any thread) queues a payload with a fresh ``concurrent.futures.Future`` and
-    wakes the loop only when no drain is scheduled yet; :meth:`put_many` queues a list of
-    payloads with one future for all of them. :meth:`drain` (loop thread) calls
-    ``submit(payload, sink)`` for every queued payload, in queue order. ``submit`` must
-    resolve the sink eventually; an exception it raises fails that sink (and, in a list,
-    the payloads after it are not submitted).
+    :meth:`put` (any thread) queues a payload with a fresh :class:`LightFuture` (a
+    ``concurrent.futures.Future`` that takes no lock until a thread waits on it) and wakes
+    the loop only when no drain is scheduled yet; :meth:`put_many` queues a list of payloads
+    with one future for all of them. :meth:`drain` (loop thread) calls ``submit(payload,
+    sink)`` for every queued payload, in queue order, the future itself being the sink.
+    ``submit`` must resolve the sink eventually; an exception it raises fails that sink
+    (and, in a list, the payloads after it are not submitted).
     """
 
     def __init__(self, loop: LoopThread, submit: Callable[[bytes, Sink[R]], None]) -> None:
         self._loop = loop
         self._submit = submit
-        self._lock = threading.Lock()
-        # (payload, its future) or (list of payloads, the list's future); guarded by _lock.
-        self._queue: list[tuple[Any, concurrent.futures.Future[Any]]] = []
+        # (payload, its future) or (list of payloads, the list's future). No lock: a deque's
+        # append and popleft are atomic, and a put that finds a drain scheduled has queued
+        # its item before the drain clears the flag, so the drain takes it (see drain()).
+        self._queue: collections.deque[tuple[Any, LightFuture[Any]]] = collections.deque()
         self._drain_scheduled = False
 
-    def put(self, payload: bytes) -> concurrent.futures.Future[R]:
+    def put(self, payload: bytes) -> LightFuture[R]:
         """Queue ``payload``; the returned future resolves as ``submit`` decides."""
-        future: concurrent.futures.Future[R] = concurrent.futures.Future()
-        self._queue_item(payload, future)
+        future: LightFuture[R] = new_future()
+        self._queue.append((payload, future))
+        if not self._drain_scheduled:
+            self._wake()
         return future
 
-    def put_many(self, payloads: list[bytes]) -> concurrent.futures.Future[list[R]]:
+    def put_many(self, payloads: list[bytes]) -> LightFuture[list[R]]:
         """Queue ``payloads`` in order; the future resolves with all their results."""
-        future: concurrent.futures.Future[list[R]] = concurrent.futures.Future()
-        self._queue_item(payloads, future)
+        future: LightFuture[list[R]] = new_future()
+        self._queue.append((payloads, future))
+        if not self._drain_scheduled:
+            self._wake()
         return future
 
-    def _queue_item(self, item: Any, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._queue.append((item, future))
-            wake = not self._drain_scheduled
-            self._drain_scheduled = True
-        if wake:
-            self._loop.call_soon(self.drain)
+    def _wake(self) -> None:
+        # Two threads may both get here: the second drain finds less or nothing to do.
+        self._drain_scheduled = True
+        self._loop.call_soon(self.drain)
 
     def drain(self) -> None:
         """Loop thread: submit every queued payload, in queue order."""
-        with self._lock:
-            batch, self._queue = self._queue, []
-            self._drain_scheduled = False
+        # Cleared before taking: a put that still saw it set had queued its item already.
+        self._drain_scheduled = False
+        queue = self._queue
+        # What is queued now, not what comes meanwhile: a thread that keeps putting cannot
+        # keep the loop here (its items are the next drain's).
+        popleft = queue.popleft
+        batch = [popleft() for _ in range(len(queue))]
+        if not start_all(batch):
+            # Some future was cancelled (or is waited on) before it was handed over: ask
+            # each one left; a cancelled one is never submitted.
+            batch = [
+                pair
+                for pair in batch
+                if pair[1].running() or pair[1].set_running_or_notify_cancel()
+            ]
         submit = self._submit
         for item, future in batch:
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled before it was handed over: never submitted
             if type(item) is list:
                 self._submit_many(item, future)
                 continue
@@ -190,7 +205,7 @@ class Handoff(Generic[R]):
             except Exception as exc:
                 future.set_exception(exc)
 
-    def _submit_many(self, payloads: list[bytes], future: concurrent.futures.Future[Any]) -> None:
+    def _submit_many(self, payloads: list[bytes], future: LightFuture[Any]) -> None:
         sinks: BatchSinks[R] = BatchSinks(len(payloads), future)
         submit = self._submit
         for index, payload in enumerate(payloads):

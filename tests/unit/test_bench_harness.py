@@ -29,6 +29,7 @@ CONTRACT_KEYS = {
     "tail_lag_p99_ms",
     "recovery_s",
     "sync_log_append_rps",
+    "sync_log_append_single_rps",
     "sync_ledger_append_eps",
     "cpu_us_per_entry",
     "cpu_us_per_entry_total",

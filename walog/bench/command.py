@@ -355,7 +355,7 @@ class _Run:
 
     def sync_api(self) -> None:
         """The blocking API next to asyncio: pipelined ledger appends (in batches with
-        ``append_many_async``, and one a call with ``append_async``), log appends in batches
+        ``append_many_async``, and one a call with ``append_async``), log appends likewise
         and one append in flight."""
         r, seconds = self.results, self.plan.seconds
         with self.bar("sync API ledger append_many") as tick:
@@ -369,6 +369,9 @@ class _Run:
         with self.bar("sync API log append 100 B records", unit="rec") as tick:
             rate = scenarios.sync_log_append(self.uri, seconds, progress=tick)
         r["sync_log_append_rps"] = round(rate.per_second)
+        with self.bar("sync API log append_async 100 B", unit="rec") as tick:
+            rate = scenarios.sync_log_append(self.uri, seconds, batch=1, progress=tick)
+        r["sync_log_append_single_rps"] = round(rate.per_second)
         with self.bar("sync API append, one in flight") as tick:
             latency = scenarios.sync_append_latency(self.uri, seconds, progress=tick)
         summary = latency.summary()
@@ -383,6 +386,7 @@ class _Run:
             ("sync_ledger_append_eps", "ledger_append_eps"),
             ("sync_ledger_append_single_eps", "ledger_append_eps"),
             ("sync_log_append_rps", "log_append_rps"),
+            ("sync_log_append_single_rps", "log_append_rps"),
         ):
             if r.get(aio_key):
                 r[f"{sync_key}_vs_aio"] = round(r[sync_key] / r[aio_key], 2)
@@ -753,6 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": {
             "ledger_window": scenarios.LEDGER_WINDOW,
             "log_window": scenarios.LOG_WINDOW,
+            "log_batch": scenarios.LOG_BATCH,
             "entry_bytes": scenarios.ENTRY_BYTES,
             "record_bytes": scenarios.RECORD_BYTES,
         },

@@ -30,6 +30,7 @@ _AREAS: tuple[tuple[str, str], ...] = (
     ("walog sync facade", "/sync.py"),
     ("walog sync facade", "walog/_loop_thread"),
     ("walog sync facade", "walog/_sinks"),
+    ("walog sync facade", "walog/_futures"),
     ("walog ledger (writer, quorum)", "walog/ledger/"),
     ("walog log (record batching)", "walog/log/"),
     ("walog transport", "walog/transport/"),

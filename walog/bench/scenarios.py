@@ -277,14 +277,17 @@ def sync_log_append(
     seconds: float,
     *,
     window: int = LOG_WINDOW,
+    batch: int = LOG_BATCH,
     progress: Progress = _noop,
 ) -> Rate:
-    """The blocking API: 100-byte records through ``LogWriter.append_many_async``, batches
-    of :data:`LOG_BATCH` with ``window`` records in flight (as :func:`log_append` keeps).
+    """The blocking API: 100-byte records through a ``LogWriter``, ``window`` in flight (as
+    :func:`log_append` keeps), ``batch`` a call: ``append_async`` when 1, else
+    ``append_many_async``.
 
     Must run in a thread without a running event loop (the sync client runs its own).
     """
-    batch = [payload(RECORD_BYTES)] * LOG_BATCH
+    data = payload(RECORD_BYTES)
+    records = [data] * batch
     with connect(metadata_uri) as client:
         log = client.open_log(
             f"bench-sync-append-{uuid.uuid4().hex[:8]}",
@@ -293,13 +296,13 @@ def sync_log_append(
             ack_quorum=ENSEMBLE[2],
         )
         with log.open_writer() as writer:
-            done, elapsed = _keep_in_flight(
-                lambda: writer.append_many_async(batch),
-                -(-window // LOG_BATCH),  # batches in flight: window records, rounded up
-                LOG_BATCH,
-                seconds,
-                progress,
+            submit: Callable[[], concurrent.futures.Future[Any]] = (
+                (lambda: writer.append_async(data))
+                if batch == 1
+                else (lambda: writer.append_many_async(records))
             )
+            # Calls in flight: window records, rounded up.
+            done, elapsed = _keep_in_flight(submit, -(-window // batch), batch, seconds, progress)
     return Rate(ops=done, seconds=elapsed, payload_bytes=done * RECORD_BYTES)
 
 

@@ -47,6 +47,7 @@ class LogWriter(SyncContext):
         # The async writer resolves each future itself when its entry completes: no asyncio
         # future, callback or thread hop per record.
         self._handoff: Handoff[Position] = Handoff(loop, writer.append_into)
+        self._put = self._handoff.put
 
     @property
     def name(self) -> str:
@@ -63,7 +64,9 @@ class LogWriter(SyncContext):
             RecordTooLargeError: the record cannot fit in one entry (a ``ValueError``);
                 the writer goes on.
         """
-        return self._handoff.put(self._payload(data))
+        if type(data) is not bytes or len(data) > self._max_payload:
+            data = self._payload(data)  # copied, checked, or refused
+        return self._put(data)
 
     def _payload(self, data: bytes | bytearray | memoryview) -> bytes:
         payload = data if type(data) is bytes else record_bytes(data)
