@@ -154,6 +154,15 @@ async def many_logs(
                 round(rate / first, 2),
             ]
         )
+    curve.notes.append(
+        "One client, one event loop. Every log has a writer of its own (E3/Qw3/Qa2, "
+        "PERSISTENT); each loop turn appends 100-byte records to every log, 1,024 divided "
+        "by the number of logs each (at least one), at most 32,768 in flight in all, for "
+        "the scenario's seconds after a short warm-up. A writer packs the records of a turn "
+        "into one entry, so the same offered load makes smaller entries the more logs share "
+        "it. Latency: from a turn's appends to the acknowledgement of each log's last "
+        "record of that turn."
+    )
     last = curve.rows[-1]
     curve.bound = (
         f"with {last[0]:,} logs at least 70 % of the one-log throughput (measured: "
@@ -249,6 +258,14 @@ async def idle_readers(
             progress(1)
     finally:
         await _close_all([r.close for r in readers] + [w.close for w in writers])
+    curve.notes.append(
+        f"One client holds, for each log, an open writer and a tailing reader waiting in "
+        f"`read_next`. CPU (user + system, from `/proc`) of the client process and of the "
+        f"busiest of the three bookies over {idle_s:g} s with nothing written, in percent "
+        f"of one core. Then {LAG_ROUNDS} rounds of one stamped record to every log: the lag "
+        "from the append to the record coming out of its reader, the first round (the "
+        "first write after the idle time) apart from the others."
+    )
     worst = max(max(float(row[1] or 0), float(row[2] or 0)) for row in curve.rows)
     curve.bound = (
         f"near zero while idle: each process below {NEAR_ZERO_PCT:g} % of one core "
