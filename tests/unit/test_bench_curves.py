@@ -103,7 +103,8 @@ def test_a_curve_rejects_an_unknown_name_and_a_plotted_column_it_lacks() -> None
 
 def test_a_curve_command_measures_that_curve_alone_at_the_run_s_niceness() -> None:
     command = curve_command(
-        ["--curves", "--seconds", "5", "--curves-report", "docs/benchmarks.md"], "curve-gc"
+        ["--curves", "--seconds", "5", "--curves-report", "docs/b.md", "--output", "r.json"],
+        "curve-gc",
     )
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     prefix = f"nice -n {niceness} " if niceness > 0 else ""

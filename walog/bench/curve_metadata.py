@@ -3,10 +3,11 @@
 
 The client's metadata store is wrapped in a :class:`CountingStore`, which counts every
 call by kind and the record bytes read and written. A log grows by rolls (one record
-each) to 10, 100 and 1,000 ledgers; at each length one roll, one takeover (a second
-client opens a writer, which fences the first) and two retention passes (one that deletes
-nothing, one that deletes the head ledger) are counted. Calls must stay constant in the
-length; the bytes are shown too, since the log's ledger list is one record.
+each) to 10, 100 and 1,000 ledgers, and the cluster gets as many ledgers outside the log;
+at each length one roll, one takeover (a second client opens a writer, which fences the
+first) and three retention passes (a client's first and next pass that delete nothing, one
+that deletes the head ledger) are counted. Calls must stay constant in the length; the
+bytes are shown too, since the log's ledger list is one record.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import walog.aio
 from walog.bench.curves import Curve
+from walog.bench.scenarios import ENSEMBLE
 from walog.errors import WalogError
 from walog.log.retention import RetentionPolicy
 from walog.log.truncation import enforce_retention
@@ -203,7 +205,12 @@ async def metadata_per_operation(
             with contextlib.suppress(WalogError):
                 await writer.close()  # fenced: closes quietly
             writer, store, log = new_writer, taker_store, taker_log
+            # As many ledgers outside the log as in it: a client's first retention pass
+            # reads each once (sink orphans), which the column next to it shows.
             others = len(set(await taker.list_ledgers()) - set((await log.metadata()).ledger_ids))
+            for _ in range(max(0, length - others)):
+                await (await taker.create_ledger(*ENSEMBLE)).close()
+            others = max(others, length)
             passes = []
             for _ in range(2):  # a client's first pass, then its next
                 store.reset()

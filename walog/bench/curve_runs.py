@@ -43,17 +43,20 @@ class CurveRun(Protocol):
 
 
 def curve_command(args: list[str], name: str) -> str:
-    """The command line that measures curve ``name`` alone, as run (with its niceness)."""
+    """The command line that measures curve ``name`` alone, as run (with its niceness),
+    without the options that only say where its results go."""
     kept: list[str] = []
     skip = False
     for arg in args:
         if skip:
             skip = False
             continue
-        if arg in ("--only", "--curves-report"):
+        if arg in ("--only", "--curves-report", "--output"):
             skip = True
             continue
-        if arg == "--curves" or arg.startswith(("--only=", "--curves-report=")):
+        if arg in ("--curves", "--json") or arg.startswith(
+            ("--only=", "--curves-report=", "--output=")
+        ):
             continue
         kept.append(arg)
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
@@ -96,6 +99,17 @@ def _idle(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[Cu
 def _metadata(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[Curve]:
     del seconds
     curve, kinds = walog._loop.run(curve_metadata.metadata_per_operation(run.uri, progress=tick))
+    curve.notes.append(
+        "Every metadata call of the client is counted by a wrapper around its store "
+        "(`walog.bench.curve_metadata.CountingStore`), with the record bytes read and "
+        "written. A roll: one record, `roll()`, and what follows it (closing the old "
+        "ledger, the stored retention, which deletes nothing here). A takeover: "
+        "`open_writer()` on a second client. Retention passes: `enforce_retention` with "
+        "a policy that deletes nothing (a client's first and next pass) and one that "
+        "deletes the head ledger. A client's first pass also reads every ledger of the "
+        "cluster outside the log once (looking for sink ledgers left behind; it remembers "
+        "those that are not): its calls follow the cluster's ledgers, not the log's."
+    )
     for operation, by_length in kinds.items():
         calls = set(by_length.values())
         text = "; ".join(sorted(calls))
