@@ -60,12 +60,13 @@ def test_metadata_calls_of_a_roll_a_takeover_and_a_retention_pass_do_not_grow_wi
     tmp_path: Path,
 ) -> None:
     with LocalCluster(3, data_dir=tmp_path) as cluster:
-        curve, kinds = asyncio.run(metadata_per_operation(cluster.metadata_uri, (3, 12)))
+        curve, kinds = asyncio.run(metadata_per_operation(cluster.metadata_uri, (3, 12), others=5))
     short, long = curve.rows
-    assert short[0] == 3 and long[0] == 12
+    assert short[0] == 3 and long[0] == 12 and short[-1] == long[-1] == 5
     assert short[1:6] == long[1:6] and all(isinstance(v, int) and v > 0 for v in short[1:6])
     assert curve.holds is True
     assert kinds["roll"][3] == kinds["roll"][12] and "set" in kinds["roll"][3]
+    assert short[3] == short[4] + 5  # a client's first pass reads each other ledger once
 
 
 def test_a_curve_section_names_its_command_load_bound_and_verdict() -> None:
@@ -124,9 +125,8 @@ def test_a_curve_alone_runs_no_scenario_and_reports_the_curve(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     page = tmp_path / "benchmarks.md"
-    status = main(
-        ["--only", "curve-metadata", "--json", "--no-progress", "--curves-report", str(page)]
-    )
+    report = ["--curves-report", str(page)]
+    status = main(["--only", "curve-metadata", "--seconds", "0.5", "--json", *report])
     assert status == 0
     results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert list(results["curves"]) == ["curve-metadata"]

@@ -3,11 +3,11 @@
 
 The client's metadata store is wrapped in a :class:`CountingStore`, which counts every
 call by kind and the record bytes read and written. A log grows by rolls (one record
-each) to 10, 100 and 1,000 ledgers, and the cluster gets as many ledgers outside the log;
-at each length one roll, one takeover (a second client opens a writer, which fences the
-first) and three retention passes (a client's first and next pass that delete nothing, one
-that deletes the head ledger) are counted. Calls must stay constant in the length; the
-bytes are shown too, since the log's ledger list is one record.
+each) to 10, 100 and 1,000 ledgers, in a cluster with :data:`OTHER_LEDGERS` ledgers
+outside the log; at each length one roll, one takeover (a second client opens a writer,
+which fences the first) and three retention passes (a client's first and next pass that
+delete nothing, one that deletes the head ledger) are counted. Calls must stay constant in
+the length; the bytes are shown too, since the log's ledger list is one record.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from walog.metadata.store import MetadataStore, WatchCallback
 
 LENGTHS = (10, 100, 1000)
 """Ledgers in the log at the measured points."""
+
+OTHER_LEDGERS = 100
+"""Ledgers outside the log, made before it."""
 
 RECORD = b"r" * 100
 
@@ -145,9 +148,13 @@ async def _roll(writer: AsyncLogWriter) -> None:
 
 
 async def metadata_per_operation(
-    uri: str, lengths: Sequence[int] = LENGTHS, progress: Callable[[int], None] = lambda _: None
+    uri: str,
+    lengths: Sequence[int] = LENGTHS,
+    others: int = OTHER_LEDGERS,
+    progress: Callable[[int], None] = lambda _: None,
 ) -> tuple[Curve, dict[str, dict[int, str]]]:
-    """Measure the curve; also return the calls by kind (operation -> length -> text)."""
+    """Measure the curve, with ``others`` ledgers outside the log made before it; also
+    return the calls by kind (operation -> length -> text)."""
     curve = Curve(
         name="curve-metadata",
         title="Metadata calls per roll, takeover and retention pass, by log length",
@@ -175,7 +182,7 @@ async def metadata_per_operation(
     kinds: dict[str, dict[int, str]] = {
         "roll": {},
         "takeover": {},
-        "first retention pass": {},
+        "retention pass, nothing deleted": {},
         "retention pass, head deleted": {},
     }
     name = f"bench-metadata-{uuid.uuid4().hex[:8]}"
@@ -183,6 +190,10 @@ async def metadata_per_operation(
     try:
         client, store = await counting_client(uri)
         clients.append(client)
+        # Ledgers outside the log, made before it: a client's first retention pass reads
+        # each once (looking for sink ledgers), whatever the log's length.
+        for _ in range(others):
+            await (await client.create_ledger(*ENSEMBLE)).close()
         log = await client.open_log(name)
         writer = await log.open_writer()
         for length in lengths:
@@ -205,18 +216,13 @@ async def metadata_per_operation(
             with contextlib.suppress(WalogError):
                 await writer.close()  # fenced: closes quietly
             writer, store, log = new_writer, taker_store, taker_log
-            # As many ledgers outside the log as in it: a client's first retention pass
-            # reads each once (sink orphans), which the column next to it shows.
             others = len(set(await taker.list_ledgers()) - set((await log.metadata()).ledger_ids))
-            for _ in range(max(0, length - others)):
-                await (await taker.create_ledger(*ENSEMBLE)).close()
-            others = max(others, length)
             passes = []
             for _ in range(2):  # a client's first pass, then its next
                 store.reset()
                 await enforce_retention(taker, name, RetentionPolicy())
                 passes.append(store.total)
-            kinds["first retention pass"][length] = _kinds(store.calls)
+            kinds["retention pass, nothing deleted"][length] = _kinds(store.calls)
             # Sizes of ledgers a takeover recovered are measured first: not counted.
             await enforce_retention(taker, name, RetentionPolicy(max_bytes=1 << 60))
             sizes = [i.size_bytes or 0 for i in (await log.metadata()).ledgers if i.is_closed]

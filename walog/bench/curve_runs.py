@@ -97,8 +97,12 @@ def _idle(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[Cu
 
 
 def _metadata(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[Curve]:
-    del seconds
-    curve, kinds = walog._loop.run(curve_metadata.metadata_per_operation(run.uri, progress=tick))
+    sizes = _sizes(run, seconds)
+    curve, kinds = walog._loop.run(
+        curve_metadata.metadata_per_operation(
+            run.uri, sizes.log_lengths, sizes.other_ledgers, progress=tick
+        )
+    )
     curve.notes.append(
         "Every metadata call of the client is counted by a wrapper around its store "
         "(`walog.bench.curve_metadata.CountingStore`), with the record bytes read and "
@@ -106,9 +110,13 @@ def _metadata(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> lis
         "ledger, the stored retention, which deletes nothing here). A takeover: "
         "`open_writer()` on a second client. Retention passes: `enforce_retention` with "
         "a policy that deletes nothing (a client's first and next pass) and one that "
-        "deletes the head ledger. A client's first pass also reads every ledger of the "
-        "cluster outside the log once (looking for sink ledgers left behind; it remembers "
-        "those that are not): its calls follow the cluster's ledgers, not the log's."
+        f"deletes the head ledger. The cluster holds {sizes.other_ledgers} ledgers outside "
+        "the log, made before it. A client's first retention pass reads each ledger of the cluster "
+        "outside the log once (looking for sink ledgers left behind; it remembers those "
+        "that are not), so its calls follow the cluster's ledgers, not the log's. A "
+        "takeover reads each ledger created in the cluster since the log's last scan for "
+        "orphans (at its last takeover or retention pass) that is not the log's: ledgers "
+        "other logs create meanwhile add one `get` each to the next takeover."
     )
     for operation, by_length in kinds.items():
         calls = set(by_length.values())
@@ -141,6 +149,8 @@ class _Sizes:
 
     def __init__(self, tiny: bool, max_entries: int | None, max_ledgers: int | None) -> None:
         self.logs = [1, 10] if tiny else list(curve_logs.LOG_COUNTS)
+        self.log_lengths = [3, 12] if tiny else list(curve_metadata.LENGTHS)
+        self.other_ledgers = 5 if tiny else curve_metadata.OTHER_LEDGERS
         ledgers = [100, 1000] if tiny else [1000, 10_000, 100_000]
         entries = [10_000, 100_000] if tiny else [100_000, 1_000_000, 10_000_000]
         self.ledgers = [n for n in ledgers if max_ledgers is None or n <= max_ledgers]

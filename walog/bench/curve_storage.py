@@ -396,8 +396,8 @@ async def _delete(uri: str, ids: Sequence[int]) -> None:
 
 
 def _wait_gc(cluster: LocalCluster, deleted_at: float) -> tuple[float, float, int]:
-    """Wait for every bookie's GC line, then for :data:`COMPACTION_WAIT_S` more (minor
-    compaction runs every second); return the slowest GC (from ``deleted_at``), the
+    """Wait for every bookie's GC line, then until compaction is done (minor compaction
+    runs every second); return the slowest GC (from ``deleted_at``), the
     slowest compaction pass that moved something (0 when none) and the bytes moved."""
     deadline = time.monotonic() + 600
     while True:
@@ -408,7 +408,19 @@ def _wait_gc(cluster: LocalCluster, deleted_at: float) -> tuple[float, float, in
             raise TimeoutError("no GC within 600 s of deleting the ledgers")
         time.sleep(0.5)
     gc_s = max(_parse_ts(lines[0]["timestamp"]) - deleted_at for lines in gc)
-    time.sleep(COMPACTION_WAIT_S)
+    # A compaction pass logs at its end, after deleting the logs it emptied: wait until
+    # no bookie deleted or compacted anything for COMPACTION_WAIT_S.
+    seen = -1
+    while time.monotonic() < deadline:
+        now = sum(
+            len(_log_times(cluster, i, event))
+            for i in range(3)
+            for event in ("entry log deleted", "entry logs compacted")
+        )
+        if now == seen:
+            break
+        seen = now
+        time.sleep(COMPACTION_WAIT_S)
     passes = [
         c for i in range(3) for c in _log_times(cluster, i, "entry logs compacted") if c.get("logs")
     ]
@@ -417,8 +429,8 @@ def _wait_gc(cluster: LocalCluster, deleted_at: float) -> tuple[float, float, in
 
 
 COMPACTION_WAIT_S = 5.0
-"""Seconds waited after GC for the compactions it made due (every bookie's minor pass runs
-each second)."""
+"""Seconds without an entry log deleted or compacted after which compaction is done (every
+bookie's minor pass runs each second)."""
 
 
 __all__ = ["GC_ARGS", "catch_up", "gc_and_compaction", "index_and_memory"]
