@@ -66,7 +66,9 @@ def test_metadata_calls_of_a_roll_a_takeover_and_a_retention_pass_do_not_grow_wi
     assert short[1:6] == long[1:6] and all(isinstance(v, int) and v > 0 for v in short[1:6])
     assert curve.holds is True
     assert kinds["roll"][3] == kinds["roll"][12] and "set" in kinds["roll"][3]
-    assert short[3] == short[4] + 5  # a client's first pass reads each other ledger once
+    first, next_pass = short[3], short[4]
+    assert isinstance(first, int) and isinstance(next_pass, int)
+    assert first == next_pass + 5  # a client's first pass reads each other ledger once
 
 
 def test_a_curve_section_names_its_command_load_bound_and_verdict() -> None:
