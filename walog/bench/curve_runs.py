@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import walog._loop
 import walog.aio
-from walog.bench import curve_logs, curve_metadata, curve_storage
+from walog.bench import curve_catchup, curve_logs, curve_metadata, curve_storage
 from walog.bench.curves import CURVES, Curve, uptime, utc_now
 from walog.bench.stats import cpu_seconds
 from walog.testing import LocalCluster
@@ -136,7 +136,7 @@ def _index(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[C
 
 def _catchup(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[Curve]:
     sizes = _sizes(run, seconds)
-    return [curve_storage.catch_up(run.data_dir / "curves", sizes.catchup_mb, progress=tick)]
+    return [curve_catchup.catch_up(run.data_dir / "curves", sizes.catchup_mb, progress=tick)]
 
 
 def _gc(run: CurveRun, seconds: float, tick: Callable[[int], None]) -> list[Curve]:
