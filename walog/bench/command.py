@@ -5,6 +5,7 @@ Usage::
     walog bench --quick --json                 # ~1 minute; the last stdout line is JSON
     walog bench --peers --profile --report docs/benchmarks.md
     walog bench --quick --json --only latency,tail   # only the chosen scenarios
+    walog bench --only curve-logs --curves-report docs/benchmarks.md   # one cost curve
 
 Every number printed or written comes from this run. A scenario that cannot run (no Spark,
 no peer binaries) is reported as skipped with the reason, never filled in.
@@ -34,7 +35,8 @@ from tqdm import tqdm
 
 import walog._loop
 import walog.aio
-from walog.bench import checkpoint_tail, floors, metrics_cost, peers, scenarios
+from walog.bench import checkpoint_tail, curve_runs, floors, metrics_cost, peers, scenarios
+from walog.bench.curves import CURVES, Curve, print_curves, write_curves
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.bench.restart import restart_killed
@@ -61,13 +63,13 @@ SCENARIOS = (
 
 
 def _scenario_list(text: str) -> frozenset[str]:
-    """Parse ``--only``: comma-separated names from :data:`SCENARIOS`."""
+    """Parse ``--only``: comma-separated names from :data:`SCENARIOS` and :data:`CURVES`."""
     names = frozenset(name.strip() for name in text.split(",") if name.strip())
-    unknown = sorted(names - set(SCENARIOS))
+    unknown = sorted(names - set(SCENARIOS) - set(CURVES))
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown scenario {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(SCENARIOS)}"
+            f"choose from {', '.join(SCENARIOS + CURVES)}"
         )
     return names
 
@@ -119,8 +121,36 @@ def build_parser() -> argparse.ArgumentParser:
         type=_scenario_list,
         default=frozenset(SCENARIOS),
         metavar="NAMES",
-        help=f"run only these walog scenarios, comma-separated ({','.join(SCENARIOS)}); "
-        "default: all",
+        help=f"run only these walog scenarios, comma-separated ({','.join(SCENARIOS)}), "
+        f"or cost curves ({','.join(CURVES)}); default: every scenario, no curve",
+    )
+    parser.add_argument(
+        "--curves",
+        action="store_true",
+        help="also measure every cost curve (how costs grow with logs, readers, stored "
+        "ledgers, a log's length, stored data; several minutes each)",
+    )
+    parser.add_argument(
+        "--curve-max-entries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="curve-index: stop the entries curve at N entries (its points: 100k, 1M, 10M)",
+    )
+    parser.add_argument(
+        "--curve-max-ledgers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="curve-index: stop the ledgers curve at N ledgers (its points: 1k, 10k, 100k)",
+    )
+    parser.add_argument(
+        "--curves-report",
+        type=Path,
+        default=None,
+        metavar="PAGE",
+        help="put each measured curve's table and plot into this Markdown page (its "
+        "section replaced, the rest kept; plots under img/ next to it)",
     )
     parser.add_argument(
         "--hosts",
@@ -299,7 +329,7 @@ class _Run:
                 r["tail_journal_sync_max_ms"] = round(slowest / 1000.0, 1)
                 slow = bucket_of(SLOW_SYNC_S)
                 r["tail_journal_syncs_over_20ms"] = sum(tail.journal_syncs[slow:])
-        if "checkpoint" in only and (not self.plan.quick or only != frozenset(SCENARIOS)):
+        if "checkpoint" in only and (not self.plan.quick or not only >= frozenset(SCENARIOS)):
             self.tail_while_checkpointing()
         if "ledger" in only:
             with self.bar("ledger append PERSISTENT") as tick, self.cpu() as cpu:
@@ -447,7 +477,7 @@ class _Run:
         """Spark batch scan and sink MB/s on local[2], and the sink's on a standalone cluster of
         two one-core workers, in its own interpreter: the JVM gateway is forked, and forking a
         process with live gRPC threads is unsafe."""
-        full = self.args.only == frozenset(SCENARIOS)
+        full = self.args.only >= frozenset(SCENARIOS)
         wanted = self.args.spark == "yes" or (
             self.args.spark == "auto" and full and not self.plan.quick
         )
@@ -709,11 +739,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.only = frozenset({"restart"})
     _quiet_logging()
     if args.from_json is not None:
-        if args.report is None:
-            build_parser().error("--from-json needs --report")
-        write_report(json.loads(args.from_json.read_text()), args.report)
+        if args.report is None and args.curves_report is None:
+            build_parser().error("--from-json needs --report or --curves-report")
+        earlier = json.loads(args.from_json.read_text())
+        if args.report is not None:
+            write_report(earlier, args.report)
+        if args.curves_report is not None:
+            stored = earlier.get("curves", {}).values()
+            write_curves([Curve.from_json(c) for c in stored], args.curves_report)
         return 0
-    if args.report is not None and args.only != frozenset(SCENARIOS):
+    if args.curves:
+        args.only = args.only | frozenset(CURVES)
+    if args.report is not None and not args.only >= frozenset(SCENARIOS):
         build_parser().error("--report needs every scenario (leave out --only)")
     if args.seconds is not None and args.seconds <= 0:
         build_parser().error(f"--seconds must be > 0, got {args.seconds}")
@@ -751,6 +788,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run.bookie_restart()
         run.hosts()
         run.soak()
+        curves = curve_runs.measure(run, args.only, arg_list, plan.seconds)
     results: dict[str, Any] = {
         **run.results,
         "skipped": run.skipped,
@@ -778,7 +816,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for p in run.profiles
         ]
+    if curves:
+        results["curves"] = {curve.name: curve.to_json() for curve in curves}
     print_table(results, sys.stdout)
+    for line in print_curves(curves):
+        print(line)
     if "soak_disk_by_minute" in results:
         from walog.bench.soak_watch import print_disks
 
@@ -788,6 +830,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.output.write_text(json.dumps(results, indent=2) + "\n")
     if args.report is not None:
         write_report(results, args.report)
+    if args.curves_report is not None and curves:
+        write_curves(curves, args.curves_report)
     if args.json:
         print(json.dumps(results), flush=True)
     if run.failures:
