@@ -13,6 +13,7 @@ from pathlib import Path
 import lmdb
 import structlog
 
+from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.index import (
     ENTRY_KEY,
     FORMAT_KEY,
@@ -21,8 +22,10 @@ from bookie.storage.index import (
     unseal,
     unseal_run_row,
 )
+from bookie.storage.journal_files import JournalMark
+from bookie.storage.ledger_state import LedgerState
 from tests.unit.bookie.helpers import add, open_core, payload
-from walog.wire.digest import master_key
+from walog.wire.digest import entry_digest, master_key
 from walog.wire.status import Status
 
 GOLDEN_V1 = Path(__file__).resolve().parents[2] / "golden" / "v1" / "bookie"
@@ -166,3 +169,50 @@ async def test_an_index_of_format_2_is_migrated_at_start_and_read_whole(tmp_path
         core = await open_core(data)
     await core.close()
     assert not [e for e in logs if e["event"] == "index migrated"]
+
+
+def _entries(ledger_id: int, ids: range) -> list[tuple[int, int, tuple[int, int, bytes]]]:
+    out = []
+    for entry_id in ids:
+        data = payload(ledger_id, entry_id, 200)
+        out.append((ledger_id, entry_id, (-1, entry_digest(ledger_id, entry_id, -1, data), data)))
+    return out
+
+
+def test_compaction_in_small_steps_splits_runs_and_keeps_every_entry(tmp_path: Path) -> None:
+    """Each step moves part of a run: the stored run is cut, the moved part gets rows in
+    the new log, the summary's run count follows and absence stays provable."""
+    storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
+    try:
+        states = {n: LedgerState(n, master_key(b"k")).to_bytes() for n in (1, 2)}
+        storage.checkpoint(
+            _entries(1, range(100)) + _entries(2, range(100)), states, JournalMark(0, 0)
+        )
+        storage.checkpoint(_entries(1, range(100, 120)), {}, JournalMark(0, 0))
+        storage.delete_ledgers([2])
+        old_log = storage.seal_filling_log(1.0)
+        assert old_log is not None
+        position, steps = None, 0
+        while True:
+            position, _ = storage.compact_step(old_log, position, 3000)
+            steps += 1
+            assert storage.entries_in(1, 0, 200) == set(range(120))
+            records, damaged = storage.read_run(1, 0, 119, 1 << 30)
+            assert not damaged
+            assert [r.data for r in records] == [payload(1, e, 200) for e in range(120)]
+            if position is None:
+                break
+        assert steps > 3
+        assert old_log not in storage.live_shares()
+        summary = storage.index_summary(1)
+        assert (summary.entries, summary.last) == (120, 119)
+        assert summary.runs >= 2
+        assert storage.read_run(1, 120, 120, 1 << 20) == ([], False)  # provably absent
+    finally:
+        storage.close()
+    storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
+    try:
+        records, damaged = storage.read_run(1, 0, 119, 1 << 30)
+        assert len(records) == 120 and not damaged
+    finally:
+        storage.close()
