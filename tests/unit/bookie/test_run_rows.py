@@ -24,7 +24,8 @@ from bookie.storage.index import (
 )
 from bookie.storage.journal_files import JournalMark
 from bookie.storage.ledger_state import LedgerState
-from tests.unit.bookie.helpers import add, open_core, payload
+from bookie.storage.rebuild import rebuild_index
+from tests.unit.bookie.helpers import add, config, open_core, payload
 from walog.wire.digest import entry_digest, master_key
 from walog.wire.status import Status
 
@@ -60,10 +61,10 @@ def _format(path: Path) -> bytes | None:
         env.close()
 
 
-async def _read_all(path: Path, ledger_id: int, last: int) -> dict[int, bytes]:
+async def _read_all(path: Path, ledger_id: int, last: int, first: int = 0) -> dict[int, bytes]:
     core = await open_core(path)
     try:
-        status, records = await core.read(ledger_id, 0, last)
+        status, records = await core.read(ledger_id, first, last)
         assert status is Status.OK
         return {r.entry_id: r.data for r in records}
     finally:
@@ -216,3 +217,21 @@ def test_compaction_in_small_steps_splits_runs_and_keeps_every_entry(tmp_path: P
         assert len(records) == 120 and not damaged
     finally:
         storage.close()
+
+
+async def test_a_rebuilt_index_holds_one_run_row_per_run_of_records(tmp_path: Path) -> None:
+    core = await open_core(tmp_path)
+    for entry_id in [*range(10), *range(11, 14)]:
+        await add(core, LEDGER, entry_id, lac=-1)
+    await core.checkpoint()
+    for entry_id in range(14, 16):  # the next checkpoint: records right after 13's
+        await add(core, LEDGER, entry_id, lac=-1)
+    await core.close()
+    assert _runs(tmp_path, LEDGER) == [(0, 9), (11, 13), (14, 15)]
+    report = rebuild_index(config(tmp_path))
+    assert report.entries == 15
+    assert _runs(tmp_path, LEDGER) == [(0, 9), (11, 15)]
+    assert await _read_all(tmp_path, LEDGER, 9) == {e: payload(LEDGER, e) for e in range(10)}
+    assert await _read_all(tmp_path, LEDGER, 15, 11) == {
+        e: payload(LEDGER, e) for e in range(11, 16)
+    }
