@@ -146,7 +146,7 @@ class Compactor:
         Args:
             threshold: the live share below which a log is compacted.
             seal_filling: first seal the log being filled if it is below ``threshold``
-                too (:meth:`EntryStorage.seal_filling_log`), so that it is compacted as
+                too (:meth:`LogSpace.seal_filling_log`), so that it is compacted as
                 well (a disk under pressure).
 
         Raises:
@@ -154,11 +154,11 @@ class Compactor:
         """
         async with self._lock:
             if seal_filling:
-                await self._in_storage(lambda s: s.seal_filling_log(threshold))
+                await self._in_storage(lambda s: s.space.seal_filling_log(threshold))
             return await self._compact(threshold)
 
     async def _compact(self, threshold: float) -> int:
-        shares: dict[int, float] = await self._in_storage(lambda s: s.live_shares())
+        shares: dict[int, float] = await self._in_storage(lambda s: s.space.live_shares())
         chosen = logs_to_compact(shares, threshold)
         started = _now()
         moved_before = self.bytes_moved
@@ -204,7 +204,7 @@ class Compactor:
         room = self.room
         if room is None:
             return True
-        live: int = await self._in_storage(lambda s: s.live_bytes(log_id))
+        live: int = await self._in_storage(lambda s: s.space.live_bytes(log_id))
         free = await asyncio.to_thread(room)
         if fits(live, free):
             return True

@@ -80,6 +80,7 @@ from bookie.storage.index_audit import (
     open_tables,
 )
 from bookie.storage.journal_files import JournalMark, StorageIOError
+from bookie.storage.log_space import LogSpace, live_of
 from bookie.storage.run_index import (
     RunChange,
     find_run,
@@ -200,11 +201,6 @@ def _open_index(
         raise StorageIOError(f"cannot open index {index_dir}: {exc}") from exc
 
 
-def live_of(doc: dict[str, int]) -> int:
-    """The live bytes an entry log's accounting row counts (every ledger's, not ``_total``)."""
-    return sum(size for name, size in doc.items() if name != "_total")
-
-
 class EntryStorage:
     """Entry logs plus the LMDB index. Not thread-safe for writers: one writer thread
     calls :meth:`checkpoint` and :meth:`delete_ledgers`; readers may run concurrently.
@@ -266,6 +262,8 @@ class EntryStorage:
             cache_written=cache_written,
             reserve_log_id=self._reserve_log_id,
         )
+        #: The entry logs' live accounting, for compaction.
+        self.space = LogSpace(self._live, self._log_writer)
         if missing := unbuilt():
             _log.warning(
                 "compiled hot paths not built: they run in pure Python, about three times "
@@ -760,40 +758,6 @@ class EntryStorage:
         self._files.unlink(entry_log_path(self.log_dir, log_id), missing_ok=True)
         self.logs_deleted += 1
         _log.info("entry log deleted", log=log_id)
-
-    def live_shares(self) -> dict[int, float]:
-        """The live share (bytes of entries still indexed / bytes written) of every entry
-        log but the one being filled."""
-        shares: dict[int, float] = {}
-        for log_id, doc in self._live.items():
-            total = doc.get("_total", 0)
-            if log_id != self._log_writer.log_id and total:
-                live = live_of(doc)
-                shares[log_id] = live / total
-        return shares
-
-    def seal_filling_log(self, threshold: float) -> int | None:
-        """Stop appending to the entry log being filled when its live share is below
-        ``threshold`` (deleted ledgers left most of it dead): the next write starts a new
-        log and this one may be compacted like any other. Returns its id, or None when it
-        was left as it is. A disk under pressure needs it: the log being filled is never
-        compacted, and on a disk smaller than ``entry_log_file_bytes`` it may hold every
-        entry there is."""
-        log_id = self._log_writer.log_id
-        doc = self._live.get(log_id)
-        if log_id < 0 or doc is None or not doc.get("_total", 0):
-            return None
-        live = live_of(doc)
-        if live / doc["_total"] >= threshold:
-            return None
-        self._log_writer.stop_appending()
-        _log.info("entry log being filled sealed for compaction", log=log_id)
-        return log_id
-
-    def live_bytes(self, log_id: int) -> int:
-        """Bytes of the entries of entry log ``log_id`` still indexed (0: no such log):
-        what compacting it copies."""
-        return live_of(self._live.get(log_id, {}))
 
     def compact_step(
         self, log_id: int, after: tuple[int, int] | None, max_bytes: int

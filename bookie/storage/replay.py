@@ -130,14 +130,7 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
             _replay_compiled(loaded, fast, journal_dir, mark, limit)
         else:
             for payload, _ in replay(journal_dir, mark, limit, files):
-                try:
-                    record = decode_record(payload)
-                except ValueError as exc:
-                    _log.error("journal record skipped", error=str(exc))
-                    continue
-                loaded.replayed_records += 1
-                loaded.replayed_bytes += _FRAME_BYTES + len(payload)
-                _apply(loaded, record)
+                _decode_and_apply(loaded, payload)
         loaded.replay_s = time.perf_counter() - started
         loaded.compiled = fast is not None
         # A checkpointed state may name entries whose records were lost after its mark
@@ -169,7 +162,6 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
         ledgers=len(states),
         replayed_records=loaded.replayed_records,
         replayed_bytes=loaded.replayed_bytes,
-        replay_s=round(loaded.replay_s, 3),
         compiled_replay=loaded.compiled,
         checkpoint_mark=tuple(mark),
     )
@@ -191,6 +183,18 @@ def _check_mark(mark: JournalMark, seqs: list[int], journal_dir: Path) -> None:
         )
 
 
+def _decode_and_apply(loaded: LoadedStore, payload: bytes) -> None:
+    """Replay one journal record (a damaged one is logged and skipped)."""
+    try:
+        record = decode_record(payload)
+    except ValueError as exc:
+        _log.error("journal record skipped", error=str(exc))
+        return
+    loaded.replayed_records += 1
+    loaded.replayed_bytes += _FRAME_BYTES + len(payload)
+    _apply(loaded, record)
+
+
 def _replay_compiled(
     loaded: LoadedStore, fast: ModuleType, journal_dir: Path, mark: JournalMark, limit: int
 ) -> None:
@@ -204,14 +208,7 @@ def _replay_compiled(
             loaded.replayed_bytes += _FRAME_BYTES + len(payload)
             _apply_add(loaded, fast, ledger_id, bool(volatile), payload[header_size:])
             continue
-        try:
-            record = decode_record(bytes(payload))  # nothing kept refers to the chunk
-        except ValueError as exc:
-            _log.error("journal record skipped", error=str(exc))
-            continue
-        loaded.replayed_records += 1
-        loaded.replayed_bytes += _FRAME_BYTES + len(payload)
-        _apply(loaded, record)
+        _decode_and_apply(loaded, bytes(payload))  # nothing kept refers to the chunk
 
 
 def _apply_add(

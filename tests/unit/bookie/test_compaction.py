@@ -64,7 +64,7 @@ async def test_compaction_gives_back_the_space_of_deleted_ledgers(tmp_path: Path
     before = _log_bytes(tmp_path)
     await core.delete_ledgers(range(2, 11))  # 90 % of the data is dead now
     # Logs left without live data are gone already; the ones shared with ledger 1 wait.
-    shares = await core.in_storage(lambda s: s.live_shares())
+    shares = await core.in_storage(lambda s: s.space.live_shares())
     assert any(share < 0.5 for share in shares.values())
     assert await core.compactor.compact(0.5) > 0
     after = _log_bytes(tmp_path)
@@ -116,7 +116,7 @@ async def test_compaction_copies_no_faster_than_its_rate(tmp_path: Path) -> None
 async def test_a_ledger_deleted_between_compaction_steps_stays_deleted(tmp_path: Path) -> None:
     core = await _interleaved(tmp_path, ledgers=3, rounds=20)
     await core.delete_ledgers([3])
-    shares = await core.in_storage(lambda s: s.live_shares())
+    shares = await core.in_storage(lambda s: s.space.live_shares())
     log_id = min(shares)
 
     def step(storage: EntryStorage, after: tuple[int, int] | None) -> tuple[object, int]:
@@ -127,7 +127,7 @@ async def test_a_ledger_deleted_between_compaction_steps_stays_deleted(tmp_path:
     await core.delete_ledgers([2])  # between two steps
     while after is not None:
         after, _ = await core.in_storage(functools.partial(step, after=after))
-    assert log_id not in await core.in_storage(lambda s: s.live_shares())
+    assert log_id not in await core.in_storage(lambda s: s.space.live_shares())
     assert 2 not in core.ledgers()
     assert await read_all(core, 2, 19) == {}
     assert await read_all(core, 1, 19) == {i: payload(1, i, SIZE) for i in range(20)}
@@ -232,14 +232,16 @@ async def test_compaction_takes_only_the_logs_whose_live_bytes_fit_in_the_room_l
     (with a margin); the others stay, intact, for a pass with more room."""
     core = await _interleaved(tmp_path, ledgers=4, rounds=60)
     await core.delete_ledgers([2, 3, 4])
-    shares = await core.in_storage(lambda s: s.live_shares())
+    shares = await core.in_storage(lambda s: s.space.live_shares())
     assert shares and all(share < 0.5 for share in shares.values())
-    live = {log: await core.in_storage(lambda s, log=log: s.live_bytes(log)) for log in shares}
+    live = {
+        log: await core.in_storage(lambda s, log=log: s.space.live_bytes(log)) for log in shares
+    }
     assert all(size > 0 for size in live.values())
     assert not fits(min(live.values()), ROOM_MARGIN_BYTES)
     core.compactor.room = lambda: ROOM_MARGIN_BYTES  # nothing fits: nothing is touched
     assert await core.compactor.compact(0.5) == 0
-    assert await core.in_storage(lambda s: s.live_shares()) == shares
+    assert await core.in_storage(lambda s: s.space.live_shares()) == shares
     core.compactor.room = lambda: ROOM_MARGIN_BYTES + max(live.values())
     assert await core.compactor.compact(0.5) == len(shares)
     assert await read_all(core, 1, 59) == {i: payload(1, i, SIZE) for i in range(60)}

@@ -191,7 +191,7 @@ def test_compaction_in_small_steps_splits_runs_and_keeps_every_entry(tmp_path: P
         )
         storage.checkpoint(_entries(1, range(100, 120)), {}, JournalMark(0, 0))
         storage.delete_ledgers([2])
-        old_log = storage.seal_filling_log(1.0)
+        old_log = storage.space.seal_filling_log(1.0)
         assert old_log is not None
         position, steps = None, 0
         while True:
@@ -204,7 +204,7 @@ def test_compaction_in_small_steps_splits_runs_and_keeps_every_entry(tmp_path: P
             if position is None:
                 break
         assert steps > 3
-        assert old_log not in storage.live_shares()
+        assert old_log not in storage.space.live_shares()
         summary = storage.index_summary(1)
         assert (summary.entries, summary.last) == (120, 119)
         assert summary.runs >= 2
