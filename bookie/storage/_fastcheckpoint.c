@@ -5,9 +5,12 @@
  *
  *   - entry-log records (header ">IqqqI": data_len, ledger, entry, lac, digest; then the
  *     data), appended to one bytearray per write chunk, and
- *   - index rows (key ">qq" ledger, entry; value crc32c:u32 then ">IQI" log, offset,
- *     length, the crc covering key and location), appended to the ledger's row list,
- *     plus the record bytes added to the (log, ledger) live-byte counters,
+ *   - index run rows, one per run of consecutive entries of a ledger written back to back
+ *     (key ">qq" ledger, first entry; value crc32c:u32 then ">IQ" log, offset of the
+ *     first record, then ">I" per record: its length; the crc covers key and the rest),
+ *     appended to the ledger's row list, plus the record bytes added to the (log, ledger)
+ *     live-byte counters. A run closes at another ledger, a gap in the entry ids, at
+ *     MAX_RUN entries and when this call returns (a roll, a chunk to write, the end),
  *
  * byte for byte what the pure-Python loop produces.
  *
@@ -47,8 +50,8 @@ enum { STATUS_DONE = 0, STATUS_ROLL = 1, STATUS_FLUSH = 2 };
 
 #define RECORD_BYTES 32 /* ">IqqqI" */
 #define KEY_BYTES 16    /* ">qq" */
-#define ROW_BYTES 32    /* ">qqIQI": key then location, what the row crc covers */
-#define VALUE_BYTES 20  /* crc:u32 then ">IQI" */
+#define RUN_HEAD_BYTES 12 /* ">IQ": log, offset of the run's first record */
+#define MAX_RUN 256       /* bookie/storage/index.py MAX_RUN_ENTRIES */
 
 /* -- big-endian packing ---------------------------------------------------------------- */
 
@@ -108,6 +111,11 @@ typedef struct {
     PyObject *bucket;     /* rows[ledger] */
     PyObject *per_ledger; /* live[log_id] */
     long long bytes;      /* record bytes of the run not yet added to per_ledger[ledger] */
+    long long first;      /* the open index run: its first entry id, */
+    long long following;  /* the id that would continue it, */
+    long long offset;     /* its first record's offset, */
+    Py_ssize_t count;     /* how many entries it holds (0: none open) */
+    uint32_t lengths[MAX_RUN];
 } Run;
 
 static void
@@ -117,6 +125,7 @@ run_clear(Run *run)
     Py_CLEAR(run->bucket);
     Py_CLEAR(run->per_ledger);
     run->bytes = 0;
+    run->count = 0;
 }
 
 /* Add the run's bytes to live[log][ledger]; 0 or -1 with an exception. */
@@ -204,6 +213,48 @@ run_start(Run *run, PyObject *ledger, long long ledger_id, PyObject *log, PyObje
     run->ledger = ledger;
     run->ledger_id = ledger_id;
     return 0;
+}
+
+/* Close the open index run (if any): its row goes to the run's bucket. 0 or -1. */
+static int
+run_emit(Run *run, long long log_id)
+{
+    if (run->count == 0) {
+        return 0;
+    }
+    unsigned char both[KEY_BYTES + RUN_HEAD_BYTES + 4 * MAX_RUN];
+    put_u64(both, (uint64_t)run->ledger_id);
+    put_u64(both + 8, (uint64_t)run->first);
+    put_u32(both + KEY_BYTES, (uint32_t)log_id);
+    put_u64(both + KEY_BYTES + 4, (uint64_t)run->offset);
+    for (Py_ssize_t i = 0; i < run->count; i++) {
+        put_u32(both + KEY_BYTES + RUN_HEAD_BYTES + 4 * i, run->lengths[i]);
+    }
+    size_t payload = RUN_HEAD_BYTES + 4 * (size_t)run->count;
+    run->count = 0;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)both, KEY_BYTES);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *value = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 + payload));
+    if (value == NULL) {
+        Py_DECREF(key);
+        return -1;
+    }
+    unsigned char *sealed = (unsigned char *)PyBytes_AS_STRING(value);
+    put_u32(sealed, crc_of(both, KEY_BYTES + payload));
+    memcpy(sealed + 4, both + KEY_BYTES, payload);
+    PyObject *row = PyTuple_New(2);
+    if (row == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(value);
+        return -1;
+    }
+    PyTuple_SET_ITEM(row, 0, key); /* steals */
+    PyTuple_SET_ITEM(row, 1, value);
+    int rc = PyList_Append(run->bucket, row);
+    Py_DECREF(row);
+    return rc;
 }
 
 /* Make room for ``need`` bytes in ``buf``; 0 or -1 with an exception. */
@@ -298,7 +349,6 @@ append_one(PyObject *item, PyObject *buf, Py_ssize_t *used, PyObject *rows, PyOb
         data_len = view.len;
     }
     int rc = -1;
-    PyObject *key = NULL, *value = NULL, *row = NULL;
     if ((unsigned long long)data_len > 0xFFFFFFFFull - RECORD_BYTES) {
         PyErr_Format(PyExc_ValueError, "entry data of %zd bytes: a record holds at most %llu",
                      data_len, 0xFFFFFFFFull - RECORD_BYTES);
@@ -327,45 +377,27 @@ append_one(PyObject *item, PyObject *buf, Py_ssize_t *used, PyObject *rows, PyOb
     }
 
     if (run->ledger == NULL || run->ledger_id != ledger_id) {
-        if (run_start(run, ledger, ledger_id, log, rows, live) < 0) {
+        if (run_emit(run, log_id) < 0 ||
+            run_start(run, ledger, ledger_id, log, rows, live) < 0) {
             goto done;
         }
     }
-    unsigned char both[ROW_BYTES];
-    put_u64(both, (uint64_t)ledger_id);
-    put_u64(both + 8, (uint64_t)entry_id);
-    put_u32(both + 16, (uint32_t)log_id);
-    put_u64(both + 20, (uint64_t)*offset);
-    put_u32(both + 28, (uint32_t)length);
-    key = PyBytes_FromStringAndSize((const char *)both, KEY_BYTES);
-    if (key == NULL) {
-        goto done;
+    else if (run->count > 0 && (entry_id != run->following || run->count >= MAX_RUN)) {
+        if (run_emit(run, log_id) < 0) {
+            goto done;
+        }
     }
-    value = PyBytes_FromStringAndSize(NULL, VALUE_BYTES);
-    if (value == NULL) {
-        goto done;
+    if (run->count == 0) {
+        run->first = entry_id;
+        run->offset = *offset;
     }
-    unsigned char *sealed = (unsigned char *)PyBytes_AS_STRING(value);
-    put_u32(sealed, crc_of(both, ROW_BYTES));
-    memcpy(sealed + 4, both + KEY_BYTES, ROW_BYTES - KEY_BYTES);
-    row = PyTuple_New(2);
-    if (row == NULL) {
-        goto done;
-    }
-    PyTuple_SET_ITEM(row, 0, key); /* steals */
-    PyTuple_SET_ITEM(row, 1, value);
-    key = value = NULL;
-    if (PyList_Append(run->bucket, row) < 0) {
-        goto done;
-    }
+    run->lengths[run->count++] = (uint32_t)length;
+    run->following = entry_id + 1;
     run->bytes += length;
     *used += (Py_ssize_t)length;
     *offset += length;
     rc = 0;
 done:
-    Py_XDECREF(row);
-    Py_XDECREF(key);
-    Py_XDECREF(value);
     if (have_view) {
         PyBuffer_Release(&view);
     }
@@ -410,7 +442,7 @@ append_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     Py_ssize_t used = (Py_ssize_t)used_ll;
     Py_ssize_t count = 0;
     int status = STATUS_DONE;
-    Run run = {NULL, 0, NULL, NULL, 0};
+    Run run = {NULL, 0, NULL, NULL, 0, 0, 0, 0, 0, {0}};
     PyObject *item = NULL;
     if (held != Py_None) {
         item = held;
@@ -440,7 +472,7 @@ append_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
             break;
         }
     }
-    if (run_settle(&run) < 0) {
+    if (run_emit(&run, log_id) < 0 || run_settle(&run) < 0) {
         goto error;
     }
     run_clear(&run);

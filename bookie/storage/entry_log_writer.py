@@ -11,7 +11,9 @@ first four bytes are a record's data length, at most 64 MiB (the largest message
 ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` (:data:`RECORD`)
 followed by the data. :class:`EntryLogWriter` appends records to the log being filled,
 writes and syncs them chunk by chunk, rolls to a new log at ``entry_log_file_bytes``, and
-builds the index rows and live-byte counts of what it wrote; the caller commits those
+builds the index rows (one run row per run of consecutive entries of a ledger whose
+records it wrote back to back, bookie/storage/index.py) and live-byte counts of what it
+wrote; the caller commits those
 (bookie/storage/entry_storage.py). A write that fails leaves the log's tail unknown: what
 it wrote is cut off, and the log is never appended to again.
 
@@ -36,7 +38,7 @@ import lmdb
 
 from bookie.storage.fastpath import CHECKPOINT_COMPILED
 from bookie.storage.files import Files, write_all
-from bookie.storage.index import ENTRY_KEY, ROW_CRC
+from bookie.storage.index import MAX_RUN_ENTRIES, ROW_CRC, RUN_HEAD
 from bookie.storage.journal_files import StorageIOError
 from walog.format_versions import newer_version_message
 
@@ -50,10 +52,8 @@ RECORD = struct.Struct(">IqqqI")
 _INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
-# An entry row's key and location (KEY_AND_LOCATION) as the append loops pack them: the
-# same bytes for valid ids, but unsigned, so that a negative ledger or entry id fails the
-# pack (the record header's ">q" fails those of 2**63 and up).
-_CHECKED_KEY_AND_LOCATION = struct.Struct(">QQIQI")
+# A run row's key as the append loops pack it (ENTRY_KEY's bytes for the ids they accept).
+_RUN_KEY = struct.Struct(">QQ")
 
 #: The append loop, chosen once at import (bookie/storage/fastpath.py): True for the
 #: compiled one.
@@ -209,38 +209,56 @@ class EntryLogWriter:
         bucket: list[tuple[bytes, bytes]] = []
         per_ledger: dict[int, int] = {}
         # The checkpoint's hot loop, one pass per entry: its record is buffered for the
-        # entry log and its index row built (entry_row's bytes, inlined with the append).
+        # entry log and its length added to the open run; a run's row is built when it
+        # closes (another ledger, a gap, a full run, a new log, a chunk written out).
         # The log's position lives in locals here; ``self._offset`` is brought up
         # to date before anything else reads it (a roll, a flush, the end).
         pending = self._pending
-        record, location = RECORD.pack, _CHECKED_KEY_AND_LOCATION.pack
-        crc_of, crc = ROW_CRC.pack, crc32c.crc32c
-        limit, chunk, key_size = self._roll_offset, _WRITE_CHUNK_BYTES, ENTRY_KEY.size
+        record = RECORD.pack
+        limit, chunk = self._roll_offset, _WRITE_CHUNK_BYTES
         log_id, offset = self.log_id, self._offset
         flushed = offset  # the log's offset at the last write of the buffered records
+        lengths: list[int] = []  # the open run's record lengths (none open when empty)
+        run_first = run_offset = following = 0
         try:
             for ledger_id, entry_id, (lac, digest, data) in entries:
                 if log_id < 0 or offset >= limit:  # no log open (-1 with its fd), or full
+                    if lengths:
+                        bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
+                        lengths = []
                     self._offset = offset
                     self._roll()
                     log_id, offset = self.log_id, self._offset
                     flushed = offset
                 length = RECORD.size + len(data)
-                pending.append(record(len(data), ledger_id, entry_id, lac, digest))
+                head = record(len(data), ledger_id, entry_id, lac, digest)
+                if ledger_id < 0 or entry_id < 0 or length > _UINT32_MAX:
+                    raise struct.error("entry out of range")
+                pending.append(head)
                 pending.append(data)
                 if ledger_id != current or log_id != current_log:
+                    if lengths:
+                        bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
+                        lengths = []
                     # Entries come grouped by ledger and logs roll rarely: look up the
                     # ledger's row list and live-bytes slot once per run, not per entry.
                     current, current_log = ledger_id, log_id
                     bucket = rows.setdefault(ledger_id, [])
                     per_ledger = live.setdefault(log_id, {})
                     per_ledger.setdefault(ledger_id, 0)
-                both = location(ledger_id, entry_id, log_id, offset, length)
-                bucket.append((both[:key_size], crc_of(crc(both)) + both[key_size:]))
+                elif lengths and (entry_id != following or len(lengths) >= MAX_RUN_ENTRIES):
+                    bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
+                    lengths = []
+                if not lengths:
+                    run_first, run_offset = entry_id, offset
+                lengths.append(length)
+                following = entry_id + 1
                 per_ledger[ledger_id] += length
                 written += 1
                 offset += length
                 if offset - flushed >= chunk:
+                    bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
+                    lengths = []
                     self._offset = flushed = offset
                     self._flush_pending()
                     # Synced chunk by chunk: one sync of a whole checkpoint at its end would
@@ -252,6 +270,8 @@ class EntryLogWriter:
             if problem is None:
                 raise
             raise problem from exc
+        if lengths:
+            bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
         self._offset = offset
         self._flush_pending()
         return written
@@ -340,6 +360,15 @@ class EntryLogWriter:
         # removed at the next start, whatever it holds.
         write_all(self._files, self._fd, log_header(log_id))
         self._offset = LOG_HEADER.size
+
+
+def _run_row(
+    ledger_id: int, first: int, log_id: int, offset: int, lengths: list[int]
+) -> tuple[bytes, bytes]:
+    """The run row of a closed run (the ids and sizes were checked entry by entry)."""
+    key = _RUN_KEY.pack(ledger_id, first)
+    payload = RUN_HEAD.pack(log_id, offset) + struct.pack(f">{len(lengths)}I", *lengths)
+    return key, ROW_CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(key))) + payload
 
 
 def _bad_entry(

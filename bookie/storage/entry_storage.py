@@ -5,8 +5,10 @@ Layout under ``data_dir``:
 - ``entrylogs/NNNNNNNNNN.log`` — entries of many ledgers, appended at checkpoints by the
   entry-log writer (bookie/storage/entry_log_writer.py, which also defines the header and
   the records); a log of a newer format than this bookie reads stops it at open.
-- ``index/`` — one LMDB environment (format version 2, bookie/storage/index.py) with four
-  tables: ``entries`` ((ledger, entry) -> (log, offset, record length)), ``ledgers``
+- ``index/`` — one LMDB environment (format version 3, bookie/storage/index.py) with four
+  tables: ``entries`` (one run row per run of consecutive entries of a ledger written
+  back to back: (ledger, first entry) -> (log, offset, record lengths);
+  bookie/storage/run_index.py), ``ledgers``
   (ledger -> index summary + :class:`LedgerState` record), ``logs`` (log -> live bytes per
   ledger, for GC) and ``meta`` (format, checkpoint mark, next log id, censuses). Every
   value carries a CRC32C over its key and payload.
@@ -58,6 +60,7 @@ from bookie.storage.index import (
     Census,
     IndexSummary,
     LedgerRow,
+    Run,
     pack_census,
     pack_ledger_row,
     pack_mark,
@@ -65,7 +68,7 @@ from bookie.storage.index import (
     seal,
     unpack_next_log,
     unseal,
-    unseal_entry_row,
+    unseal_run_row,
 )
 from bookie.storage.index_audit import (
     AbsenceProof,
@@ -73,10 +76,18 @@ from bookie.storage.index_audit import (
     Tables,
     audit_index,
     initialise,
+    migrate,
     open_tables,
 )
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.log_space import LogSpace, live_of
+from bookie.storage.run_index import (
+    RunChange,
+    find_run,
+    held_in,
+    ledger_rows_from,
+    put_runs,
+)
 from bookie.storage.tombstones import Tombstones
 from walog import mutations
 from walog.wire.digest import entry_digest
@@ -179,6 +190,8 @@ def _open_index(
         tables, fresh = open_tables(env)
         if fresh:
             initialise(env, tables, log_names(), rebuild=rebuild)
+        else:
+            migrate(env, tables)
         return env, tables, audit_index(env, tables)
     except (lmdb.Error, StorageIOError) as exc:
         if env is not None:
@@ -320,28 +333,26 @@ class EntryStorage:
     # -- reads --------------------------------------------------------------------------
 
     def contains(self, ledger_id: int, entry_id: int) -> bool:
-        """True when the index has a row (intact or not) for the entry."""
+        """True when an index row holds the entry: an intact run row, or a row keyed with
+        the entry that fails its checks (a damaged row before it does not count: the entry
+        is then stored again rather than taken as held)."""
         with self._env.begin(db=self._entries) as txn:
-            return txn.get(ENTRY_KEY.pack(ledger_id, entry_id)) is not None
+            found = find_run(txn.cursor(), ledger_id, entry_id)
+        return found.run is not None or (found.damaged and found.exact)
 
     def entries_in(self, ledger_id: int, first: int, last: int) -> set[int]:
-        """The ids in ``first..last`` that have an index row (intact or not): what
-        :meth:`contains` says of each, in one read (journal replay asks it per record)."""
-        found: set[int] = set()
+        """The ids in ``first..last`` that an index row holds (a row that fails its checks
+        holds its first entry): what :meth:`contains` says of each, in one read (journal
+        replay asks it per record)."""
         with self._env.begin(db=self._entries) as txn:
-            cursor = txn.cursor()
             # Keys order ids as unsigned: negative ids (never stored, but asked about as
-            # any other) sort after the others, so each sign is a range of its own.
-            for low, high in ((max(first, 0), last), (first, min(last, -1))):
-                if low > high or not cursor.set_range(ENTRY_KEY.pack(ledger_id, low)):
-                    continue
-                end = ENTRY_KEY.pack(ledger_id, high)
-                for raw_key in cursor.iternext(keys=True, values=False):
-                    key = bytes(raw_key)
-                    if key > end:
-                        break
-                    if len(key) == ENTRY_KEY.size:
-                        found.add(ENTRY_KEY.unpack(key)[1])
+            # any other) sort after the others; only a damaged row could be keyed so.
+            found = held_in(txn, self._entries, ledger_id, max(first, 0), last)
+            if first < 0:
+                cursor = txn.cursor()
+                for entry_id in range(first, min(last, -1) + 1):
+                    if cursor.set_key(ENTRY_KEY.pack(ledger_id, entry_id)):
+                        found.add(entry_id)
         return found
 
     def read_run(
@@ -349,64 +360,129 @@ class EntryStorage:
     ) -> tuple[list[StoredRecord], bool]:
         """Consecutive stored entries from ``first`` (at most up to ``last``, at least one
         if present, at most ``max_bytes`` of payload and :data:`READ_ENTRY_OVERHEAD` per
-        entry after the first).
+        entry after the first): one index lookup and one entry-log read per run row.
 
         Returns ``(records, damaged)``: ``damaged`` is True when the run stopped at a
         record or index row that failed its checks (logged, never returned), or when
         ``first`` has no index row and its absence cannot be proven.
         """
-        locations: list[Location] = []
+        pieces: list[Run] = []
         damaged = False
         try:
             with self._env.begin(db=self._entries) as txn:
                 cursor = txn.cursor()
-                expected = first
-                prefix = LEDGER_KEY.pack(ledger_id)
-                if cursor.set_key(ENTRY_KEY.pack(ledger_id, first)):
-                    for raw_key, value in cursor:
-                        key = bytes(raw_key)
-                        if key[:8] != prefix:
+                found = find_run(cursor, ledger_id, first)
+                run = found.run
+                if run is None:
+                    if found.damaged:
+                        _log.error("damaged index row", ledger=ledger_id, entry=first)
+                        return [], True
+                    if not self._absence.proven(txn, ledger_id, first):
+                        _log.warning(
+                            "entry missing from the index but not provably absent",
+                            ledger=ledger_id,
+                            entry=first,
+                        )
+                        return [], True
+                    return [], False
+                entry_id, size = first, 0
+                while True:
+                    # The lengths say what fits: read no record that will not be served.
+                    stop = entry_id
+                    for length in run.lengths[entry_id - run.first :]:
+                        cost = length - RECORD.size + READ_ENTRY_OVERHEAD
+                        if stop > last or (stop > first and size + cost > max_bytes):
                             break
-                        entry_id = _entry_id(key)
-                        if entry_id is not None and (entry_id != expected or entry_id > last):
-                            break
-                        location = unseal_entry_row(key, bytes(value))
-                        if location is None or entry_id is None:
-                            _log.error("damaged index row", ledger=ledger_id, entry=expected)
-                            damaged = True
-                            break
-                        locations.append(Location(*location))
-                        expected += 1
-                        if (expected - first) * READ_ENTRY_OVERHEAD > max_bytes:
-                            break  # more could not fit, whatever their sizes
-                elif not self._absence.proven(txn, ledger_id, first):
-                    _log.warning(
-                        "entry missing from the index but not provably absent",
-                        ledger=ledger_id,
-                        entry=first,
-                    )
-                    return [], True
+                        size += cost
+                        stop += 1
+                    if stop > entry_id:
+                        pieces.append(run.piece(entry_id, stop - 1))
+                    if stop <= run.last or stop > last:
+                        break
+                    entry_id = stop
+                    key = ENTRY_KEY.pack(ledger_id, entry_id)
+                    if not cursor.set_key(key):
+                        break  # a gap: the run of consecutive entries ends here
+                    run = unseal_run_row(key, bytes(cursor.value()))
+                    if run is None:
+                        _log.error("damaged index row", ledger=ledger_id, entry=entry_id)
+                        damaged = True
+                        break
         except lmdb.Error as exc:
             _log.error("index read failed", ledger=ledger_id, entry=first, error=str(exc))
             return [], True
         records: list[StoredRecord] = []
-        size = 0
         files: dict[int, int] = {}
         try:
-            for offset, location in enumerate(locations):
-                entry_id = first + offset
-                record = self._read_one(files, ledger_id, entry_id, location)
-                if record is None:
-                    return records, True
-                cost = len(record.data) + READ_ENTRY_OVERHEAD
-                if records and size + cost > max_bytes:
-                    return records, False
-                records.append(record)
-                size += cost
+            for piece in pieces:
+                for record in self._read_piece(files, ledger_id, piece):
+                    if record is None:
+                        return records, True
+                    records.append(record)
         finally:
             for fd in files.values():
                 self._files.close(fd)
         return records, damaged
+
+    def _read_piece(
+        self, files: dict[int, int], ledger_id: int, run: Run, *, raise_unreadable: bool = False
+    ) -> list[StoredRecord | None]:
+        """The records of ``run`` (a run row or a piece of one) in one read, each checked:
+        None for one that is damaged, or unreadable (a read the disk failed: every record
+        from there on; with ``raise_unreadable`` the OSError is raised instead)."""
+        try:
+            raw = self._files.pread(self._fd_of(files, run.log_id), sum(run.lengths), run.offset)
+        except FileNotFoundError:
+            # A compaction moved the entries and removed the log: look each up again.
+            return [
+                self._read_one(
+                    files,
+                    ledger_id,
+                    entry_id,
+                    Location(*run.location(entry_id)),
+                    raise_unreadable=raise_unreadable,
+                )
+                for entry_id in range(run.first, run.last + 1)
+            ]
+        except OSError as exc:
+            if raise_unreadable:
+                raise
+            _log.error("entry read failed", ledger=ledger_id, entry=run.first, error=str(exc))
+            return [None]
+        records: list[StoredRecord | None] = []
+        position = 0
+        view = memoryview(raw)
+        for entry_id, length in enumerate(run.lengths, run.first):
+            record = view[position : position + length]
+            position += length
+            records.append(self._checked(record, ledger_id, entry_id, run, length))
+        return records
+
+    def _fd_of(self, files: dict[int, int], log_id: int) -> int:
+        """A descriptor of entry log ``log_id``, opened once per read (FileNotFoundError)."""
+        fd = files.get(log_id)
+        if fd is None:
+            fd = self._files.open(entry_log_path(self.log_dir, log_id), os.O_RDONLY)
+            files[log_id] = fd
+        return fd
+
+    def _checked(
+        self, raw: memoryview, ledger_id: int, entry_id: int, run: Run, length: int
+    ) -> StoredRecord | None:
+        """The record ``raw`` of ``entry_id`` if it passes its checks (else logged)."""
+        problem = _check_record(raw, ledger_id, entry_id, length)
+        if problem is not None:
+            _log.error(
+                "damaged entry not served",
+                ledger=ledger_id,
+                entry=entry_id,
+                log=run.log_id,
+                offset=run.location(entry_id)[1],
+                problem=problem,
+            )
+            return None
+        _, _, _, lac, digest = RECORD.unpack_from(raw)
+        return StoredRecord(entry_id, lac, bytes(raw[RECORD.size :]), digest)
 
     def _read_one(
         self,
@@ -420,45 +496,32 @@ class EntryStorage:
         """The record at ``location``, checked; None when it is damaged (read, but its
         header or digest is wrong) or its log is gone. A read the disk failed (an OSError:
         the record was never seen) is None too, or with ``raise_unreadable`` raised."""
+        one = Run(entry_id, location.log_id, location.offset, (location.length,))
         try:
-            fd = files.get(location.log_id)
-            if fd is None:
-                path = entry_log_path(self.log_dir, location.log_id)
-                fd = self._files.open(path, os.O_RDONLY)
-                files[location.log_id] = fd
+            fd = self._fd_of(files, location.log_id)
             raw = self._files.pread(fd, location.length, location.offset)
         except FileNotFoundError:
             # A compaction moved the entry and removed the log: look it up again.
-            key = ENTRY_KEY.pack(ledger_id, entry_id)
             with self._env.begin(db=self._entries) as txn:
-                value = txn.get(key)
-            moved = None if value is None else unseal_entry_row(key, bytes(value))
-            if moved is None or Location(*moved) == location:
+                moved = find_run(txn.cursor(), ledger_id, entry_id).run
+            if moved is None or Location(*moved.location(entry_id)) == location:
                 _log.error(
                     "entry log missing", ledger=ledger_id, entry=entry_id, log=location.log_id
                 )
                 return None
             return self._read_one(
-                files, ledger_id, entry_id, Location(*moved), raise_unreadable=raise_unreadable
+                files,
+                ledger_id,
+                entry_id,
+                Location(*moved.location(entry_id)),
+                raise_unreadable=raise_unreadable,
             )
         except OSError as exc:
             if raise_unreadable:
                 raise
             _log.error("entry read failed", ledger=ledger_id, entry=entry_id, error=str(exc))
             return None
-        problem = _check_record(raw, ledger_id, entry_id, location.length)
-        if problem is not None:
-            _log.error(
-                "damaged entry not served",
-                ledger=ledger_id,
-                entry=entry_id,
-                log=location.log_id,
-                offset=location.offset,
-                problem=problem,
-            )
-            return None
-        _, _, _, lac, digest = RECORD.unpack_from(raw)
-        return StoredRecord(entry_id, lac, raw[RECORD.size :], digest)
+        return self._checked(memoryview(raw), ledger_id, entry_id, one, location.length)
 
     # -- checkpoint -----------------------------------------------------------------------
 
@@ -521,24 +584,40 @@ class EntryStorage:
         new_rows: dict[int, LedgerRow] = {}
         ledgers_census = self._ledgers_census
         with self._env.begin(write=True) as txn:
-            added: dict[int, int] = {}
+            changes: dict[int, RunChange] = {}
             for ledger_id, ledger_rows in rows.items():
-                cursor = txn.cursor(db=self._entries)
-                # A key already present (a duplicate) keeps its row and is not counted;
-                # a compaction repoints existing rows without changing any count.
-                _, added[ledger_id] = cursor.putmulti(ledger_rows, overwrite=repoint)
-                if replace:
-                    for key, value in ledger_rows:
-                        if (ledger_id, _entry_id(key)) in replace:
-                            cursor.put(key, value, overwrite=True)
+                old = self._rows.get(ledger_id)
+                held_last = (
+                    old.summary.last
+                    if old is not None
+                    else -1
+                    if ledger_id not in self.damaged_ledgers
+                    else None
+                )
+                # An entry already held keeps its stored copy (a duplicate), except a
+                # re-replicated copy of a damaged one; a compaction's copies win.
+                wins = None if repoint else {e for (led, e) in replace if led == ledger_id}
+                changes[ledger_id] = put_runs(
+                    txn,
+                    self._entries,
+                    ledger_id,
+                    ledger_rows,
+                    held_last=held_last if not wins else None,
+                    new_wins=wins,
+                )
             live_docs, logs_census = self._put_live(txn, live)
-            for ledger_id in states.keys() | (added.keys() if not repoint else set()):
+            changed = {
+                ledger_id
+                for ledger_id, change in changes.items()
+                if change.entries or change.runs
+                if not repoint or ledger_id in self._rows
+            }
+            for ledger_id in states.keys() | changed:
                 old = self._rows.get(ledger_id)
                 summary = IndexSummary() if old is None else old.summary
-                if added.get(ledger_id):
-                    # Entry ids are never negative, so the largest key has the highest id.
-                    highest = ENTRY_KEY.unpack(max(rows[ledger_id])[0])[1]
-                    summary = summary.plus(added[ledger_id], highest)
+                change = changes.get(ledger_id)
+                if change is not None:
+                    summary = summary.plus(change.entries, change.highest, change.runs)
                 state = states.get(ledger_id)
                 if state is None:
                     assert old is not None  # checked by _write before the transaction
@@ -718,40 +797,47 @@ class EntryStorage:
                     if after is not None and ledger_id < after[0]:
                         continue
                     first = after[1] + 1 if after is not None and ledger_id == after[0] else 0
-                    cursor = txn.cursor()
-                    if not cursor.set_range(ENTRY_KEY.pack(ledger_id, first)):
-                        continue
-                    prefix = LEDGER_KEY.pack(ledger_id)
-                    for raw_key, value in cursor:
-                        key = bytes(raw_key)
-                        if key[:8] != prefix:
-                            break
-                        found = unseal_entry_row(key, bytes(value))
-                        entry_id = _entry_id(key)
-                        if found is None or entry_id is None or found[0] != log_id:
+                    for key, value in ledger_rows_from(txn.cursor(), ledger_id, first):
+                        run = unseal_run_row(key, value)
+                        if run is None or run.log_id != log_id or run.last < first:
                             continue  # a damaged row stays where it is (its reads fail)
-                        position = (ledger_id, entry_id)
+                        piece = run.piece(max(first, run.first), run.last)
+                        records: list[StoredRecord | None]
                         try:
-                            record = self._read_one(
-                                files, ledger_id, entry_id, Location(*found), raise_unreadable=True
+                            records = self._read_piece(
+                                files, ledger_id, piece, raise_unreadable=True
                             )
                         except OSError as exc:
                             if not mutations.enabled("compaction_skips_unreadable"):
                                 self.compaction_read_errors += 1
                                 raise UnreadableEntryLogError(
-                                    f"entry log {log_id} not compacted: reading entry "
-                                    f"{entry_id} of ledger {ledger_id} failed ({exc}); the "
-                                    "log is kept for a later pass",
+                                    f"entry log {log_id} not compacted: reading entries "
+                                    f"{piece.first}..{piece.last} of ledger {ledger_id} "
+                                    f"failed ({exc}); the log is kept for a later pass",
                                     log_id,
                                 ) from exc
-                            record = None
-                        # None: a damaged record (read, but its checks failed) or a log
-                        # gone missing; the entry stays behind and its reads fail.
-                        if record is not None:
-                            moved.append(
-                                (ledger_id, entry_id, (record.lac, record.digest, record.data))
-                            )
-                            size += len(record.data)
+                            # The first entry is taken for a damaged one; the others
+                            # are read one by one.
+                            records = [
+                                None,
+                                *(
+                                    self._read_one(
+                                        files, ledger_id, e, Location(*piece.location(e))
+                                    )
+                                    for e in range(piece.first + 1, piece.last + 1)
+                                ),
+                            ]
+                        for entry_id, record in enumerate(records, piece.first):
+                            position = (ledger_id, entry_id)
+                            # None: a damaged record (read, but its checks failed) or a
+                            # log gone missing; the entry stays behind and its reads fail.
+                            if record is not None:
+                                moved.append(
+                                    (ledger_id, entry_id, (record.lac, record.digest, record.data))
+                                )
+                                size += len(record.data)
+                            if size >= max_bytes:
+                                break
                         if size >= max_bytes:
                             break
                     if size >= max_bytes:
@@ -791,12 +877,9 @@ def lock_directory(data_dir: Path, files: Files = LOCAL_FILES) -> int:
         ) from exc
 
 
-def _entry_id(key: bytes) -> int | None:
-    """The entry id of an entries-table key; None for a key of the wrong size (damage)."""
-    return int(ENTRY_KEY.unpack(key)[1]) if len(key) == ENTRY_KEY.size else None
-
-
-def _check_record(raw: bytes, ledger_id: int, entry_id: int, length: int) -> str | None:
+def _check_record(
+    raw: bytes | memoryview, ledger_id: int, entry_id: int, length: int
+) -> str | None:
     if len(raw) != length or length < RECORD.size:
         return f"short record ({len(raw)} of {length} bytes)"
     data_len, led, entry, lac, digest = RECORD.unpack_from(raw)

@@ -1,4 +1,4 @@
-"""Self-checking rows of the bookie's LMDB index (format version 2). Pure, no I/O.
+"""Self-checking rows of the bookie's LMDB index (format version 3). Pure, no I/O.
 
 LMDB does not checksum its pages, so a flipped bit in ``index/data.mdb`` can change a
 value, move a row to another key or hide rows behind a damaged branch page without any
@@ -9,11 +9,17 @@ redundancy to prove absence:
 
 - Every value is *sealed*: ``crc32c(key + payload):u32 | payload``. The key is inside the
   checksum, so a row whose key bytes changed (moved to another key) fails too.
+- The ``entries`` table holds one **run row** per run of consecutive entries of a ledger
+  whose records lie back to back in one entry log: key ``(ledger, first entry)``, value
+  the log, the offset of the first record and the length of every record of the run
+  (:class:`Run`; at most :data:`MAX_RUN_ENTRIES` of them). A format-2 entry row (one
+  entry: log, offset, length) is exactly a run row of one entry.
 - A ledger row holds, besides the ledger state, the ledger's **index summary**: how many
-  entry rows the index holds for it and the highest of their entry ids. Both change in
-  the same transaction as the entry rows. An entry above the summary's highest id (and
-  not in the write cache) is absent for sure; a miss at or below it is absence only once
-  the ledger's rows are counted, each verified, and the count equals the summary.
+  entries its run rows hold, the highest of their entry ids and how many run rows there
+  are. All three change in the same transaction as the run rows. An entry above the
+  summary's highest id (and not in the write cache) is absent for sure; a miss at or
+  below it is absence only once the ledger's rows are walked, each verified, their runs
+  ascending without overlap, and their entries and rows counted equal to the summary.
 - The ``ledgers`` and ``logs`` tables each have a **census** in ``meta``: the number of
   rows and an XOR of a 64-bit hash of every key. A lost or moved row changes it.
 - ``meta`` holds fixed keys only (format, mark, next log id, the two censuses); a missing
@@ -29,7 +35,12 @@ from typing import NamedTuple
 import crc32c
 
 #: Written in ``meta/format``; a store with another version is refused at start.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: The format before run rows: read by migrating its ledger rows at start
+#: (bookie/storage/index_audit.py); its entry rows are run rows of one entry already.
+PREVIOUS_FORMAT_VERSION = 2
+#: The most entries a run row holds (its value stays well inside an LMDB page).
+MAX_RUN_ENTRIES = 256
 FORMAT_KEY = b"format"
 MARK_KEY = b"mark"
 NEXT_LOG_KEY = b"next_log"
@@ -44,21 +55,23 @@ ROW_CRC = struct.Struct(">I")
 ENTRY_KEY = struct.Struct(">qq")
 LEDGER_KEY = struct.Struct(">q")
 LOG_KEY = struct.Struct(">I")
-# An entry row's value: crc, log id, offset, record length (the crc covers key + the rest).
-_ENTRY_ROW = struct.Struct(">IIQI")
-#: An entry row's key and location in one pack, and the row checksum: the parts of
-#: :func:`entry_row`, for a loop that builds rows inline (the checkpoint's).
-KEY_AND_LOCATION = struct.Struct(">qqIQI")
-_SUMMARY = struct.Struct(">qq")  # entry rows held, highest entry id held (-1: none)
+#: A run row's value after its crc: log id, offset of the first record; the record
+#: lengths (u32 each) follow.
+RUN_HEAD = struct.Struct(">IQ")
+_RUN_VALUE_MIN = ROW_CRC.size + RUN_HEAD.size + 4
+_LENGTH = struct.Struct(">I")
+_SUMMARY = struct.Struct(">qqq")  # entries held, highest entry id held (-1: none), run rows
+_SUMMARY_V2 = struct.Struct(">qq")  # format 2: entry rows held, highest entry id held
 _MARK = struct.Struct(">QQ")
 _CENSUS = struct.Struct(">QQ")
 _NEXT_LOG = struct.Struct(">I")
 _MASK64 = (1 << 64) - 1
+_INT64_MAX = (1 << 63) - 1
 
 
-def format_payload() -> bytes:
-    """The payload of ``meta/format``."""
-    return f"walog-bookie-index/{FORMAT_VERSION}".encode()
+def format_payload(version: int = FORMAT_VERSION) -> bytes:
+    """The payload of ``meta/format`` for ``version``."""
+    return f"walog-bookie-index/{version}".encode()
 
 
 def seal(key: bytes, payload: bytes) -> bytes:
@@ -75,37 +88,90 @@ def unseal(key: bytes, value: bytes) -> bytes | None:
     return payload if crc32c.crc32c(payload, crc32c.crc32c(key)) == crc else None
 
 
+class Run(NamedTuple):
+    """A run row: entries ``first..last`` of a ledger, whose records lie back to back in
+    entry log ``log_id`` from ``offset`` on, with the record lengths ``lengths``."""
+
+    first: int
+    log_id: int
+    offset: int
+    lengths: tuple[int, ...]
+
+    @property
+    def last(self) -> int:
+        """The run's highest entry id."""
+        return self.first + len(self.lengths) - 1
+
+    def location(self, entry_id: int) -> tuple[int, int, int]:
+        """``(log id, offset, record length)`` of entry ``entry_id`` of the run."""
+        index = entry_id - self.first
+        return self.log_id, self.offset + sum(self.lengths[:index]), self.lengths[index]
+
+    def piece(self, first: int, last: int) -> Run:
+        """The run of entries ``first..last`` (inside this one), records where they are."""
+        start = first - self.first
+        return Run(
+            first,
+            self.log_id,
+            self.offset + sum(self.lengths[:start]),
+            self.lengths[start : last - self.first + 1],
+        )
+
+
+def run_row(
+    ledger_id: int, first: int, log_id: int, offset: int, lengths: tuple[int, ...] | list[int]
+) -> tuple[bytes, bytes]:
+    """A run row ``(key, sealed value)`` (struct.error for ids or sizes out of range)."""
+    key = ENTRY_KEY.pack(ledger_id, first)
+    payload = RUN_HEAD.pack(log_id, offset) + struct.pack(f">{len(lengths)}I", *lengths)
+    return key, ROW_CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(key))) + payload
+
+
 def entry_row(
     ledger_id: int, entry_id: int, log_id: int, offset: int, length: int
 ) -> tuple[bytes, bytes]:
-    """An entry row ``(key, sealed value)``: the hot path of checkpoints, so one pack and
-    one checksum over key + location (the same bytes :func:`seal` covers)."""
-    both = KEY_AND_LOCATION.pack(ledger_id, entry_id, log_id, offset, length)
-    return both[: ENTRY_KEY.size], ROW_CRC.pack(crc32c.crc32c(both)) + both[ENTRY_KEY.size :]
+    """The run row of one entry (also a format-2 entry row, byte for byte)."""
+    return run_row(ledger_id, entry_id, log_id, offset, (length,))
 
 
-def unseal_entry_row(key: bytes, value: bytes) -> tuple[int, int, int] | None:
-    """``(log id, offset, length)`` of an entry row, or None when it fails its checks."""
-    if len(value) != _ENTRY_ROW.size:
+def unseal_run_row(key: bytes, value: bytes) -> Run | None:
+    """The run of a run row, or None when it fails its checks (checksum, sizes, ids)."""
+    size = len(value)
+    if len(key) != ENTRY_KEY.size or size < _RUN_VALUE_MIN or (size - _RUN_VALUE_MIN) % 4:
         return None
-    crc, log_id, offset, length = _ENTRY_ROW.unpack(value)
+    count = (size - ROW_CRC.size - RUN_HEAD.size) // 4
+    (crc,) = ROW_CRC.unpack_from(value)
     if crc32c.crc32c(value[ROW_CRC.size :], crc32c.crc32c(key)) != crc:
         return None
-    return log_id, offset, length
+    ledger_id, first = ENTRY_KEY.unpack(key)
+    if count > MAX_RUN_ENTRIES or ledger_id < 0 or first < 0 or first - 1 > _INT64_MAX - count:
+        return None
+    log_id, offset = RUN_HEAD.unpack_from(value, ROW_CRC.size)
+    lengths = struct.unpack_from(f">{count}I", value, ROW_CRC.size + RUN_HEAD.size)
+    return Run(first, log_id, offset, lengths)
+
+
+def run_first(key: bytes) -> int | None:
+    """The first entry id of a run row's key; None for a key of the wrong size (damage)."""
+    return int(ENTRY_KEY.unpack(key)[1]) if len(key) == ENTRY_KEY.size else None
 
 
 class IndexSummary(NamedTuple):
-    """Which entries of a ledger the index holds: ``rows`` rows, the highest id ``last``.
+    """Which entries of a ledger the index holds: ``entries`` entries in ``runs`` run rows,
+    the highest id ``last``.
 
-    Invariant: the ledger has exactly ``rows`` entry rows, all with ids ``<= last``.
+    Invariant: the ledger has exactly ``runs`` run rows, holding ``entries`` entries
+    between them, all with ids ``<= last``.
     """
 
-    rows: int = 0
+    entries: int = 0
     last: int = -1
+    runs: int = 0
 
-    def plus(self, added: int, highest: int) -> IndexSummary:
-        """The summary after ``added`` new rows whose highest id is ``highest``."""
-        return IndexSummary(self.rows + added, max(self.last, highest))
+    def plus(self, entries: int, highest: int, runs: int) -> IndexSummary:
+        """The summary after ``entries`` more entries (highest id ``highest``) in ``runs``
+        more run rows (either may be negative: runs split, merged or replaced)."""
+        return IndexSummary(self.entries + entries, max(self.last, highest), self.runs + runs)
 
 
 class LedgerRow(NamedTuple):
@@ -125,10 +191,21 @@ def unpack_ledger_row(key: bytes, value: bytes) -> LedgerRow | None:
     payload = unseal(key, value)
     if payload is None or len(payload) < _SUMMARY.size:
         return None
-    count, last = _SUMMARY.unpack_from(payload)
-    if count < 0 or last < -1:
+    count, last, runs = _SUMMARY.unpack_from(payload)
+    if count < 0 or last < -1 or runs < 0 or runs > count:
         return None
-    return LedgerRow(IndexSummary(count, last), payload[_SUMMARY.size :])
+    return LedgerRow(IndexSummary(count, last, runs), payload[_SUMMARY.size :])
+
+
+def migrate_ledger_row(key: bytes, value: bytes) -> bytes | None:
+    """A format-2 ledger row's value as a format-3 one (its entry rows are runs of one
+    entry each, so it holds as many runs as entries); None when it fails its checksum."""
+    payload = unseal(key, value)
+    if payload is None or len(payload) < _SUMMARY_V2.size:
+        return None
+    count, last = _SUMMARY_V2.unpack_from(payload)
+    summary = IndexSummary(count, last, count)
+    return pack_ledger_row(key, LedgerRow(summary, payload[_SUMMARY_V2.size :]))
 
 
 class Census(NamedTuple):
@@ -193,32 +270,38 @@ __all__ = [
     "ENTRY_KEY",
     "FORMAT_KEY",
     "FORMAT_VERSION",
-    "KEY_AND_LOCATION",
     "LEDGERS_CENSUS_KEY",
     "LEDGER_KEY",
     "LOGS_CENSUS_KEY",
     "LOG_KEY",
     "MARK_KEY",
+    "MAX_RUN_ENTRIES",
     "META_KEYS",
     "NEXT_LOG_KEY",
+    "PREVIOUS_FORMAT_VERSION",
     "ROW_CRC",
+    "RUN_HEAD",
     "TOMBSTONES_KEY",
     "Census",
     "IndexSummary",
     "LedgerRow",
+    "Run",
     "census_of",
     "entry_row",
     "format_payload",
     "key_hash",
+    "migrate_ledger_row",
     "pack_census",
     "pack_ledger_row",
     "pack_mark",
     "pack_next_log",
+    "run_first",
+    "run_row",
     "seal",
     "unpack_census",
     "unpack_ledger_row",
     "unpack_mark",
     "unpack_next_log",
     "unseal",
-    "unseal_entry_row",
+    "unseal_run_row",
 ]

@@ -13,7 +13,9 @@ to find ledgers that have entry rows but no ledger row. The outcome is one of:
   its checksum or is missing while entry rows exist: the bookie answers IO_ERROR for
   them, never NO_SUCH_LEDGER, and accepts no write to them.
 
-The cost is one pass over the ledger and log rows plus one B-tree seek per ledger.
+The cost is one pass over the ledger and log rows plus one B-tree seek per ledger. An
+index of the previous format (2) is migrated first (:func:`migrate`, logged as ``index
+migrated``): one more pass over the ledger rows.
 
 Reads use :class:`AbsenceProof` when an entry has no row: absence is answered only when
 the lookup agrees with the leaf order and the ledger's rows match its summary.
@@ -38,11 +40,13 @@ from bookie.storage.index import (
     MARK_KEY,
     META_KEYS,
     NEXT_LOG_KEY,
+    PREVIOUS_FORMAT_VERSION,
     TOMBSTONES_KEY,
     Census,
     LedgerRow,
     census_of,
     format_payload,
+    migrate_ledger_row,
     pack_census,
     pack_mark,
     pack_next_log,
@@ -51,7 +55,7 @@ from bookie.storage.index import (
     unpack_ledger_row,
     unpack_mark,
     unseal,
-    unseal_entry_row,
+    unseal_run_row,
 )
 from bookie.storage.journal_files import StorageIOError
 from bookie.storage.tombstones import Tombstones
@@ -139,6 +143,40 @@ def initialise(
     with env.begin(write=True, db=tables.meta) as txn:
         for key, payload in rows.items():
             txn.put(key, seal(key, payload))
+
+
+def migrate(env: lmdb.Environment, tables: Tables) -> bool:
+    """Bring an index of the previous format (2) to this one, in one transaction: its
+    entry rows are run rows of one entry already, so only the ledger rows change (their
+    summary counts run rows too: as many as entries); a ledger row that fails its
+    checksum is left as it is (still damaged). Returns True when it migrated; an index of
+    any other format is left to :func:`audit_index` to judge."""
+    with env.begin(write=True) as txn:
+        raw = txn.get(FORMAT_KEY, db=tables.meta)
+        payload = None if raw is None else unseal(FORMAT_KEY, bytes(raw))
+        if payload != format_payload(PREVIOUS_FORMAT_VERSION):
+            return False
+        changed: list[tuple[bytes, bytes]] = []
+        damaged = 0
+        for raw_key, value in txn.cursor(db=tables.ledgers):
+            key = bytes(raw_key)
+            row = migrate_ledger_row(key, bytes(value)) if len(key) == LEDGER_KEY.size else None
+            if row is None:
+                damaged += 1
+            else:
+                changed.append((key, row))
+        for key, row in changed:
+            txn.put(key, row, db=tables.ledgers)
+        txn.put(FORMAT_KEY, seal(FORMAT_KEY, format_payload()), db=tables.meta)
+    _log.info(
+        "index migrated",
+        index=env.path(),
+        from_format=PREVIOUS_FORMAT_VERSION,
+        to_format=FORMAT_VERSION,
+        ledgers=len(changed),
+        damaged_ledger_rows=damaged,
+    )
+    return True
 
 
 def audit_index(env: lmdb.Environment, tables: Tables) -> IndexContents:
@@ -332,10 +370,12 @@ class AbsenceProof:
         return self._rows_match_summary(txn, ledger_id)
 
     def _rows_match_summary(self, txn: lmdb.Transaction, ledger_id: int) -> bool:
-        """The ledger's rows in leaf order: all intact, ascending, as many as its summary.
+        """The ledger's run rows in leaf order: all intact, ascending without overlap,
+        holding as many entries in as many rows as its summary says.
 
-        Checkpoints only add rows together with their count, so a positive verdict stays
-        valid and is kept (deleting the ledger forgets it); so is a negative one.
+        Checkpoints and compactions change rows together with the summary, so a positive
+        verdict stays valid and is kept (deleting the ledger forgets it); so is a negative
+        one.
         """
         if ledger_id in self._proven:
             return True
@@ -345,34 +385,46 @@ class AbsenceProof:
         raw = txn.get(prefix, db=self._tables.ledgers)
         row = None if raw is None else unpack_ledger_row(prefix, bytes(raw))
         # No ledger row: the ledger is younger than the last checkpoint, so no entry rows.
-        expected = 0 if raw is None else None if row is None else row.summary.rows
-        count = 0
+        expected = (0, 0) if raw is None else None if row is None else row.summary[::2]
+        entries = runs = 0
         intact = expected is not None
         previous = b""
+        following = 0  # the lowest id the next run may start at
         cursor = txn.cursor(db=self._tables.entries)
         present = intact and cursor.set_range(ENTRY_KEY.pack(ledger_id, 0))
         while present:
             entry_key = bytes(cursor.key())
             if entry_key[:8] != prefix:
                 break
-            if entry_key <= previous or unseal_entry_row(entry_key, bytes(cursor.value())) is None:
+            run = unseal_run_row(entry_key, bytes(cursor.value()))
+            if entry_key <= previous or run is None or run.first < following:
                 intact = False
                 break
-            previous = entry_key
-            count += 1
+            previous, following = entry_key, run.last + 1
+            entries += len(run.lengths)
+            runs += 1
             present = cursor.next()
-        if intact and count == expected:
+        if intact and (entries, runs) == expected:
             self._proven.add(ledger_id)
             return True
         _log.error(
             "index rows of a ledger do not match its summary: answering IO_ERROR for its "
             "missing entries",
             ledger=ledger_id,
-            rows=count,
+            entries=entries,
+            runs=runs,
             expected=expected,
         )
         self._doubtful.add(ledger_id)
         return False
 
 
-__all__ = ["AbsenceProof", "IndexContents", "Tables", "audit_index", "initialise", "open_tables"]
+__all__ = [
+    "AbsenceProof",
+    "IndexContents",
+    "Tables",
+    "audit_index",
+    "initialise",
+    "migrate",
+    "open_tables",
+]

@@ -168,6 +168,11 @@ def _current_meta(data: mmap.mmap | bytes) -> tuple[int, int, tuple[int, ...], t
         if psize not in (4096, 8192, 16384, 32768, 65536) or len(data) < 2 * psize:
             raise _Damaged(f"meta page {page}: page size {psize}")
         base = page * psize
+        # LMDB finds page 1 by page 0's size but maps the file by the size the meta page
+        # it picks names: a meta page naming another size is damage.
+        own = _DB.unpack_from(data, base + _PAGE_HEADER + _META.size)[0]
+        if own != psize:
+            raise _Damaged(f"meta page {page}: page size {own}, meta page 0 says {psize}")
         flags = _HEADER.unpack_from(data, base)[2]
         magic, version, _, _ = _META.unpack_from(data, base + _PAGE_HEADER)
         if not flags & _P_META or magic != _MAGIC or version != _VERSION:

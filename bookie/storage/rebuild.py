@@ -9,7 +9,8 @@ its digest matches (a damaged stretch is skipped byte by byte until records matc
 so no damaged entry is ever indexed. A log in which no record matches is renamed
 ``NNN.log.unindexed`` (kept for inspection, never read). The new index then holds:
 
-- an entry row per intact record (the first copy when a compaction left two);
+- a run row per run of intact records of consecutive entries of a ledger lying back to
+  back in one log (the first copy of an entry when a compaction left two);
 - per ledger: the highest entry id and LAC found, the entries found as synced, and the
   master key **unknown**. The old index held the keys and fences, and without them the
   bookie must not acknowledge a plain add to a ledger that may have been fenced and closed:
@@ -40,7 +41,7 @@ from bookie.storage.config import StorageConfig
 from bookie.storage.entry_log_writer import LOG_HEADER, RECORD, records_start
 from bookie.storage.entry_storage import EntryStorage, lock_directory
 from bookie.storage.files import LOCAL_FILES
-from bookie.storage.index import entry_row
+from bookie.storage.index import MAX_RUN_ENTRIES, run_row
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.ledger_state import LedgerState, SyncCursor
 from walog.wire.digest import entry_digest
@@ -78,11 +79,12 @@ def _scan_log(
     log_id: int,
     max_data: int,
     found: dict[int, _Ledger],
-    rows: dict[int, list[tuple[bytes, bytes]]],
+    locations: dict[int, list[tuple[int, int, int, int]]],
     live: dict[int, dict[int, int]],
     seen: set[tuple[int, int]],
 ) -> tuple[int, int]:
-    """Index the intact records of one log; returns ``(records indexed, bytes skipped)``."""
+    """Index the intact records of one log (``(entry, log, offset, length)`` by ledger in
+    ``locations``); returns ``(records indexed, bytes skipped)``."""
     indexed = skipped = 0
     with open(path, "rb") as handle:
         size = handle.seek(0, 2)
@@ -113,8 +115,8 @@ def _scan_log(
                         ledger.lac = max(ledger.lac, lac)
                         ledger.entries.append(entry_id)
                         length = end - offset
-                        rows.setdefault(ledger_id, []).append(
-                            entry_row(ledger_id, entry_id, log_id, offset, length)
+                        locations.setdefault(ledger_id, []).append(
+                            (entry_id, log_id, offset, length)
                         )
                         per_ledger = live.setdefault(log_id, {})
                         per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + length
@@ -140,6 +142,33 @@ def _state(ledger_id: int, ledger: _Ledger) -> bytes:
     return state.to_bytes()
 
 
+def _run_rows(
+    ledger_id: int, locations: list[tuple[int, int, int, int]]
+) -> list[tuple[bytes, bytes]]:
+    """The run rows of a ledger's records ``(entry, log, offset, length)``: consecutive
+    entries whose records lie back to back in one log share a row."""
+    rows: list[tuple[bytes, bytes]] = []
+    first = log = start = end = -1
+    lengths: list[int] = []
+    for entry_id, log_id, offset, length in sorted(locations):
+        following = first + len(lengths)
+        if lengths and (
+            entry_id != following
+            or log_id != log
+            or offset != end
+            or len(lengths) >= MAX_RUN_ENTRIES
+        ):
+            rows.append(run_row(ledger_id, first, log, start, lengths))
+            lengths = []
+        if not lengths:
+            first, log, start = entry_id, log_id, offset
+        lengths.append(length)
+        end = offset + length
+    if lengths:
+        rows.append(run_row(ledger_id, first, log, start, lengths))
+    return rows
+
+
 def rebuild_index(config: StorageConfig) -> RebuildReport:
     """Move the old index aside and build a new one from the entry logs (see the module
     docstring). The bookie must be stopped.
@@ -151,7 +180,7 @@ def rebuild_index(config: StorageConfig) -> RebuildReport:
     log_dir = data_dir / "entrylogs"
     report = RebuildReport()
     found: dict[int, _Ledger] = {}
-    rows: dict[int, list[tuple[bytes, bytes]]] = {}
+    locations: dict[int, list[tuple[int, int, int, int]]] = {}
     live: dict[int, dict[int, int]] = {}
     seen: set[tuple[int, int]] = set()
     lock = lock_directory(data_dir)  # not while a bookie runs on it
@@ -161,7 +190,7 @@ def rebuild_index(config: StorageConfig) -> RebuildReport:
         )
         for log_id, path in logs:
             indexed, skipped = _scan_log(
-                path, log_id, config.max_entry_bytes, found, rows, live, seen
+                path, log_id, config.max_entry_bytes, found, locations, live, seen
             )
             report.logs += 1
             report.skipped_bytes += skipped
@@ -187,8 +216,7 @@ def rebuild_index(config: StorageConfig) -> RebuildReport:
         rebuild=True,
     )
     try:
-        for ledger_rows in rows.values():
-            ledger_rows.sort()
+        rows = {ledger_id: _run_rows(ledger_id, found) for ledger_id, found in locations.items()}
         states = {ledger_id: _state(ledger_id, ledger) for ledger_id, ledger in found.items()}
         storage.restore(rows, live, states, JournalMark(0, 0))
     finally:

@@ -1,13 +1,15 @@
-"""Data written by walog 0.1.0 (tests/golden/v1) is read back by this version: every entry,
-every fence, every closed ledger's end, the log's records, its configuration and its
-cursors (docs/compatibility.md).
+"""Data written by walog 0.1.0 (tests/golden/v1) and by the first release with index
+format 3 (tests/golden/v2) is read back by this version: every entry, every fence, every
+closed ledger's end, the log's records, its configuration and its cursors
+(docs/compatibility.md).
 
 The set was written by tests/golden/make_golden.py (its docstring has the workload); what
 it holds is written out here, so that when a later version fails, the failure names what
 changed. Formats in the set: journal files version 2, entry logs version 2, index version 2
 (``walog-bookie-index/2``), cookie 1, bookie registration 1, ledger metadata 1, log record
 1, log entries 1, SQLite metadata store schema of 0.1.0 (tables ``nodes``, ``sessions``,
-``counters``).
+``counters``). The v2 set: the same, but index version 3 (one row per run of entries) and
+the SQLite store's ``user_version`` 1.
 
 The test copies the set to a temporary directory, points the copied cookies at the copied
 directories (a cookie names the absolute paths its bookie was started with; only those two
@@ -18,6 +20,7 @@ reads everything back with the walog client.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import socket
@@ -33,10 +36,9 @@ from walog import Durability, LogConfig, Position, RetentionPolicy, RollPolicy
 from walog.testing import BookieProcess
 from walog.wire.proto import bookie_pb2 as pb
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "v1"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 HOST, PORT = "127.0.0.77", 31817  # the bookie id every ledger's ensemble names
 BOOKIE_ID = f"{HOST}:{PORT}"
-INSTANCE_ID = "79f439d4-5ddc-4858-bcb4-921247a20840"
 PASSWORD = b"golden"
 
 # ledger id -> (name in custom metadata, durability, state, last entry id, entries held)
@@ -56,12 +58,33 @@ LOG_CONFIG = LogConfig(
     roll=RollPolicy(max_entries=4),
     retention=RetentionPolicy(max_age=30 * 86400.0),
 )
-LOG_SEGMENTS = [(5, 8), (6, 0)]  # (ledger id, last entry id), both CLOSED
-# One record per entry: record i holds b"order i".
-RECORDS = [(Position(5, entry, 0), b"order %d" % entry) for entry in range(9)] + [
-    (Position(6, 0, 0), b"order 9")
-]
 CURSORS = {"audit": Position(5, 2, 0), "billing": Position(5, 6, 0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldenSet:
+    """One committed set and what differs between sets: the bookie's instance id and where
+    the log rolled (timing decides it)."""
+
+    name: str
+    instance_id: str
+    segments: list[tuple[int, int]]  # (ledger id, last entry id), both CLOSED
+
+    @property
+    def records(self) -> list[tuple[Position, bytes]]:
+        """One record per entry: record i holds b"order i"."""
+        positions = [
+            Position(ledger_id, entry, 0)
+            for ledger_id, last in self.segments
+            for entry in range(last + 1)
+        ]
+        return [(position, b"order %d" % i) for i, position in enumerate(positions)]
+
+
+SETS = [
+    GoldenSet("v1", "79f439d4-5ddc-4858-bcb4-921247a20840", [(5, 8), (6, 0)]),
+    GoldenSet("v2", "74b06d60-2658-4bdc-986e-192dda67c174", [(5, 7), (6, 1)]),
+]
 
 
 def _payload(name: str, entry_id: int) -> bytes:
@@ -76,15 +99,15 @@ def _address_free() -> None:
             pytest.fail(f"the golden bookie's address {BOOKIE_ID} is taken: {exc}")
 
 
-def _copy(tmp_path: Path) -> tuple[Path, str]:
+def _copy(tmp_path: Path, golden: GoldenSet) -> tuple[Path, str]:
     """The copied set: the data directory and the metadata store's URI, the cookies
     pointing at the copy."""
     data_dir = tmp_path / "bookie"
-    shutil.copytree(GOLDEN / "bookie", data_dir)
+    shutil.copytree(GOLDEN / golden.name / "bookie", data_dir)
     database = tmp_path / "metadata.sqlite"
-    shutil.copyfile(GOLDEN / "metadata.sqlite", database)
+    shutil.copyfile(GOLDEN / golden.name / "metadata.sqlite", database)
     cookie = json.loads((data_dir / "cookie.json").read_text())
-    assert cookie["instance_id"] == INSTANCE_ID and cookie["bookie_id"] == BOOKIE_ID
+    assert cookie["instance_id"] == golden.instance_id and cookie["bookie_id"] == BOOKIE_ID
     cookie.update(data_dir=str(data_dir), journal_dir=str(data_dir / "journal"))
     raw = json.dumps(cookie, sort_keys=True)
     (data_dir / "cookie.json").write_text(raw)
@@ -115,18 +138,18 @@ def _check_ledgers(client: walog.Client) -> None:
             reader.close()
 
 
-def _check_log(client: walog.Client) -> None:
+def _check_log(client: walog.Client, golden: GoldenSet) -> None:
     log = client.open_log(LOG, password=PASSWORD)
     assert log.stored_config() == LOG_CONFIG
     segments = log.segments()
-    assert [(s.ledger_id, s.last_entry_id) for s in segments] == LOG_SEGMENTS
+    assert [(s.ledger_id, s.last_entry_id) for s in segments] == golden.segments
     assert {s.name: s.position for s in log.subscriptions()} == CURSORS
     reader = log.open_reader("earliest")
     try:
-        got = [reader.read_next(timeout=10) for _ in RECORDS]
+        got = [reader.read_next(timeout=10) for _ in golden.records]
     finally:
         reader.close()
-    assert [(r.position, r.data) for r in got if r is not None] == RECORDS
+    assert [(r.position, r.data) for r in got if r is not None] == golden.records
     for name, cursor in CURSORS.items():
         reader = log.open_reader(subscription=name)
         try:
@@ -136,9 +159,12 @@ def _check_log(client: walog.Client) -> None:
         assert record is not None and record.position == cursor, name
 
 
-def test_data_written_by_0_1_0_is_read_back_whole(tmp_path: Path) -> None:
+@pytest.mark.parametrize("golden", SETS, ids=[s.name for s in SETS])
+def test_data_written_by_earlier_releases_is_read_back_whole(
+    tmp_path: Path, golden: GoldenSet
+) -> None:
     _address_free()
-    data_dir, uri = _copy(tmp_path)
+    data_dir, uri = _copy(tmp_path, golden)
     bookie = BookieProcess(data_dir, uri, host=HOST, port=PORT)
     try:
         bookie.start().wait_ready()
@@ -148,7 +174,9 @@ def test_data_written_by_0_1_0_is_read_back_whole(tmp_path: Path) -> None:
         )
         with walog.connect(uri) as client:
             _check_ledgers(client)
-            _check_log(client)
-        assert json.loads((data_dir / "cookie.json").read_text())["instance_id"] == INSTANCE_ID
+            _check_log(client, golden)
+        assert (
+            json.loads((data_dir / "cookie.json").read_text())["instance_id"] == golden.instance_id
+        )
     finally:
         bookie.stop_quietly()

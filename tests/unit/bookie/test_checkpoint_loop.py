@@ -19,7 +19,7 @@ import pytest
 
 import bookie.storage.entry_log_writer as writer_module
 from bookie.storage.entry_storage import CachedEntry, EntryStorage
-from bookie.storage.index import ENTRY_KEY, entry_row, unseal_entry_row
+from bookie.storage.index import MAX_RUN_ENTRIES, run_row, unseal_run_row
 from bookie.storage.journal_files import JournalMark
 from bookie.storage.ledger_state import LedgerState
 from tests.unit.bookie.helpers import compiled_checkpoint_module
@@ -43,12 +43,14 @@ def select(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 def random_entries(rng: random.Random, *, ledgers: int, entries: int) -> list[Entry]:
     """Entries by ledger then entry id (as the write cache hands them over), with payloads
-    of 0 to a few KiB, empty ones among them."""
+    of 0 to a few KiB, empty ones among them, and gaps in the ids now and then."""
     ledger_ids = sorted(rng.sample([*range(1, 50), (1 << 63) - 1, 1 << 40], ledgers))
     out: list[Entry] = []
     for ledger_id in ledger_ids:
-        first = rng.choice([0, 0, 7, (1 << 63) - entries - 1])
-        for entry_id in range(first, first + rng.randint(1, entries)):
+        first = rng.choice([0, 0, 7, (1 << 63) - 2 * entries - 1])
+        ids = range(first, first + 2 * rng.randint(1, entries))
+        gaps = rng.choice([0.0, 0.0, 0.05, 0.5])
+        for entry_id in (i for i in ids if rng.random() >= gaps):
             size = rng.choice([0, 0, 1, 31, 32, 33, rng.randint(0, 300), rng.randint(0, 5000)])
             data = rng.randbytes(size)
             out.append(entry(ledger_id, entry_id, data))
@@ -180,17 +182,50 @@ def test_both_loops_build_the_same_rows_and_live_counts(
         finally:
             storage.close()
     assert built["python"] == built["compiled"]
-    # And the rows are entry_row's, pointing at the records.
+    # And the rows are run_row's, one per run of consecutive entries, holding every entry
+    # once and nothing else.
     rows_by_ledger = dict(built["compiled"][0])
-    for ledger_id, entry_id, _ in entries:
-        key = entry_row(ledger_id, entry_id, 0, 0, 0)[0]
-        assert any(row_key == key for row_key, _ in rows_by_ledger[ledger_id])
-    for bucket in rows_by_ledger.values():
+    for ledger_id, bucket in rows_by_ledger.items():
+        held: list[int] = []
         for key, value in bucket:
-            location = unseal_entry_row(key, value)
-            assert location is not None
-            ledger_id, entry_id = ENTRY_KEY.unpack(key)
-            assert (key, value) == entry_row(ledger_id, entry_id, *location)
+            run = unseal_run_row(key, value)
+            assert run is not None
+            assert 1 <= len(run.lengths) <= MAX_RUN_ENTRIES
+            assert (key, value) == run_row(ledger_id, *run)
+            held.extend(range(run.first, run.last + 1))
+        assert held == [e for led, e, _ in entries if led == ledger_id]
+
+
+def test_consecutive_entries_share_one_run_row_until_it_is_full(
+    tmp_path: Path, select: Any
+) -> None:
+    """One row per run of consecutive entries: a gap, another ledger or a full run starts
+    a new one (chunks of 1 MiB and logs of 10 MB never cut these)."""
+    entries = [entry(1, i, b"x" * 10) for i in [*range(600), *range(601, 603)]]
+    entries += [entry(2, i, b"y") for i in range(3)]
+    for loop in LOOPS:
+        select(loop)
+        storage = EntryStorage(tmp_path / loop, entry_log_file_bytes=10_000_000)
+        try:
+            rows: dict[int, list[tuple[bytes, bytes]]] = {}
+            storage._log_writer.write(iter(entries), rows, {})
+            runs = {
+                ledger: [
+                    (r.first, r.last) for r in map(lambda kv: unseal_run_row(*kv), bucket) if r
+                ]
+                for ledger, bucket in rows.items()
+            }
+            assert runs == {
+                1: [
+                    (0, MAX_RUN_ENTRIES - 1),
+                    (MAX_RUN_ENTRIES, 2 * MAX_RUN_ENTRIES - 1),
+                    (2 * MAX_RUN_ENTRIES, 599),
+                    (601, 602),
+                ],
+                2: [(0, 2)],
+            }, loop
+        finally:
+            storage.close()
 
 
 BAD_ENTRIES = [

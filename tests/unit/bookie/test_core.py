@@ -310,7 +310,9 @@ async def test_last_entry_id_after_restart_counts_only_stored_entries(tmp_path: 
     await core.close()
 
 
-def test_index_summary_counts_rows_and_the_highest_entry_per_ledger(tmp_path: Path) -> None:
+def test_index_summary_counts_entries_runs_and_the_highest_entry_per_ledger(
+    tmp_path: Path,
+) -> None:
     storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
     ledgers = (1, 3, (1 << 63) - 1)
     entries = [
@@ -320,17 +322,18 @@ def test_index_summary_counts_rows_and_the_highest_entry_per_ledger(tmp_path: Pa
     ]
     states = {ledger_id: LedgerState(ledger_id, KEY).to_bytes() for ledger_id in ledgers}
     storage.checkpoint(entries, states, JournalMark(0, 0))
-    # A duplicate row keeps the first copy and is not counted again.
+    # A duplicate keeps the first copy and is not counted again; a gap starts a run.
     storage.checkpoint([(1, 1, (-1, 0, b"y")), (1, 9, (-1, 0, b"z"))], {}, JournalMark(0, 0))
     summaries = [storage.index_summary(n) for n in (0, 1, 2, 3, 4, (1 << 63) - 1)]
-    assert [(s.rows, s.last) for s in summaries] == [
-        (0, -1),
-        (3, 9),
-        (0, -1),
-        (4, 3),
-        (0, -1),
-        (((1 << 63) - 1) % 7 + 1, ((1 << 63) - 1) % 7),
+    assert [(s.entries, s.last, s.runs) for s in summaries] == [
+        (0, -1, 0),
+        (3, 9, 2),
+        (0, -1, 0),
+        (4, 3, 1),
+        (0, -1, 0),
+        (((1 << 63) - 1) % 7 + 1, ((1 << 63) - 1) % 7, 1),
     ]
+    assert storage.entries_in(1, 0, 20) == {0, 1, 9}
     storage.close()
 
 

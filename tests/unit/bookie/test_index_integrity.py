@@ -30,14 +30,17 @@ from tests.unit.bookie.helpers import KEY, add, open_core, payload
 from walog.wire.status import Status
 
 Tamper = Callable[[lmdb.Transaction, dict[str, lmdb._Database]], object]
-STORED = 1  # entries 0..9 checkpointed
+STORED = 1  # entries 0..9 checkpointed, in two run rows: 0..4 and 5..9
 FENCED = 2  # fenced, no entries
 ENTRIES = 10
+SECOND_RUN = 5
 
 
 async def _store(path: Path, **overrides: object) -> None:
     core = await open_core(path, **overrides)
     for entry_id in range(ENTRIES):
+        if entry_id == SECOND_RUN:
+            await core.checkpoint()
         status, _ = await add(core, STORED, entry_id)
         assert status is Status.OK
     status, _, _ = await core.fence(FENCED, KEY)
@@ -57,6 +60,10 @@ def _tamper(path: Path, change: Tamper) -> None:
 
 
 def _entry_key(ledger_id: int, entry_id: int) -> bytes:
+    """The key of the run row of ``STORED`` holding ``entry_id`` (the entry's own key
+    for other ledgers)."""
+    if ledger_id == STORED and entry_id < ENTRIES:
+        entry_id = 0 if entry_id < SECOND_RUN else SECOND_RUN
     return ENTRY_KEY.pack(ledger_id, entry_id)
 
 
@@ -95,6 +102,16 @@ async def test_a_damaged_entry_row_answers_io_error(tmp_path: Path) -> None:
     status, records = await core.read(STORED, 3, 9)
     assert status is Status.OK and [r.entry_id for r in records] == [3, 4]
     await core.close()
+
+
+@pytest.mark.parametrize("entry_id", [0, 2, 4])
+async def test_a_damaged_run_row_never_answers_no_such_entry_for_its_entries(
+    tmp_path: Path, entry_id: int
+) -> None:
+    """Entry 2 has no row of its own: the damaged row before it may hold it."""
+    await _store(tmp_path)
+    _tamper(tmp_path, lambda txn, t: _flip(txn, t["entries"], _entry_key(STORED, 0), 6))
+    assert await _read_status(tmp_path, STORED, entry_id) is Status.IO_ERROR
 
 
 @pytest.mark.parametrize("entry_id", [5, ENTRIES - 1])
@@ -259,8 +276,9 @@ def _branch_key_offsets(data: bytes, page_size: int) -> list[int]:
 
 async def test_a_damaged_branch_key_answers_io_error_not_no_such_entry(tmp_path: Path) -> None:
     core = await open_core(tmp_path)
-    for entry_id in range(400):  # several leaf pages under one branch page
-        await add(core, STORED, entry_id)
+    stored = range(0, 800, 2)  # a row each (no two consecutive)
+    for entry_id in stored:  # several leaf pages under one branch page
+        await add(core, STORED, entry_id, lac=-1)
     await core.close()
     index = tmp_path / "index" / "data.mdb"
     data = bytearray(index.read_bytes())
@@ -269,7 +287,7 @@ async def test_a_damaged_branch_key_answers_io_error_not_no_such_entry(tmp_path:
     data[keys[0] + 7] ^= 0x75  # the separator's ledger id: searches go to the wrong leaf
     index.write_bytes(bytes(data))
     core = await open_core(tmp_path)
-    statuses = [(await core.read(STORED, e, e))[0] for e in range(400)]
+    statuses = [(await core.read(STORED, e, e))[0] for e in stored]
     await core.close()
     assert Status.NO_SUCH_ENTRY not in statuses
     assert Status.IO_ERROR in statuses, "the damage did not hide any entry from lookups"
