@@ -12,9 +12,10 @@
 - ``lac_polls``: the LAC long polls, woken by whatever raises a ledger's LAC;
 - ``entry_storage``: the write cache, entry logs and index (what a checkpoint commits,
   reads, GC, compaction steps); ``entry_log_writer``: the entry log being filled and the
-  format of its records;
-- ``index``, ``index_audit``, ``lmdb_check``: the index rows, their audit on open, and the
-  structural check of the LMDB file;
+  format of its records; ``record_reads``: reading checked records out of the entry logs;
+  ``log_space``: what each entry log holds live, for compaction;
+- ``index``, ``run_index``, ``index_audit``, ``lmdb_check``: the index rows, the run rows'
+  lookups and cuts, their audit on open, and the structural check of the LMDB file;
 - ``replay``: opening the store and replaying the journal; ``rebuild``: rebuilding a lost
   index from the entry logs (an offline command);
 - ``compaction``: moving the live entries out of partly dead entry logs;

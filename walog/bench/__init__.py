@@ -13,7 +13,12 @@ Debian's ``etcd-server``.
 - ``soak``: a long run through a log with retention, and ``soak_watch``: the bookies'
   disks, modes and failures it watches besides their memory; ``profile``: py-spy samples;
 - ``stats``: histograms, rates and CPU readings; ``report`` and ``sections``: the table,
-  the plots and the Markdown report.
+  the plots and the Markdown report;
+- ``curves`` and ``curve_runs``: the cost curves (``--curves``), their data, sections and
+  plots, measured by ``curve_logs`` (many logs at once, idle tailing readers),
+  ``curve_storage`` (bookie memory and index, GC and compaction), ``curve_catchup`` (a
+  closed log read back) and ``curve_metadata`` (metadata calls per roll, takeover and
+  retention pass).
 """
 
 from __future__ import annotations
