@@ -110,7 +110,7 @@ CASES: dict[
 
 
 FOUND_AT = {
-    "checkpoint_probes_after_freezing": 38,
+    "checkpoint_probes_after_freezing": 167,
     "compaction_skips_unreadable": 28,
     "failed_list_change_deletes_new_ledger": 26,
     "log_fences_only_last_ledger": 6,
