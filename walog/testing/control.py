@@ -8,6 +8,8 @@ readiness checks and a walog client for metadata reads.
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -53,16 +55,27 @@ class ControlHost:
         return isinstance(started, int | float) and started >= started_at
 
     def call(self, func: Callable[[AsyncClient], Awaitable[T]], timeout: float) -> T:
-        """``func(client)`` on the control host's loop, with its walog client."""
+        """``func(client)`` on the control host's loop, with its walog client. When it
+        does not finish within ``timeout``, the TimeoutError shows where every task on the
+        loop waited just before (what the call hung on)."""
+        hung: list[str] = []
 
         async def run() -> T:
-            if self._client is None:
-                from walog.aio import connect
+            loop = asyncio.get_running_loop()
+            look = loop.call_later(max(0.0, timeout - 1.0), lambda: hung.append(_task_stacks()))
+            try:
+                if self._client is None:
+                    from walog.aio import connect
 
-                self._client = await connect(self._uri)
-            return await func(self._client)
+                    self._client = await connect(self._uri)
+                return await func(self._client)
+            finally:
+                look.cancel()
 
-        return self._loop.run(run(), timeout=timeout)
+        try:
+            return self._loop.run(run(), timeout=timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; the control loop's tasks then:\n{''.join(hung)}") from None
 
     def close(self) -> None:
         """Close the client and the store, stop the loop (errors ignored: teardown)."""
@@ -73,6 +86,36 @@ class ControlHost:
                 except Exception:
                     continue
         self._loop.stop()
+
+
+def _task_stacks() -> str:
+    """Each task on the running loop and the chain of awaits it is suspended in."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        out.write(f"{task.get_name()}:\n")
+        awaited: object = task.get_coro()
+        for _ in range(60):
+            frame = next(
+                (
+                    f
+                    for a in ("cr_frame", "gi_frame", "ag_frame")
+                    if (f := getattr(awaited, a, None))
+                ),
+                None,
+            )
+            if frame is None:
+                out.write(f"    waits on {awaited!r}\n")
+                break
+            out.write(f"    {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}\n")
+            awaited = next(
+                (
+                    w
+                    for a in ("cr_await", "gi_yieldfrom", "ag_await")
+                    if (w := getattr(awaited, a, None))
+                ),
+                None,
+            )
+    return out.getvalue()
 
 
 __all__ = ["ControlHost"]

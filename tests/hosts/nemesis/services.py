@@ -85,6 +85,7 @@ class Services:
         """Client hosts cut off now (a new writer starts elsewhere)."""
         self.notes: list[str] = []
         self._ended_at = 0.0
+        self._clients_stopped = False
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -201,11 +202,16 @@ class Services:
 
     # -- watching -----------------------------------------------------------------------------
 
-    def tend(self, *, replace_writers: bool = True) -> None:
+    def tend(self) -> None:
         """Replace what ended: a writer (when none runs), a key-value node, the tailing
-        reader; carry a decommission on. A daemon that ended is a failure, noted."""
+        reader; carry a decommission on. A daemon that ended is a failure, noted. Once the
+        clients are stopped only the decommission is carried on: a writer started then
+        would write past the end the checks read to."""
+        self._tend_decommission()
+        if self._clients_stopped:
+            return
         now = time.monotonic()
-        if replace_writers and not self.live_writers():
+        if not self.live_writers():
             if self._ended_at == 0.0:
                 self._ended_at = now
             elif now - self._ended_at >= RESTART_PAUSE_S:
@@ -219,7 +225,6 @@ class Services:
         if tail.poll() is not None:
             self.notes.append(f"tail reader exited with {tail.returncode}; started again")
             self.daemons["tail"] = self._start_tail()
-        self._tend_decommission()
 
     def daemon_failures(self) -> list[str]:
         """Daemons (autorecovery, maintain, key-value client) that exited on their own."""
@@ -235,7 +240,9 @@ class Services:
 
     def stop_clients(self) -> None:
         """Stop the writers (each closes its ledger), the key-value client (it first waits
-        for the nodes to agree), then the nodes, the tailing reader and maintain."""
+        for the nodes to agree), then the nodes, the tailing reader and maintain; none is
+        replaced afterwards."""
+        self._clients_stopped = True
         _terminate(
             [w.proc for w in self.writers]
             + [self.daemons[n] for n in ("kvclient", "tail", "maintain")]
