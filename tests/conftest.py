@@ -146,6 +146,26 @@ def _long_first(item: pytest.Item) -> int:
     return next((i for i, d in enumerate(LONG_FIRST) if item.nodeid.startswith(d)), len(LONG_FIRST))
 
 
+SHARED_WORKER = ("tests/spark/",)
+"""Directories whose modules all run on one test worker (``--dist loadfile``): the Spark
+modules then share that worker's one local Spark session instead of starting one JVM per
+worker that gets a Spark module."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with the modules of :data:`SHARED_WORKER` kept together."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedWorkerScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            shared = next((d for d in SHARED_WORKER if nodeid.startswith(d)), None)
+            return shared or super()._split_scope(nodeid)
+
+    return SharedWorkerScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that starts ZooKeeper ``zk``; skip ``slow`` tests unless ``--slow``;
     order the longest directories first (:data:`LONG_FIRST`)."""
