@@ -736,8 +736,8 @@ class ListEntriesRequest(_message.Message):
     """Which entries of a ledger the bookie holds within [first_entry_id, last_entry_id],
     answered from its index and write cache alone (no entry is read): auto-recovery
     compares the answer with the entries the ledger's metadata says the bookie must hold
-    (docs/recovery.md, "Checking that bookies hold their entries"). A copy the bookie found
-    damaged counts as missing. A bookie of a version without this call answers UNIMPLEMENTED
+    (docs/operations.md, auto-recovery's --verify-entries). A copy the bookie found damaged
+    counts as missing. A bookie of a version without this call answers UNIMPLEMENTED
     (on either port); the client then reads entries one by one instead.
     """
 
