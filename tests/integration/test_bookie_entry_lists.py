@@ -11,12 +11,17 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bookie.config import BookieConfig
+from bookie.server import service
+from bookie.server.grpc_port import BookieServer
+from bookie.storage.engine import BookieCore
 from tests.integration.bookies import BookieProcess
 from tests.integration.waiting import eventually
 from walog.config import ClientConfig, Timeouts
 from walog.errors import BookieCallUnsupportedError, UnauthorizedError
 from walog.metadata import open_store
 from walog.metadata.layout import ledger_path
+from walog.testing import free_port
 from walog.transport.codec import translate_rpc_error
 from walog.transport.network import NetworkBookieClient, NetworkBookiePool
 from walog.wire.digest import entry_digest, master_key
@@ -150,3 +155,28 @@ async def test_a_call_the_bookie_does_not_know_reads_as_unsupported(bookie: Book
     assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
     error = translate_rpc_error(bookie.bookie_id, refused.value)
     assert isinstance(error, BookieCallUnsupportedError)
+
+
+async def test_a_list_longer_than_one_answer_comes_in_several_that_the_client_joins(
+    tmp_path: Path, pool: NetworkBookiePool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In process, to make an answer's limit small enough to reach with a few entries.
+    monkeypatch.setattr(service, "MAX_LISTED_RANGES", 2)
+    config = BookieConfig(
+        data_dir=tmp_path / "bookie",
+        listen=f"127.0.0.1:{free_port()}",
+        metadata=f"sqlite:///{tmp_path}/meta.db",
+    )
+    core = await BookieCore.open(config.storage_config())
+    server = BookieServer(config, core, "instance")
+    await server.start()
+    try:
+        client = pool.get(config.listen)
+        await _add(client, KEPT, [0, 2, 4, 6, 8])
+        reply = await client.list_entries(KEPT, 1, 100)
+        assert (reply.status, reply.ranges) == (Status.OK, ((2, 2), (4, 4), (6, 6), (8, 8)))
+        assert server.service.stats.entry_lists == 2  # 2..4, then 5..100
+    finally:
+        await pool.close()
+        await server.stop_now()
+        await core.close()
