@@ -35,6 +35,7 @@ SERVICE_COUNTERS = {
     "long_polls": "Long-poll LAC reads",
     "lac_watches": "LAC watch streams opened",
     "fences": "Fence requests, fencing reads included",
+    "entry_lists": "ListEntries requests (which entries of a ledger are held)",
     "add_streams": "Add streams opened",
 }
 """Counters of ``bookie.server.admission.ServiceStats``: ``walog_bookie_<field>_total``."""

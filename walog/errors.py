@@ -88,6 +88,13 @@ class BookieUnavailableError(BookieError):
     """A bookie could not be reached or did not answer in time."""
 
 
+class BookieCallUnsupportedError(BookieError):
+    """The bookie does not know the call (it runs an older version): the caller falls back
+    to calls it does know."""
+
+    retriable = False
+
+
 class BookieReadOnlyError(BookieError):
     """The bookie is in read-only mode and accepts no writes."""
 
@@ -137,6 +144,7 @@ def is_retriable(exc: BaseException) -> bool:
 
 
 __all__ = [
+    "BookieCallUnsupportedError",
     "BookieError",
     "BookieReadOnlyError",
     "BookieRestartedError",

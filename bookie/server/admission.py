@@ -24,6 +24,7 @@ class ServiceStats:
     long_polls: int = 0
     lac_watches: int = 0
     fences: int = 0
+    entry_lists: int = 0
     add_streams: int = 0
 
 

@@ -55,7 +55,16 @@ MAX_ADD_STREAMS = 64
 once, so more is a client opening streams it does not use: the extra ones are refused."""
 """Unary calls one connection may have running; the frames after one that would start
 another wait, unread, until one ends (each running call may hold a whole answer)."""
-_UNARY = frozenset({Method.READ, Method.READ_LAC, Method.FENCE, Method.INFO, Method.LIST_LEDGERS})
+_UNARY = frozenset(
+    {
+        Method.READ,
+        Method.READ_LAC,
+        Method.FENCE,
+        Method.INFO,
+        Method.LIST_LEDGERS,
+        Method.LIST_ENTRIES,
+    }
+)
 _NO_CONTEXT: Any = None
 """The service's handlers take a gRPC context and do not use it."""
 _REQUESTS: dict[int, Callable[[bytes], Message]] = {
@@ -65,6 +74,7 @@ _REQUESTS: dict[int, Callable[[bytes], Message]] = {
     Method.FENCE: pb.FenceRequest.FromString,
     Method.INFO: pb.InfoRequest.FromString,
     Method.LIST_LEDGERS: pb.ListLedgersRequest.FromString,
+    Method.LIST_ENTRIES: pb.ListEntriesRequest.FromString,
 }
 
 

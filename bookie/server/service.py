@@ -42,6 +42,9 @@ MAX_READ_BYTES = 32 * 1024 * 1024
 stays under the message limit (a single entry is always served)."""
 MAX_LONG_POLL_S = 600.0
 """Longest long poll a bookie holds, whatever the client asks."""
+MAX_LISTED_RANGES = 65536
+"""Ranges one ``ListEntries`` answer holds at most (a few hundred KiB at worst): a longer
+list is cut there, and the client asks again past what the answer covers."""
 MIN_HEARTBEAT_S = 0.05
 """Shortest heartbeat interval of a LAC watch, whatever the client asks."""
 
@@ -289,6 +292,28 @@ class BookieService(pb_grpc.BookieServicer):
     ) -> pb.ListLedgersResponse:
         """Ids of the ledgers stored on this bookie."""
         return pb.ListLedgersResponse(ledger_ids=sorted(self.core.ledgers()))
+
+    async def ListEntries(
+        self, request: pb.ListEntriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListEntriesResponse:
+        """The entries of a range of the ledger held here, as ranges, from the index and
+        the write cache alone (no entry is read); authorised as reads are (the port's
+        bearer token)."""
+        self.stats.entry_lists += 1
+        first, last = request.first_entry_id, request.last_entry_id
+        if request.ledger_id < 0 or first < 0 or last < first:
+            self.stats.bad_requests += 1
+            return pb.ListEntriesResponse(status=pb.BAD_REQUEST, covered_to=-1)
+        status, ranges = await self.core.held_entries(request.ledger_id, first, last)
+        covered_to = last
+        if len(ranges) > MAX_LISTED_RANGES:
+            ranges = ranges[:MAX_LISTED_RANGES]
+            covered_to = ranges[-1][1]
+        return pb.ListEntriesResponse(
+            status=wire_status(status),
+            ranges=[bound for pair in ranges for bound in pair],
+            covered_to=covered_to if status == Status.OK else -1,
+        )
 
 
 __all__ = ["BookieService"]

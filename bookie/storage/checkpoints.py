@@ -100,6 +100,16 @@ class Checkpointer:
             entry = self._flushing.get(ledger_id, entry_id)
         return entry
 
+    def cached_ids(self, ledger_id: int, first: int, last: int) -> list[int]:
+        """The ids in ``first..last`` of the ledger's entries in memory (the write cache and
+        the one being persisted), in no order."""
+        ids: list[int] = []
+        for cache in (self.cache, self._flushing):
+            entries = cache.ledgers.get(ledger_id) if cache is not None else None
+            if entries:
+                ids += (i for i in entries if first <= i <= last)
+        return ids
+
     @property
     def unwritten_bytes(self) -> int:
         """Bytes of entries taken and not yet in an entry log: the write cache and the one

@@ -44,6 +44,7 @@ from bookie.storage.environment import LOCAL_ENV, StorageEnv
 from bookie.storage.fastpath import refused_entries, unpack_entries
 from bookie.storage.fences import Fences
 from bookie.storage.group_reports import GroupReports
+from bookie.storage.held_ranges import EntryRange, merged, ranges_of, without
 from bookie.storage.journal import Journal
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.journal_records import (
@@ -585,6 +586,36 @@ class BookieCore:
         if not records:
             return (Status.IO_ERROR if damaged else Status.NO_SUCH_ENTRY), []
         return Status.OK, records
+
+    async def held_entries(
+        self, ledger_id: int, first: int, last: int
+    ) -> tuple[Status, list[EntryRange]]:
+        """The entries of ``first..last`` this bookie holds, as ascending ranges of
+        consecutive ids, from the write cache and the index alone (no entry log is read;
+        bookie/storage/held_ranges.py).
+
+        A copy found damaged counts as missing, and so does every entry of an index row
+        that fails its checks; the row's first entry is then noted damaged as a read of it
+        would, so that a new copy replaces it. NO_SUCH_LEDGER for an unknown ledger
+        (IO_ERROR when its rows are damaged), BAD_REQUEST for a negative or empty range.
+        """
+        state = self._states.get(ledger_id)
+        if state is None:
+            return self._unknown(ledger_id), []
+        if first < 0 or last < first:
+            return Status.BAD_REQUEST, []
+        # The cache before the index: an entry a checkpoint moves in between is in the
+        # one or the other, never in neither.
+        cached = self.checkpoints.cached_ids(ledger_id, first, last)
+        runs: list[EntryRange] = []
+        if self._storage is not None and first <= state.last_entry_id:
+            runs, damaged_rows = await self._readers.run(
+                self._storage.held_runs, ledger_id, first, last
+            )
+            for entry_id in damaged_rows:
+                self._note_damage(ledger_id, entry_id)
+        damaged = self.damaged_entries.get(ledger_id, set())
+        return Status.OK, merged([*without(runs, damaged), *ranges_of(cached)])
 
     def _note_damage(self, ledger_id: int, entry_id: int) -> None:
         damaged = self.damaged_entries.setdefault(ledger_id, set())

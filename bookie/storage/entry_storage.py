@@ -84,6 +84,7 @@ from bookie.storage.run_index import (
     RunChange,
     find_run,
     held_in,
+    held_runs,
     ledger_rows_from,
     put_runs,
 )
@@ -336,6 +337,16 @@ class EntryStorage:
                     if cursor.set_key(ENTRY_KEY.pack(ledger_id, entry_id)):
                         found.add(entry_id)
         return found
+
+    def held_runs(
+        self, ledger_id: int, first: int, last: int
+    ) -> tuple[list[tuple[int, int]], list[int]]:
+        """``(ranges, damaged)``: the entries in ``first..last`` (not negative) that intact
+        index rows hold, as ascending ranges, and the first entries of the ledger's rows in
+        that range that fail their checks (bookie/storage/run_index.py). No entry log is
+        read."""
+        with self._env.begin(db=self._entries) as txn:
+            return held_runs(txn, self._entries, ledger_id, first, last)
 
     def read_run(
         self, ledger_id: int, first: int, last: int, max_bytes: int

@@ -104,6 +104,29 @@ def held_in(
     return found
 
 
+def held_runs(
+    txn: lmdb.Transaction, db: lmdb._Database, ledger_id: int, first: int, last: int
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """``(ranges, damaged)``: the parts within ``first..last`` (not negative) of the
+    ledger's intact run rows, ascending, and the first entries of its rows in that range
+    that fail their checks (their range is unknown)."""
+    ranges: list[tuple[int, int]] = []
+    damaged: list[int] = []
+    for key, value in ledger_rows_from(txn.cursor(db=db), ledger_id, first):
+        start = run_first(key)
+        if start is None:
+            continue
+        if start > last:
+            break
+        run = unseal_run_row(key, value)
+        if run is None:
+            if start >= first:
+                damaged.append(start)
+        elif run.last >= first:
+            ranges.append((max(start, first), min(run.last, last)))
+    return ranges, damaged
+
+
 class RunChange(NamedTuple):
     """What putting runs changed in a ledger's rows (added minus removed)."""
 

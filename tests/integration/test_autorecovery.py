@@ -20,8 +20,11 @@ from tests.integration.waiting import eventually
 from tests.processes import DIE_WITH_PARENT
 from walog.autorecovery import recover
 from walog.config import ClientConfig, Timeouts
+from walog.errors import BookieCallUnsupportedError
 from walog.ledger.readops import write_set_bookies
 from walog.testing import LocalCluster
+from walog.transport.base import BookieClient
+from walog.transport.network import NetworkBookieClient
 from walog.wire.status import Status
 
 CONFIG = ClientConfig(timeouts=Timeouts(add=5.0, read=5.0))
@@ -221,4 +224,83 @@ async def test_a_bookie_back_from_an_outage_gets_the_entries_it_missed_copied_ba
         assert not report.repaired and not report.unrepairable
         await eventually(functools.partial(_copies_complete, client, writer.ledger_id))
         # Nothing left: every entry of every share is there again.
+        assert not (await recover(client.ctx, verify=True, verify_percent=100)).refilled
+
+
+async def test_verification_refills_every_entry_a_bookie_lacks_in_the_middle_of_its_share(
+    fresh_cluster: LocalCluster,
+) -> None:
+    # Three bookies, no spare. While one (``away``) is down the writer goes on with the two
+    # others (Qa=2); then a second one goes down, so the last entry reaches only one bookie
+    # and is never confirmed, and the writer stops without closing the ledger. Recovery by
+    # another client, once every bookie is back, writes that entry back to all three: the
+    # bookie that was away then holds the first and the last entry of its share, and lacks
+    # the stretch in between.
+    async with await aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as writing:
+        writer = await writing.create_ledger(3, 3, 2)
+        for i in range(10):
+            await writer.append(b"entry-%d" % i)
+        first, second, away = writer.metadata.last_ensemble
+        fresh_cluster.kill(away)
+        for i in range(10, 30):
+            await writer.append(b"entry-%d" % i)
+        fresh_cluster.kill(second)
+        unconfirmed = writer.append_nowait(b"entry-30")
+        unconfirmed.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+        async def reached_first() -> None:
+            reply = await writing.ctx.pool.get(first).read(writer.ledger_id, 30, 30)
+            assert reply.status is Status.OK
+
+        await eventually(reached_first)
+    fresh_cluster.restart(second)
+    fresh_cluster.restart(away)
+    async with await aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as client:
+        await client.open_ledger(writer.ledger_id)  # recovers and closes it
+        metadata = await client.ledger_metadata(writer.ledger_id)
+        assert metadata.is_closed and metadata.last_entry_id == 30
+        assert len(metadata.ensembles) == 1
+
+        async def holds(entry_id: int) -> bool:
+            reply = await client.ctx.pool.get(away).read(writer.ledger_id, entry_id, entry_id)
+            return reply.status is Status.OK
+
+        async def gap_made() -> None:
+            assert [await holds(i) for i in (0, 9, 10, 20, 30)] == [True, True, False, False, True]
+
+        await eventually(gap_made)
+
+        report = await recover(client.ctx, verify=True)
+        assert [(d.ledger_id, d.ensemble[d.lost[0]]) for d in report.refilled] == [
+            (writer.ledger_id, away)
+        ]
+        await eventually(functools.partial(_copies_complete, client, writer.ledger_id))
+        assert not (await recover(client.ctx, verify=True)).refilled
+
+
+async def test_a_bookie_without_entry_lists_is_checked_by_reads_and_gets_its_share_back(
+    fresh_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client side of a bookie of a version without ListEntries: the call fails with
+    # BookieCallUnsupportedError (what UNIMPLEMENTED from such a bookie becomes, see
+    # tests/integration/test_bookie_entry_lists.py), so the check falls back to reads.
+    monkeypatch.setattr(NetworkBookieClient, "list_entries", BookieClient.list_entries)
+    async with await aio.connect(fresh_cluster.metadata_uri, config=CONFIG) as client:
+        writer = await client.create_ledger(3, 3, 2)
+        for i in range(10):
+            await writer.append(b"entry-%d" % i)
+        away = writer.metadata.last_ensemble[2]
+        fresh_cluster.kill(away)
+        for i in range(10, 30):
+            await writer.append(b"entry-%d" % i)
+        await writer.close()
+        fresh_cluster.restart(away)
+        with pytest.raises(BookieCallUnsupportedError):
+            await client.ctx.pool.get(away).list_entries(writer.ledger_id, 0, 29)
+
+        report = await recover(client.ctx, verify=True)
+        assert [(d.ledger_id, d.ensemble[d.lost[0]]) for d in report.refilled] == [
+            (writer.ledger_id, away)
+        ]
+        await eventually(functools.partial(_copies_complete, client, writer.ledger_id))
         assert not (await recover(client.ctx, verify=True, verify_percent=100)).refilled

@@ -6,7 +6,12 @@ from __future__ import annotations
 import random
 
 from walog import mutations
-from walog.autorecovery.rules import copy_missing, entries_to_verify, shares_to_check
+from walog.autorecovery.rules import (
+    copy_missing,
+    entries_missing,
+    entries_to_verify,
+    shares_to_check,
+)
 from walog.metadata.layout import LedgerMetadata
 from walog.wire.status import Status
 
@@ -55,6 +60,22 @@ def test_a_check_of_a_share_of_one_entry_or_none_reads_what_there_is() -> None:
     rng = random.Random(7)
     assert entries_to_verify([5], 50, rng) == [5]
     assert entries_to_verify([], 50, rng) == []
+
+
+def test_every_entry_of_a_share_outside_the_bookies_listed_ranges_is_missing() -> None:
+    share = list(range(1, 40, 3))  # 1, 4, ..., 37: one index's share under E=3, Qw=1
+    held = ((0, 4), (13, 13), (20, 30), (37, 50))
+    assert entries_missing(share, Status.OK, held) == [7, 10, 16, 19, 31, 34]
+    assert entries_missing(share, Status.OK, ((0, 100),)) == []
+    assert entries_missing(share, Status.OK, ()) == share
+    assert entries_missing([], Status.OK, held) == []
+
+
+def test_an_entry_list_that_shows_no_ledger_or_an_unreadable_index_misses_the_whole_share() -> None:
+    share = [2, 5, 8]
+    assert entries_missing(share, Status.NO_SUCH_LEDGER, ()) == share
+    assert entries_missing(share, Status.IO_ERROR, ()) == share
+    assert entries_missing(share, Status.BAD_REQUEST, ()) == []  # tells nothing
 
 
 def test_verify_counts_an_unreadable_copy_as_missing() -> None:

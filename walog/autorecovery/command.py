@@ -72,16 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--verify-entries",
         action="store_true",
-        help="also check that every available bookie holds the first and last entry of its "
-        "share of each fragment, and copy the share back where it does not",
+        help="also check that every available bookie holds every entry of its share of each "
+        "fragment (it lists them from its index), and copy back each entry it lacks",
     )
     parser.add_argument(
         "--verify-percent",
         type=_percent,
         default=0.0,
         metavar="P",
-        help="with --verify-entries, also read P %% of the other entries of each share, "
-        "picked at random each pass (100: every entry) [0]",
+        help="with --verify-entries, for bookies of a version that cannot list their entries "
+        "(checked by reading the first and last entry of each share): also read P %% of "
+        "the other entries, picked at random each pass (100: every entry) [0]",
     )
     parser.add_argument(
         "--placement",

@@ -102,8 +102,9 @@ class Daemon:
         on_report: called with each pass's report and how many seconds it took: each audit
             (printing).
         verify_percent: when not None, the auditor also checks after each audit that the
-            available bookies hold their shares (``recover(verify=True)``), reading this
-            percentage of the other entries too.
+            available bookies hold their shares (``recover(verify=True)``); a bookie that
+            cannot list its entries is checked by reads, of this percentage of the other
+            entries too.
         placement: chooses replacements (default: the rack-aware policy writers use).
     """
 

@@ -35,6 +35,7 @@ from walog.autorecovery.rules import (
     copy_missing,
     damaged_fragments,
     entries_held,
+    entries_missing,
     entries_to_verify,
     lost_bookies,
     shares_to_check,
@@ -42,6 +43,7 @@ from walog.autorecovery.rules import (
     with_replacement,
 )
 from walog.errors import (
+    BookieCallUnsupportedError,
     BookieError,
     MetadataConflictError,
     NoSuchLedgerError,
@@ -96,11 +98,13 @@ async def recover(
         passwords: candidate ledger passwords (checked against each ledger's metadata).
         is_lost: which missing bookies count as lost (default: every missing one).
         placement: chooses replacements (default: a fresh rack-aware one).
-        verify: also check that every available bookie holds the first and the last entry
-            of its share of each fragment, and copy a share back to a bookie that lacks
-            them (two reads per fragment and bookie: meant for a periodic check).
-        verify_percent: with ``verify``, also read this share (0-100 %) of the other
-            entries of each share, picked at random each pass.
+        verify: also check that every available bookie holds every entry of its share of
+            each fragment (one ``ListEntries`` call per fragment and bookie, answered from
+            its index), and copy back to it each entry it lacks.
+        verify_percent: with ``verify``, for a bookie without ``ListEntries`` (an older
+            version), which is checked by reading the first and the last entry of its
+            share instead: also read this share (0-100 %) of the other entries, picked at
+            random each pass.
         retiring: bookies to move every fragment off although they still serve (being
             decommissioned): counted as lost, never chosen as replacements, but read from
             (after the other bookies) for the copies they hold.
@@ -228,11 +232,14 @@ async def refill_shares(
     report: Report,
     percent: float = 0.0,
 ) -> None:
-    """Copy back the share of a fragment to each available bookie that lacks its first or
-    last entry, or one of ``percent`` % of the others picked at random (see
-    :func:`~walog.autorecovery.rules.shares_to_check` and
-    :func:`~walog.autorecovery.rules.entries_to_verify`). The checks are reads; the
-    ledger's master key (None: no password given matched) is needed only to copy."""
+    """Copy back to each available bookie of each fragment the entries of its share it
+    lacks (see :func:`~walog.autorecovery.rules.shares_to_check`): each bookie is asked once
+    per fragment which entries of it it holds
+    (:func:`~walog.autorecovery.rules.entries_missing`). A bookie without that call is
+    checked by reads of the first and the last entry of its share and ``percent`` % of the
+    others picked at random (:func:`~walog.autorecovery.rules.entries_to_verify`), and
+    gets its whole share back when one is missing. The ledger's master key (None: no
+    password given matched) is needed only to copy."""
     metadata, _ = await ctx.read_metadata(ledger_id)  # after any repair of this pass
     e, qw = metadata.ensemble_size, metadata.write_quorum
     rng = random.Random()
@@ -240,18 +247,43 @@ async def refill_shares(
         for index in fragment.lost:
             bookie = fragment.ensemble[index]
             share = list(entries_held(fragment, index, e, qw))
-            if await _holds_all(ctx, ledger_id, entries_to_verify(share, percent, rng), bookie):
+            missing = await _missing(ctx, fragment, share, bookie, percent, rng)
+            if not missing:
                 continue
             damage = dataclasses.replace(fragment, lost=(index,))
             if master_key is None:
                 report.unrepairable.append((damage, _NO_PASSWORD))
                 continue
             try:
-                await copy_entries(ctx, metadata, damage, index, bookie, master_key)
+                await copy_entries(
+                    ctx, metadata, damage, index, bookie, master_key, entries=missing
+                )
             except WalogError as exc:
                 report.unrepairable.append((damage, str(exc)))
                 continue
             report.refilled.append(damage)
+
+
+async def _missing(
+    ctx: LedgerContext,
+    fragment: Damage,
+    share: Sequence[int],
+    bookie: str,
+    percent: float,
+    rng: random.Random,
+) -> list[int]:
+    """The entries of ``share`` (of ``fragment``) that ``bookie`` lacks, by its entry list;
+    by reads when it does not know the call (then all of ``share`` when one read finds an
+    entry missing). No answer: none, the next pass asks again."""
+    client = ctx.pool.get(bookie)
+    try:
+        reply = await client.list_entries(fragment.ledger_id, fragment.first, fragment.last)
+    except BookieCallUnsupportedError:
+        checked = entries_to_verify(share, percent, rng)
+        return [] if await _holds_all(ctx, fragment.ledger_id, checked, bookie) else list(share)
+    except BookieError:
+        return []
+    return entries_missing(share, reply.status, reply.ranges)
 
 
 async def _holds_all(
@@ -330,8 +362,10 @@ async def copy_entries(
     master_key: bytes,
     *,
     retiring: Collection[str] = (),
+    entries: Sequence[int] | None = None,
 ) -> int:
-    """Copy the entries the bookie at ``index`` held to ``target``; how many were copied.
+    """Copy the entries the bookie at ``index`` held (or only ``entries`` of them) to
+    ``target``; how many were copied.
 
     Each entry is read from the bookies of its write set that are not lost, then from the
     lost ones that are only being retired (``retiring``: they still serve their copies,
@@ -346,7 +380,7 @@ async def copy_entries(
         return [damage.ensemble[i] for i in order]
 
     client = ctx.pool.get(target)
-    todo = list(entries_held(damage, index, e, qw))
+    todo = list(entries_held(damage, index, e, qw) if entries is None else entries)
     for start in range(0, len(todo), COPY_BATCH):
         batch = todo[start : start + COPY_BATCH]
         try:

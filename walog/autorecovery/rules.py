@@ -15,12 +15,16 @@ choices):
 - the lost bookie at ensemble index ``i`` held exactly the entries whose write set contains
   ``i`` (docs/protocol.md, "Write quorums"); those are copied to the replacement, then the
   fragment's ensemble names the replacement at index ``i`` instead;
-- a bookie that is available may still lack entries it should hold (it was down while they
-  were written and the writer had no bookie to replace it with): checking the first and the
-  last entry of its share of each such fragment finds it (BookKeeper's LedgerChecker), and
-  its share is copied back to it, with no metadata change; a share that lost entries in its
-  middle (a damaged disk, a bug) is found by also reading a random part of the other
-  entries (BookKeeper's auditorLedgerVerificationPercentage);
+- a bookie that is available may still lack entries it should hold (it was down or cut off
+  while they were written and the writer had no bookie to replace it with, or stopped
+  before it could replace it; a damaged disk): the check asks it once per fragment which
+  entries of the fragment it holds (``ListEntries``, answered from its index; BookKeeper's
+  replicas check asks the same of ``getListOfEntriesOfLedger``), and every entry of its
+  share it lacks is copied back to it, with no metadata change (:func:`entries_missing`);
+- a bookie of a version without that call is checked by reads instead: the first and the
+  last entry of its share (BookKeeper's LedgerChecker) and a random part of the others
+  (BookKeeper's auditorLedgerVerificationPercentage); one it lacks gets its whole share
+  copied back;
 - in such a check a copy its bookie cannot serve (``IO_ERROR``: a damaged record, a read the
   disk failed, an entry whose absence the bookie cannot prove) counts as missing like one it
   says it lacks: only a new copy mends it, and the bookie takes one in its place. A bookie
@@ -145,6 +149,27 @@ def copy_missing(status: Status) -> bool:
     return status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
 
 
+def entries_missing(
+    share: Sequence[int], status: Status, held: Sequence[tuple[int, int]]
+) -> list[int]:
+    """The entries of ``share`` (a bookie's share of a fragment, ascending) that its answer
+    to an entry list shows missing: with OK those outside every range of ``held``
+    (``(first, last)`` ranges, ascending and apart), else all of them when the status says
+    copies are missing (:func:`copy_missing`: no such ledger, an index it cannot read) and
+    none otherwise (an answer that tells nothing, such as BAD_REQUEST)."""
+    if status is not Status.OK:
+        return list(share) if copy_missing(status) else []
+    missing: list[int] = []
+    ranges = iter(held)
+    current = next(ranges, None)
+    for entry_id in share:
+        while current is not None and current[1] < entry_id:
+            current = next(ranges, None)
+        if current is None or entry_id < current[0]:
+            missing.append(entry_id)
+    return missing
+
+
 def entries_to_verify(share: Sequence[int], percent: float, rng: random.Random) -> list[int]:
     """The entries of one bookie's share that a check reads, in order: the first and the
     last, and ``percent`` % (0-100, rounded up) of the others, picked with ``rng``."""
@@ -160,6 +185,7 @@ __all__ = [
     "copy_missing",
     "damaged_fragments",
     "entries_held",
+    "entries_missing",
     "entries_to_verify",
     "lost_bookies",
     "shares_to_check",

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 from collections.abc import AsyncGenerator, Callable, Sequence
 
-from walog.errors import BookieUnavailableError
+from walog.errors import BookieCallUnsupportedError, BookieUnavailableError
 from walog.wire.durability import Durability
 from walog.wire.packing import PackedEntries, unpack_entries
 from walog.wire.status import Status
@@ -91,6 +91,21 @@ class FenceReply:
     status: Status
     lac: int = -1
     last_entry_id: int = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EntryListReply:
+    """Which entries of a ledger a bookie holds within the range asked.
+
+    Attributes:
+        status: OK, NO_SUCH_LEDGER (it holds none), IO_ERROR (its index rows of the ledger
+            are damaged: it cannot tell), BAD_REQUEST.
+        ranges: with OK, the entries held as ``(first, last)`` ranges of consecutive ids,
+            ascending and apart; copies the bookie found damaged are not among them.
+    """
+
+    status: Status
+    ranges: tuple[tuple[int, int], ...] = ()
 
 
 AddCallback = Callable[[AddReply | BaseException], None]
@@ -261,6 +276,19 @@ class BookieClient(abc.ABC):
     async def fence(self, ledger_id: int, master_key: bytes) -> FenceReply:
         """Fence the ledger on this bookie (persisted before the reply)."""
 
+    async def list_entries(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int
+    ) -> EntryListReply:
+        """Which entries of ``first_entry_id..last_entry_id`` the bookie holds, from its
+        index alone (no entry is read).
+
+        Raises:
+            BookieCallUnsupportedError: the bookie (or this transport) does not know the
+                call; the caller reads the entries one by one instead. This default raises
+                it.
+        """
+        raise BookieCallUnsupportedError(f"bookie {self.bookie_id}: no entry lists here")
+
 
 def _answer_one(callback: BatchCallback, entry_id: int, reply: AddReply | BaseException) -> None:
     callback((entry_id,), reply)
@@ -284,6 +312,7 @@ __all__ = [
     "BatchCallback",
     "BookieClient",
     "BookiePool",
+    "EntryListReply",
     "FenceReply",
     "ForceReply",
     "ReadLacReply",

@@ -14,7 +14,12 @@ import grpc
 import grpc.aio
 
 from walog._loggers import get_logger
-from walog.errors import BookieUnavailableError, UnauthorizedError, WalogError
+from walog.errors import (
+    BookieCallUnsupportedError,
+    BookieUnavailableError,
+    UnauthorizedError,
+    WalogError,
+)
 from walog.transport.base import BatchCallback, StoredEntry
 from walog.transport.native import NativeCallError
 from walog.wire.digest import entry_digest
@@ -163,6 +168,8 @@ def translate_rpc_error(bookie_id: str, exc: grpc.RpcError) -> WalogError:
     details = exc.details() if described else str(exc)
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return UnauthorizedError(f"bookie {bookie_id} refused the credentials: {details}")
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return BookieCallUnsupportedError(f"bookie {bookie_id} does not know the call: {details}")
     name = code.name if code is not None else "error"
     return BookieUnavailableError(f"bookie {bookie_id}: {name}: {details}")
 

@@ -37,6 +37,7 @@ from walog.transport.base import (
     BatchCallback,
     BookieClient,
     BookiePool,
+    EntryListReply,
     FenceReply,
     ForceReply,
     ReadLacReply,
@@ -406,6 +407,39 @@ class NetworkBookieClient(BookieClient):
             self.config.timeouts.read,
         )
         return FenceReply(status_of(response.status), response.lac, response.last_entry_id)
+
+    async def list_entries(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int
+    ) -> EntryListReply:
+        """Which entries of the range the bookie holds (see :class:`BookieClient`): one
+        ``ListEntries`` call, more when an answer covers only part of the range.
+
+        Raises:
+            BookieCallUnsupportedError: the bookie runs a version without the call.
+            BookieUnavailableError: no answer in time.
+        """
+        ranges: list[tuple[int, int]] = []
+        first = first_entry_id
+        while True:
+            request = pb.ListEntriesRequest(
+                ledger_id=ledger_id, first_entry_id=first, last_entry_id=last_entry_id
+            )
+            response = await self._unary(
+                Method.LIST_ENTRIES, request, pb.ListEntriesResponse, self.config.timeouts.read
+            )
+            status = status_of(response.status)
+            if status is not Status.OK:
+                return EntryListReply(status)
+            bounds = list(response.ranges)
+            if len(bounds) % 2:
+                raise BookieUnavailableError(
+                    f"bookie {self.bookie_id}: an entry list of {len(bounds)} bounds (not pairs)"
+                )
+            ranges += zip(bounds[0::2], bounds[1::2], strict=True)
+            # An answer that covers nothing new would repeat itself forever.
+            if response.covered_to >= last_entry_id or response.covered_to < first:
+                return EntryListReply(Status.OK, tuple(ranges))
+            first = response.covered_to + 1
 
     async def info(self) -> pb.InfoResponse:
         """The bookie's identity and state (operations and tests)."""

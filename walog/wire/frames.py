@@ -75,6 +75,7 @@ class Method(enum.IntEnum):
     FENCE = 5
     INFO = 6
     LIST_LEDGERS = 7
+    LIST_ENTRIES = 8
 
 
 RPC_NAMES: dict[Method, str] = {
@@ -85,6 +86,7 @@ RPC_NAMES: dict[Method, str] = {
     Method.FENCE: "Fence",
     Method.INFO: "Info",
     Method.LIST_LEDGERS: "ListLedgers",
+    Method.LIST_ENTRIES: "ListEntries",
 }
 """Each method's RPC name in the gRPC service."""
 

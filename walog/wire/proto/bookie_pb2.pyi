@@ -730,3 +730,71 @@ class ListLedgersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListLedgersResponse: _TypeAlias = ListLedgersResponse  # noqa: Y015
+
+@_typing.final
+class ListEntriesRequest(_message.Message):
+    """Which entries of a ledger the bookie holds within [first_entry_id, last_entry_id],
+    answered from its index and write cache alone (no entry is read): auto-recovery
+    compares the answer with the entries the ledger's metadata says the bookie must hold
+    (docs/operations.md, auto-recovery's --verify-entries). A copy the bookie found damaged
+    counts as missing. A bookie of a version without this call answers UNIMPLEMENTED
+    (on either port); the client then reads entries one by one instead.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEDGER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_ENTRY_ID_FIELD_NUMBER: _builtins.int
+    LAST_ENTRY_ID_FIELD_NUMBER: _builtins.int
+    ledger_id: _builtins.int
+    first_entry_id: _builtins.int
+    last_entry_id: _builtins.int
+    """inclusive"""
+    def __init__(
+        self,
+        *,
+        ledger_id: _builtins.int = ...,
+        first_entry_id: _builtins.int = ...,
+        last_entry_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_entry_id", b"first_entry_id", "last_entry_id", b"last_entry_id", "ledger_id", b"ledger_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEntriesRequest: _TypeAlias = ListEntriesRequest  # noqa: Y015
+
+@_typing.final
+class ListEntriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    COVERED_TO_FIELD_NUMBER: _builtins.int
+    status: Global___Status.ValueType
+    """NO_SUCH_LEDGER: none held; BAD_REQUEST: a negative or empty range"""
+    covered_to: _builtins.int
+    """The answer covers first_entry_id..covered_to: last_entry_id, or less when the ranges
+    were too many for one answer (the client asks again from covered_to + 1).
+    """
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The entries held as ranges of consecutive ids, ascending and apart: first and last of
+        each in turn (first0, last0, first1, last1, ...).
+        """
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status.ValueType = ...,
+        ranges: _abc.Iterable[_builtins.int] | None = ...,
+        covered_to: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covered_to", b"covered_to", "ranges", b"ranges", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEntriesResponse: _TypeAlias = ListEntriesResponse  # noqa: Y015

@@ -69,6 +69,11 @@ class BookieStub:
                 request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersRequest.SerializeToString,
                 response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersResponse.FromString,
                 _registered_method=True)
+        self.ListEntries = channel.unary_unary(
+                '/walog.bookie.v1.Bookie/ListEntries',
+                request_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListEntriesRequest.SerializeToString,
+                response_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListEntriesResponse.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -116,6 +121,12 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEntries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +164,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ListLedgers,
                     request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersRequest.FromString,
                     response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersResponse.SerializeToString,
+            ),
+            'ListEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEntries,
+                    request_deserializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListEntriesRequest.FromString,
+                    response_serializer=walog_dot_wire_dot_proto_dot_bookie__pb2.ListEntriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +360,33 @@ class Bookie:
             '/walog.bookie.v1.Bookie/ListLedgers',
             walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersRequest.SerializeToString,
             walog_dot_wire_dot_proto_dot_bookie__pb2.ListLedgersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/walog.bookie.v1.Bookie/ListEntries',
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ListEntriesRequest.SerializeToString,
+            walog_dot_wire_dot_proto_dot_bookie__pb2.ListEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

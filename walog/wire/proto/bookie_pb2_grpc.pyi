@@ -43,6 +43,7 @@ class BookieStub:
     Fence: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.FenceRequest, _bookie_pb2.FenceResponse]
     Info: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.InfoRequest, _bookie_pb2.InfoResponse]
     ListLedgers: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.ListLedgersRequest, _bookie_pb2.ListLedgersResponse]
+    ListEntries: _grpc.UnaryUnaryMultiCallable[_bookie_pb2.ListEntriesRequest, _bookie_pb2.ListEntriesResponse]
 
 @_typing.type_check_only
 class BookieAsyncStub(BookieStub):
@@ -54,6 +55,7 @@ class BookieAsyncStub(BookieStub):
     Fence: _aio.UnaryUnaryMultiCallable[_bookie_pb2.FenceRequest, _bookie_pb2.FenceResponse]  # type: ignore[assignment]
     Info: _aio.UnaryUnaryMultiCallable[_bookie_pb2.InfoRequest, _bookie_pb2.InfoResponse]  # type: ignore[assignment]
     ListLedgers: _aio.UnaryUnaryMultiCallable[_bookie_pb2.ListLedgersRequest, _bookie_pb2.ListLedgersResponse]  # type: ignore[assignment]
+    ListEntries: _aio.UnaryUnaryMultiCallable[_bookie_pb2.ListEntriesRequest, _bookie_pb2.ListEntriesResponse]  # type: ignore[assignment]
 
 class BookieServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -104,5 +106,12 @@ class BookieServicer(metaclass=_abc_1.ABCMeta):
         request: _bookie_pb2.ListLedgersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_bookie_pb2.ListLedgersResponse, _abc.Awaitable[_bookie_pb2.ListLedgersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListEntries(
+        self,
+        request: _bookie_pb2.ListEntriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_bookie_pb2.ListEntriesResponse, _abc.Awaitable[_bookie_pb2.ListEntriesResponse]]: ...
 
 def add_BookieServicer_to_server(servicer: BookieServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
