@@ -401,7 +401,7 @@ async def _serve(
     )
     core.checkpoints.failure_listeners.append(disks.wake)
     damage_reports = DamageReports(store, config.bookie_id)
-    core.damage_listeners.append(damage_reports.report)
+    core.damage.listeners.append(damage_reports.report)
     await disks.check()  # a bookie that starts on a full disk registers read-only
     await server.start()
     metrics: MetricsServer | None = None

@@ -17,7 +17,7 @@
 - ``index``, ``run_index``, ``index_audit``, ``lmdb_check``: the index rows, the run rows'
   lookups and cuts, their audit on open, and the structural check of the LMDB file;
   ``held_ranges``: which entries of a ledger are held, as ranges (``ListEntries``), pure
-  rules;
+  rules; ``damaged_copies``: the ledgers and entry copies found damaged since start;
 - ``replay``: opening the store and replaying the journal; ``rebuild``: rebuilding a lost
   index from the entry logs (an offline command);
 - ``compaction``: moving the live entries out of partly dead entry logs;

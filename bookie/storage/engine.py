@@ -34,6 +34,7 @@ import structlog
 from bookie.storage.checkpoints import Checkpointer
 from bookie.storage.compaction import Compactor
 from bookie.storage.config import StorageConfig
+from bookie.storage.damaged_copies import DamagedCopies
 from bookie.storage.entry_storage import (
     READ_ENTRY_OVERHEAD,
     CachedEntry,
@@ -108,9 +109,8 @@ class BookieCore:
         """Set while the bookie is read-only by disk usage (bookie/disks.py): plain adds
         are answered READ_ONLY; reads, fences and recovery writes are still served."""
         self._states: dict[int, LedgerState] = {}
-        # Ledgers whose index rows are damaged: IO_ERROR for them, never "no such ledger"
-        # (recovery counts that as proof of absence). Cleared only by deleting the ledger.
-        self._damaged: set[int] = set()
+        self.damage = DamagedCopies()
+        """Damaged ledgers and entry copies found since start (bookie/storage/damaged_copies.py)."""
         self._lac_polls = LacPolls(self.lac)
         self._writer = env.workers(1, "bookie-storage")
         self._readers = env.workers(2, "bookie-read")
@@ -119,12 +119,6 @@ class BookieCore:
         """Minor and major compaction of partly dead entry logs (bookie/storage/compaction.py)."""
         self._compaction: asyncio.Task[None] | None = None
         self._closed = False
-        #: Called on the loop with ``(ledger id, entry id)`` of a stored copy found damaged.
-        self.damage_listeners: list[Callable[[int, int], None]] = []
-        self.damaged_entries: dict[int, set[int]] = {}
-        """Stored copies found damaged by a read since start, by ledger: never served, and
-        replaced by the next add of the same entry (a copy re-replicated here) instead of
-        being kept as a duplicate."""
         self.journal_reports = GroupReports(
             self.stats,
             self.latencies,
@@ -153,7 +147,7 @@ class BookieCore:
             storage=self._require_storage,
             states=self._state_records,
             tombstones=lambda: self.fences.tombstones.copy(),
-            damaged_entries=self.damaged_entries,
+            damaged_entries=self.damage.entries,
         )
         """The write cache and its checkpoints (bookie/storage/checkpoints.py); while its
         ``failure`` is set, plain adds are refused."""
@@ -178,7 +172,7 @@ class BookieCore:
             raise
         core._storage = loaded.storage
         core._states = loaded.states
-        core._damaged = loaded.damaged
+        core.damage.ledgers = loaded.damaged
         core.fences.tombstones = loaded.tombstones
         core.checkpoints.cache = loaded.cache
         core.checkpoints.dirty = loaded.touched
@@ -436,7 +430,7 @@ class BookieCore:
         no plain add may be acknowledged here)."""
         state = self._states.get(ledger_id)
         if state is None:
-            if ledger_id in self._damaged:
+            if ledger_id in self.damage.ledgers:
                 return None, Status.IO_ERROR  # its key and fence are unknown
             deleted = self.fences.is_deleted(ledger_id)
             if deleted and not adopt_key:
@@ -462,7 +456,7 @@ class BookieCore:
         return state, Status.OK
 
     def _has_entry(self, state: LedgerState, entry_id: int) -> bool:
-        if entry_id in self.damaged_entries.get(state.ledger_id, ()):
+        if entry_id in self.damage.of(state.ledger_id):
             return False  # a damaged copy: the new one replaces it
         if self._cached(state.ledger_id, entry_id) is not None:
             return True
@@ -481,7 +475,7 @@ class BookieCore:
             return Status.BAD_REQUEST
         state = self._states.get(ledger_id)
         if state is None:
-            return self._unknown(ledger_id)
+            return self.damage.unknown(ledger_id)
         if not state.master_key:
             return Status.IO_ERROR  # rebuilt: key unknown until a fence or recovery write
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
@@ -498,7 +492,7 @@ class BookieCore:
             return Status.IO_ERROR, -1
         state = self._states.get(ledger_id)
         if state is None:
-            return self._unknown(ledger_id), -1
+            return self.damage.unknown(ledger_id), -1
         if not state.master_key:
             return Status.IO_ERROR, -1  # rebuilt: key unknown (see _ledger_for_write)
         if not hmac.compare_digest(state.master_key, bytes(master_key)):
@@ -544,7 +538,7 @@ class BookieCore:
         """
         state = self._states.get(ledger_id)
         if state is None:
-            return self._unknown(ledger_id), []
+            return self.damage.unknown(ledger_id), []
         if first < 0 or last < first:
             return Status.BAD_REQUEST, []
         records: list[StoredRecord] = []
@@ -590,18 +584,13 @@ class BookieCore:
     async def held_entries(
         self, ledger_id: int, first: int, last: int
     ) -> tuple[Status, list[EntryRange]]:
-        """The entries of ``first..last`` this bookie holds, as ascending ranges of
-        consecutive ids, from the write cache and the index alone (no entry log is read;
-        bookie/storage/held_ranges.py).
-
-        A copy found damaged counts as missing, and so does every entry of an index row
-        that fails its checks; the row's first entry is then noted damaged as a read of it
-        would, so that a new copy replaces it. NO_SUCH_LEDGER for an unknown ledger
-        (IO_ERROR when its rows are damaged), BAD_REQUEST for a negative or empty range.
-        """
+        """The entries of ``first..last`` held, as ascending ranges, from the write cache
+        and the index alone (bookie/storage/held_ranges.py). Damaged copies and the entries
+        of an index row failing its checks count as missing (the row's first entry is noted
+        damaged, as a read would). NO_SUCH_LEDGER, IO_ERROR or BAD_REQUEST as for reads."""
         state = self._states.get(ledger_id)
         if state is None:
-            return self._unknown(ledger_id), []
+            return self.damage.unknown(ledger_id), []
         if first < 0 or last < first:
             return Status.BAD_REQUEST, []
         # The cache before the index: an entry a checkpoint moves in between is in the
@@ -614,20 +603,11 @@ class BookieCore:
             )
             for entry_id in damaged_rows:
                 self._note_damage(ledger_id, entry_id)
-        damaged = self.damaged_entries.get(ledger_id, set())
-        return Status.OK, merged([*without(runs, damaged), *ranges_of(cached)])
+        return Status.OK, merged([*without(runs, self.damage.of(ledger_id)), *ranges_of(cached)])
 
     def _note_damage(self, ledger_id: int, entry_id: int) -> None:
-        damaged = self.damaged_entries.setdefault(ledger_id, set())
-        if entry_id in damaged or self._cached(ledger_id, entry_id) is not None:
-            return
-        damaged.add(entry_id)
-        for listener in self.damage_listeners:
-            listener(ledger_id, entry_id)
-
-    def _unknown(self, ledger_id: int) -> Status:
-        """The answer for a ledger without state: absent, unless its rows are damaged."""
-        return Status.IO_ERROR if ledger_id in self._damaged else Status.NO_SUCH_LEDGER
+        if self._cached(ledger_id, entry_id) is None:  # else a new copy replaced it
+            self.damage.note(ledger_id, entry_id)
 
     def lac(self, ledger_id: int) -> int:
         """Highest LAC known for the ledger (piggybacked or explicit); -1 if none."""
@@ -652,7 +632,7 @@ class BookieCore:
     def ledgers(self) -> list[int]:
         """Ids of every ledger this bookie holds (damaged ones too, so GC can drop them),
         ascending."""
-        return sorted(self._states.keys() | self._damaged)
+        return sorted(self._states.keys() | self.damage.ledgers)
 
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout: float) -> int:  # noqa: ASYNC109 (long-poll timeout is part of the request)
         """Long poll: the LAC as soon as it exceeds ``previous_lac``, else at ``timeout``
@@ -702,8 +682,7 @@ class BookieCore:
             self.fences.deleted(doomed)
             for ledger_id in doomed:
                 self._states.pop(ledger_id, None)
-                self._damaged.discard(ledger_id)
-                self.damaged_entries.pop(ledger_id, None)
+                self.damage.forget(ledger_id)
                 self.checkpoints.cache.drop_ledger(ledger_id)
                 self.checkpoints.dirty.discard(ledger_id)
                 self._lac_polls.wake(ledger_id)

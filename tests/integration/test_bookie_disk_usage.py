@@ -38,7 +38,6 @@ from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRY = 4096
-MAX_ENTRIES = 60_000  # 240 MiB: the small bookie's 128 MiB disk fills long before
 ROUNDS = 128  # 9 ledgers x 128 entries x 64 KiB: 72 MiB against a 128 MiB disk
 ROUNDS_PER_CHECKPOINT = 8  # 4.5 MiB between checkpoints, against 8 MiB entry logs
 THRESHOLDS = [
@@ -86,20 +85,18 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
         ballast = disk / "ballast"
         fill_to(ballast, 0.4)
         # Placement spreads ledgers over the four bookies: take one that uses the small one.
-        writer = client.create_ledger(3, 3, 2)
+        # Qa=3: every entry waits for the small bookie too, so the writer cannot finish
+        # before the bookie turns read-only (with Qa=2 the two others could acknowledge
+        # everything while the small one still works through its share).
+        writer = client.create_ledger(3, 3, 3)
         while small.bookie_id not in writer.metadata.ensembles[0][1]:
             writer.close()
-            writer = client.create_ledger(3, 3, 2)
+            writer = client.create_ledger(3, 3, 3)
+        total = 20_000
         with writer:
-            # Pipelined: 80 MiB in flight against 64 MiB below the high-water mark. With
-            # Qa=2 the two other bookies may acknowledge all of it while the small one still
-            # works through its share: then more is written until the writer moves away.
-            total = 0
-            while total < MAX_ENTRIES and small.bookie_id in writer.metadata.ensembles[-1][1]:
-                batch = 20_000 if total == 0 else 2_000
-                futures = [writer.append_async(_payload(i)) for i in range(total, total + batch)]
-                assert [f.result(timeout=120) for f in futures] == list(range(total, total + batch))
-                total += batch
+            # Pipelined: 80 MiB in flight against 64 MiB below the high-water mark.
+            futures = [writer.append_async(_payload(i)) for i in range(total)]
+            assert [f.result(timeout=120) for f in futures] == list(range(total))
             ensembles = writer.metadata.ensembles
         assert len(ensembles) >= 2, "the writer never changed its ensemble"
         assert small.bookie_id not in ensembles[-1][1]
