@@ -130,8 +130,8 @@ async def connect_service(
     before its ZooKeeper ensemble, waits for it instead of exiting.
 
     Raises:
-        walog.errors.WalogError: an error no retry can fix (refused credentials, a
-            missing chroot), at once.
+        walog.errors.WalogError: an error no retry can fix (refused credentials), at once.
+        ValueError: a malformed URI or setting, at once.
         CliError: as :func:`connect_options`.
     """
     import walog.aio
