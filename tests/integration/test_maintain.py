@@ -185,3 +185,65 @@ def test_maintain_says_so_when_an_archive_is_due_but_pyspark_is_missing(
     line = next(x for x in out.splitlines() if x.startswith(f"log {log_name!r}:"))
     assert "archive: skipped (2 ledger(s) to archive to " in line
     assert "pyspark is not installed" in line
+
+
+@pytest.mark.parametrize(
+    "service",
+    [["maintain", "--interval-s", "0.2"], ["autorecovery", "--interval", "0.2", "--json"]],
+    ids=["maintain", "autorecovery"],
+)
+def test_a_service_started_before_its_metadata_store_waits_for_it_instead_of_exiting(
+    service: list[str],
+) -> None:
+    from walog.testing import ZooKeeperServer
+
+    zookeeper = ZooKeeperServer()  # its port is chosen; nothing listens there yet
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    env["WALOG_METADATA"] = zookeeper.uri()
+    proc = subprocess.Popen(
+        [*DIE_WITH_PARENT, sys.executable, "-m", "walog", *service, "--timeout", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        waiting = proc.stderr.readline()
+        assert f"walog {service[0]}: " in waiting and "trying again in 5 s" in waiting, waiting
+        assert proc.poll() is None
+        with zookeeper.start():
+            first = proc.stdout.readline()  # a pass's report: connected and working
+            assert first.strip(), proc.stderr.read() if proc.poll() is not None else first
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_service_stopped_while_it_waits_for_its_metadata_store_exits_cleanly() -> None:
+    from walog.testing import free_port
+
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    env["WALOG_METADATA"] = f"zk://127.0.0.1:{free_port()}/walog"
+    proc = subprocess.Popen(
+        [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "maintain", "--timeout", "1"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "trying again" in proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -25,7 +25,12 @@ from walog.autorecovery.daemon import Daemon
 from walog.autorecovery.metrics import AutorecoveryMetrics
 from walog.autorecovery.replicate import recover
 from walog.autorecovery.report import Report
-from walog.cli.options import CommandParser, add_connection_options, connect_options
+from walog.cli.options import (
+    CommandParser,
+    add_connection_options,
+    connect_options,
+    connect_service,
+)
 from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
 from walog.ledger.placement import POLICIES, placement_policy
@@ -181,9 +186,11 @@ def _percent(text: str) -> float:
 async def _run(args: argparse.Namespace) -> int:
     passwords = [b"", *(p.encode() for p in args.password)]
     placement = placement_policy(args.placement)
-    client = await walog.aio.connect(args.metadata, **connect_options(args), placement=placement)
-    try:
-        if args.once:
+    if args.once:
+        client = await walog.aio.connect(
+            args.metadata, **connect_options(args), placement=placement
+        )
+        async with client:
             report = await recover(
                 client.ctx,
                 passwords=passwords,
@@ -191,12 +198,16 @@ async def _run(args: argparse.Namespace) -> int:
                 verify=args.verify_entries,
                 verify_percent=args.verify_percent,
             )
-            _print(report, args.json)
-            return 1 if report.unrepairable else 0
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+        _print(report, args.json)
+        return 1 if report.unrepairable else 0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    service = await connect_service(args, stop, "autorecovery", placement=placement)
+    if service is None:
+        return 0  # stopped before the metadata store could be reached
+    async with service as client:
         metrics = (
             _serve_metrics(args.metrics_listen, args.interval) if args.metrics_listen else None
         )
@@ -218,8 +229,6 @@ async def _run(args: argparse.Namespace) -> int:
         )
         await daemon.run(stop)
         return 0  # stopped by SIGTERM or SIGINT
-    finally:
-        await client.close()
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -9,7 +9,9 @@ the program that dispatches to them (:mod:`walog.main`) above them.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -17,9 +19,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from walog.config_file import ENV_METADATA
 
 if TYPE_CHECKING:
+    from walog.aio import AsyncClient
     from walog.client import Client
     from walog.log.sync import Log
 
+SERVICE_CONNECT_RETRY_S = 5.0
+"""Seconds a service command waits before it tries an unreachable metadata store again."""
 ENV_LOG_LEVEL = "WALOG_LOG_LEVEL"
 ENV_TRACEBACK = "WALOG_TRACEBACK"
 
@@ -113,6 +118,42 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
         raise CliError(str(exc), 2) from None
     config = ClientConfig(timeouts=Timeouts(metadata=args.timeout))
     return {"timeout": args.timeout, "tls": tls, "auth_token": token, "config": config}
+
+
+async def connect_service(
+    args: argparse.Namespace, stop: asyncio.Event, command: str, **extra: Any
+) -> AsyncClient | None:
+    """Connect a service (``walog maintain``, ``walog autorecovery``) with the options of
+    :func:`add_connection_options` plus ``extra``. While the metadata store cannot be
+    reached, say so on stderr and try again every :data:`SERVICE_CONNECT_RETRY_S` seconds,
+    until it can or ``stop`` is set (then None): a service started during an outage, or
+    before its ZooKeeper ensemble, waits for it instead of exiting.
+
+    Raises:
+        walog.errors.WalogError: an error no retry can fix (refused credentials), at once.
+        ValueError: a malformed URI or setting, at once.
+        CliError: as :func:`connect_options`.
+    """
+    import walog.aio
+    from walog.errors import WalogError, is_retriable
+
+    options = connect_options(args)
+    while not stop.is_set():
+        try:
+            return await walog.aio.connect(args.metadata, **options, **extra)
+        except WalogError as exc:
+            if not is_retriable(exc):
+                raise
+            print(
+                f"walog {command}: {exc}; trying again in {SERVICE_CONNECT_RETRY_S:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        try:
+            await asyncio.wait_for(stop.wait(), SERVICE_CONNECT_RETRY_S)
+        except TimeoutError:
+            continue
+    return None
 
 
 def metadata_of(args: argparse.Namespace) -> str:
@@ -209,6 +250,7 @@ __all__ = [
     "ENV_LOG_LEVEL",
     "ENV_METADATA",
     "ENV_TRACEBACK",
+    "SERVICE_CONNECT_RETRY_S",
     "AddCommand",
     "CliError",
     "Command",
@@ -217,6 +259,7 @@ __all__ = [
     "add_password_options",
     "connect",
     "connect_options",
+    "connect_service",
     "emit",
     "existing_log",
     "metadata_of",

@@ -21,7 +21,12 @@ from prometheus_client import CollectorRegistry
 import walog._loop
 import walog.aio
 from walog.autorecovery.command import parse_listen
-from walog.cli.options import CommandParser, add_connection_options, connect_options
+from walog.cli.options import (
+    CommandParser,
+    add_connection_options,
+    connect_options,
+    connect_service,
+)
 from walog.config_file import ENV_METADATA, add_config_flags, example_file, resolve
 from walog.errors import WalogError
 from walog.maintenance.metrics import MaintainMetrics
@@ -98,30 +103,38 @@ def _print(reports: Sequence[LogReport], as_json: bool) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    client = await walog.aio.connect(args.metadata, **connect_options(args))
-    archiver = SparkArchiver(args.metadata, args.spark_master, args.timeout)
-    try:
-        maintainer = Maintainer(client, archiver=archiver, once=args.once)
-        if args.once:
-            reports = await maintainer.pass_once()
+    if args.once:
+        client = await walog.aio.connect(args.metadata, **connect_options(args))
+        async with client:
+            archiver = SparkArchiver(args.metadata, args.spark_master, args.timeout)
+            try:
+                reports = await Maintainer(client, archiver=archiver, once=True).pass_once()
+            finally:
+                await asyncio.to_thread(archiver.close)
             _print(reports, args.json)
             return 1 if any(r.error is not None for r in reports) else 0
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        metrics = _serve_metrics(args.metrics_listen) if args.metrics_listen else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    service = await connect_service(args, stop, "maintain")
+    if service is None:
+        return 0  # stopped before the metadata store could be reached
+    async with service as client:
+        archiver = SparkArchiver(args.metadata, args.spark_master, args.timeout)
+        try:
+            maintainer = Maintainer(client, archiver=archiver, once=False)
+            metrics = _serve_metrics(args.metrics_listen) if args.metrics_listen else None
 
-        def on_pass(reports: Sequence[LogReport], seconds: float) -> None:
-            if metrics is not None:
-                metrics.record(reports, seconds)
-            _print(reports, args.json)
+            def on_pass(reports: Sequence[LogReport], seconds: float) -> None:
+                if metrics is not None:
+                    metrics.record(reports, seconds)
+                _print(reports, args.json)
 
-        await maintainer.run(stop, args.interval_s, on_pass)
-        return 0
-    finally:
-        await asyncio.to_thread(archiver.close)
-        await client.close()
+            await maintainer.run(stop, args.interval_s, on_pass)
+            return 0
+        finally:
+            await asyncio.to_thread(archiver.close)
 
 
 def _serve_metrics(listen: str) -> MaintainMetrics:
