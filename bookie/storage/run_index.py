@@ -86,19 +86,27 @@ def ledger_rows_from(
             return
 
 
-def held_in(
+def _rows_in(
     txn: lmdb.Transaction, db: lmdb._Database, ledger_id: int, first: int, last: int
-) -> set[int]:
-    """The ids in ``first..last`` (not negative) that a row holds (intact or not; a row
-    that fails its checks holds its first entry)."""
-    found: set[int] = set()
+) -> Iterator[tuple[int, Run | None]]:
+    """``(first entry, run)`` of each of the ledger's rows that may hold ids in
+    ``first..last``, ascending; the run is None for a row that fails its checks."""
     for key, value in ledger_rows_from(txn.cursor(db=db), ledger_id, first):
         start = run_first(key)
         if start is None:
             continue
         if start > last:
             break
-        run = unseal_run_row(key, value)
+        yield start, unseal_run_row(key, value)
+
+
+def held_in(
+    txn: lmdb.Transaction, db: lmdb._Database, ledger_id: int, first: int, last: int
+) -> set[int]:
+    """The ids in ``first..last`` (not negative) that a row holds (intact or not; a row
+    that fails its checks holds its first entry)."""
+    found: set[int] = set()
+    for start, run in _rows_in(txn, db, ledger_id, first, last):
         end = start if run is None else run.last
         found.update(range(max(start, first), min(end, last) + 1))
     return found
@@ -112,13 +120,7 @@ def held_runs(
     that fail their checks (their range is unknown)."""
     ranges: list[tuple[int, int]] = []
     damaged: list[int] = []
-    for key, value in ledger_rows_from(txn.cursor(db=db), ledger_id, first):
-        start = run_first(key)
-        if start is None:
-            continue
-        if start > last:
-            break
-        run = unseal_run_row(key, value)
+    for start, run in _rows_in(txn, db, ledger_id, first, last):
         if run is None:
             if start >= first:
                 damaged.append(start)
