@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 
+from walog import mutations
+from walog.ledger.tail import StoredTail
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.log_metadata import read_log
 from walog.log.position import Position, ledger_start, unchecked_position
@@ -69,7 +71,10 @@ async def read_barrier(
 
 
 async def _barrier_in(handle: LedgerReaderLike, timeout: float) -> Position:  # noqa: ASYNC109
-    tail = await handle.read_stored_tail()
+    if mutations.enabled("barrier_stops_at_lac"):
+        tail = StoredTail(await handle.read_last_add_confirmed(), None)
+    else:
+        tail = await handle.read_stored_tail()
     last = tail.entry_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
