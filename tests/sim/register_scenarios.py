@@ -103,6 +103,13 @@ async def reader(
         except (WalogError, TimeoutError) as exc:
             world.trace.log(f"{who} read on {node.name} failed: {type(exc).__name__}")
             continue
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # this reader is being stopped
+            # The node's process died under the read (its task was cancelled).
+            world.trace.log(f"{who} read on {node.name} failed: the node crashed")
+            continue
         history.ops.append(Op("read", value, invoked, history.now(), f"{who}@{node.name}"))
         world.trace.log(f"{who} read {value!r} on {node.name}")
 
