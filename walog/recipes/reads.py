@@ -74,6 +74,8 @@ async def read_state(
         ValueError: an unknown ``consistency``, or a negative ``timeout``.
         TimeoutError: the barrier or the node's applying it took longer than ``timeout``.
     """
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
     if check_consistency(consistency) == "stale":
         return fn(state)
     loop = asyncio.get_running_loop()
