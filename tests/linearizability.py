@@ -92,11 +92,20 @@ def check(history: Sequence[Op], initial: Hashable = None) -> str | None:
         count = bin(placed).count("1")
         if count > best[0]:
             best = (count, placed)
-        # An operation can go next only if no unplaced one answered before it began.
-        horizon = min((ops[i].end for i in range(n) if not placed >> i & 1), default=math.inf)
-        for i in range(n - 1, -1, -1):
-            if placed >> i & 1:
-                continue
+        # An operation can go next only if no unplaced one answered before it began. In
+        # invocation order, an operation invoked after the earliest answer seen so far can
+        # neither go next nor answer earlier, so the scan stops there.
+        first = ((placed + 1) & ~placed).bit_length() - 1  # the lowest unplaced index
+        horizon = math.inf
+        window: list[int] = []
+        for i in range(first, n):
+            op = ops[i]
+            if op.invoke > horizon:
+                break
+            if not placed >> i & 1:
+                window.append(i)
+                horizon = min(horizon, op.end)
+        for i in reversed(window):  # the earliest invoked is tried first
             op = ops[i]
             if op.invoke > horizon:
                 continue

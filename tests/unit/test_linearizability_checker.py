@@ -64,3 +64,15 @@ def test_a_history_of_many_concurrent_operations_is_searched_without_blowing_up(
 def test_a_read_without_an_answer_is_refused() -> None:
     with pytest.raises(ValueError, match="observed nothing"):
         check([Op("read", "a", 0, None)])
+
+
+def test_a_long_mostly_sequential_history_is_checked_quickly() -> None:
+    history = []
+    t = 0.0
+    for i in range(3000):
+        history.append(w(f"v{i}", t, t + 1.0, "writer"))
+        history.append(r(f"v{i}", t + 1.5, t + 1.7, "reader"))
+        history.append(r(f"v{i}", t + 1.6, t + 2.5, "other"))
+        t += 2.0
+    history.append(w("lost", 10.0, None, "writer"))
+    assert check(history) is None
