@@ -25,6 +25,9 @@ Known mutations:
 - ``roll_acks_before_listing``: a roll switches the log writer to its new ledger (and
   closes the previous one) before the log's record lists the new ledger, so records are
   acknowledged in a ledger the metadata does not name yet (which a read barrier misses).
+- ``ensemble_acks_before_writing``: a ledger writer's ensemble change resends its pending
+  adds to the new bookies, and completes them, before the new fragment is written to the
+  metadata, so entries are acknowledged in a fragment the metadata does not name yet.
 - ``barrier_stops_at_lac``: a log's read barrier ends at the last add confirmed its
   bookies report instead of the highest entry they store, so it misses records the writer
   acknowledged before the bookies learnt the new LAC.
@@ -81,6 +84,7 @@ KNOWN: frozenset[str] = frozenset(
         "log_sends_across_roll_at_once",
         "roll_acks_before_listing",
         "barrier_stops_at_lac",
+        "ensemble_acks_before_writing",
         "volatile_log_flush_skips_force",
         "checkpoint_probes_after_freezing",
         "failed_list_change_deletes_new_ledger",
