@@ -22,6 +22,15 @@ Known mutations:
 - ``log_fences_only_last_ledger``: a new log writer fences only the last ledger.
 - ``log_sends_across_roll_at_once``: after a roll, the log writer sends entries to the new
   ledger while entries of the previous one are still in flight.
+- ``roll_acks_before_listing``: a roll switches the log writer to its new ledger (and
+  closes the previous one) before the log's record lists the new ledger, so records are
+  acknowledged in a ledger the metadata does not name yet (which a read barrier misses).
+- ``ensemble_acks_before_writing``: a ledger writer's ensemble change resends its pending
+  adds to the new bookies, and completes them, before the new fragment is written to the
+  metadata, so entries are acknowledged in a fragment the metadata does not name yet.
+- ``barrier_stops_at_lac``: a log's read barrier ends at the last add confirmed its
+  bookies report instead of the highest entry they store, so it misses records the writer
+  acknowledged before the bookies learnt the new LAC.
 - ``lost_answer_taken_for_rival``: a log takeover or roll that finds its own change in the
   list (its CAS applied, the answer lost) takes it for a rival's and deletes its new ledger
   at once (as ``failed_list_change_deletes_new_ledger``).
@@ -73,6 +82,9 @@ KNOWN: frozenset[str] = frozenset(
         "log_fences_only_last_ledger",
         "lost_answer_taken_for_rival",
         "log_sends_across_roll_at_once",
+        "roll_acks_before_listing",
+        "barrier_stops_at_lac",
+        "ensemble_acks_before_writing",
         "volatile_log_flush_skips_force",
         "checkpoint_probes_after_freezing",
         "failed_list_change_deletes_new_ledger",

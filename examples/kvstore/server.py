@@ -15,6 +15,8 @@ Line protocol (UTF-8, one request per line, keys and values without spaces):
     PUT key value  ->  OK <position>      (leader only; ERR otherwise)
     DEL key        ->  OK <position>      (leader only)
     GET key        ->  VALUE value | NONE  (any node; a standby may lag a little)
+    LGET key       ->  VALUE value | NONE  (any node, linearizable: every PUT answered
+                                            before the request is seen)
     ROLE           ->  LEADER | STANDBY    (STANDBY also while catching up)
     DIGEST         ->  <sha256 of the map> <applied position>
 
@@ -104,6 +106,8 @@ class KVServer:
             case ["GET", key]:
                 value = self.service.data.get(key)
                 return "NONE" if value is None else f"VALUE {value}"
+            case ["LGET", key]:
+                return await self.linearizable_get(key)
             case ["DIGEST"]:
                 return f"{self.service.digest()} {self.machine.applied_position}"
             case ["PUT", key, value]:
@@ -111,6 +115,14 @@ class KVServer:
             case ["DEL", key]:
                 return await self.write({"op": "del", "k": key})
         return "ERR bad request"
+
+    async def linearizable_get(self, key: str) -> str:
+        """GET once this node applied every command answered before the request."""
+        try:
+            value = await self.machine.read(lambda service: service.data.get(key))
+        except (walog.WalogError, TimeoutError) as exc:
+            return f"ERR {type(exc).__name__}: {exc}"
+        return "NONE" if value is None else f"VALUE {value}"
 
     async def write(self, op: dict[str, str]) -> str:
         try:

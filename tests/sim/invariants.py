@@ -37,13 +37,16 @@ Rule names (used in reports and in docs/correctness.md):
   one that moves it IN_RECOVERY -> CLOSED, unless that session recovered it itself (it
   fenced it, or moved it to IN_RECOVERY): a log writer recovers a ledger it left whose close
   failed, possibly alongside somebody else's recovery, which is safe; a plain close is not.
+- ``ack_unnamed``: when an entry is acknowledged, the stored metadata names the fragment
+  that holds it: its write set there has ``Qa`` copies (tests/sim/naming.py; a log record's
+  ledger is listed, too: tests/sim/log_invariants.py).
 - ``stuck``: the event loop deadlocked or spun (every task waits forever, or a livelock).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tests.sim.bookie import SimBookie
 from walog.metadata.layout import LEDGERS, LedgerMetadata
@@ -88,6 +91,9 @@ class History:
         self._creators: dict[str, str] = {}
         self._recoverers: dict[str, str] = {}  # who moved each ledger to IN_RECOVERY
         self._fencers: dict[int, set[str]] = {}  # who sent a fence for each ledger
+        self.naming: Callable[[int, int], str | None] | None = None
+        """``ack_unnamed``: why the stored metadata does not name an entry's fragment yet
+        (None: it does), given ledger and entry; set by the world."""
 
     def violate(self, rule: str, detail: str) -> None:
         """Record a broken rule."""
@@ -115,6 +121,8 @@ class History:
             )
         order.append(entry_id)
         record.acked[entry_id] = data
+        if self.naming is not None and (why := self.naming(record.ledger_id, entry_id)):
+            self.violate("ack_unnamed", f"{who} acknowledged {why}")
         holders = [
             b.bookie_id
             for b in self._bookies.values()

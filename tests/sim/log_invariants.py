@@ -22,6 +22,9 @@ Rule names:
 - ``log_ack_not_prefix``: one writer's acknowledged records form a prefix of its appends,
   acknowledged in append order, across rolls: no record is acknowledged while an earlier
   one is unacknowledged (in flight or failed).
+- ``ack_unnamed``: when a record is acknowledged, the log's stored record lists its ledger
+  and the ledger's stored metadata names the fragment that holds its entry
+  (tests/sim/naming.py).
 - ``log_listed_ledger_deleted``: a ledger is never deleted while the log's stored list
   names it (checked on the metadata server's changes: a takeover or roll whose CAS applied
   although its answer was lost must not take its own change for a rival's and delete
@@ -63,6 +66,9 @@ class LogHistory:
         """A VOLATILE log: a record is durable once a flush after it succeeded."""
         self._next_index: dict[tuple[str, int], int] = {}
         self._flushed: dict[tuple[str, int], int] = {}
+        self.naming: Callable[[Position], str | None] | None = None
+        """``ack_unnamed``: why the stored metadata does not name a record's ledger or
+        fragment yet (None: it does); set by the world."""
 
     def metadata_observer(self, violate: Violate) -> Callable[..., None]:
         """An observer of the metadata server's changes checking ``log_listed_ledger_deleted``."""
@@ -106,6 +112,8 @@ class LogHistory:
                 f"{expected} was not",
             )
         self._next_index[writer] = max(expected, ack.index + 1)
+        if self.naming is not None and (why := self.naming(ack.position)):
+            violate("ack_unnamed", f"{ack.who} acked {ack.position}: {why}")
 
     def on_read(self, who: str, position: Position, data: bytes) -> None:
         """A tailing reader returned a record."""

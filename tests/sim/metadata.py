@@ -98,11 +98,16 @@ class SimMetadataStore(MetadataStore):
         self._server = server
         self.session = session
         self.closed = False
+        self.resumed: asyncio.Event | None = None
+        """A paused client process: its calls wait until this event is set (None: never
+        paused)."""
 
     async def _hop(self) -> None:
         # A closed session (a crashed client) reaches the server no more.
         if self.closed:
             raise MetadataError(f"metadata session {self.session} is closed")
+        if self.resumed is not None:
+            await self.resumed.wait()
         await self._server.hop()
 
     async def get(self, path: str) -> tuple[bytes, int]:

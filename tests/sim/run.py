@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tests.sim.scenarios import SCENARIOS, Outcome, run_schedule
+from tests.sim.scenarios import NAMED_SCENARIOS, Outcome, run_schedule
 from walog import mutations
 
 
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--schedules", type=int, default=1000, help="schedules to run")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first schedule")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this long")
-    parser.add_argument("--scenario", choices=sorted(SCENARIOS), help="only this scenario")
+    parser.add_argument("--scenario", choices=sorted(NAMED_SCENARIOS), help="only this scenario")
     parser.add_argument(
         "--mutation",
         action="append",

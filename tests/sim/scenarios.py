@@ -28,6 +28,7 @@ from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
 from tests.sim.loop import Event, SimDeadlock, SimLoop, SimStepLimit, _cancel_all
 from tests.sim.network import FaultConfig
+from tests.sim.register_scenarios import REGISTER_SCENARIOS
 from tests.sim.sm_scenarios import SM_SCENARIOS
 from tests.sim.world import KEY, DiskNemesis, Nemesis, World, guard
 from walog import mutations
@@ -321,6 +322,9 @@ SCENARIOS: dict[str, Scenario] = {
     "ensemble_change_then_crash": ensemble_change_then_crash,
     "disk_trouble": disk_trouble,
 }
+NAMED_SCENARIOS: dict[str, Scenario] = {**SCENARIOS, **REGISTER_SCENARIOS}
+"""Every scenario a caller may name; a seed alone draws from :data:`SCENARIOS` only, so
+adding one here leaves every seed's schedule as it was."""
 
 
 # -- one schedule -------------------------------------------------------------------------
@@ -560,7 +564,9 @@ def run_schedule(
             stack.enter_context(_logs_into_trace(world))
             stack.enter_context(_seeded_uuids(seed))
             try:
-                loop.run_until_complete(_schedule(world, SCENARIOS[name], max_faulty, chaos_s))
+                loop.run_until_complete(
+                    _schedule(world, NAMED_SCENARIOS[name], max_faulty, chaos_s)
+                )
             except (SimDeadlock, SimStepLimit, TimeoutError) as exc:
                 world.history.violate("stuck", f"{type(exc).__name__}: {exc}")
             with suppress(SimDeadlock, SimStepLimit):
@@ -573,4 +579,4 @@ def run_schedule(
     return Outcome(seed, name, params, list(world.history.violations), world.trace.events)
 
 
-__all__ = ["SCENARIOS", "Nemesis", "Outcome", "World", "run_schedule"]
+__all__ = ["NAMED_SCENARIOS", "SCENARIOS", "Nemesis", "Outcome", "World", "run_schedule"]

@@ -58,6 +58,9 @@ CASES: dict[
         },
     ),
     "log_sends_across_roll_at_once": ("log_duel", 600, {"log_hole"}),
+    "roll_acks_before_listing": ("log_duel", 100, {"ack_unnamed"}),
+    "barrier_stops_at_lac": ("sm_register", 100, {"sm_read_not_linearizable"}),
+    "ensemble_acks_before_writing": ("ensemble_change_then_crash", 300, {"ack_unnamed"}),
     "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
     "volatile_log_flush_skips_force": ("log_duel_volatile", 600, {"log_record_lost", "log_hole"}),
     "volatile_writer_ignores_restart": ("volatile_force", 600, {"volatile_ack_after_loss"}),
@@ -112,6 +115,7 @@ CASES: dict[
 FOUND_AT = {
     "checkpoint_probes_after_freezing": 167,
     "compaction_skips_unreadable": 28,
+    "ensemble_acks_before_writing": 72,
     "failed_list_change_deletes_new_ledger": 26,
     "log_fences_only_last_ledger": 6,
     "log_sends_across_roll_at_once": 53,

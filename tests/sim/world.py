@@ -15,6 +15,7 @@ import random
 from collections.abc import Awaitable
 from typing import Any
 
+from tests.sim import naming
 from tests.sim.bookie import SimBookie
 from tests.sim.disk import SimDisk
 from tests.sim.engine import EngineBookie, EngineTunables
@@ -27,6 +28,7 @@ from walog.aio import AsyncClient
 from walog.config import ClientConfig, Timeouts
 from walog.ledger.context import LedgerContext
 from walog.ledger.ensemble import Placement
+from walog.log.position import Position
 from walog.metadata.layout import bookie_path
 from walog.wire.digest import master_key
 from walog.wire.durability import Durability
@@ -73,6 +75,8 @@ class World:
         self.net.fence_observers.append(self.history.on_fence)
         self.log_history = LogHistory()
         self.meta.observers.append(self.log_history.metadata_observer(self.history.violate))
+        self.history.naming = self._unnamed_entry
+        self.log_history.naming = self._unnamed_record
         self.log_options = (3, 3, 2, 2, Durability.PERSISTENT)
         """Log scenarios: (ensemble, write quorum, ack quorum, entries per ledger,
         durability)."""
@@ -90,6 +94,14 @@ class World:
                 bookie.start(functools.partial(self._register, bookie_id))
             else:
                 self._register(bookie_id)
+
+    def _unnamed_entry(self, ledger_id: int, entry_id: int) -> str | None:
+        return naming.unnamed_entry(self.meta.nodes, self.bookies, ledger_id, entry_id)
+
+    def _unnamed_record(self, position: Position) -> str | None:
+        return naming.unlisted_ledger(self.meta.nodes, position.ledger_id) or self._unnamed_entry(
+            position.ledger_id, position.entry_id
+        )
 
     def _engine(self, bookie_id: str, tunables: EngineTunables) -> EngineBookie:
         bookie = EngineBookie(

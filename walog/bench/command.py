@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 import walog._loop
 import walog.aio
-from walog.bench import checkpoint_tail, curve_runs, floors, metrics_cost, peers, scenarios
+from walog.bench import barrier, checkpoint_tail, curve_runs, floors, metrics_cost, peers, scenarios
 from walog.bench.curves import CURVES, Curve, print_curves, write_curves
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
@@ -313,6 +313,12 @@ class _Run:
             r["append_p999_ms"] = summary["p999_ms"]
             r["append_latency_samples"] = int(summary["count"])
             r["append_stages"] = measured.stages
+            with self.bar("read barrier, writer busy / idle") as tick:
+                barriers = self.aio(lambda c: barrier.barrier_latency(c, seconds, progress=tick))
+            for key, latency in (("busy", barriers.busy), ("idle", barriers.idle)):
+                summary = latency.summary()
+                r[f"barrier_{key}_p50_ms"] = summary["p50_ms"]
+                r[f"barrier_{key}_p99_ms"] = summary["p99_ms"]
         if "tail" in only:
             with self.bar("tail lag writer->reader", unit="rec") as tick, self.cpu() as cpu:
                 tail = self.aio(lambda c: scenarios.tail_lag(c, seconds, progress=tick))

@@ -66,6 +66,10 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "metrics_client_cpu_us_on": ("client CPU per entry, metrics on + scrapes", "us", None, False),
     "append_p50_ms": ("append, one in flight, p50", "ms", 0.5, False),
     "append_p99_ms": ("append, one in flight, p99", "ms", 1.5, False),
+    "barrier_busy_p50_ms": ("read barrier, writer appending, p50", "ms", None, False),
+    "barrier_busy_p99_ms": ("read barrier, writer appending, p99", "ms", None, False),
+    "barrier_idle_p50_ms": ("read barrier just after an idle writer's ack, p50", "ms", None, False),
+    "barrier_idle_p99_ms": ("read barrier just after an idle writer's ack, p99", "ms", None, False),
     "sync_append_p50_ms": ("append, one in flight, sync API, p50", "ms", None, False),
     "sync_append_p99_ms": ("append, one in flight, sync API, p99", "ms", None, False),
     "sync_append_extra_p50_ms": (

@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
+from walog import mutations
 from walog._loggers import get_logger
 from walog.errors import (
     LedgerClosedError,
@@ -220,6 +221,11 @@ class EnsembleChanges:
         first = self._hooks.first_uncompleted()
         new_ensemble = replace_in_ensemble(self.ensemble, replacements)
         record = self._record
+        early = mutations.enabled("ensemble_acks_before_writing")
+        if early:  # the planted bug: resend, and complete adds, before the change is written
+            self._switch(new_ensemble, replacements)
+            self.changing = False
+            self._hooks.settle()
         async for attempt in metadata_retrying():
             with attempt:
                 if record.metadata.state != "OPEN":
@@ -241,6 +247,11 @@ class EnsembleChanges:
             first_entry_id=first,
             ensemble=list(new_ensemble),
         )
+        if not early:
+            self._switch(new_ensemble, replacements)
+
+    def _switch(self, new_ensemble: tuple[str, ...], replacements: dict[int, str]) -> None:
+        """Take the new ensemble and have the writer resend its pending adds to it."""
         for index in replacements:
             self._replaced.add(self.ensemble[index])
         old_ensemble, self.ensemble = self.ensemble, list(new_ensemble)

@@ -29,6 +29,7 @@ from walog.ledger.entry import Entry
 from walog.ledger.lacwatch import WATCH_HEARTBEAT_S, LacWatch
 from walog.ledger.readops import read_entry, read_range, write_set_bookies
 from walog.ledger.recovery import recovery_start
+from walog.ledger.tail import StoredTail, stored_tail
 from walog.metadata.layout import LedgerMetadata, ledger_path
 from walog.transport.base import ReadReply, StoredEntry
 
@@ -178,6 +179,23 @@ class AsyncLedgerReader:
         lac = await readops.read_last_add_confirmed(self._ctx, self._md)
         self._lac = max(self._lac, lac)
         return self._lac
+
+    async def read_stored_tail(self) -> StoredTail:
+        """An entry at or past every entry acknowledged before the call, without fencing:
+        the highest entry the last fragment's bookies store, once their answers cover
+        every write quorum (walog.ledger.tail). A closed ledger answers its last entry.
+
+        It may lie past the last add confirmed: wait for the LAC to reach it (or the ledger
+        to close) before reading it.
+
+        Raises:
+            BookieUnavailableError: too few bookies answered to cover every write quorum.
+        """
+        self._check_usable()
+        await self._refresh_if_changed()
+        if self.is_closed:
+            return StoredTail(self._lac, None)
+        return await stored_tail(self._ctx, self._md)
 
     # The public API (CONTRACT.md) takes the timeout as an argument.
     async def wait_last_add_confirmed(self, after: int, timeout: float) -> int:  # noqa: ASYNC109

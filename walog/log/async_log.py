@@ -14,6 +14,7 @@ from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.options import LedgerOptions
 from walog.log import truncation
+from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S, read_barrier
 from walog.log.ledgers import LedgerClientLike, delete_ledger_if_exists
 from walog.log.log_config import (
     DEFAULT_CONFIG,
@@ -210,6 +211,26 @@ class AsyncLog:
                 finally:
                     await handle.close()
         return subscriptions_of(meta, confirmed)
+
+    async def read_barrier(self, *, timeout: float = DEFAULT_BARRIER_TIMEOUT_S) -> Position:  # noqa: ASYNC109
+        """A position ``p`` such that every record acknowledged to any writer's caller
+        before this call began lies before ``p``, and every record before ``p`` can be
+        read once the call returned (docs/linearizable-reads.md).
+
+        Fences nothing and asks nothing of the writer: one linearizable read of the log's
+        record, one LAC read of the last ledger's bookies, and a wait for the last add
+        confirmed to reach what they store. A reader that has read every record before
+        ``p`` has seen every write that completed before the call.
+
+        Raises:
+            ValueError: ``timeout`` is negative.
+            BookieUnavailableError: too few bookies of the last ledger answered.
+            TimeoutError: the last add confirmed did not reach what the bookies store
+                within ``timeout`` seconds (a writer that stalls or died, not recovered).
+        """
+        return await read_barrier(
+            self._client, self.name, password=self.ledger_options.password, timeout=timeout
+        )
 
     async def writer(self) -> WriterInfo | None:
         """The log's live writer (host, pid, epoch, start time), None when none writes."""

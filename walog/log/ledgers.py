@@ -16,6 +16,7 @@ from walog.config import ClientConfig
 from walog.errors import NoSuchLedgerError, WalogError
 from walog.ledger.entry import Entry
 from walog.ledger.options import LedgerOptions
+from walog.ledger.tail import StoredTail
 from walog.metadata.layout import LedgerMetadata
 from walog.metadata.store import MetadataStore
 
@@ -59,6 +60,8 @@ class LedgerReaderLike(Protocol):
     async def read(self, first: int, last: int) -> Sequence[Entry]: ...
 
     async def read_last_add_confirmed(self) -> int: ...
+
+    async def read_stored_tail(self) -> StoredTail: ...
 
     async def wait_last_add_confirmed(self, after: int, timeout: float) -> int: ...  # noqa: ASYNC109
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
 from walog.log.async_log import AsyncLog
+from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S
 from walog.log.entry_limit import record_too_large
 from walog.log.lag import ReaderLag
 from walog.log.log_config import LogConfig
@@ -294,6 +295,19 @@ class Log:
     def subscriptions(self) -> list[SubscriptionInfo]:
         """The log's subscriptions with their positions and how far behind they are."""
         return self._loop.run(self.async_log.subscriptions())
+
+    def read_barrier(self, *, timeout: float = DEFAULT_BARRIER_TIMEOUT_S) -> Position:
+        """A position ``p`` such that every record acknowledged before this call began
+        lies before ``p`` and every record before ``p`` is readable once it returned, as
+        :meth:`walog.aio.AsyncLog.read_barrier` (docs/linearizable-reads.md).
+
+        Raises:
+            ValueError: ``timeout`` is negative.
+            BookieUnavailableError: too few bookies of the last ledger answered.
+            TimeoutError: the last add confirmed did not reach what the bookies store
+                within ``timeout`` seconds.
+        """
+        return self._loop.run(self.async_log.read_barrier(timeout=timeout))
 
     def writer(self) -> WriterInfo | None:
         """The log's live writer (host, pid, epoch, start time), None when none writes."""

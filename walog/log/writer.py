@@ -635,6 +635,10 @@ class AsyncLogWriter:
         try:
             old = self._current
             new_writer = await create_log_ledger(self._client, self.name, self._options)
+            early = mutations.enabled("roll_acks_before_listing")
+            if early:  # the planted bug: records reach the new ledger before the list has it
+                self._current = self._activate(new_writer)
+                await self._old.retire(old)
             try:
                 if self._failure is not None:  # e.g. the session expired meanwhile
                     raise self._failure
@@ -646,9 +650,11 @@ class AsyncLogWriter:
             except BaseException as exc:
                 await discard_unlisted_after(self._client, self.name, new_writer.ledger_id, exc)
                 raise
-            self._current = self._activate(new_writer)
+            if not early:
+                self._current = self._activate(new_writer)
             log.info("log rolled", log=self.name, old=old.ledger_id, new=new_writer.ledger_id)
-            await self._old.retire(old)
+            if not early:
+                await self._old.retire(old)
             if self.after_roll is not None and self._failure is None:
                 self.after_roll.rolled()
         except WriterFencedError as exc:

@@ -10,6 +10,7 @@ docs/statemachine.md).
 - ``keeper``     a node's snapshots: when, take + list + truncate, restore the newest
 - ``commands``   the leader's commands in flight, applied in append order once acked
 - ``machine``    the asyncio driver: standby -> campaign -> catch up -> lead
+- ``reads``      reads of a node's state: linearizable (after the log's read barrier) or stale
 - ``sync``       the sync facade on the client's event loop thread
 """
 

@@ -29,13 +29,14 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from walog import mutations
 from walog._loggers import get_logger
 from walog._tasks import cancel_and_wait
 from walog.errors import DataLossError, LedgerFencedError, RecordTooLargeError, WalogError
 from walog.log.async_log import AsyncLog
+from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S
 from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position, Record
 from walog.log.reader import AsyncLogReader
@@ -44,10 +45,12 @@ from walog.metadata.election import Leadership, elect
 from walog.recipes.commands import CommandPipeline, ResultSink
 from walog.recipes.keeper import RESTORE_ATTEMPTS, SnapshotChurnError, SnapshotKeeper
 from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
+from walog.recipes.reads import Consistency, read_state
 from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
 from walog.wire.durability import Durability
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 CATCH_UP_POLL_SECONDS = 0.05
 """While catching up, how often the new leader checks whether its reader reached its ledger."""
@@ -219,6 +222,25 @@ class AsyncStateMachine:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.submit_into(command, future)
         return await future
+
+    async def read(
+        self,
+        fn: Callable[[Any], T],
+        consistency: Consistency = "linearizable",
+        *,
+        timeout: float = DEFAULT_BARRIER_TIMEOUT_S,  # noqa: ASYNC109
+    ) -> T:
+        """Run ``fn`` on the service (the local state) and return its result, on any node.
+
+        ``"linearizable"``: once this node applied every record before the log's read
+        barrier, so every command answered (by any leader) before the call is in the
+        state (walog.recipes.reads). ``"stale"``: at once, on whatever the node applied.
+
+        Raises:
+            ValueError: an unknown ``consistency``, or a negative ``timeout``.
+            TimeoutError: the node did not get there within ``timeout`` seconds.
+        """
+        return await read_state(self._log, self, self._service, fn, consistency, timeout)
 
     async def snapshot_now(self) -> SnapshotInfo | None:
         """Snapshot the state now (whatever the policy) and wait until it is listed.

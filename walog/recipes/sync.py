@@ -8,16 +8,21 @@ waits on its own ``concurrent.futures.Future``.
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from walog._loop_thread import Handoff, SyncContext
+from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S
 from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position
 from walog.log.sync import Log
 from walog.recipes.machine import AsyncStateMachine
 from walog.recipes.policy import Role, SnapshotPolicy
+from walog.recipes.reads import Consistency
 from walog.recipes.service import Service
+
+T = TypeVar("T")
 
 
 class StateMachine(SyncContext):
@@ -114,6 +119,25 @@ class StateMachine(SyncContext):
     def execute(self, command: bytes, timeout: float | None = None) -> Any:
         """:meth:`submit` and wait for the result."""
         return self.submit(command).result(timeout)
+
+    def read(
+        self,
+        fn: Callable[[Any], T],
+        consistency: Consistency = "linearizable",
+        *,
+        timeout: float = DEFAULT_BARRIER_TIMEOUT_S,
+    ) -> T:
+        """Run ``fn`` on the service (the local state) once it is as fresh as
+        ``consistency`` asks, and return its result: ``"linearizable"`` (every command
+        answered before the call is in the state) or ``"stale"`` (at once); see
+        :meth:`walog.recipes.AsyncStateMachine.read`. ``fn`` runs on the client's event
+        loop thread, so it sees no half-applied command.
+
+        Raises:
+            ValueError: an unknown ``consistency``, or a negative ``timeout``.
+            TimeoutError: the node did not get there within ``timeout`` seconds.
+        """
+        return self._loop.run(self.async_machine.read(fn, consistency, timeout=timeout))
 
     def snapshot_now(self) -> SnapshotInfo | None:
         """Snapshot now and wait until it is listed (None: a newer one already was)."""
