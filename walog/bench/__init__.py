@@ -6,8 +6,8 @@ Debian's ``etcd-server``.
 
 - ``command``: the command; ``scenarios``: the scenarios against a running cluster, with
   ``checkpoint_tail`` (tail lag during checkpoints), ``hosts`` (between hosts),
-  ``metrics_cost`` (what client metrics cost), ``memory_probe`` (a writer's memory) and
-  ``restart`` (a bookie killed and started again);
+  ``metrics_cost`` (what client metrics cost), ``memory_probe`` (a writer's memory),
+  ``restart`` (a bookie killed and started again) and ``barrier`` (read barrier latency);
 - ``floors`` and ``echo_server``: what the disk and a bare stream can do; ``peers`` and
   ``etcd_load``: etcd and NATS measured the same way;
 - ``soak``: a long run through a log with retention, and ``soak_watch``: the bookies'

@@ -22,6 +22,8 @@
 - ``retention_runner``  the retention a writer applies by itself after each roll
 - ``health``        a log's figures for operators (size, age, what retention waits for)
 - ``sink``          linking ledgers written elsewhere into a log exactly once (Spark sink)
+- ``barrier``       the read barrier: a position past every record acknowledged before
+                    the call, found without fencing
 - ``async_log``     AsyncLog and the functions on logs; ``sync``: the Log / LogWriter /
                     LogReader facades
 
