@@ -145,9 +145,10 @@ def archived_entries(location: str, ledger_id: int, first: int, last: int) -> li
 
 
 def archived_time_range(location: str, ledger_id: int) -> tuple[int, int] | None:
-    """The first and last timestamps (in microseconds) of an archived ledger's records,
-    from the Parquet statistics of the timestamp column where every file has them, else
-    from the column itself; None when the archive holds no row of it.
+    """The first and last timestamps (in microseconds) of an archived ledger's records from
+    the Parquet statistics of the timestamp column (the files' footers only); None when a
+    file has none (Spark's INT96 timestamps carry none) or holds no row: then the rows tell
+    (:func:`archived_stamps`).
 
     Raises:
         walog.errors.NewerFormatError: the archive is of a newer format version.
@@ -164,7 +165,7 @@ def archived_time_range(location: str, ledger_id: int) -> tuple[int, int] | None
             column = meta.metadata.row_group(group).column(index)
             stats = column.statistics
             if column.physical_type != "INT64" or stats is None or not stats.has_min_max:
-                return _column_range(location, ledger_id)  # INT96 files have no statistics
+                return None
             if meta.metadata.row_group(group).num_rows:
                 low.append(_to_micros(stats.min_raw, per_micro))
                 high.append(_to_micros(stats.max_raw, per_micro))
@@ -173,11 +174,6 @@ def archived_time_range(location: str, ledger_id: int) -> tuple[int, int] | None
 
 def _to_micros(ticks: int, per_micro: float) -> int:
     return round(ticks / per_micro) if per_micro != 1 else int(ticks)
-
-
-def _column_range(location: str, ledger_id: int) -> tuple[int, int] | None:
-    stamps = [s for entry in archived_stamps(location, ledger_id).values() for s in entry]
-    return (min(stamps), max(stamps)) if stamps else None
 
 
 def archived_stamps(location: str, ledger_id: int) -> dict[int, list[int]]:
