@@ -168,10 +168,8 @@ class AsyncLogWriter:
         self._client = client
         self.name = name
         self.epoch = epoch
-        self._clock = _wall_clock
-        """The wall clock records are stamped with (tests put a skewed one here)."""
-        self._last_stamp = last_stamp
-        """The highest timestamp given so far, from the log's last record at first."""
+        self._clock = _wall_clock  # records' timestamps (tests put a skewed clock here)
+        self._last_stamp = last_stamp  # the highest given yet; at first the log's last
         self._options = options
         self._volatile = options.durability is Durability.VOLATILE
         self._roll_policy = roll_policy
