@@ -31,7 +31,7 @@ from walog.log.log_metadata import (
     read_log,
     update_log,
 )
-from walog.log.records import entry_time_range
+from walog.log.records import RecordFormatError, entry_time_range
 from walog.metadata.layout import log_path
 from walog.metadata.store import NodeNotFoundError
 
@@ -233,7 +233,7 @@ async def recover_listed(client: LedgerClientLike, info: LedgerInfo, password: b
         last = reader.last_add_confirmed
         times = None
         if last >= 0 and (not info.is_closed or info.time_range is None):
-            times = await ledger_time_range(reader, last)
+            times = await _time_range_or_none(reader, last)
     finally:
         await reader.close()
     if info.is_closed:
@@ -247,6 +247,16 @@ async def ledger_time_range(reader: LedgerReaderLike, last: int) -> tuple[float,
     first_entry = (await reader.read(0, 0))[0]
     last_entry = first_entry if last == 0 else (await reader.read(last, last))[0]
     return entry_time_range(first_entry.data)[0], entry_time_range(last_entry.data)[1]
+
+
+async def _time_range_or_none(reader: LedgerReaderLike, last: int) -> tuple[float, float] | None:
+    """:func:`ledger_time_range`, None when the entries do not hold records in a format
+    this version reads (the ledger's readers fail on them anyway; its takeover goes on)."""
+    try:
+        return await ledger_time_range(reader, last)
+    except RecordFormatError as exc:
+        log.warning("ledger's time range unreadable", ledger=reader.ledger_id, error=str(exc))
+        return None
 
 
 def stamp_floor(meta: LogMetadata) -> tuple[float | None, LedgerInfo | None]:
@@ -277,6 +287,9 @@ async def last_timestamp(client: LedgerClientLike, meta: LogMetadata, password: 
     try:
         last = unread.last_entry_id
         return entry_time_range((await reader.read(last, last))[0].data)[1]
+    except RecordFormatError as exc:
+        log.warning("last record's timestamp unreadable", ledger=unread.ledger_id, error=str(exc))
+        return -math.inf
     finally:
         await reader.close()
 

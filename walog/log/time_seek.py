@@ -16,6 +16,7 @@ import collections
 import dataclasses
 from collections.abc import Sequence
 
+from walog.errors import NoSuchLedgerError
 from walog.log.archived import archive_covers, archived_only, archived_stamps, archived_time_range
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.log_metadata import LogMetadata
@@ -113,7 +114,10 @@ async def _listed_spans(meta: LogMetadata, entries: _Entries) -> list[Span]:
                 )
             )
             continue
-        handle = await entries.handle(info.ledger_id)
+        try:
+            handle = await entries.handle(info.ledger_id)
+        except NoSuchLedgerError:
+            continue  # deleted under us: truncation moved on
         last = handle.last_add_confirmed
         if not handle.is_closed:
             last = max(last, await handle.read_last_add_confirmed())
