@@ -58,6 +58,7 @@ CASES: dict[
         },
     ),
     "log_sends_across_roll_at_once": ("log_duel", 600, {"log_hole"}),
+    "takeover_ignores_last_timestamp": ("log_duel", 100, {"log_timestamp_decreased"}),
     "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
     "volatile_log_flush_skips_force": ("log_duel_volatile", 600, {"log_record_lost", "log_hole"}),
     "volatile_writer_ignores_restart": ("volatile_force", 600, {"volatile_ack_after_loss"}),
