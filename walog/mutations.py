@@ -60,6 +60,9 @@ Known mutations:
 - ``stop_swallows_own_cancel``: stopping a task (walog/_tasks.py) swallows a cancellation
   of the stopping task itself, as ``suppress(CancelledError)`` around the wait does: a
   state machine cancelled as its term winds down never stops.
+- ``takeover_ignores_last_timestamp``: a new log writer stamps its records with its own
+  clock from the start, without the floor of the log's last record's timestamp, so a clock
+  behind its predecessor's makes the log's timestamps decrease (walog/log/writer.py).
 
 ``verify_counts_unreadable_as_held`` lies outside what the simulator models (auto-recovery):
 a named test turns it on and shows the harm instead (``CAUGHT_BY_TESTS`` in
@@ -95,6 +98,7 @@ KNOWN: frozenset[str] = frozenset(
         "statemachine_accepts_volatile",
         "deleted_ledger_forgets_fence",
         "stop_swallows_own_cancel",
+        "takeover_ignores_last_timestamp",
     }
 )
 """Every mutation name the protocol code knows."""

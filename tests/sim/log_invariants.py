@@ -29,6 +29,9 @@ Rule names:
   names it (checked on the metadata server's changes: a takeover or roll whose CAS applied
   although its answer was lost must not take its own change for a rival's and delete
   its new ledger).
+- ``log_timestamp_decreased``: a fresh reader's records carry non-decreasing timestamps,
+  although the writer processes' clocks run 5 s ahead of or behind each other
+  (tests/sim/log_scenarios.py): a takeover stamps no lower than the log's last record.
 """
 
 from __future__ import annotations

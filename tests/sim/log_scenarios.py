@@ -103,6 +103,7 @@ async def log_writer(world: World, who: str, delay: float) -> None:
         if writer is None:
             return
         world.trace.log(f"{who} TOOK OVER epoch {writer.epoch} ledger {writer.ledger_id}")
+        writer._clock = _skewed_clock(who, term)
         count = rng.randint(1, 8)
         ok = await append_records(world, who, writer, count)
         if rng.random() < 0.25:
@@ -115,6 +116,19 @@ async def log_writer(world: World, who: str, delay: float) -> None:
                 return
         await cancellable(world, who, "close", writer.close())
         await asyncio.sleep(rng.uniform(0.0, 0.3))
+
+
+CLOCK_SKEW_S = 5.0
+"""How far each writer process's clock runs ahead of or behind the virtual clock."""
+
+
+def _skewed_clock(who: str, term: int) -> Callable[[], float]:
+    """A writer process's wall clock: the virtual clock, :data:`CLOCK_SKEW_S` ahead or
+    behind, alternating between processes (drawn from nothing, so schedules stay as
+    they were): each takeover may follow a predecessor whose clock ran 10 s ahead."""
+    loop = asyncio.get_running_loop()
+    skew = CLOCK_SKEW_S if (sum(map(ord, who)) + term) % 2 else -CLOCK_SKEW_S
+    return lambda: 1.7e9 + loop.time() + skew
 
 
 async def _flushed(writer: AsyncLogWriter) -> bool:
@@ -214,14 +228,25 @@ async def log_final_phase(world: World) -> None:
         return
     await guard(world, "final", writer.close())
     reads = []
+    stamps: list[float] = []
     for i in range(2):
-        reads.append(await _read_all(world, f"lreader{i}"))
+        reads.append(await _read_all(world, f"lreader{i}", stamps if i == 0 else None))
+    if stamps != sorted(stamps):
+        at = next(i for i in range(1, len(stamps)) if stamps[i] < stamps[i - 1])
+        world.history.violate(
+            "log_timestamp_decreased",
+            f"record {reads[0][at][0]} is stamped {stamps[at]:.6f}, below "
+            f"{stamps[at - 1]:.6f} of the record before it",
+        )
     meta = await guard(world, "final", log.metadata())
     ledger_ids = meta.ledger_ids if meta is not None else []
     world.log_history.check_final(ledger_ids, reads, world.history.violate)
 
 
-async def _read_all(world: World, who: str) -> list[tuple[Position, bytes]]:
+async def _read_all(
+    world: World, who: str, stamps: list[float] | None = None
+) -> list[tuple[Position, bytes]]:
+    """Every record from the start (and, into ``stamps``, their timestamps)."""
     log = await _open_log(world, who)
     reader = await guard(world, who, log.open_reader("earliest")) if log else None
     out: list[tuple[Position, bytes]] = []
@@ -229,6 +254,8 @@ async def _read_all(world: World, who: str) -> list[tuple[Position, bytes]]:
         return out
     while (record := await guard(world, who, reader.read_next(FINAL_READ_IDLE_S))) is not None:
         out.append((record.position, record.data))
+        if stamps is not None:
+            stamps.append(record.timestamp)
     await reader.close()
     return out
 

@@ -61,6 +61,7 @@ CASES: dict[
     "roll_acks_before_listing": ("log_duel", 100, {"ack_unnamed"}),
     "barrier_stops_at_lac": ("sm_register", 100, {"sm_read_not_linearizable"}),
     "ensemble_acks_before_writing": ("ensemble_change_then_crash", 300, {"ack_unnamed"}),
+    "takeover_ignores_last_timestamp": ("log_duel", 100, {"log_timestamp_decreased"}),
     "close_short_of_acks": ("volatile_force", 100, {"close_short_of_acks"}),
     "volatile_log_flush_skips_force": ("log_duel_volatile", 600, {"log_record_lost", "log_hole"}),
     "volatile_writer_ignores_restart": ("volatile_force", 600, {"volatile_ack_after_loss"}),

@@ -4,7 +4,9 @@
 follows the log afterwards. Without ``-n`` the command prints from ``--from`` (the
 earliest record by default) and follows, as it always has; ``--max`` and
 ``--idle-timeout`` end it. With ``--json`` every record is one JSON object on a line of
-its own, with the same keys whatever the record holds.
+its own, with the same keys whatever the record holds. ``--since`` starts at the first
+record stamped at or after a time instead (``Log.position_at``): an age (``90s``, ``10m``,
+``2h``, ``7d``) or an ISO 8601 time with its zone (``2026-11-27T12:00:00Z``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import datetime
 import json
+import math
+import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from walog.cli.options import (
@@ -44,6 +50,36 @@ def record_json(record: Record) -> dict[str, Any]:
         "data": text,
         "data_base64": base64.b64encode(record.data).decode("ascii"),
     }
+
+
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_since(text: str, now: float) -> float:
+    """``--since``'s time as seconds since the epoch: an age before ``now`` (a number
+    with ``s``, ``m``, ``h`` or ``d``) or an ISO 8601 time with its zone.
+
+    Raises:
+        ValueError: anything else; the message says what is accepted.
+    """
+    accepted = (
+        "give an age such as 90s, 10m, 2h or 7d, or an ISO 8601 time with its zone "
+        "such as 2026-11-27T12:00:00Z"
+    )
+    age = _AGE.fullmatch(text.strip())
+    if age is not None:
+        return now - float(age.group(1)) * _UNIT_SECONDS[age.group(2)]
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r} is neither an age nor a time: {accepted}") from None
+    if when.tzinfo is None:
+        raise ValueError(f"--since {text!r} has no time zone: {accepted}")
+    seconds = when.timestamp()
+    if not math.isfinite(seconds):  # pragma: no cover - fromisoformat keeps it finite
+        raise ValueError(f"--since {text!r}: {accepted}")
+    return seconds
 
 
 def _line(record: Record, as_json: bool) -> str:
@@ -94,6 +130,14 @@ def tail(args: argparse.Namespace) -> int:
 
     if args.lines is not None and args.start is not None:
         raise CliError("-n takes the last records: leave out --from", 2)
+    if args.since is not None and (args.lines is not None or args.start is not None):
+        raise CliError("--since gives where to start: leave out -n and --from", 2)
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, time.time())
+        except ValueError as exc:
+            raise CliError(str(exc), 2) from None
     if args.lines is not None and args.lines < 1:
         raise CliError(f"-n must be at least 1, got {args.lines}", 2)
     start: Any = args.start or "earliest"
@@ -131,6 +175,8 @@ def tail(args: argparse.Namespace) -> int:
                     return 0
             if reader is None:
                 reader = log.open_reader("earliest")
+        elif since is not None:
+            reader = log.open_reader(at=since)
         else:
             reader = log.open_reader(start)
         with reader:
@@ -160,6 +206,12 @@ def add_commands(command: AddCommand) -> None:
         metavar="START",
         help="without -n: earliest, latest or LEDGER:ENTRY:SLOT [earliest]",
     )
+    parser.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="without -n or --from: from the first record stamped at or after WHEN, an age "
+        "(90s, 10m, 2h, 7d) or an ISO 8601 time with its zone (2026-11-27T12:00:00Z)",
+    )
     parser.add_argument("--max", dest="max_records", type=int, metavar="N", help="stop after N")
     parser.add_argument(
         "--idle-timeout", type=float, metavar="S", help="stop after S seconds without a record"
@@ -177,4 +229,4 @@ def add_commands(command: AddCommand) -> None:
     )
 
 
-__all__ = ["add_commands", "record_json", "tail"]
+__all__ = ["add_commands", "parse_since", "record_json", "tail"]

@@ -17,6 +17,8 @@
 - ``subscriptions`` named subscriptions: names, positions given as arguments, lag (pure)
 - ``registration``  a live writer's registration (host, pid, epoch, start time)
 - ``lag``           how far a reader trails the log's end (ReaderLag), for warm standbys
+- ``time_search``   the first record at or after a time: the search over a "read entry"
+                    step (pure); ``time_seek``: it driven over bookies and the archive
 - ``retention``     RollPolicy, RetentionPolicy and the pure decisions made from them
 - ``truncation``    truncation, retention and orphan collection (the I/O)
 - ``retention_runner``  the retention a writer applies by itself after each roll

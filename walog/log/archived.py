@@ -144,9 +144,64 @@ def archived_entries(location: str, ledger_id: int, first: int, last: int) -> li
     return entries
 
 
+def archived_time_range(location: str, ledger_id: int) -> tuple[int, int] | None:
+    """The first and last timestamps (in microseconds) of an archived ledger's records from
+    the Parquet statistics of the timestamp column (the files' footers only); None when a
+    file has none (Spark's INT96 timestamps carry none) or holds no row: then the rows tell
+    (:func:`archived_stamps`).
+
+    Raises:
+        walog.errors.NewerFormatError: the archive is of a newer format version.
+    """
+    check_archive(location)
+    pq = _parquet()
+    low: list[int] = []
+    high: list[int] = []
+    for path in parquet_files(location, ledger_id):
+        meta = pq.ParquetFile(path)
+        per_micro = _TICKS_PER_SECOND[meta.schema_arrow.field(TIMESTAMP).type.unit] / 1_000_000
+        index = meta.schema_arrow.get_field_index(TIMESTAMP)
+        for group in range(meta.metadata.num_row_groups):
+            column = meta.metadata.row_group(group).column(index)
+            stats = column.statistics
+            if column.physical_type != "INT64" or stats is None or not stats.has_min_max:
+                return None
+            if meta.metadata.row_group(group).num_rows:
+                low.append(_to_micros(stats.min_raw, per_micro))
+                high.append(_to_micros(stats.max_raw, per_micro))
+    return (min(low), max(high)) if low else None
+
+
+def _to_micros(ticks: int, per_micro: float) -> int:
+    return round(ticks / per_micro) if per_micro != 1 else int(ticks)
+
+
+def archived_stamps(location: str, ledger_id: int) -> dict[int, list[int]]:
+    """An archived ledger's record timestamps in microseconds, by entry (slot order).
+
+    Raises:
+        walog.errors.NewerFormatError: the archive is of a newer format version.
+    """
+    check_archive(location)
+    table = _table(location, ledger_id, [ENTRY_ID, SLOT, TIMESTAMP])
+    out: dict[int, list[int]] = {}
+    if table is None:
+        return out
+    import pyarrow as pa
+
+    table = table.sort_by([(ENTRY_ID, "ascending"), (SLOT, "ascending")])
+    per_micro = _TICKS_PER_SECOND[table.schema.field(TIMESTAMP).type.unit] / 1_000_000
+    ticks = table.column(TIMESTAMP).cast(pa.int64()).to_pylist()
+    for entry_id, tick in zip(table.column(ENTRY_ID).to_pylist(), ticks, strict=True):
+        out.setdefault(entry_id, []).append(_to_micros(tick, per_micro))
+    return out
+
+
 __all__ = [
     "ArchivedLedger",
     "archive_covers",
     "archived_entries",
     "archived_only",
+    "archived_stamps",
+    "archived_time_range",
 ]

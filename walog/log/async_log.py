@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 from collections.abc import Mapping
 
 from walog._loggers import get_logger
@@ -44,6 +45,8 @@ from walog.log.retention import RetentionPolicy, RollPolicy
 from walog.log.retention_runner import RetentionRunner
 from walog.log.sink import collect_sink_orphans
 from walog.log.subscriptions import SubscriptionInfo, subscriptions_of
+from walog.log.time_search import timestamp_argument
+from walog.log.time_seek import TimeAnswer, find_position
 from walog.log.writer import AsyncLogWriter, LogWriterConfig, open_log_writer
 from walog.metadata.election import Leadership, current_leader, elect
 
@@ -177,14 +180,34 @@ class AsyncLog:
         return writer
 
     async def open_reader(
-        self, start: StartAt = "earliest", *, subscription: str | None = None
+        self,
+        start: StartAt = "earliest",
+        *,
+        subscription: str | None = None,
+        at: datetime.datetime | float | None = None,
     ) -> AsyncLogReader:
         """A tailing reader from ``"earliest"``, ``"latest"`` or a position; never fences.
 
+        With ``at`` (a datetime with a time zone, or seconds since the epoch) instead of
+        ``start``, the reader starts at the first record whose timestamp is at or after it
+        (:meth:`position_at`), or at the log's end when every record is before it.
+
         With ``subscription``, the reader resumes after what that subscription committed
-        (``start`` applies only to a subscription that never committed), and its
+        (``start`` or ``at`` applies only to a subscription that never committed), and its
         ``commit()`` records its progress.
+
+        Raises:
+            ValueError: both ``start`` and ``at`` given; a naive datetime.
+            TypeError: ``at`` is neither a datetime nor a number.
         """
+        if at is not None:
+            if start != "earliest":
+                raise ValueError(f"give start ({start!r}) or at ({at!r}), not both")
+            seconds = timestamp_argument(at, "at")
+            meta = await self.metadata()
+            if subscription is None or subscription not in meta.cursors:
+                answer = await self._find(meta, seconds)
+                start = answer.position or answer.end or "earliest"
         return await open_log_reader(
             self._client,
             self.name,
@@ -192,6 +215,27 @@ class AsyncLog:
             password=self.ledger_options.password,
             subscription=subscription,
         )
+
+    async def position_at(self, at: datetime.datetime | float) -> Position | None:
+        """The position of the first record whose timestamp is at or after ``at`` (a
+        datetime with a time zone, or seconds since the epoch), None when every record is
+        before it (docs/time.md). Timestamps compare at microsecond resolution.
+
+        Reads the log's record, then at most ``ceil(log2(entries)) + 2`` entries of each
+        ledger it looks into (a binary search over the ledgers' recorded time ranges, then
+        over the entries of one ledger); ledgers moved to the archive are searched there,
+        with the same answer. Never fences.
+
+        Raises:
+            ValueError: a naive datetime (say which zone: give ``tzinfo``) or a number
+                that is not finite.
+            TypeError: ``at`` is neither a datetime nor a number.
+        """
+        seconds = timestamp_argument(at, "at")
+        return (await self._find(await self.metadata(), seconds)).position
+
+    async def _find(self, meta: LogMetadata, seconds: float) -> TimeAnswer:
+        return await find_position(self._client, meta, seconds, self.ledger_options.password)
 
     async def subscriptions(self) -> list[SubscriptionInfo]:
         """The log's subscriptions with their positions and how far behind they are

@@ -20,6 +20,8 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "sinks": {"etl": 41},              # optional: sink id -> last batch linked (walog.log.sink)
  "sink_queries": {"etl": "6f1c..."}, # optional: sink id -> the streaming query that linked it
  "archive_location": "/data/arch",  # optional: the archive's root (walog.log.archived)
+ "ledger_times": {"7": [1.7e9, 1.7e9]},  # optional: ledger id -> timestamps of its
+                                     # first and last records, for CLOSED ledgers
  "config": {"ensemble_size": 3, ..., "retention": {"max_age": 604800.0, ...}}}
                                      # optional: the log's settings (walog.log.log_config)
 ```
@@ -30,6 +32,14 @@ Retention never deletes a ledger past the oldest listed snapshot's position. ``s
 ``sink_queries``, ``archive_location`` and ``config`` are likewise written only when set; a
 record without ``config`` belongs to a log created before logs kept their settings, and
 uses the defaults.
+
+``ledger_times`` (``LedgerInfo.first_timestamp`` and ``last_timestamp``) is kept beside the
+list rather than in its items, so releases that do not know it still read the record (they
+refuse unknown keys in a ledger's item, and ignore unknown fields of the record). It is
+derived from the ledgers' own records and only saves reads (walog.log.time_search): a
+record without it, or with an item that does not parse, reads as ledgers whose range is
+unknown, and an item is dropped when its ledger leaves the list or an older release
+rewrites the record.
 
 A mark that does not parse (a cursor, a snapshot, ``archived_through`` ...) does not make the
 record unreadable: it is set aside in ``damaged``, written back unchanged until replaced or
@@ -92,6 +102,9 @@ class LedgerInfo:
     roll, or a takeover recovered it); ``last_entry_id`` is then its last entry (-1 empty).
     ``closed_at`` is when that became known, ``size_bytes`` the entry bytes it holds (None
     when unknown, e.g. recovered from a crashed writer and not measured yet).
+    ``first_timestamp`` and ``last_timestamp`` are the timestamps of its first and last
+    records once CLOSED and not empty (None when not recorded: a ledger closed by an older
+    release, or linked by a sink).
     """
 
     ledger_id: int
@@ -100,6 +113,21 @@ class LedgerInfo:
     ctime: float = dataclasses.field(default_factory=time.time)
     closed_at: float | None = None
     size_bytes: int | None = None
+    first_timestamp: float | None = None
+    last_timestamp: float | None = None
+
+    @property
+    def time_range(self) -> tuple[float, float] | None:
+        """``(first_timestamp, last_timestamp)`` when both are recorded, else None."""
+        if self.first_timestamp is None or self.last_timestamp is None:
+            return None
+        return self.first_timestamp, self.last_timestamp
+
+    def with_times(self, times: tuple[float, float] | None) -> LedgerInfo:
+        """This ledger with its records' time range (unchanged when ``times`` is None)."""
+        if times is None:
+            return self
+        return dataclasses.replace(self, first_timestamp=times[0], last_timestamp=times[1])
 
     @property
     def is_closed(self) -> bool:
@@ -270,7 +298,7 @@ class LogMetadata:
         doc = {
             "format": LOG_FORMAT,
             "epoch": self.epoch,
-            "ledgers": [dataclasses.asdict(info) for info in self.ledgers],
+            "ledgers": [_ledger_doc(info) for info in self.ledgers],
             "pending_deletion": list(self.pending_deletion),
             "archived_through": _text(self.archived_through),
             "cursors": {k: str(v) for k, v in sorted(self.cursors.items())},
@@ -286,6 +314,9 @@ class LogMetadata:
             doc["sink_queries"] = dict(sorted(self.sink_queries.items()))
         if self.archive_location is not None:
             doc["archive_location"] = self.archive_location
+        times = {str(i.ledger_id): list(r) for i in self.ledgers if (r := i.time_range)}
+        if times:
+            doc["ledger_times"] = times
         if self.config is not None:
             doc["config"] = self.config
         write_back(doc, self.damaged)
@@ -314,6 +345,8 @@ class LogMetadata:
         check_version(what, doc.get("format"), LOG_FORMAT, ValueError, newer=NewerFormatError)
         try:
             ledgers = tuple(LedgerInfo(**info) for info in doc.get("ledgers", []))
+            times = _ledger_times(doc.get("ledger_times"))
+            ledgers = tuple(info.with_times(times.get(info.ledger_id)) for info in ledgers)
         except (TypeError, AttributeError) as exc:
             raise ValueError(f"malformed log metadata: field 'ledgers': {exc}") from exc
         try:
@@ -337,6 +370,37 @@ class LogMetadata:
             config=fields.one("config", _object, None),
         )
         return meta.replace(damaged=tuple(fields.damaged)) if fields.damaged else meta
+
+
+_TIME_FIELDS = ("first_timestamp", "last_timestamp")
+
+
+def _ledger_doc(info: LedgerInfo) -> dict[str, Any]:
+    """A ledger's item of the list; its time range goes to ``ledger_times``."""
+    doc = dataclasses.asdict(info)
+    for field in _TIME_FIELDS:
+        del doc[field]
+    return doc
+
+
+def _ledger_times(raw: Any) -> dict[int, tuple[float, float]]:
+    """``ledger_times`` parsed; what does not parse is left out (the ranges only save
+    reads: a ledger without one has its records read instead)."""
+    out: dict[int, tuple[float, float]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, value in raw.items():
+        if (
+            isinstance(key, str)
+            and key.isascii()
+            and key.isdigit()
+            and isinstance(value, list)
+            and len(value) == 2
+            and all(type(v) in (int, float) for v in value)
+            and value[0] <= value[1]
+        ):
+            out[int(key)] = (float(value[0]), float(value[1]))
+    return out
 
 
 def _text(position: Position | None) -> str | None:

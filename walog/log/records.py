@@ -117,6 +117,25 @@ def iter_record_views(entry: bytes | memoryview) -> Iterator[tuple[float, memory
         raise RecordFormatError(f"log entry has {size - offset} bytes after its records")
 
 
+def record_timestamps(entry: bytes | memoryview) -> list[float]:
+    """The timestamps of an entry's records, in slot order (payloads are not copied).
+
+    Raises:
+        RecordFormatError: as :func:`decode_records`.
+    """
+    return [timestamp for timestamp, _ in iter_record_views(entry)]
+
+
+def entry_time_range(entry: bytes | memoryview) -> tuple[float, float]:
+    """The timestamps of an entry's first and last records.
+
+    Raises:
+        RecordFormatError: as :func:`decode_records`.
+    """
+    stamps = record_timestamps(entry)
+    return stamps[0], stamps[-1]
+
+
 class RecordBatch:
     """Records gathered for one entry, encoded as they arrive.
 
@@ -210,7 +229,9 @@ __all__ = [
     "RecordFormatError",
     "decode_records",
     "encode_records",
+    "entry_time_range",
     "iter_record_views",
     "iter_records",
     "record_bytes",
+    "record_timestamps",
 ]

@@ -38,6 +38,7 @@ from walog.errors import (
 )
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, read_log
+from walog.log.records import entry_time_range
 from walog.log.takeover import ListChanged, record_closed, recover_listed
 
 log = get_logger(__name__)
@@ -51,17 +52,27 @@ writer stops."""
 
 @dataclasses.dataclass(eq=False)
 class ActiveLedger:
-    """A ledger a log's writer appends (or appended) to, with what the roll policy counts."""
+    """A ledger a log's writer appends (or appended) to, with what the roll policy counts
+    and its first and last acknowledged entries (whose records' timestamps the log's list
+    keeps once the ledger is closed)."""
 
     writer: LedgerWriterLike
     started: float = dataclasses.field(default_factory=time.monotonic)
     entries: int = 0
     size_bytes: int = 0
+    first_acked: bytes | None = None
+    last_acked: bytes | None = None
 
     @property
     def ledger_id(self) -> int:
         """The ledger's id."""
         return self.writer.ledger_id
+
+    def time_range(self) -> tuple[float, float] | None:
+        """The timestamps of its first and last acknowledged records (None before one)."""
+        if self.first_acked is None or self.last_acked is None:
+            return None
+        return entry_time_range(self.first_acked)[0], entry_time_range(self.last_acked)[1]
 
 
 def fenced(name: str, ledger_id: int, exc: BaseException) -> WriterFencedError:
@@ -194,7 +205,9 @@ class Retirements:
             return
         self.retired(old)
         last = old.writer.last_add_confirmed
-        await record_closed(self._client, self._name, old.ledger_id, last, old.size_bytes)
+        await record_closed(
+            self._client, self._name, old.ledger_id, last, old.size_bytes, old.time_range()
+        )
 
     def retired(self, old: ActiveLedger) -> None:
         """The close of ``old``, a ledger rolled away from, ended: release what it held."""
@@ -305,7 +318,12 @@ class Retirements:
                 )
             )
         await record_closed(
-            self._client, self._name, old.ledger_id, info.last_entry_id, old.size_bytes
+            self._client,
+            self._name,
+            old.ledger_id,
+            info.last_entry_id,
+            old.size_bytes,
+            info.time_range,
         )
 
     async def _taken_over(self) -> bool:

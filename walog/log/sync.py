@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import datetime
 from collections.abc import Iterable, Iterator, Mapping
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
@@ -284,13 +285,36 @@ class Log:
         return LogWriter(writer, self._loop, config)
 
     def open_reader(
-        self, start: StartAt = "earliest", *, subscription: str | None = None
+        self,
+        start: StartAt = "earliest",
+        *,
+        subscription: str | None = None,
+        at: datetime.datetime | float | None = None,
     ) -> LogReader:
-        """A tailing reader from ``"earliest"``, ``"latest"`` or a :class:`walog.Position`;
-        with ``subscription``, from after what that subscription committed (``start``
-        applies only to one that never committed)."""
-        reader = self._loop.run(self.async_log.open_reader(start, subscription=subscription))
+        """A tailing reader from ``"earliest"``, ``"latest"`` or a :class:`walog.Position`,
+        or with ``at`` (a datetime with a time zone, or seconds since the epoch) from the
+        first record at or after that time (:meth:`position_at`; the log's end when there
+        is none); with ``subscription``, from after what that subscription committed
+        (``start`` or ``at`` applies only to one that never committed).
+
+        Raises:
+            ValueError: both ``start`` and ``at`` given; a naive datetime.
+            TypeError: ``at`` is neither a datetime nor a number.
+        """
+        reader = self._loop.run(self.async_log.open_reader(start, subscription=subscription, at=at))
         return LogReader(reader, self._loop)
+
+    def position_at(self, at: datetime.datetime | float) -> Position | None:
+        """The position of the first record whose timestamp is at or after ``at`` (a
+        datetime with a time zone, or seconds since the epoch), None when every record is
+        before it; at most ``ceil(log2(entries)) + 2`` entry reads per ledger it looks
+        into, archived ranges answered from the archive (docs/time.md).
+
+        Raises:
+            ValueError: a naive datetime, or a number that is not finite.
+            TypeError: ``at`` is neither a datetime nor a number.
+        """
+        return self._loop.run(self.async_log.position_at(at))
 
     def subscriptions(self) -> list[SubscriptionInfo]:
         """The log's subscriptions with their positions and how far behind they are."""

@@ -10,13 +10,20 @@ its CAS sticks; the writer's rolls create, recover and record ledgers with the s
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 from walog import mutations
 from walog._loggers import get_logger
 from walog.errors import NoSuchLedgerError, NoSuchLogError, WalogError
 from walog.ledger.options import LedgerOptions
-from walog.log.ledgers import LOG_TAG, LedgerClientLike, LedgerWriterLike, delete_ledger_if_exists
+from walog.log.ledgers import (
+    LOG_TAG,
+    LedgerClientLike,
+    LedgerReaderLike,
+    LedgerWriterLike,
+    delete_ledger_if_exists,
+)
 from walog.log.log_metadata import (
     LedgerInfo,
     LogMetadata,
@@ -24,6 +31,7 @@ from walog.log.log_metadata import (
     read_log,
     update_log,
 )
+from walog.log.records import RecordFormatError, entry_time_range
 from walog.metadata.layout import log_path
 from walog.metadata.store import NodeNotFoundError
 
@@ -31,18 +39,25 @@ log = get_logger(__name__)
 
 
 async def record_closed(
-    client: LedgerClientLike, name: str, ledger_id: int, last: int, size_bytes: int
+    client: LedgerClientLike,
+    name: str,
+    ledger_id: int,
+    last: int,
+    size_bytes: int,
+    times: tuple[float, float] | None = None,
 ) -> None:
-    """Record in log ``name``'s list that ``ledger_id`` closed at entry ``last`` (CAS; a
-    ledger no longer listed, or already recorded, is left alone). A failure is only logged:
-    the next takeover records the end again."""
+    """Record in log ``name``'s list that ``ledger_id`` closed at entry ``last``, with the
+    timestamps of its first and last records when known (CAS; a ledger no longer listed,
+    or already recorded, is left alone). A failure is only logged: the next takeover
+    records the end again."""
     now = time.time()
 
     def mutate(meta: LogMetadata) -> LogMetadata | None:
         i = meta.index_of(ledger_id)
         if i is None or meta.ledgers[i].is_closed:
             return None
-        return meta.with_ledger(meta.ledgers[i].closed(last, size_bytes, now))
+        info = meta.ledgers[i].closed(last, size_bytes, now)
+        return meta.with_ledger(info.with_times(times if last >= 0 else None))
 
     try:
         await update_log(client.ctx.store, name, mutate)
@@ -207,16 +222,76 @@ def with_recovered(meta: LogMetadata, recovered: dict[int, LedgerInfo]) -> LogMe
 
 
 async def recover_listed(client: LedgerClientLike, info: LedgerInfo, password: bytes) -> LedgerInfo:
-    """Fence and recover one ledger of the list; return its info marked CLOSED."""
+    """Fence and recover one ledger of the list; return its info marked CLOSED, with the
+    timestamps of its first and last records (read from its first and last entries)."""
     try:
         reader = await client.open_ledger(info.ledger_id, recovery=True, password=password)
     except NoSuchLedgerError as exc:
         # A concurrent takeover dropped (empty) or truncation deleted it: the list changed.
         raise ListChanged(f"ledger {info.ledger_id} left the list") from exc
-    await reader.close()
+    try:
+        last = reader.last_add_confirmed
+        times = None
+        if last >= 0 and (not info.is_closed or info.time_range is None):
+            times = await _time_range_or_none(reader, last)
+    finally:
+        await reader.close()
     if info.is_closed:
-        return info
-    return info.closed(reader.last_add_confirmed, None, time.time())
+        return info.with_times(times) if info.last_entry_id == last else info
+    return info.closed(last, None, time.time()).with_times(times)
+
+
+async def ledger_time_range(reader: LedgerReaderLike, last: int) -> tuple[float, float]:
+    """The timestamps of the first record of entry 0 and the last of entry ``last`` of an
+    open ledger ``reader`` (two reads, one when ``last`` is 0)."""
+    first_entry = (await reader.read(0, 0))[0]
+    last_entry = first_entry if last == 0 else (await reader.read(last, last))[0]
+    return entry_time_range(first_entry.data)[0], entry_time_range(last_entry.data)[1]
+
+
+async def _time_range_or_none(reader: LedgerReaderLike, last: int) -> tuple[float, float] | None:
+    """:func:`ledger_time_range`, None when the entries do not hold records in a format
+    this version reads (the ledger's readers fail on them anyway; its takeover goes on)."""
+    try:
+        return await ledger_time_range(reader, last)
+    except RecordFormatError as exc:
+        log.warning("ledger's time range unreadable", ledger=reader.ledger_id, error=str(exc))
+        return None
+
+
+def stamp_floor(meta: LogMetadata) -> tuple[float | None, LedgerInfo | None]:
+    """Where a new writer's timestamps start (pure): the last record's timestamp of the
+    newest non-empty CLOSED ledger of ``meta`` when its range is recorded; else that
+    ledger, whose last entry must be read (``(None, None)`` when the log holds no record).
+    """
+    for info in reversed(meta.ledgers):
+        if not info.is_closed or info.last_entry_id < 0:
+            continue
+        if info.last_timestamp is not None:
+            return info.last_timestamp, None
+        return None, info
+    return None, None
+
+
+async def last_timestamp(client: LedgerClientLike, meta: LogMetadata, password: bytes) -> float:
+    """The timestamp of the last record in the CLOSED ledgers of ``meta`` (a log's record
+    as a takeover stored it: every ledger before the new one is CLOSED), or ``-inf`` when
+    they hold none. Read from the list's ranges, or from the ledger's last entry.
+    """
+    floor, unread = stamp_floor(meta)
+    if floor is not None:
+        return floor
+    if unread is None:
+        return -math.inf
+    reader = await client.open_ledger(unread.ledger_id, recovery=False, password=password)
+    try:
+        last = unread.last_entry_id
+        return entry_time_range((await reader.read(last, last))[0].data)[1]
+    except RecordFormatError as exc:
+        log.warning("last record's timestamp unreadable", ledger=unread.ledger_id, error=str(exc))
+        return -math.inf
+    finally:
+        await reader.close()
 
 
 async def take_over_once(
@@ -265,9 +340,12 @@ __all__ = [
     "create_log_ledger",
     "discard_unlisted",
     "discard_unlisted_after",
+    "last_timestamp",
+    "ledger_time_range",
     "record_closed",
     "record_recovered",
     "recover_listed",
+    "stamp_floor",
     "take_over_once",
     "to_fence",
     "with_recovered",

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
+import math
 import time
 from typing import Protocol
 
@@ -74,6 +76,7 @@ from walog.log.takeover import (
     applied,
     create_log_ledger,
     discard_unlisted_after,
+    last_timestamp,
     take_over_once,
 )
 from walog.wire.durability import Durability
@@ -143,7 +146,13 @@ class _SentEntry:
 
 
 class AsyncLogWriter:
-    """The single writer of a log, on the event loop. Made by :func:`open_log_writer`."""
+    """The single writer of a log, on the event loop. Made by :func:`open_log_writer`.
+
+    Each record is stamped with the wall clock, but never below the record before it: the
+    takeover hands in ``last_stamp``, the timestamp of the log's last record, so a writer
+    whose clock runs behind its predecessor's stamps that timestamp until its clock
+    catches up (docs/time.md).
+    """
 
     def __init__(
         self,
@@ -154,10 +163,13 @@ class AsyncLogWriter:
         options: LedgerOptions,
         roll_policy: RollPolicy,
         config: LogWriterConfig,
+        last_stamp: float = -math.inf,
     ) -> None:
         self._client = client
         self.name = name
         self.epoch = epoch
+        self._clock = _wall_clock  # records' timestamps (tests put a skewed clock here)
+        self._last_stamp = last_stamp  # the highest given yet; at first the log's last
         self._options = options
         self._volatile = options.durability is Durability.VOLATILE
         self._roll_policy = roll_policy
@@ -251,7 +263,14 @@ class AsyncLogWriter:
             self._send_batch()
             batch = self._batch
         self._batch_futures.append(sink)
-        if batch.add(_wall_clock(), data):
+        # Timestamps never decrease within a log: not below the last one of this writer,
+        # nor below the last record of the log it took over (see __init__).
+        stamp = self._clock()
+        if stamp < self._last_stamp:
+            stamp = self._last_stamp
+        else:
+            self._last_stamp = stamp
+        if batch.add(stamp, data):
             self._send_batch()
         elif self._flush_handle is None:
             if self._config.linger > 0:
@@ -447,7 +466,11 @@ class AsyncLogWriter:
             self._fail_futures(sinks, exc)
             return exc
         entry_id = entry.result()
-        ledger_id = sent.ledger.ledger_id  # a property chain: read once per entry
+        ledger = sent.ledger
+        if ledger.first_acked is None:
+            ledger.first_acked = sent.payload
+        ledger.last_acked = sent.payload  # the ledger's time range, once it is closed
+        ledger_id = ledger.ledger_id  # a property chain: read once per entry
         # The ids come from the ledger and the slots from enumerate: valid by construction,
         # so each record's position skips Position's validation.
         for slot, future in enumerate(sinks):
@@ -765,7 +788,17 @@ async def _take_over(
     async for attempt in cas_retrying(also=ListChanged):
         with attempt:
             stored, ledger = await take_over_once(client, name, options)
-            return AsyncLogWriter(client, name, stored.epoch, ledger, options, roll_policy, config)
+            try:
+                stamp = await last_timestamp(client, stored, options.password)
+                if mutations.enabled("takeover_ignores_last_timestamp"):
+                    stamp = -math.inf
+            except BaseException:
+                with contextlib.suppress(WalogError):
+                    await ledger.close()
+                raise
+            return AsyncLogWriter(
+                client, name, stored.epoch, ledger, options, roll_policy, config, stamp
+            )
     raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
 

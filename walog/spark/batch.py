@@ -34,6 +34,8 @@ from walog.ledger.entry import Entry
 from walog.ledger.reader import AsyncLedgerReader
 from walog.log.archived import archive_covers, archived_entries, archived_only
 from walog.log.log_metadata import read_log
+from walog.log.position import Position
+from walog.log.time_seek import find_position
 from walog.spark.arrow import record_batches
 from walog.spark.options import BookieAccess, ReadOptions
 from walog.spark.plan import LedgerSpan, LogSnapshot, ReadRange, check_start, plan_ranges, resolve
@@ -94,10 +96,33 @@ def take_snapshot(client: Client, options: ReadOptions) -> LogSnapshot:
     return client.loop_thread.run(snapshot())
 
 
-def plan_batch(snapshot: LogSnapshot, options: ReadOptions) -> list[ReadRange]:
-    """The partitions of a batch read with these options."""
+def starting_position(client: Client, snapshot: LogSnapshot, options: ReadOptions) -> Position:
+    """Where a read with these options starts: ``startPosition`` resolved in ``snapshot``,
+    or, with ``startingTimestamp``, the first record stamped at or after it
+    (:meth:`walog.log.async_log.AsyncLog.position_at`; the snapshot's end when every record
+    is before it)."""
+    if options.starting_timestamp_ms is None:
+        return resolve(snapshot, options.start)
+    at = options.starting_timestamp_ms / 1000
+
+    async def find() -> Position | None:
+        ctx = client.async_client
+        meta, _ = await read_log(ctx.ctx.store, options.log)
+        return (await find_position(ctx, meta, at, options.password)).position
+
+    found = client.loop_thread.run(find())
+    return snapshot.latest if found is None else min(found, snapshot.latest)
+
+
+def plan_batch(
+    snapshot: LogSnapshot, options: ReadOptions, start: Position | None = None
+) -> list[ReadRange]:
+    """The partitions of a batch read with these options (from ``start`` when given:
+    :func:`starting_position`)."""
     start = check_start(
-        snapshot, resolve(snapshot, options.start), fail_on_data_loss=options.fail_on_data_loss
+        snapshot,
+        resolve(snapshot, options.start) if start is None else start,
+        fail_on_data_loss=options.fail_on_data_loss,
     )
     end = resolve(snapshot, options.end)
     return plan_ranges(snapshot, start, end, max_entries=options.max_entries_per_partition)
@@ -284,7 +309,8 @@ class WalogBatchReader(DataSourceReader):
         """Plan from a fresh snapshot of the log (driver)."""
         client = worker_client(self.options.metadata, self.options.timeout, self.options.access)
         snapshot = take_snapshot(client, self.options)
-        return [RangePartition(r) for r in plan_batch(snapshot, self.options)]
+        start = starting_position(client, snapshot, self.options)
+        return [RangePartition(r) for r in plan_batch(snapshot, self.options, start)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one partition from the bookies (executor)."""
@@ -304,6 +330,7 @@ __all__ = [
     "iter_entries",
     "plan_batch",
     "read_range",
+    "starting_position",
     "take_snapshot",
     "worker_client",
 ]

@@ -68,6 +68,20 @@ def _positive_float(options: Mapping[str, str], name: str, default: float) -> fl
     return value
 
 
+def _millis(raw: object) -> int:
+    """``startingTimestamp``: a whole number of milliseconds since the epoch, >= 0."""
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(
+            f"option startingTimestamp={raw!r}: expected milliseconds since the epoch, a "
+            "whole number >= 0 (as Kafka's option)"
+        )
+    return value
+
+
 def _require_target(lowered: Mapping[str, Any], who: str) -> None:
     """Raise one ``ValueError`` naming ``metadata`` or ``log`` when either is missing."""
     for required in ("metadata", "log"):
@@ -136,6 +150,10 @@ class ReadOptions:
         metadata: metadata store URI of the cluster (option ``metadata``, required).
         log: the log's name (option ``log``, required).
         start: ``startPosition`` (default ``earliest``).
+        starting_timestamp_ms: ``startingTimestamp``: milliseconds since the epoch, as
+            Kafka's option; reading starts at the first record stamped at or after it
+            (``Log.position_at``; the log's end when there is none). Not with
+            ``startPosition``. A streaming query's consumer cursor, once committed, wins.
         end: ``endPosition`` for batch reads (default ``latest``).
         max_entries_per_partition: ``maxEntriesPerPartition``: a ledger longer than this is
             read by several partitions.
@@ -154,6 +172,7 @@ class ReadOptions:
     metadata: str
     log: str
     start: Bound = "earliest"
+    starting_timestamp_ms: int | None = None
     end: Bound = "latest"
     max_entries_per_partition: int = DEFAULT_MAX_ENTRIES_PER_PARTITION
     fail_on_data_loss: bool = True
@@ -179,10 +198,16 @@ class ReadOptions:
             lowered, "maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION
         )
         assert max_entries is not None
+        starting = lowered.get("startingtimestamp")
+        if starting is not None and "startposition" in lowered:
+            raise ValueError(
+                "options startingTimestamp and startPosition both say where to start: give one"
+            )
         return cls(
             metadata=str(lowered["metadata"]),
             log=str(lowered["log"]),
             start=parse_bound(str(lowered.get("startposition", "earliest")), "startPosition"),
+            starting_timestamp_ms=None if starting is None else _millis(starting),
             end=parse_bound(str(lowered.get("endposition", "latest")), "endPosition"),
             max_entries_per_partition=max_entries,
             fail_on_data_loss=_flag(lowered, "failOnDataLoss", True),

@@ -33,6 +33,7 @@ from walog.spark.batch import (
     RangePartition,
     iter_entries,
     read_range,
+    starting_position,
     take_snapshot,
     worker_client,
 )
@@ -42,7 +43,6 @@ from walog.spark.plan import (
     advance_by_records,
     check_start,
     plan_ranges,
-    resolve,
 )
 
 COUNT_PARTITION_ENTRIES = 1 << 30
@@ -97,7 +97,8 @@ class WalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return take_snapshot(self._client(), self.options)
 
     def initialOffset(self) -> dict[str, str]:
-        """A new query starts at the consumer's cursor if it has one, else ``startPosition``."""
+        """A new query starts at the consumer's cursor if it has one, else at
+        ``startPosition`` or ``startingTimestamp``."""
         if self.options.consumer_name is not None:
             client = self._client()
             meta, _ = client.loop_thread.run(
@@ -106,7 +107,7 @@ class WalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cursor = meta.cursors.get(self.options.consumer_name)
             if cursor is not None:
                 return offset_of(cursor)
-        return offset_of(resolve(self._snapshot(), self.options.start))
+        return offset_of(starting_position(self._client(), self._snapshot(), self.options))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` as a row limit, else everything available."""
