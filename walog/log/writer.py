@@ -147,12 +147,7 @@ class _SentEntry:
 
 class AsyncLogWriter:
     """The single writer of a log, on the event loop. Made by :func:`open_log_writer`.
-
-    Each record is stamped with the wall clock, but never below the record before it: the
-    takeover hands in ``last_stamp``, the timestamp of the log's last record, so a writer
-    whose clock runs behind its predecessor's stamps that timestamp until its clock
-    catches up (docs/time.md).
-    """
+    Its records' timestamps never decrease, from ``last_stamp`` on (docs/time.md)."""
 
     def __init__(
         self,
@@ -264,12 +259,8 @@ class AsyncLogWriter:
             batch = self._batch
         self._batch_futures.append(sink)
         # Timestamps never decrease within a log: not below the last one of this writer,
-        # nor below the last record of the log it took over (see __init__).
-        stamp = self._clock()
-        if stamp < self._last_stamp:
-            stamp = self._last_stamp
-        else:
-            self._last_stamp = stamp
+        # nor below the last record of the log it took over (``last_stamp``).
+        self._last_stamp = stamp = max(self._clock(), self._last_stamp)
         if batch.add(stamp, data):
             self._send_batch()
         elif self._flush_handle is None:
