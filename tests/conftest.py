@@ -151,15 +151,23 @@ SHARED_WORKER = ("tests/spark/",)
 modules then share that worker's one local Spark session instead of starting one JVM per
 worker that gets a Spark module."""
 
+SPREAD = ("tests/sim/",)
+"""Directories whose tests each go to whichever worker is free (``--dist loadfile``): the
+simulator's long runs of schedules hold no fixture beyond one test, and spread out they no
+longer queue on one worker."""
+
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadfile`` with the modules of :data:`SHARED_WORKER` kept together."""
+    """``--dist loadfile`` with the modules of :data:`SHARED_WORKER` kept together and the
+    tests of :data:`SPREAD` each on its own."""
     if config.getoption("dist", None) != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class SharedWorkerScheduling(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(SPREAD):
+                return nodeid
             shared = next((d for d in SHARED_WORKER if nodeid.startswith(d)), None)
             return shared or super()._split_scope(nodeid)
 

@@ -114,6 +114,7 @@ CASES: dict[
 
 
 FOUND_AT = {
+    "barrier_stops_at_lac": 10,
     "checkpoint_probes_after_freezing": 167,
     "compaction_skips_unreadable": 28,
     "ensemble_acks_before_writing": 72,
@@ -122,6 +123,7 @@ FOUND_AT = {
     "log_sends_across_roll_at_once": 53,
     "recovery_starts_at_lac": 295,
     "stop_swallows_own_cancel": 6,
+    "takeover_ignores_last_timestamp": 7,
     "timeout_counts_as_absent": 196,
     "volatile_log_flush_skips_force": 46,
     "volatile_writer_ignores_restart": 116,

@@ -8,7 +8,7 @@ import pytest
 
 from tests.sim.scenarios import run_schedule
 
-DEFAULT_SEEDS = 50
+DEFAULT_SEEDS = 20
 SLOW_SEEDS = 1000
 STALE_BUDGET = 20
 """Schedules of stale reads the checker may need to find a read that is not linearizable."""

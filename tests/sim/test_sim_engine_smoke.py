@@ -1,6 +1,7 @@
 """The seeded schedules whose bookies run the real storage engine on simulated disks and
 whose client calls are cancelled at random moments (tests/sim/test_sim_smoke.py runs the
-model's; a module runs on one test worker, so the two run side by side)."""
+model's; with several test workers each chunk goes to whichever is free: tests/conftest.py
+``SPREAD``)."""
 
 from __future__ import annotations
 

@@ -52,9 +52,9 @@ def check_engine_chunk(chunk: int) -> None:
     check_seeds(range(first, first + ENGINE_CHUNK), engine=True, cancel=True)
 
 
-# ~10 s of CPU per chunk; the generous limit is for heavily shared machines. The engine's
-# chunks are in tests/sim/test_sim_engine_smoke.py: a module runs on one test worker, and
-# the two halves then run side by side.
+# The generous limit is for heavily shared machines. The engine's chunks are in
+# tests/sim/test_sim_engine_smoke.py; with several test workers, each chunk goes to
+# whichever is free (tests/conftest.py ``SPREAD``).
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_no_invariant_breaks_in_random_schedules(chunk: int) -> None:
