@@ -136,7 +136,7 @@ def starts_zookeeper(item: pytest.Item) -> bool:
     return callspec is not None and callspec.params.get("any_cluster") == "zookeeper"
 
 
-LONG_FIRST = ("tests/spark/", "tests/hosts/", "tests/chaos/", "tests/sim/")
+LONG_FIRST = ("tests/spark/", "tests/chaos/", "tests/sim/")
 """Test directories run first (in this order), so that with several workers (``./test``
 runs pytest-xdist) the longest modules do not start last and leave one worker running
 alone at the end."""
