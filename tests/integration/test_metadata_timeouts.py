@@ -8,6 +8,7 @@ itself is bounded by ``connect(timeout=...)``, kept long here so that only
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 import uuid
@@ -19,6 +20,8 @@ import pytest
 import walog.aio
 from walog.config import ClientConfig, Timeouts
 from walog.errors import MetadataError, is_retriable
+from walog.metadata import open_store
+from walog.metadata.zookeeper import ZooKeeperStore
 from walog.testing import ZooKeeperServer
 
 CALL_S = 1.0
@@ -77,3 +80,24 @@ async def test_a_metadata_change_that_times_out_reports_an_unknown_outcome_on_sq
         assert is_retriable(change)
         assert "delete /ledgers/" in str(change) and UNKNOWN in str(change)
         assert await client.list_ledgers() == []
+
+
+@pytest.mark.zk
+async def test_a_metadata_call_retried_while_its_store_closes_fails_with_a_closed_store_error(
+    zk_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_store(zk_uri)
+    assert isinstance(store, ZooKeeperStore)
+    lost = asyncio.Event()
+
+    def connection_lost(fn: object, path: str) -> object:
+        lost.set()
+        raise MetadataError(f"ZooKeeper lost its connection on {path}")  # retriable
+
+    monkeypatch.setattr(store, "_call", connection_lost)
+    call = asyncio.ensure_future(store.get("/anything"))
+    await lost.wait()  # the call now waits to retry
+    await store.close()
+    with pytest.raises(MetadataError, match="is closed") as caught:
+        await call
+    assert not is_retriable(caught.value)

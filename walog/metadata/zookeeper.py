@@ -231,7 +231,11 @@ class ZooKeeperStore(MetadataStore):
                 ):
                     with attempt:
                         call = functools.partial(fn, attempt.retry_state.attempt_number > 1)
-                        return await loop.run_in_executor(self._calls, self._call, call, path)
+                        try:
+                            done = loop.run_in_executor(self._calls, self._call, call, path)
+                        except RuntimeError as exc:  # closed while an attempt was retried
+                            raise self._closed_error() from exc
+                        return await done
         except TimeoutError as exc:
             where = f"ZooKeeper {self._config.connect_string}"
             raise call_timed_out(where, what, path, self._call_timeout, change=change) from exc
