@@ -98,10 +98,11 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
             futures = [writer.append_async(_payload(i)) for i in range(total)]
             assert [f.result(timeout=120) for f in futures] == list(range(total))
             ensembles = writer.metadata.ensembles
-        assert len(ensembles) >= 2, "the writer never changed its ensemble"
-        assert small.bookie_id not in ensembles[-1][1]
-        moved_at = ensembles[1][0]
-        assert moved_at > 0, "the small bookie took no entry before it filled up"
+        # The writer moved off the full bookie. (Where to is no measure of what the bookie
+        # took: on a busy machine it can hold thousands of entries while the others have not
+        # acknowledged entry 0 yet, and the change then replaces the ensemble at 0. That it
+        # took entries before it filled up, its own reads of them show below.)
+        assert small.bookie_id not in ensembles[-1][1], "the writer never changed its ensemble"
         # Above the low-water mark: the bookie counted the entries it had not checkpointed
         # yet, so it turned read-only before the disk itself passed the high-water mark.
         assert used_share(disk) > 0.4
@@ -135,7 +136,7 @@ def test_full_disk_turns_bookie_read_only_writers_move_on_and_it_recovers_below_
                 pb.ReadRequest(ledger_id=writer.ledger_id, first_entry_id=0, last_entry_id=9),
                 timeout=10,
             )
-            assert read.status == pb.OK
+            assert read.status == pb.OK, "the small bookie took no entry before it filled up"
             assert [e.data for e in read.entries] == [_payload(i) for i in range(10)]
             fence = stub.Fence(pb.FenceRequest(ledger_id=999_999, master_key=key), timeout=10)
             assert fence.status == pb.OK

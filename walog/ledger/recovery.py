@@ -36,7 +36,13 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from walog import mutations
 from walog._loggers import get_logger
@@ -207,10 +213,21 @@ async def recover(
 async def _recover(
     ctx: LedgerContext, ledger_id: int, master_key: bytes
 ) -> tuple[LedgerMetadata, int]:
+    def note_failure(state: RetryCallState) -> None:
+        # Each failed attempt is named: a recovery that keeps failing says why.
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning(
+            "ledger recovery attempt failed; trying again",
+            ledger_id=ledger_id,
+            attempt=state.attempt_number,
+            error=f"{type(error).__name__}: {error}",
+        )
+
     async for attempt in AsyncRetrying(
         retry=retry_if_exception(is_retriable),
         stop=stop_after_attempt(RECOVERY_ATTEMPTS),
         wait=_wait(),
+        before_sleep=note_failure,
         reraise=True,
     ):
         with attempt:

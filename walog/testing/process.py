@@ -38,15 +38,23 @@ _handed_out: set[tuple[str, int]] = set()
 
 def _port_range() -> range:
     """Where :func:`free_port` looks: below the kernel's ephemeral range, in the slice of
-    this pytest-xdist worker (empty when the ephemeral range leaves too little room)."""
+    this pytest-xdist worker (empty when the ephemeral range leaves too little room).
+    ``WALOG_TEST_PORT_SLICES`` and ``WALOG_TEST_PORT_SLICE`` keep test runs that go on side
+    by side apart: the range is cut into that many slices, and this run's workers take
+    theirs from that one on."""
     try:
         end = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         end = 32768  # Linux's default ephemeral range starts here
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    width = (end - _LOWEST_PORT) // max(workers, 1)
-    start = _LOWEST_PORT + (int(worker) % workers if worker.isdigit() else 0) * width
+    # Test runs side by side (./test's) split the range further: slices in all, and the
+    # first of this run's.
+    slices = max(int(os.environ.get("WALOG_TEST_PORT_SLICES", "0") or 0), workers, 1)
+    first = int(os.environ.get("WALOG_TEST_PORT_SLICE", "0") or 0)
+    width = (end - _LOWEST_PORT) // slices
+    index = first + (int(worker) % workers if worker.isdigit() else 0)
+    start = _LOWEST_PORT + (index % slices) * width
     return range(start, start + width) if width >= 500 else range(0)
 
 

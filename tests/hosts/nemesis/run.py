@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import subprocess
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -149,6 +150,25 @@ def run_mixed(config: MixedConfig, work: Path) -> MixedResult:
     return result
 
 
+@contextlib.contextmanager
+def _control_log(path: Path) -> Iterator[None]:
+    """What the control host's client logs (its takeovers and recoveries at the end), in
+    ``path`` for the run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("walog")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
+
+
 def _run(config: MixedConfig, work: Path, result: MixedResult) -> None:
     layout = config.layout()
     sweep_stale_mounts()  # a killed run's: its namespaces go when the cluster starts
@@ -165,6 +185,7 @@ def _run(config: MixedConfig, work: Path, result: MixedResult) -> None:
             bookie_args=BOOKIE_ARGS, bookie_env={layout.eio_bookie: eio.env},
         )  # fmt: skip
         stack.callback(cluster.close)
+        stack.enter_context(_control_log(work / "logs" / "control.log"))
         cluster.start()
         cluster.call(lambda client: _create_log(client, config))
         services = Services(
