@@ -7,8 +7,10 @@ One integer seed decides every fault. Kinds (the target in brackets):
 - ``cut_writer_bookie`` [bookie host]: what the log's current writer sends to the bookie is
   dropped (one way); ``cut_bookie_zk`` [``BOOKIE>ZK``]: what the bookie sends to one
   ZooKeeper node is dropped (one way);
-- ``kill_zk_leader`` and ``zk_quorum_loss``: SIGKILL the ZooKeeper leader, or a majority
-  with it; started again when the fault ends;
+- ``kill_zk_leader``: SIGKILL the ZooKeeper leader, started again when the fault ends;
+  ``zk_quorum_loss``: SIGSTOP the leader and one more node (a majority frozen, not crashed:
+  ZooKeeper 3.8.0 can lose committed transactions when a majority crashes around a resync,
+  see docs/correctness.md), SIGCONT when the fault ends;
 - ``kill_bookie`` (SIGKILL, restarted on its disk at the end) and ``pause_bookie``
   (SIGSTOP, then SIGCONT; past the session timeout its registration expires);
 - ``fill_disk`` [the bookie on a small mount]: ballast fills its disk past the read-only
