@@ -58,6 +58,30 @@ def _port_range() -> range:
     return range(start, start + width) if width >= 500 else range(0)
 
 
+def freeze(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGSTOP ``proc`` and return once every thread of it is stopped.
+
+    The signal is sent at once but a thread running on another CPU stops a moment later,
+    and may answer a request sent meanwhile: a test that pauses a server and then expects
+    silence waits here for it. A process that exits meanwhile ends the wait too.
+    """
+    proc.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{proc.pid}/task")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # the kernel's view, polled: no event to await
+        states = []
+        try:
+            for task in tasks.iterdir():
+                # "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+                states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return  # gone
+        if states and all(state in ("T", "t", "Z", "X") for state in states):
+            return
+        time.sleep(0.001)
+    raise TimeoutError(f"process {proc.pid} did not stop within {timeout:g}s of SIGSTOP")
+
+
 def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -288,8 +312,11 @@ class BookieProcess:
         return self.wait(timeout)
 
     def pause(self) -> None:
-        """Freeze the process (SIGSTOP): its port stays open but nothing answers."""
-        self.signal(signal.SIGSTOP)
+        """Freeze the process (SIGSTOP): its port stays open but nothing answers (from the
+        moment this returns)."""
+        if self.proc is None:
+            raise LocalClusterError(f"bookie {self.bookie_id} was never started")
+        freeze(self.proc)
         self.paused = True
 
     def resume(self) -> None:

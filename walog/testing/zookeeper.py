@@ -20,6 +20,7 @@ from pathlib import Path
 
 from walog.errors import WalogError
 from walog.testing.netns import Host, call_in_namespace
+from walog.testing.process import freeze
 
 JAVA_DIR = Path(os.environ.get("WALOG_ZK_JARS", "/usr/share/java"))
 CLIENT_PORT = 2181
@@ -177,7 +178,7 @@ class ZooKeeperNode:
     def pause(self) -> None:
         """Freeze the node (SIGSTOP)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
+            freeze(self.proc)
             self.paused = True
 
     def resume(self) -> None:

@@ -18,7 +18,7 @@ import subprocess
 import time
 from types import TracebackType
 
-from walog.testing.process import free_port
+from walog.testing.process import free_port, freeze
 from walog.testing.tempdirs import owned_temp_dir
 from walog.testing.zookeeper import ZooKeeperError, classpath, four_letter_word
 
@@ -133,7 +133,7 @@ class ZooKeeperServer:
             code = self._proc.poll()
             if code is not None:
                 raise ZooKeeperError(f"ZooKeeper on port {self.port} exited with status {code}")
-            self._proc.send_signal(signal.SIGSTOP)
+            freeze(self._proc)
 
     def resume(self) -> None:
         """Let a paused server run again (SIGCONT)."""
