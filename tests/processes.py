@@ -27,6 +27,13 @@ one started from a thread that ends earlier would die with that thread.
 :meth:`walog.testing.netns.Host.exec_prefix` starts programs on simulated hosts the same way."""
 
 
+def repo_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the repository first on ``PYTHONPATH`` (a child
+    imports the code under test wherever it runs), and ``extra`` set."""
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def run_python(*args: str, timeout: float = 120.0) -> str:
     """Run this interpreter with ``args`` in the repository and return its stdout; fails the
     test, with both outputs, unless it exits with 0."""

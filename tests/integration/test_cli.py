@@ -4,7 +4,6 @@ ledger and log subcommands work against a real cluster."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import walog
-from tests.processes import DIE_WITH_PARENT
+from tests.processes import DIE_WITH_PARENT, repo_env
 from walog import main as cli
 from walog.cli import ledgers
 from walog.testing import LocalCluster
@@ -58,9 +57,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     env.pop("WALOG_METADATA", None)
     env.update(extra)
     return env

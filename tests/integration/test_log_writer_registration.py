@@ -11,18 +11,15 @@ import socket
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 import walog.aio
 from tests.integration.waiting import eventually
-from tests.processes import DIE_WITH_PARENT
+from tests.processes import DIE_WITH_PARENT, repo_env
 from walog.errors import WriterFencedError
 from walog.metadata.layout import log_writers_path
 from walog.testing import LocalCluster
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 async def test_a_live_writer_is_registered_with_host_pid_epoch_and_start_time(
@@ -82,9 +79,7 @@ _WRITER = textwrap.dedent(
 async def test_a_writer_whose_process_died_is_no_longer_shown(
     any_cluster: LocalCluster, log_name: str
 ) -> None:
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     proc = await asyncio.create_subprocess_exec(
         *DIE_WITH_PARENT,
         sys.executable,

@@ -5,7 +5,6 @@ settings, ``walog log show`` and ``walog status`` show them."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,11 +13,9 @@ from pathlib import Path
 import pytest
 
 import walog
-from tests.processes import DIE_WITH_PARENT
+from tests.processes import DIE_WITH_PARENT, repo_env
 from walog import main as cli
 from walog.testing import LocalCluster
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -130,9 +127,7 @@ def test_a_log_created_with_retention_in_python_loses_old_ledgers_with_maintain_
 def test_the_maintenance_service_applies_retention_to_a_log_with_no_writer(
     cluster: LocalCluster, log_name: str
 ) -> None:
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     env["WALOG_METADATA"] = cluster.metadata_uri
     with walog.connect(cluster.metadata_uri) as client:
         client.create_log(log_name)  # keeps everything until its settings change
@@ -198,9 +193,7 @@ def test_a_service_started_before_its_metadata_store_waits_for_it_instead_of_exi
     from walog.testing import ZooKeeperServer
 
     zookeeper = ZooKeeperServer()  # its port is chosen; nothing listens there yet
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     env["WALOG_METADATA"] = zookeeper.uri()
     proc = subprocess.Popen(
         [*DIE_WITH_PARENT, sys.executable, "-m", "walog", *service, "--timeout", "1"],
@@ -228,9 +221,7 @@ def test_a_service_started_before_its_metadata_store_waits_for_it_instead_of_exi
 def test_a_service_stopped_while_it_waits_for_its_metadata_store_exits_cleanly() -> None:
     from walog.testing import free_port
 
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     env["WALOG_METADATA"] = f"zk://127.0.0.1:{free_port()}/walog"
     proc = subprocess.Popen(
         [*DIE_WITH_PARENT, sys.executable, "-m", "walog", "maintain", "--timeout", "1"],
