@@ -8,8 +8,11 @@ import asyncio
 import contextlib
 from typing import IO
 
+import pytest
+
 import walog
 import walog.aio
+from walog.ledger.reader import AsyncLedgerReader
 from walog.log.position import Position, Record
 from walog.log.retention import RollPolicy
 from walog.log.writer import AsyncLogWriter
@@ -83,6 +86,29 @@ async def test_read_barrier_of_an_empty_log_and_of_a_closed_ledger(
         takeover = await log.open_writer()
         assert await log.read_barrier() == Position(takeover.ledger_id, 0, 0)
         await takeover.close()
+
+
+async def test_a_barrier_whose_tail_its_bookies_show_confirmed_waits_for_no_lac_news(
+    cluster: LocalCluster, log_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with (
+        await walog.aio.connect(cluster.metadata_uri) as writing,
+        await walog.aio.connect(cluster.metadata_uri) as reading,
+    ):
+        writer = await (await writing.open_log(log_name)).open_writer()
+        last = (await asyncio.gather(*(writer.append_nowait(b"x") for _ in range(5))))[-1]
+        # The idle writer tells its bookies the LAC by a message of its own: wait for it.
+        handle = await reading.open_ledger(last.ledger_id, recovery=False)
+        assert await handle.wait_last_add_confirmed(last.entry_id - 1, 30) == last.entry_id
+        await handle.close()
+
+        async def no_news(*_args: object) -> int:
+            raise AssertionError("the barrier waited for LAC news its bookies had given")
+
+        monkeypatch.setattr(AsyncLedgerReader, "wait_last_add_confirmed", no_news)
+        barrier = await (await reading.open_log(log_name)).read_barrier(timeout=30)
+        assert barrier == Position(last.ledger_id, last.entry_id, last.slot + 1)
+        await writer.close()
 
 
 class Register:

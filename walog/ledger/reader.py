@@ -194,7 +194,7 @@ class AsyncLedgerReader:
         self._check_usable()
         await self._refresh_if_changed()
         if self.is_closed:
-            return StoredTail(self._lac, None)
+            return StoredTail(self._lac, None, self._lac)
         return await stored_tail(self._ctx, self._md)
 
     # The public API (CONTRACT.md) takes the timeout as an argument.

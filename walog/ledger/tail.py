@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from walog.errors import BookieError, BookieUnavailableError, is_retriable
 from walog.ledger.context import LedgerContext
 from walog.ledger.quorum import Answer, QuorumCoverage
-from walog.ledger.readops import Outcome, ask, classify_lac, fan_out
+from walog.ledger.readops import Outcome, ask, classify_lac, fan_out, lac_of
 from walog.metadata.layout import LedgerMetadata
 from walog.transport.base import ReadLacReply, StoredEntry
 from walog.wire.status import Status
@@ -51,10 +51,14 @@ class StoredTail:
         entry_id: at or past every entry acknowledged before the read began (-1: none).
         entry: that entry as a bookie sent it, when one did (None otherwise, e.g. when the
             tail is the entry before the last fragment).
+        lac: the highest last add confirmed the answers showed (a bookie's own, or the one
+            its last entry carries): entries up to it are confirmed already, so a caller
+            need not wait for them.
     """
 
     entry_id: int
     entry: StoredEntry | None
+    lac: int = -1
 
 
 def tail_of(metadata: LedgerMetadata, replies: Iterable[ReadLacReply]) -> StoredTail:
@@ -62,9 +66,11 @@ def tail_of(metadata: LedgerMetadata, replies: Iterable[ReadLacReply]) -> Stored
     bookies) prove: the highest last stored entry among them, and never below the entry
     before the last fragment."""
     best = StoredTail(metadata.ensembles[-1][0] - 1, None)
+    lac = -1
     for reply in replies:
         if reply.status is not Status.OK:
             continue  # an explicit "nothing stored"
+        lac = max(lac, lac_of(reply))
         last = max(reply.last_entry_id, reply.lac)
         if reply.last_entry is not None and reply.last_entry.entry_id >= last:
             candidate = StoredTail(reply.last_entry.entry_id, reply.last_entry)
@@ -74,7 +80,7 @@ def tail_of(metadata: LedgerMetadata, replies: Iterable[ReadLacReply]) -> Stored
             candidate.entry_id == best.entry_id and best.entry is None
         ):
             best = candidate
-    return best
+    return dataclasses.replace(best, lac=lac)
 
 
 async def stored_tail(ctx: LedgerContext, metadata: LedgerMetadata) -> StoredTail:

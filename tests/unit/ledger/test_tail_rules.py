@@ -41,3 +41,13 @@ def test_a_bookie_without_the_entry_data_still_raises_the_tail() -> None:
 
 def test_an_empty_ledger_has_no_tail() -> None:
     assert tail_of(metadata(0), [reply(-1), reply(-1)]).entry_id == -1
+
+
+def test_the_tail_carries_the_highest_lac_an_answer_showed_a_bookies_own_or_its_entrys() -> None:
+    # b0 knows LAC 4 (an explicit LAC), b1's last entry 5 carries LAC 4, b2 knows 2.
+    tail = tail_of(metadata(0), [reply(5, lac=4), reply(4, lac=2), reply(3, lac=2)])
+    assert (tail.entry_id, tail.lac) == (5, 4)
+    # The bookie knows LAC 1 only; the last entry it stores carries LAC 5.
+    carried = ReadLacReply(Status.OK, 1, 6, StoredEntry(1, 6, 5, b"data6"))
+    assert tail_of(metadata(0), [carried, reply(5, lac=1)]).lac == 5
+    assert tail_of(metadata(0), [ReadLacReply(Status.NO_SUCH_LEDGER)]).lac == -1
