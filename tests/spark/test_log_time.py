@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import walog
+from tests.spark.streams import stream_available_now
 from tests.spark.test_spark import _load, _open, _rows
 from walog.log.position import Position, Record
 from walog.log.time_search import micros
@@ -91,20 +92,9 @@ def test_starting_timestamp_starts_batch_and_streaming_reads_at_the_first_record
     assert _rows(_load(spark, uri, log_name, startingTimestamp=0)) == written
     assert _rows(_load(spark, uri, log_name, startingTimestamp=int(BASE * 1000) + 10**9)) == []
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    query = (
-        spark.readStream.format("walog")
-        .option("metadata", uri)
-        .option("log", log_name)
-        .option("startingTimestamp", str(at_ms))
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    stream_available_now(
+        spark, out, checkpoint, metadata=uri, log=log_name, startingTimestamp=str(at_ms)
     )
-    assert query.awaitTermination(180), "AvailableNow query did not finish"
-    assert query.exception() is None
     streamed = sorted(_rows(spark.read.parquet(str(out))))
     assert streamed == written[20:]
 

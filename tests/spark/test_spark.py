@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import walog
 from tests.archive_files import RecordingFiles, durable_after, tree
+from tests.spark.streams import stream_available_now
 from walog.log.archive_layout import MARKER, STAGING
 from walog.log.position import Position
 from walog.spark.archive import ArchiveIntent, _Archiver, archive_log
@@ -155,21 +156,15 @@ def test_truncated_start_fails_unless_fail_on_data_loss_is_false(
 
 
 def _stream_once(spark: SparkSession, uri: str, log: str, out: Path, checkpoint: Path) -> int:
-    query = (
-        spark.readStream.format("walog")
-        .option("metadata", uri)
-        .option("log", log)
-        .option("maxRecordsPerTrigger", "25")
-        .option("consumerName", "archiver-test")
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    query = stream_available_now(
+        spark,
+        out,
+        checkpoint,
+        metadata=uri,
+        log=log,
+        maxRecordsPerTrigger="25",
+        consumerName="archiver-test",
     )
-    assert query.awaitTermination(180), "AvailableNow query did not finish"
-    assert query.exception() is None
     return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
 
 
