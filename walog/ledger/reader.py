@@ -186,7 +186,8 @@ class AsyncLedgerReader:
         every write quorum (walog.ledger.tail). A closed ledger answers its last entry.
 
         It may lie past the last add confirmed: wait for the LAC to reach it (or the ledger
-        to close) before reading it.
+        to close) before reading it. The reader's LAC takes in the highest LAC the answers
+        showed (it never goes backwards).
 
         Raises:
             BookieUnavailableError: too few bookies answered to cover every write quorum.
@@ -195,7 +196,9 @@ class AsyncLedgerReader:
         await self._refresh_if_changed()
         if self.is_closed:
             return StoredTail(self._lac, None, self._lac)
-        return await stored_tail(self._ctx, self._md)
+        tail = await stored_tail(self._ctx, self._md)
+        self._lac = max(self._lac, tail.lac)
+        return tail
 
     # The public API (CONTRACT.md) takes the timeout as an argument.
     async def wait_last_add_confirmed(self, after: int, timeout: float) -> int:  # noqa: ASYNC109

@@ -78,16 +78,15 @@ async def _barrier_in(handle: LedgerReaderLike, timeout: float) -> Position:  # 
     last = tail.entry_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    # The answers that bounded the tail may have shown it confirmed already (an idle
-    # writer's explicit LAC): then there is nothing to wait for.
-    while max(tail.lac, handle.last_add_confirmed) < last and not handle.is_closed:
+    # The answers that bounded the tail told the handle their LAC: when it reaches the tail
+    # already (an idle writer's explicit LAC) there is nothing to wait for.
+    while handle.last_add_confirmed < last and not handle.is_closed:
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise TimeoutError(
                 f"ledger {handle.ledger_id}: the last add confirmed stayed at "
-                f"{max(tail.lac, handle.last_add_confirmed)}, short of entry {last} that its "
-                f"bookies store, for {timeout} seconds (its writer stalls or died; a "
-                "takeover recovers it)"
+                f"{handle.last_add_confirmed}, short of entry {last} that its bookies store, "
+                f"for {timeout} seconds (its writer stalls or died; a takeover recovers it)"
             )
         await handle.wait_last_add_confirmed(handle.last_add_confirmed, remaining)
     if handle.is_closed:
