@@ -69,14 +69,18 @@ def freeze(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     tasks = Path(f"/proc/{proc.pid}/task")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the kernel's view, polled: no event to await
-        states = []
         try:
-            for task in tasks.iterdir():
+            threads = list(tasks.iterdir())
+        except FileNotFoundError:
+            return  # the process is gone
+        states = []
+        for task in threads:
+            try:
                 # "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
                 states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            return  # gone
-        if states and all(state in ("T", "t", "Z", "X") for state in states):
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # that thread ended
+        if all(state in ("T", "t", "Z", "X") for state in states):
             return
         time.sleep(0.001)
     raise TimeoutError(f"process {proc.pid} did not stop within {timeout:g}s of SIGSTOP")
