@@ -17,7 +17,8 @@ import walog.aio
 from tests.integration.bookies import BookieProcess, make_add, send_frames
 from tests.integration.disks import fill, small_tmpfs
 from walog.metadata.election import ELECTION_RECORD_FORMAT, elect, leader_path
-from walog.testing import LocalCluster, free_port
+from walog.metadata.zookeeper_probe import known_loss, server_version
+from walog.testing import LocalCluster, ZooKeeperServer, free_port
 from walog.wire.proto import bookie_pb2 as pb
 from walog.wire.proto import bookie_pb2_grpc as pb_grpc
 
@@ -65,6 +66,27 @@ async def test_status_of_a_healthy_cluster_exits_0_listing_bookies_logs_and_lead
         "damaged": [],
     }
     assert writer_doc["pid"] == os.getpid() and writer_doc["epoch"] == 1
+
+
+@pytest.mark.zk
+async def test_status_warns_of_a_zookeeper_release_known_to_lose_acknowledged_writes(
+    zookeeper: ZooKeeperServer, zk_uri: str
+) -> None:
+    async with await walog.aio.connect(zk_uri):
+        pass  # its chroot exists now
+    version = server_version(zookeeper.connect_string)
+    assert version is not None, "the test ZooKeeper did not say its version (srvr)"
+    done = await asyncio.to_thread(status, zk_uri)
+    doc = json.loads((await asyncio.to_thread(status, zk_uri, "--json")).stdout)
+    # A warning, not a problem: nothing is broken yet.
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("healthy: nothing needs attention")
+    why = known_loss(version)
+    if why is None:  # a ZooKeeper release without the bug: nothing to warn of
+        assert "WARNINGS" not in done.stdout and doc["warnings"] == []
+        return
+    assert doc["warnings"] == [f"{zookeeper.connect_string}: {why}"]
+    assert f"WARNINGS (1):\n  - {zookeeper.connect_string}: {why}" in done.stdout
 
 
 async def _make_read_only(bookie: BookieProcess, journal_dir: Path) -> None:

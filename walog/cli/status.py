@@ -45,6 +45,7 @@ from walog.metadata.layout import (
     LedgerMetadata,
 )
 from walog.metadata.store import NodeNotFoundError
+from walog.metadata.zookeeper_probe import servers_known_to_lose_writes
 from walog.transport.network import NetworkBookieClient
 
 INFO_TIMEOUT_S = 3.0
@@ -115,6 +116,9 @@ class ClusterStatus:
     log_problems: list[str] = dataclasses.field(default_factory=list)
     """Logs whose stored settings do not parse, and leader records of a newer format
     version, one line each."""
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    """What is risky but not broken, one line each (it does not make the status
+    unhealthy): ZooKeeper servers of a release known to lose acknowledged writes."""
 
     @property
     def problems(self) -> list[str]:
@@ -146,6 +150,7 @@ class ClusterStatus:
             "elections": [dataclasses.asdict(e) for e in self.elections],
             "log_health": [dataclasses.asdict(h) for h in self.log_health],
             "problems": self.problems,
+            "warnings": self.warnings,
             "healthy": not self.problems,
         }
 
@@ -261,7 +266,15 @@ async def gather(client: walog.aio.AsyncClient, metadata_uri: str) -> ClusterSta
             leader = None  # a record this version cannot read: shown as no leader
         elections.append(LeaderStatus(name, *(leader if leader is not None else (None, None))))
     return ClusterStatus(
-        metadata_uri, bookies, counts, under_replicated, logs, elections, health, log_problems
+        metadata_uri,
+        bookies,
+        counts,
+        under_replicated,
+        logs,
+        elections,
+        health,
+        log_problems,
+        await asyncio.to_thread(servers_known_to_lose_writes, metadata_uri),
     )
 
 
@@ -346,6 +359,9 @@ def render(status: ClusterStatus) -> str:
         ]
         lines += render_table(["ELECTION", "LEADER", "EPOCH"], rows)
     lines.append("")
+    if status.warnings:
+        lines.append(f"WARNINGS ({len(status.warnings)}):")
+        lines += [f"  - {w}" for w in status.warnings]
     problems = status.problems
     if problems:
         lines.append(f"NEEDS ATTENTION ({len(problems)}):")
