@@ -17,7 +17,7 @@ Rules of a producer's seqs:
   :class:`walog.SequenceTooOldError`. Neither is ever written again.
 
 The table is carried forward in the log's record (walog.log.log_metadata, ``producers``)
-at every roll, with the position of the last record it covers; a writer that takes over
+at every roll and after every takeover, with the position of the last record it covers; a writer that takes over
 reads it and the records after that position (walog.log.sessions). It is bounded: at most
 :data:`MAX_PRODUCERS` producers, the least recently used ones evicted first, and any idle
 for more than :data:`IDLE_SECONDS` (by their records' timestamps) dropped when it is
@@ -174,6 +174,10 @@ class ProducerTable:
                 return
             if not producers[name].pending:  # one in flight keeps its seqs
                 del producers[name]
+
+    def newest_stamp(self) -> float:
+        """The newest timestamp of a producer's last record (0.0 when there is none)."""
+        return max((state.stamp for state in self._producers.values()), default=0.0)
 
     # -- stored form -----------------------------------------------------------------------
 

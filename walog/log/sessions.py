@@ -18,8 +18,9 @@ from typing import Any
 from walog._loggers import get_logger
 from walog._sinks import ALREADY_SETTLED, Sink
 from walog.errors import SequenceError
+from walog.log.damaged import without
 from walog.log.ledgers import LedgerClientLike
-from walog.log.log_metadata import LedgerInfo, LogMetadata
+from walog.log.log_metadata import LedgerInfo, LogMetadata, update_log
 from walog.log.position import Position
 from walog.log.producers import ProducerTable
 from walog.log.records import check_seq, iter_tagged_views, producer_prefix
@@ -191,6 +192,26 @@ async def rebuild(client: LedgerClientLike, meta: LogMetadata, password: bytes) 
     return table
 
 
+async def start_sessions(
+    client: LedgerClientLike, name: str, meta: LogMetadata, password: bytes
+) -> Sessions:
+    """The sessions of the writer whose takeover stored ``meta``: the table rebuilt
+    (:func:`rebuild`), then stored in the log's record at once (CAS, while the epoch is
+    still the writer's), so that the next takeover reads only what comes after it even
+    when this writer never rolls."""
+    table = await rebuild(client, meta, password)
+    sessions = Sessions(table)
+    doc = sessions.doc(table.newest_stamp())
+
+    def mutate(fresh: LogMetadata) -> LogMetadata | None:
+        if fresh.epoch != meta.epoch:
+            return None  # taken over meanwhile: the next append finds out
+        return fresh.replace(producers=doc, damaged=without(fresh.damaged, "producers"))
+
+    await update_log(client.ctx.store, name, mutate)
+    return sessions
+
+
 def _stored(meta: LogMetadata) -> ProducerTable:
     if meta.producers is None:
         return ProducerTable()
@@ -207,5 +228,6 @@ __all__ = [
     "Tracked",
     "no_producer",
     "rebuild",
+    "start_sessions",
     "tail_to_scan",
 ]

@@ -73,7 +73,7 @@ from walog.log.records import (
 from walog.log.registration import WriterRegistration, register_writer
 from walog.log.retention import RollPolicy
 from walog.log.retire import ActiveLedger, RetireHooks, Retirements, fenced
-from walog.log.sessions import Sessions, rebuild
+from walog.log.sessions import Sessions, start_sessions
 from walog.log.takeover import (
     ListChanged,
     applied,
@@ -766,8 +766,7 @@ async def open_log_writer(
     writer, stored = await _take_over(client, name, options, roll_policy, config)
     try:
         if producer is not None or sessions:
-            table = await rebuild(client, stored, options.password)
-            writer.sessions = Sessions(table)
+            writer.sessions = await start_sessions(client, name, stored, options.password)
             writer.producer = producer
     except BaseException:
         await writer.close()
