@@ -17,11 +17,12 @@ Rules of a producer's seqs:
   :class:`walog.SequenceTooOldError`. Neither is ever written again.
 
 The table is carried forward in the log's record (walog.log.log_metadata, ``producers``)
-at every roll and after every takeover, with the position of the last record it covers; a writer that takes over
-reads it and the records after that position (walog.log.sessions). It is bounded: at most
-:data:`MAX_PRODUCERS` producers, the least recently used ones evicted first, and any idle
-for more than :data:`IDLE_SECONDS` (by their records' timestamps) dropped when it is
-stored. An evicted producer starts afresh: its next seq is accepted whatever it is.
+at every roll and after every takeover, with the position of the last record it covers; a
+writer that takes over reads it and the records after that position (walog.log.sessions).
+It is bounded: at most :data:`MAX_PRODUCERS` producers, the least recently used ones
+evicted first, and any idle for more than :data:`IDLE_SECONDS` (by their records'
+timestamps) dropped when it is stored. An evicted producer starts afresh: its next seq is
+accepted whatever it is.
 
 No I/O, no clock: times are the records' own timestamps.
 """

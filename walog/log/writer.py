@@ -60,7 +60,6 @@ from walog.ledger.options import LedgerOptions
 from walog.log.entry_limit import check_entry_limit, record_too_large
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
-from walog.log.writer_packing import Packing, PositionSink
 from walog.log.position import Position, unchecked_position
 from walog.log.records import (
     HEADER_BYTES,
@@ -82,6 +81,7 @@ from walog.log.takeover import (
     last_timestamp,
     take_over_once,
 )
+from walog.log.writer_packing import Packing, PositionSink
 from walog.wire.durability import Durability
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
