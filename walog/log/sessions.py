@@ -17,7 +17,7 @@ from typing import Any
 
 from walog._loggers import get_logger
 from walog._sinks import ALREADY_SETTLED, Sink
-from walog.errors import SequenceError
+from walog.errors import NoSuchLedgerError, SequenceError
 from walog.log.damaged import without
 from walog.log.ledgers import LedgerClientLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, update_log
@@ -174,7 +174,10 @@ async def rebuild(client: LedgerClientLike, meta: LogMetadata, password: bytes) 
     for info, first in tail_to_scan(meta, table.last):
         if not info.is_closed or first > info.last_entry_id:
             continue
-        reader = await client.open_ledger(info.ledger_id, recovery=False, password=password)
+        try:
+            reader = await client.open_ledger(info.ledger_id, recovery=False, password=password)
+        except NoSuchLedgerError:
+            continue  # deleted by retention meanwhile: its records are gone from the log
         try:
             while first <= info.last_entry_id:
                 last = min(first + READ_CHUNK_ENTRIES - 1, info.last_entry_id)
