@@ -78,12 +78,19 @@ async def check_entry_limit(client: LedgerClientLike, name: str, max_entry_bytes
 
 
 def record_too_large(
-    name: str, size: int, max_entry_bytes: int, *, refusal: RecordTooLargeError | None = None
+    name: str,
+    size: int,
+    max_entry_bytes: int,
+    *,
+    refusal: RecordTooLargeError | None = None,
+    largest: int | None = None,
 ) -> RecordTooLargeError:
     """The error of a record of ``size`` bytes that no entry of ``max_entry_bytes`` holds;
     ``refusal`` is the bookie's refusal that lowered the limit to ``max_entry_bytes``, if one
-    did."""
-    largest = max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
+    did; ``largest``: the largest payload such an entry holds, when not that of a record
+    without a producer (a producer's name and seq take room too)."""
+    if largest is None:
+        largest = max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
     why = "" if refusal is None else f", a bookie's limit: {refusal}"
     error = RecordTooLargeError(
         f"log {name!r}: a record of {size} bytes is over the largest one an entry holds, "

@@ -96,8 +96,9 @@ class Packing:
             raise no_producer(self.name, seq)
         data = data if type(data) is bytes else record_bytes(data)
         prefix = sessions.prefix(producer)
-        if len(data) > self._batch.max_tagged_payload_bytes(prefix):
-            raise record_too_large(self.name, len(data), self._entry_bytes)
+        largest = self._batch.max_tagged_payload_bytes(prefix)
+        if len(data) > largest:
+            raise record_too_large(self.name, len(data), self._entry_bytes, largest=largest)
         tracked = sessions.admit(producer, seq, sink, self._last_stamp)
         if tracked is None:
             return  # answered with the position the log holds it at, or joined the first
