@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from walog.errors import SequenceError, SequenceTooOldError
@@ -131,9 +132,41 @@ class ProducerTable:
             "is not written now"
         )
 
+    @property
+    def states(self) -> Mapping[str, ProducerState]:
+        """Producer -> its state (live: the writer's path reads it without a call)."""
+        return self._producers
+
+    @property
+    def window(self) -> int:
+        """Records per producer whose positions are kept."""
+        return self._window
+
+    def take(
+        self, producer: str, seq: int | None, stamp: float
+    ) -> tuple[ProducerState, int] | None:
+        """Accept ``seq`` of ``producer`` (None: the last + 1) when it is above the last
+        (:meth:`admit` would say ``"new"``, and :meth:`accept` follows): the producer's
+        state and the seq. None when it is not: :meth:`admit` decides. One call on the
+        writer's path of every record."""
+        state = self._producers.get(producer)
+        if state is None:
+            seq = 0 if seq is None else seq
+            state = self._producers[producer] = ProducerState(last_seq=seq)
+            state.pending.add(seq)
+            self._evict()
+        elif seq is None:
+            seq = state.last_seq + 1
+        elif seq <= state.last_seq:
+            return None
+        state.last_seq = seq
+        state.pending.add(seq)
+        state.stamp = stamp
+        return state, seq
+
     def accept(self, producer: str, seq: int, stamp: float) -> None:
         """``seq`` of ``producer`` goes to the log now (:meth:`admit` said ``"new"``)."""
-        state = self._touch(producer, seq)
+        state = self._get(producer, seq)
         state.last_seq = seq
         state.pending.add(seq)
         state.stamp = stamp
@@ -141,7 +174,7 @@ class ProducerTable:
     def written(self, producer: str, seq: int, position: Position, stamp: float) -> None:
         """``seq`` of ``producer`` is in the log at ``position`` (acknowledged, or found in
         the log by a takeover); seqs of a producer come in increasing order."""
-        state = self._touch(producer, seq)
+        state = self._get(producer, seq)
         state.pending.discard(seq)
         if seq > state.last_seq:
             state.last_seq = seq
@@ -156,25 +189,23 @@ class ProducerTable:
         if state is not None:
             state.pending.discard(seq)
 
-    def _touch(self, producer: str, seq: int) -> ProducerState:
+    def _get(self, producer: str, seq: int) -> ProducerState:
         producers = self._producers
         state = producers.get(producer)
         if state is None:
             state = producers[producer] = ProducerState(last_seq=seq)
-            self._evict()
-        else:
-            producers.move_to_end(producer)
+            self._evict(keep=producer)
         return state
 
-    def _evict(self) -> None:
+    def _evict(self, keep: str | None = None) -> None:
+        """Forget the least recently used producers (by their last record's timestamp)
+        beyond the bound; one with a seq in flight stays, as does ``keep``."""
         producers = self._producers
-        if len(producers) <= self._max:
-            return
-        for name in list(producers):
-            if len(producers) <= self._max:
+        while len(producers) > self._max:
+            idle = [(s.stamp, n) for n, s in producers.items() if not s.pending and n != keep]
+            if not idle:
                 return
-            if not producers[name].pending:  # one in flight keeps its seqs
-                del producers[name]
+            del producers[min(idle)[1]]
 
     def newest_stamp(self) -> float:
         """The newest timestamp of a producer's last record (0.0 when there is none)."""

@@ -38,7 +38,7 @@ release that reads format 1 only refuses a format-2 entry that way).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from walog.errors import WalogError
 from walog.format_versions import check_version
@@ -296,6 +296,8 @@ def entry_time_range(entry: bytes | memoryview) -> tuple[float, float]:
 
 
 _MAX_ENTRY = HEADER_BYTES + RECORD_OVERHEAD_BYTES + _MAX_PAYLOAD
+_TAGGED_PACKS: dict[int, Callable[..., bytes]] = {}
+"""A record header's packer per length of its producer prefix (one struct call a record)."""
 
 
 class RecordBatch:
@@ -408,11 +410,14 @@ class RecordBatch:
         """
         if self.version != TAGGED_FORMAT_VERSION:
             raise ValueError("a record of a producer needs an entry of format 2")
-        header = _STAMP.pack(timestamp) + prefix + _SEQ_LENGTH.pack(seq, len(payload))
-        self._parts.append(header)
-        self._parts.append(payload)
+        pack = _TAGGED_PACKS.get(len(prefix))
+        if pack is None:
+            pack = _TAGGED_PACKS[len(prefix)] = struct.Struct(f">d{len(prefix)}sQI").pack
+        parts = self._parts
+        parts.append(pack(timestamp, prefix, seq, len(payload)))
+        parts.append(payload)
         self.count += 1
-        self.size += len(header) + len(payload)
+        self.size += TAGGED_OVERHEAD_BYTES - 1 + len(prefix) + len(payload)
         return self.count >= self._max_records or self.size + self._overhead > self._max_bytes
 
     def encode(self) -> bytes:

@@ -11,7 +11,6 @@ from the last two ledgers before the new one: those the takeover recovered.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 from typing import Any
 
@@ -22,8 +21,8 @@ from walog.log.damaged import without
 from walog.log.ledgers import LedgerClientLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, update_log
 from walog.log.position import Position
-from walog.log.producers import ProducerTable
-from walog.log.records import check_seq, iter_tagged_views, producer_prefix
+from walog.log.producers import ProducerState, ProducerTable
+from walog.log.records import MAX_SEQ, check_seq, iter_tagged_views, producer_prefix
 
 log = get_logger(__name__)
 
@@ -35,42 +34,58 @@ PositionSink = Sink[Position]
 
 class Tracked:
     """The sink of a record of a producer in a writer's batch: records where it landed
-    in the table, then answers its caller and every append of the same seq that joined it.
-    """
+    in the producer's window, then answers its caller and every append of the same seq
+    that joined it. Kept lean: it runs once per record (in flight while its seq is one of
+    its producer's pending ones)."""
 
-    __slots__ = ("_done", "_sessions", "producer", "seq", "sink", "stamp")
+    __slots__ = ("_sessions", "producer", "seq", "sink", "state")
 
     def __init__(
-        self, sessions: Sessions, producer: str, seq: int, sink: PositionSink, stamp: float
+        self,
+        sessions: Sessions,
+        producer: str,
+        seq: int,
+        sink: PositionSink,
+        state: ProducerState,
     ) -> None:
         self._sessions = sessions
-        self._done = False
         self.producer = producer
         self.seq = seq
         self.sink = sink
-        self.stamp = stamp
+        self.state = state
 
     def done(self) -> bool:
         """True once its entry completed (or failed)."""
-        return self._done
+        return self.seq not in self.state.pending
 
     def set_result(self, position: Position, /) -> None:
         """The record is acknowledged at ``position``."""
-        if self._done:
+        seq, state = self.seq, self.state
+        pending = state.pending
+        if seq not in pending:
             return
-        self._done = True
-        self._sessions.table.written(self.producer, self.seq, position, self.stamp)
-        for sink in self._sessions.answered(self):
-            with contextlib.suppress(*ALREADY_SETTLED):  # its caller cancelled it
-                sink.set_result(position)
+        pending.remove(seq)
+        window = state.window
+        window[seq] = position
+        sessions = self._sessions
+        if len(window) > sessions.window:
+            window.popitem(last=False)
+        try:  # noqa: SIM105 (suppress() would cost a context manager per record)
+            self.sink.set_result(position)
+        except ALREADY_SETTLED:
+            pass  # its caller cancelled it
+        if sessions.joined:
+            for sink in sessions.joined.pop((self.producer, seq), ()):
+                with contextlib.suppress(*ALREADY_SETTLED):
+                    sink.set_result(position)
 
     def set_exception(self, exception: BaseException, /) -> None:
         """The record did not go to the log (or the writer failed: it may have)."""
-        if self._done:
+        if self.seq not in self.state.pending:
             return
-        self._done = True
-        self._sessions.table.failed(self.producer, self.seq)
-        for sink in self._sessions.answered(self):
+        self.state.pending.remove(self.seq)
+        joined = self._sessions.joined.pop((self.producer, self.seq), [])
+        for sink in (self.sink, *joined):
             if not sink.done():
                 sink.set_exception(exception)
 
@@ -80,14 +95,18 @@ class Sessions:
 
     Args:
         table: the table as the takeover rebuilt it.
+
+    Attributes:
+        joined: (producer, seq) -> the sinks of appends of a seq in flight that wait for
+            its first append's outcome.
     """
 
     def __init__(self, table: ProducerTable) -> None:
         self.table = table
+        self.window = table.window
+        self._states = table.states
         self._prefixes: dict[str, bytes] = {}
-        self._joined: collections.defaultdict[tuple[str, int], list[PositionSink]] = (
-            collections.defaultdict(list)
-        )
+        self.joined: dict[tuple[str, int], list[PositionSink]] = {}
 
     def prefix(self, producer: str) -> bytes:
         """The producer's name as records carry it (checked once per producer).
@@ -112,23 +131,30 @@ class Sessions:
             ValueError: ``seq`` is negative.
             SequenceError: ``seq`` was skipped, or is too old (SequenceTooOldError).
         """
-        if seq is not None:
-            check_seq(seq)
+        state = self._states.get(producer)
+        if state is not None and seq is None:  # the path of every record numbered here
+            seq = state.last_seq + 1
+            if seq <= MAX_SEQ:
+                state.last_seq = seq
+                state.pending.add(seq)
+                state.stamp = stamp
+                return Tracked(self, producer, seq, sink, state)
+        if seq is not None and (type(seq) is not int or not 0 <= seq <= MAX_SEQ):
+            check_seq(seq)  # raises, naming the problem
+        taken = self.table.take(producer, seq, stamp)
+        if taken is not None:
+            state, seq = taken
+            if seq > MAX_SEQ:  # numbered by the writer past what a record carries
+                self.table.failed(producer, seq)
+                check_seq(seq)
+            return Tracked(self, producer, seq, sink, state)
         kind, seq, position = self.table.admit(producer, seq)
         if kind == "written":
             assert position is not None
             sink.set_result(position)
-            return None
-        if kind == "pending":
-            self._joined[(producer, seq)].append(sink)
-            return None
-        check_seq(seq)  # a seq the writer numbered itself stays within the format too
-        self.table.accept(producer, seq, stamp)
-        return Tracked(self, producer, seq, sink, stamp)
-
-    def answered(self, tracked: Tracked) -> list[PositionSink]:
-        """The sinks to answer now that ``tracked``'s entry completed."""
-        return [tracked.sink, *self._joined.pop((tracked.producer, tracked.seq), ())]
+        else:  # in flight: answered with the first one's outcome
+            self.joined.setdefault((producer, seq), []).append(sink)
+        return None
 
     def doc(self, now: float) -> dict[str, Any]:
         """The table as the log's record keeps it (``now``: the writer's last timestamp)."""

@@ -94,20 +94,23 @@ class Packing:
             self._check_usable()
         if (sessions := self.sessions) is None or producer is None:
             raise no_producer(self.name, seq)
-        data = data if type(data) is bytes else record_bytes(data)
+        if type(data) is not bytes:
+            data = record_bytes(data)
         prefix = sessions.prefix(producer)
-        largest = self._batch.max_tagged_payload_bytes(prefix)
-        if len(data) > largest:
-            raise record_too_large(self.name, len(data), self._entry_bytes, largest=largest)
+        batch = self._batch
+        if not self._tagged or not batch.fits_tagged(len(data), prefix):
+            largest = batch.max_tagged_payload_bytes(prefix)
+            if len(data) > largest:
+                raise record_too_large(self.name, len(data), self._entry_bytes, largest=largest)
+            self._tagged = True  # from now on every entry is of format 2
+            self._send_batch()
+            batch = self._batch
         tracked = sessions.admit(producer, seq, sink, self._last_stamp)
         if tracked is None:
             return  # answered with the position the log holds it at, or joined the first
-        if not self._tagged or not self._batch.fits_tagged(len(data), prefix):
-            self._tagged = True  # from now on every entry is of format 2
-            self._send_batch()
         self._batch_futures.append(tracked)
         self._last_stamp = stamp = max(self._clock(), self._last_stamp)
-        if self._batch.add_tagged(stamp, data, prefix, tracked.seq):
+        if batch.add_tagged(stamp, data, prefix, tracked.seq):
             self._send_batch()
         elif self._flush_handle is None:
             self._schedule_flush()

@@ -11,11 +11,13 @@ from walog.log.producers import IDLE_SECONDS, ProducerTable
 from walog.log.sessions import tail_to_scan
 
 
-def _write(table: ProducerTable, producer: str, seq: int | None, at: Position) -> int:
+def _write(
+    table: ProducerTable, producer: str, seq: int | None, at: Position, stamp: float = 1.0
+) -> int:
     kind, seq, _ = table.admit(producer, seq)
     assert kind == "new"
-    table.accept(producer, seq, 1.0)
-    table.written(producer, seq, at, 1.0)
+    table.accept(producer, seq, stamp)
+    table.written(producer, seq, at, stamp)
     return seq
 
 
@@ -92,10 +94,10 @@ def test_the_stored_table_leaves_out_producers_idle_too_long() -> None:
 
 def test_producers_beyond_the_bound_are_evicted_least_recently_used_first() -> None:
     table = ProducerTable(max_producers=2)
-    _write(table, "a", 0, Position(1, 0, 0))
-    _write(table, "b", 0, Position(1, 0, 1))
-    _write(table, "a", 1, Position(1, 0, 2))  # a used after b
-    _write(table, "c", 0, Position(1, 0, 3))
+    _write(table, "a", 0, Position(1, 0, 0), stamp=1.0)
+    _write(table, "b", 0, Position(1, 0, 1), stamp=2.0)
+    _write(table, "a", 1, Position(1, 0, 2), stamp=3.0)  # a used after b
+    _write(table, "c", 0, Position(1, 0, 3), stamp=4.0)
     assert "b" not in table and "a" in table and "c" in table
 
 
@@ -138,3 +140,14 @@ def test_a_takeover_reads_the_ledgers_after_the_last_record_the_table_covers() -
     assert [(i.ledger_id, first) for i, first in tail_to_scan(meta, None)] == [(5, 0), (8, 0)]
     # The table's ledger truncated away: every ledger after it.
     assert [i.ledger_id for i, _ in tail_to_scan(meta, Position(4, 0, 0))] == [5, 8]
+
+
+def test_take_accepts_what_admit_calls_new_and_leaves_the_rest_to_it() -> None:
+    table = ProducerTable()
+    taken = table.take("p", None, 1.0)
+    assert taken is not None and taken[1] == 0
+    assert table.admit("p", 0) == ("pending", 0, None)
+    assert table.take("p", 0, 1.0) is None
+    taken = table.take("p", 7, 2.0)
+    assert taken is not None and taken[1] == 7
+    assert table.take("p", None, 3.0) is not None and table.state("p").last_seq == 8  # type: ignore[union-attr]
