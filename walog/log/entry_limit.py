@@ -28,9 +28,9 @@ from walog.log.records import (
     HEADER_BYTES,
     RECORD_OVERHEAD_BYTES,
     TAGGED_FORMAT_VERSION,
-    RecordBatch,
     Tag,
     decode_tagged,
+    new_batch,
     producer_prefix,
 )
 
@@ -149,7 +149,7 @@ def repack(
     listed = list(records)
     tagged = any(len(record) > 3 and record[3] is not None for record in listed)
     version = TAGGED_FORMAT_VERSION if tagged else FORMAT_VERSION
-    batch = RecordBatch(max_entry_bytes, max_records, version)
+    batch = new_batch(max_entry_bytes, max_records, version)
     entries: list[tuple[bytes, int, list[T]]] = []
     too_large: list[tuple[int, T]] = []
     companions: list[T] = []
@@ -164,7 +164,7 @@ def repack(
         fits = batch.fits(len(payload)) if tag is None else batch.fits_tagged(len(payload), prefix)
         if not fits:
             entries.append((batch.encode(), batch.size, companions))
-            batch, companions = RecordBatch(max_entry_bytes, max_records, version), []
+            batch, companions = new_batch(max_entry_bytes, max_records, version), []
         if tag is None:
             batch.add(timestamp, payload)
         else:

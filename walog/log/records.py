@@ -64,6 +64,7 @@ MAX_SEQ = 2**63 - 1
 """The largest sequence number a record can carry."""
 _MAX_PAYLOAD = 0xFFFFFFFF  # the 32-bit payload length
 _pack_record = _RECORD.pack
+_pack_plain2 = _RECORD2_PLAIN.pack
 
 Tag = tuple[str, int] | None
 """A record's producer and sequence number, None when it has none."""
@@ -122,7 +123,7 @@ def encode_records(records: list[tuple[float, bytes]], tags: list[Tag] | None = 
     if tags is not None and any(tag is not None for tag in tags):
         if len(tags) != len(records):
             raise ValueError(f"{len(tags)} tags for {len(records)} records")
-        batch = RecordBatch(_MAX_ENTRY, len(records), version=TAGGED_FORMAT_VERSION)
+        batch = TaggedRecordBatch(_MAX_ENTRY, len(records))
         for (timestamp, payload), tag in zip(records, tags, strict=True):
             _check_payload(payload)
             if tag is None:
@@ -301,33 +302,26 @@ _TAGGED_PACKS: dict[int, Callable[..., bytes]] = {}
 
 
 class RecordBatch:
-    """Records gathered for one entry, encoded as they arrive.
+    """Records gathered for one entry, encoded as they arrive (entry format 1).
 
     Pure bookkeeping: the writer decides when to send; this says whether one more record
-    fits under the limits. Each record's header is packed when it is added, so
+    fits under the limits. Each record's 12-byte header is packed when it is added, so
     :meth:`encode` only has to prepend the entry header and join (one copy of the payloads).
     The writer calls :meth:`fits` and :meth:`add` once per record: they are kept to a few
-    integer operations. A batch of ``version`` 2 also takes records of producers
-    (:meth:`add_tagged`); its records without one cost a byte more.
+    integer operations. :class:`TaggedRecordBatch` makes format-2 entries
+    (:func:`new_batch` picks by version).
 
     Attributes:
         count: records added so far.
         size: bytes of the entry these records encode to.
-        version: the entry format it encodes to (1 or 2).
+        version: the entry format it encodes to.
     """
 
-    __slots__ = (
-        "_max_bytes",
-        "_max_records",
-        "_overhead",
-        "_pack",
-        "_parts",
-        "count",
-        "size",
-        "version",
-    )
+    __slots__ = ("_max_bytes", "_max_records", "_parts", "count", "size")
 
-    def __init__(self, max_bytes: int, max_records: int, version: int = FORMAT_VERSION) -> None:
+    version = FORMAT_VERSION
+
+    def __init__(self, max_bytes: int, max_records: int) -> None:
         if max_bytes <= HEADER_BYTES + RECORD_OVERHEAD_BYTES:
             raise ValueError(f"max entry bytes {max_bytes} leaves no room for a record")
         if max_bytes > _MAX_ENTRY:
@@ -335,14 +329,8 @@ class RecordBatch:
             raise ValueError(f"max entry bytes {max_bytes} exceeds the 4 GiB format limit")
         if max_records < 1:
             raise ValueError(f"max records per entry must be >= 1, got {max_records}")
-        if version not in (FORMAT_VERSION, TAGGED_FORMAT_VERSION):
-            raise ValueError(f"entry format version must be 1 or 2, got {version!r}")
         self._max_bytes = max_bytes
         self._max_records = max_records
-        self.version = version
-        plain = _RECORD if version == FORMAT_VERSION else _RECORD2_PLAIN
-        self._pack = plain.pack
-        self._overhead = plain.size
         # parts[0] is the entry header, packed by encode() once the count is final; then a
         # record header and a payload per record, in slot order.
         self._parts: list[bytes] = [b""]
@@ -352,11 +340,11 @@ class RecordBatch:
     @property
     def max_payload_bytes(self) -> int:
         """The largest payload a record without a producer may have (alone in its entry)."""
-        return self._max_bytes - HEADER_BYTES - self._overhead
+        return self._max_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
 
     def max_tagged_payload_bytes(self, prefix: bytes) -> int:
         """The largest payload a record of the producer of ``prefix`` (its
-        :func:`producer_prefix`) may have, alone in its entry."""
+        :func:`producer_prefix`) may have, alone in a format-2 entry of this limit."""
         return self._max_bytes - HEADER_BYTES - TAGGED_OVERHEAD_BYTES - len(prefix) + 1
 
     def __len__(self) -> int:
@@ -371,15 +359,12 @@ class RecordBatch:
         """True when a record of this payload size can join without passing a limit."""
         return (
             self.count < self._max_records
-            and self.size + self._overhead + payload_len <= self._max_bytes
+            and self.size + RECORD_OVERHEAD_BYTES + payload_len <= self._max_bytes
         )
 
     def fits_tagged(self, payload_len: int, prefix: bytes) -> bool:
-        """:meth:`fits` for a record of the producer of ``prefix`` (a version-2 batch)."""
-        return (
-            self.count < self._max_records
-            and self.size + TAGGED_OVERHEAD_BYTES - 1 + len(prefix) + payload_len <= self._max_bytes
-        )
+        """:meth:`fits` for a record of the producer of ``prefix``; never in format 1."""
+        return False
 
     @property
     def full(self) -> bool:
@@ -394,31 +379,22 @@ class RecordBatch:
             caller can send it without asking again.
         """
         parts = self._parts
-        parts.append(self._pack(timestamp, len(payload)))
+        parts.append(_pack_record(timestamp, len(payload)))
         parts.append(payload)
         self.count += 1
-        self.size += self._overhead + len(payload)
-        return self.count >= self._max_records or self.size + self._overhead > self._max_bytes
+        self.size += RECORD_OVERHEAD_BYTES + len(payload)
+        return (
+            self.count >= self._max_records or self.size + RECORD_OVERHEAD_BYTES > self._max_bytes
+        )
 
     def add_tagged(self, timestamp: float, payload: bytes, prefix: bytes, seq: int) -> bool:
         """Add a record of the producer of ``prefix`` (its :func:`producer_prefix`) with
-        sequence number ``seq`` (the caller checked :meth:`fits_tagged` and ``seq``), as
-        :meth:`add`.
+        sequence number ``seq``, as :meth:`add`: only in a :class:`TaggedRecordBatch`.
 
         Raises:
-            ValueError: the batch is of version 1.
+            ValueError: always (format 1 carries no producer).
         """
-        if self.version != TAGGED_FORMAT_VERSION:
-            raise ValueError("a record of a producer needs an entry of format 2")
-        pack = _TAGGED_PACKS.get(len(prefix))
-        if pack is None:
-            pack = _TAGGED_PACKS[len(prefix)] = struct.Struct(f">d{len(prefix)}sQI").pack
-        parts = self._parts
-        parts.append(pack(timestamp, prefix, seq, len(payload)))
-        parts.append(payload)
-        self.count += 1
-        self.size += TAGGED_OVERHEAD_BYTES - 1 + len(prefix) + len(payload)
-        return self.count >= self._max_records or self.size + self._overhead > self._max_bytes
+        raise ValueError("a record of a producer needs an entry of format 2")
 
     def encode(self) -> bytes:
         """The entry bytes.
@@ -432,6 +408,70 @@ class RecordBatch:
         return b"".join(self._parts)
 
 
+class TaggedRecordBatch(RecordBatch):
+    """A :class:`RecordBatch` of format 2: it takes records of producers
+    (:meth:`add_tagged`); its records without one cost a byte more than in format 1."""
+
+    __slots__ = ()
+
+    version = TAGGED_FORMAT_VERSION
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest payload a record without a producer may have (alone in its entry)."""
+        return self._max_bytes - HEADER_BYTES - _RECORD2_PLAIN.size
+
+    def fits(self, payload_len: int) -> bool:
+        """True when a record without a producer of this payload size can join."""
+        return (
+            self.count < self._max_records
+            and self.size + _RECORD2_PLAIN.size + payload_len <= self._max_bytes
+        )
+
+    def fits_tagged(self, payload_len: int, prefix: bytes) -> bool:
+        """:meth:`fits` for a record of the producer of ``prefix``."""
+        return (
+            self.count < self._max_records
+            and self.size + TAGGED_OVERHEAD_BYTES - 1 + len(prefix) + payload_len <= self._max_bytes
+        )
+
+    def add(self, timestamp: float, payload: bytes) -> bool:
+        """Add a record without a producer, as :meth:`RecordBatch.add`."""
+        parts = self._parts
+        parts.append(_pack_plain2(timestamp, len(payload)))
+        parts.append(payload)
+        self.count += 1
+        self.size += _RECORD2_PLAIN.size + len(payload)
+        return self.count >= self._max_records or self.size + _RECORD2_PLAIN.size > self._max_bytes
+
+    def add_tagged(self, timestamp: float, payload: bytes, prefix: bytes, seq: int) -> bool:
+        """Add a record of the producer of ``prefix`` with sequence number ``seq`` (the
+        caller checked :meth:`fits_tagged` and ``seq``), as :meth:`add`."""
+        pack = _TAGGED_PACKS.get(len(prefix))
+        if pack is None:
+            pack = _TAGGED_PACKS[len(prefix)] = struct.Struct(f">d{len(prefix)}sQI").pack
+        parts = self._parts
+        parts.append(pack(timestamp, prefix, seq, len(payload)))
+        parts.append(payload)
+        self.count += 1
+        self.size += TAGGED_OVERHEAD_BYTES - 1 + len(prefix) + len(payload)
+        return self.count >= self._max_records or self.size + _RECORD2_PLAIN.size > self._max_bytes
+
+
+def new_batch(max_bytes: int, max_records: int, version: int = FORMAT_VERSION) -> RecordBatch:
+    """A :class:`RecordBatch` of entry format ``version`` (1, or 2: a
+    :class:`TaggedRecordBatch`).
+
+    Raises:
+        ValueError: an unknown version, or limits that leave no room for a record.
+    """
+    if version == FORMAT_VERSION:
+        return RecordBatch(max_bytes, max_records)
+    if version == TAGGED_FORMAT_VERSION:
+        return TaggedRecordBatch(max_bytes, max_records)
+    raise ValueError(f"entry format version must be 1 or 2, got {version!r}")
+
+
 __all__ = [
     "FORMAT_VERSION",
     "HEADER_BYTES",
@@ -443,6 +483,7 @@ __all__ = [
     "RecordBatch",
     "RecordFormatError",
     "Tag",
+    "TaggedRecordBatch",
     "check_seq",
     "decode_records",
     "decode_tagged",
@@ -452,6 +493,7 @@ __all__ = [
     "iter_record_views",
     "iter_records",
     "iter_tagged_views",
+    "new_batch",
     "producer_prefix",
     "record_bytes",
     "record_timestamps",

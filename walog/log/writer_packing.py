@@ -17,7 +17,13 @@ from walog._sinks import Sink
 from walog.errors import RecordTooLargeError
 from walog.log.entry_limit import record_too_large, repack, unpack
 from walog.log.position import Position
-from walog.log.records import FORMAT_VERSION, TAGGED_FORMAT_VERSION, RecordBatch, record_bytes
+from walog.log.records import (
+    FORMAT_VERSION,
+    TAGGED_FORMAT_VERSION,
+    RecordBatch,
+    new_batch,
+    record_bytes,
+)
 from walog.log.sessions import Sessions, no_producer
 
 log = get_logger(__name__)
@@ -67,7 +73,7 @@ class Packing:
 
     def _new_batch(self) -> RecordBatch:
         version = TAGGED_FORMAT_VERSION if self._tagged else FORMAT_VERSION
-        return RecordBatch(self._entry_bytes, self._config.max_records_per_entry, version)
+        return new_batch(self._entry_bytes, self._config.max_records_per_entry, version)
 
     def _schedule_flush(self) -> None:
         if self._config.linger > 0:

@@ -19,6 +19,7 @@ from walog.log.records import (
     RecordBatch,
     RecordFormatError,
     Tag,
+    TaggedRecordBatch,
     check_seq,
     decode_records,
     decode_tagged,
@@ -84,7 +85,7 @@ def test_format_2_layout_is_as_documented() -> None:
 
 @given(tagged_st)
 def test_tagged_batch_encodes_like_encode_records(records: list[tuple[float, bytes, Tag]]) -> None:
-    batch = RecordBatch(max_bytes=1 << 20, max_records=100, version=TAGGED_FORMAT_VERSION)
+    batch = TaggedRecordBatch(max_bytes=1 << 20, max_records=100)
     for timestamp, payload, tag in records:
         if tag is None:
             assert batch.fits(len(payload))
@@ -102,7 +103,7 @@ def test_tagged_batch_encodes_like_encode_records(records: list[tuple[float, byt
 def test_tagged_batch_respects_max_bytes() -> None:
     prefix = producer_prefix("ab")
     one = TAGGED_OVERHEAD_BYTES - 1 + len(prefix) + 10
-    batch = RecordBatch(HEADER_BYTES + 2 * one, max_records=5, version=TAGGED_FORMAT_VERSION)
+    batch = TaggedRecordBatch(HEADER_BYTES + 2 * one, max_records=5)
     assert batch.max_tagged_payload_bytes(prefix) == 2 * one - one + 10
     assert batch.fits_tagged(10, prefix)
     batch.add_tagged(0.0, b"a" * 10, prefix, 0)
