@@ -148,7 +148,7 @@ class Handoff(Generic[R]):
     (and, in a list, the payloads after it are not submitted).
     """
 
-    def __init__(self, loop: LoopThread, submit: Callable[[bytes, Sink[R]], None]) -> None:
+    def __init__(self, loop: LoopThread, submit: Callable[[Any, Sink[R]], None]) -> None:
         self._loop = loop
         self._submit = submit
         # (payload, its future) or (list of payloads, the list's future). No lock: a deque's
@@ -157,7 +157,7 @@ class Handoff(Generic[R]):
         self._queue: collections.deque[tuple[Any, LightFuture[Any]]] = collections.deque()
         self._drain_scheduled = False
 
-    def put(self, payload: bytes) -> LightFuture[R]:
+    def put(self, payload: Any) -> LightFuture[R]:
         """Queue ``payload``; the returned future resolves as ``submit`` decides."""
         future: LightFuture[R] = new_future()
         self._queue.append((payload, future))
@@ -165,7 +165,7 @@ class Handoff(Generic[R]):
             self._wake()
         return future
 
-    def put_many(self, payloads: list[bytes]) -> LightFuture[list[R]]:
+    def put_many(self, payloads: list[Any]) -> LightFuture[list[R]]:
         """Queue ``payloads`` in order; the future resolves with all their results."""
         future: LightFuture[list[R]] = new_future()
         self._queue.append((payloads, future))
@@ -205,7 +205,7 @@ class Handoff(Generic[R]):
             except Exception as exc:
                 future.set_exception(exc)
 
-    def _submit_many(self, payloads: list[bytes], future: LightFuture[Any]) -> None:
+    def _submit_many(self, payloads: list[Any], future: LightFuture[Any]) -> None:
         sinks: BatchSinks[R] = BatchSinks(len(payloads), future)
         submit = self._submit
         for index, payload in enumerate(payloads):

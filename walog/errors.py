@@ -56,6 +56,17 @@ class RecordTooLargeError(WalogError, ValueError):
         self.limit = limit
 
 
+class SequenceError(WalogError, ValueError):
+    """A producer session's seq that cannot be appended: it was skipped (seqs only
+    increase), or is given without a producer. Nothing was written; the writer goes on
+    (docs/logs.md, "Producer sessions")."""
+
+
+class SequenceTooOldError(SequenceError):
+    """A producer's seq older than the window of recent seqs whose positions the log keeps:
+    whether it is in the log cannot be told, so it is not written again."""
+
+
 class NoSuchLedgerError(WalogError):
     """The ledger does not exist (never created, or deleted)."""
 
@@ -162,6 +173,8 @@ __all__ = [
     "NoSuchLogError",
     "NotEnoughBookiesError",
     "RecordTooLargeError",
+    "SequenceError",
+    "SequenceTooOldError",
     "SessionExpiredError",
     "UnauthorizedError",
     "WalogError",

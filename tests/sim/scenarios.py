@@ -28,6 +28,7 @@ from tests.sim.invariants import LedgerRecord, Violation
 from tests.sim.log_scenarios import LOG_SCENARIOS, log_final_phase
 from tests.sim.loop import Event, SimDeadlock, SimLoop, SimStepLimit, _cancel_all
 from tests.sim.network import FaultConfig
+from tests.sim.producer_scenarios import PRODUCER_SCENARIOS
 from tests.sim.register_scenarios import REGISTER_SCENARIOS
 from tests.sim.sm_scenarios import SM_SCENARIOS
 from tests.sim.world import KEY, DiskNemesis, Nemesis, World, guard
@@ -322,7 +323,7 @@ SCENARIOS: dict[str, Scenario] = {
     "ensemble_change_then_crash": ensemble_change_then_crash,
     "disk_trouble": disk_trouble,
 }
-NAMED_SCENARIOS: dict[str, Scenario] = {**SCENARIOS, **REGISTER_SCENARIOS}
+NAMED_SCENARIOS: dict[str, Scenario] = {**SCENARIOS, **REGISTER_SCENARIOS, **PRODUCER_SCENARIOS}
 """Every scenario a caller may name; a seed alone draws from :data:`SCENARIOS` only, so
 adding one here leaves every seed's schedule as it was."""
 

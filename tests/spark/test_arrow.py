@@ -43,3 +43,24 @@ def test_batches_are_bounded_in_rows() -> None:
     batches = list(record_batches(_entries(), batch_rows=5))
     assert [b.num_rows for b in batches] == [6, 6]  # whole entries: flushed once past 5
     assert pa.Table.from_batches(batches).column("slot").to_pylist() == [0, 1, 2] * 4
+
+
+def test_format_2_entries_give_the_rows_of_their_records() -> None:
+    # Records of producer sessions (entry format 2), mixed with one without a producer: the
+    # Spark source and the archive job read them through the same Arrow path.
+    entries = [
+        Entry(
+            5,
+            e,
+            encode_records(
+                [(T0 + e, f"{e}.{s}".encode()) for s in range(3)],
+                [("svc-7", 2 * e), None, ("svc-8", e)],
+            ),
+        )
+        for e in range(2)
+    ]
+    assert entries[0].data[0] == 2
+    rows = [r for b in record_batches(entries) for r in b.to_pylist()]
+    assert [(r["entry_id"], r["slot"], r["data"]) for r in rows] == [
+        (e, s, f"{e}.{s}".encode()) for e in range(2) for s in range(3)
+    ]

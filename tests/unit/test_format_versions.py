@@ -11,7 +11,12 @@ import pytest
 from walog.errors import NewerFormatError
 from walog.format_versions import check_version
 from walog.log.log_metadata import LOG_FORMAT, LogMetadata
-from walog.log.records import FORMAT_VERSION, RecordFormatError, decode_records, encode_records
+from walog.log.records import (
+    TAGGED_FORMAT_VERSION,
+    RecordFormatError,
+    decode_records,
+    encode_records,
+)
 from walog.log.registration import WRITER_RECORD_FORMAT, WriterInfo
 from walog.metadata.election import leader_of
 from walog.metadata.layout import (
@@ -89,8 +94,8 @@ def test_a_newer_log_entry_version_is_refused_naming_both_versions() -> None:
     records = [(1.0, b"a"), (2.0, b"b")]
     entry = bytearray(encode_records(records))
     assert decode_records(bytes(entry)) == records
-    entry[0] = FORMAT_VERSION + 1
-    with pytest.raises(RecordFormatError, match=_both(2, 1)):
+    entry[0] = TAGGED_FORMAT_VERSION + 1
+    with pytest.raises(RecordFormatError, match=_both(3, 2)):
         decode_records(bytes(entry))
 
 

@@ -40,7 +40,7 @@ from walog.bench.curves import CURVES, Curve, print_curves, write_curves
 from walog.bench.profile import Profile, py_spy, sampling
 from walog.bench.report import print_table, write_report
 from walog.bench.restart import restart_killed
-from walog.bench.stats import cpu_seconds, thread_cpu_seconds
+from walog.bench.stats import Rate, cpu_seconds, thread_cpu_seconds
 from walog.latency import bucket_of, percentile_us
 from walog.testing import LocalCluster
 from walog.wire.durability import Durability
@@ -56,8 +56,8 @@ HANDOVER_ROUNDS = 5000
 """Calls handed to an idle loop thread for the sync API's floor (about half a second)."""
 
 SCENARIOS = (
-    "latency", "tail", "checkpoint", "ledger", "volatile", "log", "sync", "metrics", "recovery",
-    "restart", "hosts", "soak",
+    "latency", "tail", "checkpoint", "ledger", "volatile", "log", "producers", "sync", "metrics",
+    "recovery", "restart", "hosts", "soak",
 )  # fmt: skip
 """Scenario names for ``--only``, in the order a run measures them."""
 
@@ -364,6 +364,8 @@ class _Run:
             with self.bar("log writer memory, 100,000 records in flight", unit="run"):
                 probe = _writer_memory(self.uri, WRITER_MEMORY_RECORDS)
             r["writer_peak_rss_mib_100k_in_flight"] = probe["peak_rss_mib"]
+        if "producers" in only:
+            self.producer_cost()
         if "sync" in only:
             self.sync_api()
         if "metrics" in only:
@@ -428,6 +430,24 @@ class _Run:
                 r[f"{sync_key}_vs_aio"] = round(r[sync_key] / r[aio_key], 2)
         if "ledger_append_eps" in r:
             r["aio_append_eps"] = r["ledger_append_eps"]
+
+    def producer_cost(self) -> None:
+        """Log appends without and with a producer session, alternated (plain, producer,
+        plain, producer) so that a drift of the machine weighs on both alike."""
+        rates: dict[str | None, list[float]] = {None: [], "bench": []}
+        with self.bar("log append, producer session off/on", unit="rec") as tick:
+            for producer in (None, "bench", None, "bench"):
+
+                async def run(c: walog.aio.AsyncClient, producer: str | None = producer) -> Rate:
+                    seconds = self.plan.seconds / 2
+                    return await scenarios.log_append(c, seconds, progress=tick, producer=producer)
+
+                rates[producer].append(self.aio(run).per_second)
+        plain, session = (sum(rates[k]) / len(rates[k]) for k in (None, "bench"))
+        r = self.results
+        r["log_append_plain_rps"] = round(plain)
+        r["log_append_producer_rps"] = round(session)
+        r["producer_session_cost_pct"] = round(100.0 * (plain - session) / plain, 2)
 
     def metrics_cost(self) -> None:
         """Pipelined appends with client metrics off and on, bookies scraped while on."""

@@ -62,6 +62,18 @@ TARGETS: dict[str, tuple[str, str, float | None, bool]] = {
     "metrics_off_eps": ("ledger append, client metrics off", "entries/s", None, True),
     "metrics_on_eps": ("ledger append, client metrics on + scrapes", "entries/s", None, True),
     "metrics_overhead_pct": ("cost of metrics to the append (off vs on)", "%", 3.0, False),
+    "log_append_producer_rps": (
+        "log append, 100 B records, producer session",
+        "records/s",
+        None,
+        True,
+    ),
+    "producer_session_cost_pct": (
+        "cost of a producer session to the log append (off vs on)",
+        "%",
+        5.0,
+        False,
+    ),
     "metrics_client_cpu_us_off": ("client CPU per entry, metrics off", "us", None, False),
     "metrics_client_cpu_us_on": ("client CPU per entry, metrics on + scrapes", "us", None, False),
     "append_p50_ms": ("append, one in flight, p50", "ms", 0.5, False),

@@ -176,8 +176,10 @@ async def log_append(
     *,
     window: int = LOG_WINDOW,
     progress: Progress = _noop,
+    producer: str | None = None,
 ) -> Rate:
-    """Pipelined 100-byte records through a log writer, which batches them into entries."""
+    """Pipelined 100-byte records through a log writer, which batches them into entries;
+    with ``producer``, in that producer's session (each record numbered by the writer)."""
     data = payload(RECORD_BYTES)
     log = await client.open_log(
         f"bench-append-{uuid.uuid4().hex[:8]}",
@@ -185,7 +187,7 @@ async def log_append(
         write_quorum=ENSEMBLE[1],
         ack_quorum=ENSEMBLE[2],
     )
-    writer = await log.open_writer()
+    writer = await log.open_writer(producer=producer)
     batches: collections.deque[list[asyncio.Future[Position]]] = collections.deque()
     inflight = done = 0
     started = time.perf_counter()

@@ -143,7 +143,13 @@ class AsyncLog:
             return self.writer_config
         return batching_within(self.name, self.config, config, self.override_config)
 
-    async def open_writer(self, config: LogWriterConfig | None = None) -> AsyncLogWriter:
+    async def open_writer(
+        self,
+        config: LogWriterConfig | None = None,
+        *,
+        producer: str | None = None,
+        sessions: bool = False,
+    ) -> AsyncLogWriter:
         """Take over as the log's writer (fences the last two ledgers, CAS-appends a new one).
 
         Any earlier writer's next append fails with :class:`walog.WriterFencedError`.
@@ -151,8 +157,16 @@ class AsyncLog:
         each roll the writer applies the log's stored retention in the background
         (:mod:`walog.log.retention_runner`; ``writer.after_roll``).
 
+        With ``producer``, the writer's records belong to that producer's session: each
+        carries a seq (``append(data, seq=n)``, or the last + 1), and a seq the log holds
+        already returns its first position instead of being written again, across rolls
+        and takeovers (docs/logs.md, "Producer sessions"). ``sessions`` without a producer
+        lets each record name its own (``writer.append_as``, the state machine's).
+
         Raises:
-            ValueError: ``config.max_entry_bytes`` differs from the log's stored limit.
+            ValueError: ``config.max_entry_bytes`` differs from the log's stored limit, or
+                ``producer`` is empty or longer than 255 bytes of UTF-8.
+            TypeError: ``producer`` is not a ``str``.
         """
         writer = await open_log_writer(
             self._client,
@@ -160,6 +174,8 @@ class AsyncLog:
             self.ledger_options,
             self.roll_policy,
             self.writer_config_for(config),
+            producer,
+            sessions=sessions,
         )
         writer.after_roll = RetentionRunner(
             self._client,

@@ -23,7 +23,16 @@ from typing import Generic, TypeVar
 from walog.errors import RecordTooLargeError
 from walog.ledger.ensemble import announced_entry_limits
 from walog.log.ledgers import LedgerClientLike
-from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, RecordBatch
+from walog.log.records import (
+    FORMAT_VERSION,
+    HEADER_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    TAGGED_FORMAT_VERSION,
+    Tag,
+    decode_tagged,
+    new_batch,
+    producer_prefix,
+)
 
 T = TypeVar("T")
 
@@ -69,12 +78,19 @@ async def check_entry_limit(client: LedgerClientLike, name: str, max_entry_bytes
 
 
 def record_too_large(
-    name: str, size: int, max_entry_bytes: int, *, refusal: RecordTooLargeError | None = None
+    name: str,
+    size: int,
+    max_entry_bytes: int,
+    *,
+    refusal: RecordTooLargeError | None = None,
+    largest: int | None = None,
 ) -> RecordTooLargeError:
     """The error of a record of ``size`` bytes that no entry of ``max_entry_bytes`` holds;
     ``refusal`` is the bookie's refusal that lowered the limit to ``max_entry_bytes``, if one
-    did."""
-    largest = max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
+    did; ``largest``: the largest payload such an entry holds, when not that of a record
+    without a producer (a producer's name and seq take room too)."""
+    if largest is None:
+        largest = max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
     why = "" if refusal is None else f", a bookie's limit: {refusal}"
     error = RecordTooLargeError(
         f"log {name!r}: a record of {size} bytes is over the largest one an entry holds, "
@@ -102,31 +118,57 @@ class Repacked(Generic[T]):
     too_large: list[tuple[int, T]]
 
 
+def unpack(entries: Iterable[tuple[bytes, list[T]]]) -> list[tuple[float, bytes, T, Tag]]:
+    """The records of ``entries`` (each an entry's bytes and its records' companions, in
+    slot order), as :func:`repack` takes them: their producers and seqs too."""
+    return [
+        (timestamp, data, companion, tag)
+        for payload, companions in entries
+        for (timestamp, data, tag), companion in zip(
+            decode_tagged(payload), companions, strict=True
+        )
+    ]
+
+
 def repack(
-    records: Iterable[tuple[float, bytes, T]], max_entry_bytes: int, max_records: int
+    records: Iterable[tuple[float, bytes, T] | tuple[float, bytes, T, Tag]],
+    max_entry_bytes: int,
+    max_records: int,
 ) -> Repacked[T]:
-    """Pack ``(timestamp, payload, companion)`` records, in their order, into entries of at
+    """Pack ``(timestamp, payload, companion)`` records (with a fourth item, its producer
+    and seq, for a record of a producer session), in their order, into entries of at
     most ``max_entry_bytes`` bytes and ``max_records`` records; a record that no such entry
     holds alone goes to :attr:`Repacked.too_large` instead, and the records around it keep
     their order. The entries of the log's writer are made the same way
-    (walog.log.records.RecordBatch), so no entry passes a limit the writer's own would not.
+    (walog.log.records.RecordBatch), so no entry passes a limit the writer's own would not;
+    they are of format 2 when any record has a producer.
 
     Raises:
         ValueError: ``max_entry_bytes`` or ``max_records`` leaves no room for a record.
     """
-    batch = RecordBatch(max_entry_bytes, max_records)
-    largest = batch.max_payload_bytes
+    listed = list(records)
+    tagged = any(len(record) > 3 and record[3] is not None for record in listed)
+    version = TAGGED_FORMAT_VERSION if tagged else FORMAT_VERSION
+    batch = new_batch(max_entry_bytes, max_records, version)
     entries: list[tuple[bytes, int, list[T]]] = []
     too_large: list[tuple[int, T]] = []
     companions: list[T] = []
-    for timestamp, payload, companion in records:
+    for record in listed:
+        timestamp, payload, companion = record[0], record[1], record[2]
+        tag = record[3] if len(record) > 3 else None
+        prefix = b"" if tag is None else producer_prefix(tag[0])
+        largest = batch.max_payload_bytes if tag is None else batch.max_tagged_payload_bytes(prefix)
         if len(payload) > largest:
             too_large.append((len(payload), companion))
             continue
-        if not batch.fits(len(payload)):
+        fits = batch.fits(len(payload)) if tag is None else batch.fits_tagged(len(payload), prefix)
+        if not fits:
             entries.append((batch.encode(), batch.size, companions))
-            batch, companions = RecordBatch(max_entry_bytes, max_records), []
-        batch.add(timestamp, payload)
+            batch, companions = new_batch(max_entry_bytes, max_records, version), []
+        if tag is None:
+            batch.add(timestamp, payload)
+        else:
+            batch.add_tagged(timestamp, payload, prefix, tag[1])
         companions.append(companion)
     if companions:
         entries.append((batch.encode(), batch.size, companions))
@@ -139,4 +181,5 @@ __all__ = [
     "entry_limit_problem",
     "record_too_large",
     "repack",
+    "unpack",
 ]

@@ -22,9 +22,17 @@ Stored as JSON at ``layout.log_path(name)``; the store's record version is the C
  "archive_location": "/data/arch",  # optional: the archive's root (walog.log.archived)
  "ledger_times": {"7": [1.7e9, 1.7e9]},  # optional: ledger id -> timestamps of its
                                      # first and last records, for CLOSED ledgers
- "config": {"ensemble_size": 3, ..., "retention": {"max_age": 604800.0, ...}}}
+ "config": {"ensemble_size": 3, ..., "retention": {"max_age": 604800.0, ...}},
                                      # optional: the log's settings (walog.log.log_config)
+ "producers": {"format": 1, "last": "7:12:0", "producers": {"svc-7": {...}}}}
+                                     # optional: producer sessions (walog.log.producers)
 ```
+
+``producers`` is the producer table a writer with producer sessions carries forward at
+every roll: per producer its last seq and the positions of its recent records, and the
+position of the last record the table covers (walog.log.producers has its form and bounds;
+a takeover adds the records after that position, walog.log.sessions). Written only by such
+writers; older releases ignore it.
 
 ``snapshots`` is written only when the log has some (state-machine snapshots, see
 ``walog.recipes``), so records without it read as before and older readers ignore it.
@@ -64,6 +72,7 @@ from walog.errors import MetadataConflictError, NewerFormatError, NoSuchLogError
 from walog.format_versions import check_version
 from walog.log.damaged import HOLDS_DATA, DamagedField, Fields, without, write_back
 from walog.log.position import Position, Segment, SegmentState, ledger_start, position_argument
+from walog.log.producers import parse_table_doc
 from walog.metadata.layout import LOGS, log_path
 from walog.metadata.store import MetadataStore, NodeExistsError, NodeNotFoundError
 
@@ -239,6 +248,9 @@ class LogMetadata:
     for a log created before logs kept their settings. Kept unparsed here: the settings
     are parsed where they are used (``walog.log.log_config.stored_config``), so a record
     whose settings this version cannot read still serves everything else."""
+    producers: dict[str, Any] | None = None
+    """The producer table as JSON (``walog.log.producers.ProducerTable.to_doc``), None when
+    no writer with producer sessions stored one; parsed by the takeover that uses it."""
     damaged: tuple[DamagedField, ...] = ()
     """Stored fields that do not parse, oldest first: kept out of the fields above, written
     back unchanged until replaced or repaired (walog.log.damaged)."""
@@ -319,6 +331,8 @@ class LogMetadata:
             doc["ledger_times"] = times
         if self.config is not None:
             doc["config"] = self.config
+        if self.producers is not None:
+            doc["producers"] = self.producers
         write_back(doc, self.damaged)
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -368,6 +382,7 @@ class LogMetadata:
             sink_queries=fields.mapping("sink_queries", _str),
             archive_location=fields.one("archive_location", _optional_str, None),
             config=fields.one("config", _object, None),
+            producers=fields.one("producers", parse_table_doc, None),
         )
         return meta.replace(damaged=tuple(fields.damaged)) if fields.damaged else meta
 

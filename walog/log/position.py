@@ -140,11 +140,16 @@ class Record:
         data: the payload the writer appended.
         timestamp: the writer's wall clock when it appended the record (seconds since
             the epoch, float).
+        producer: the producer whose session wrote it, None for a record without one
+            (docs/logs.md, "Producer sessions"; the archive does not keep it).
+        seq: its sequence number in that session, None without a producer.
     """
 
     position: Position
     data: bytes
     timestamp: float
+    producer: str | None = None
+    seq: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

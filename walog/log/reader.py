@@ -33,7 +33,7 @@ from walog.log.lag import ReaderLag, measure_lag
 from walog.log.ledgers import LedgerClientLike, LedgerReaderLike
 from walog.log.log_metadata import LogMetadata, commit_cursor, read_log
 from walog.log.position import Position, Record, ledger_start, position_argument, unchecked_position
-from walog.log.records import iter_records
+from walog.log.records import is_tagged, iter_records, iter_tagged_views
 from walog.log.subscriptions import validate_subscription_name
 from walog.metadata.layout import log_path
 
@@ -399,6 +399,9 @@ class AsyncLogReader:
             await self._lost_ledger()
             return
         for entry in entries:
+            if is_tagged(entry.data):
+                self._buffer_tagged(entry)
+                continue
             # The ids are the ledger's and the slots enumerate's: valid by construction.
             for slot, (timestamp, data) in enumerate(iter_records(entry.data)):
                 position = unchecked_position(entry.ledger_id, entry.entry_id, slot)
@@ -407,6 +410,16 @@ class AsyncLogReader:
                 self._buffer.append(Record(position, data, timestamp))
             self._next_entry = entry.entry_id + 1
         self._skip = None
+
+    def _buffer_tagged(self, entry: Entry) -> None:
+        """Buffer the records of a format-2 entry, with their producers and seqs."""
+        for slot, (timestamp, data, tag) in enumerate(iter_tagged_views(entry.data)):
+            position = unchecked_position(entry.ledger_id, entry.entry_id, slot)
+            if self._skip is not None and position < self._skip:
+                continue
+            producer, seq = tag if tag is not None else (None, None)
+            self._buffer.append(Record(position, bytes(data), timestamp, producer, seq))
+        self._next_entry = entry.entry_id + 1
 
     async def _lost_ledger(self) -> None:
         """The current ledger cannot be read any more: see whether truncation took it."""

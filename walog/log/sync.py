@@ -16,6 +16,7 @@ import datetime
 from collections.abc import Iterable, Iterator, Mapping
 
 from walog._loop_thread import Handoff, LoopThread, SyncContext
+from walog._sinks import Sink
 from walog.log.async_log import AsyncLog
 from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S
 from walog.log.entry_limit import record_too_large
@@ -24,8 +25,9 @@ from walog.log.log_config import LogConfig
 from walog.log.log_metadata import DamagedField, LogMetadata
 from walog.log.position import Position, Record, Segment
 from walog.log.reader import AsyncLogReader, StartAt
-from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, record_bytes
+from walog.log.records import HEADER_BYTES, RECORD_OVERHEAD_BYTES, check_seq, record_bytes
 from walog.log.registration import WriterInfo
+from walog.log.sessions import no_producer
 from walog.log.subscriptions import SubscriptionInfo
 from walog.log.writer import AsyncLogWriter, LogWriterConfig
 from walog.metadata import election
@@ -47,9 +49,18 @@ class LogWriter(SyncContext):
         self._max_entry_bytes = config.max_entry_bytes
         self._max_payload = config.max_entry_bytes - HEADER_BYTES - RECORD_OVERHEAD_BYTES
         # The async writer resolves each future itself when its entry completes: no asyncio
-        # future, callback or thread hop per record.
-        self._handoff: Handoff[Position] = Handoff(loop, writer.append_into)
+        # future, callback or thread hop per record. A producer's records go as (data, seq).
+        submit = writer.append_into if writer.producer is None else self._submit_tagged
+        self._handoff: Handoff[Position] = Handoff(loop, submit)
         self._put = self._handoff.put
+
+    def _submit_tagged(self, item: tuple[bytes, int | None], sink: Sink[Position]) -> None:
+        self.async_writer.append_into(item[0], sink, item[1])
+
+    @property
+    def producer(self) -> str | None:
+        """The producer whose session this writer's records belong to (None: none)."""
+        return self.async_writer.producer
 
     @property
     def name(self) -> str:
@@ -57,18 +68,27 @@ class LogWriter(SyncContext):
         return self.async_writer.name
 
     def append_async(
-        self, data: bytes | bytearray | memoryview
+        self, data: bytes | bytearray | memoryview, seq: int | None = None
     ) -> concurrent.futures.Future[Position]:
-        """Queue a record; the future resolves with its position once it is durable.
+        """Queue a record; the future resolves with its position once it is durable. With a
+        producer, ``seq`` numbers the record (None: the last + 1), and a seq the log holds
+        resolves with its first position (docs/logs.md, "Producer sessions").
 
         Raises:
-            TypeError: ``data`` is a ``str`` or not bytes-like.
+            TypeError: ``data`` is a ``str`` or not bytes-like, or ``seq`` not an int.
+            ValueError: ``seq`` is negative.
+            SequenceError: ``seq`` given to a writer without a producer. A seq skipped or
+                too old fails the future with it (``SequenceTooOldError``).
             RecordTooLargeError: the record cannot fit in one entry (a ``ValueError``);
                 the writer goes on.
         """
         if type(data) is not bytes or len(data) > self._max_payload:
             data = self._payload(data)  # copied, checked, or refused
-        return self._put(data)
+        if self.async_writer.producer is None:
+            if seq is not None:
+                raise no_producer(self.name, seq)
+            return self._put(data)
+        return self._put((data, None if seq is None else check_seq(seq)))
 
     def _payload(self, data: bytes | bytearray | memoryview) -> bytes:
         payload = data if type(data) is bytes else record_bytes(data)
@@ -76,12 +96,15 @@ class LogWriter(SyncContext):
             raise record_too_large(self.name, len(payload), self._max_entry_bytes)
         return payload
 
-    def append(self, data: bytes | bytearray | memoryview) -> Position:
-        """Append a record; return its position once it is durable (its entry acked)."""
-        return self.append_async(data).result()
+    def append(self, data: bytes | bytearray | memoryview, seq: int | None = None) -> Position:
+        """Append a record; return its position once it is durable (its entry acked);
+        ``seq`` as for :meth:`append_async`."""
+        return self.append_async(data, seq).result()
 
     def append_many_async(
-        self, records: Iterable[bytes | bytearray | memoryview]
+        self,
+        records: Iterable[bytes | bytearray | memoryview],
+        seqs: Iterable[int | None] | None = None,
     ) -> concurrent.futures.Future[list[Position]]:
         """Queue ``records`` in order with one future for all of them: it resolves with
         their positions once every one is durable, or fails with the first failure (records
@@ -89,15 +112,35 @@ class LogWriter(SyncContext):
         to the event loop and one future for the whole batch: the fast way to append many
         records from a thread.
 
-        Raises:
-            TypeError: a record is a ``str`` or not bytes-like (nothing is appended).
-            ValueError: a record cannot fit in one entry (nothing is appended).
-        """
-        return self._handoff.put_many([self._payload(data) for data in records])
+        With a producer, ``seqs`` (one per record) number them as :meth:`append_async`'s
+        ``seq`` does; None numbers each one the last + 1.
 
-    def append_many(self, records: Iterable[bytes | bytearray | memoryview]) -> list[Position]:
-        """Append ``records`` in order; return their positions once every one is durable."""
-        return self.append_many_async(records).result()
+        Raises:
+            TypeError: a record is a ``str`` or not bytes-like, or a seq not an int
+                (nothing is appended).
+            ValueError: a record cannot fit in one entry, a seq is negative, or ``seqs``
+                does not have one seq per record (nothing is appended).
+            SequenceError: ``seqs`` given to a writer without a producer.
+        """
+        payloads = [self._payload(data) for data in records]
+        if self.async_writer.producer is None:
+            if seqs is not None:
+                raise no_producer(self.name, seqs)
+            return self._handoff.put_many(payloads)
+        numbers = [None] * len(payloads) if seqs is None else list(seqs)
+        if len(numbers) != len(payloads):
+            raise ValueError(f"{len(numbers)} seqs for {len(payloads)} records")
+        checked = [None if seq is None else check_seq(seq) for seq in numbers]
+        return self._handoff.put_many(list(zip(payloads, checked, strict=True)))
+
+    def append_many(
+        self,
+        records: Iterable[bytes | bytearray | memoryview],
+        seqs: Iterable[int | None] | None = None,
+    ) -> list[Position]:
+        """Append ``records`` in order; return their positions once every one is durable
+        (``seqs`` as for :meth:`append_many_async`)."""
+        return self.append_many_async(records, seqs).result()
 
     def wait_retention(self) -> None:
         """Wait until the retention this writer applies after its rolls has run (no run
@@ -276,12 +319,23 @@ class Log:
         """The log's metadata record as stored now."""
         return self._loop.run(self.async_log.metadata())
 
-    def open_writer(self, config: LogWriterConfig | None = None) -> LogWriter:
+    def open_writer(
+        self, config: LogWriterConfig | None = None, *, producer: str | None = None
+    ) -> LogWriter:
         """Take over as the log's writer: fence and recover the last two ledgers, create a
         new one and CAS-write the ledger list. Any earlier writer's next append fails with
-        :class:`walog.WriterFencedError`."""
+        :class:`walog.WriterFencedError`.
+
+        With ``producer``, the writer's records belong to that producer's session: a seq
+        the log holds already returns its first position instead of being written again,
+        across rolls and takeovers (docs/logs.md, "Producer sessions").
+
+        Raises:
+            ValueError: ``producer`` is empty or longer than 255 bytes of UTF-8.
+            TypeError: ``producer`` is not a ``str``.
+        """
         config = self.async_log.writer_config_for(config)
-        writer = self._loop.run(self.async_log.open_writer(config))
+        writer = self._loop.run(self.async_log.open_writer(config, producer=producer))
         return LogWriter(writer, self._loop, config)
 
     def open_reader(

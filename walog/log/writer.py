@@ -46,7 +46,7 @@ from typing import Protocol
 
 from walog import mutations
 from walog._loggers import get_logger
-from walog._sinks import ALREADY_SETTLED, Sink
+from walog._sinks import ALREADY_SETTLED
 from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -57,20 +57,22 @@ from walog.errors import (
     WriterFencedError,
 )
 from walog.ledger.options import LedgerOptions
-from walog.log.entry_limit import check_entry_limit, record_too_large, repack
+from walog.log.entry_limit import check_entry_limit, record_too_large
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
 from walog.log.position import Position, unchecked_position
 from walog.log.records import (
     HEADER_BYTES,
     RECORD_OVERHEAD_BYTES,
+    TAGGED_FORMAT_VERSION,
     RecordBatch,
-    decode_records,
+    producer_prefix,
     record_bytes,
 )
 from walog.log.registration import WriterRegistration, register_writer
 from walog.log.retention import RollPolicy
 from walog.log.retire import ActiveLedger, RetireHooks, Retirements, fenced
+from walog.log.sessions import Sessions, start_sessions
 from walog.log.takeover import (
     ListChanged,
     applied,
@@ -79,6 +81,7 @@ from walog.log.takeover import (
     last_timestamp,
     take_over_once,
 )
+from walog.log.writer_packing import Packing, PositionSink
 from walog.wire.durability import Durability
 from walog.wire.limits import DEFAULT_MAX_ENTRY_BYTES
 
@@ -89,9 +92,6 @@ _Future = asyncio.Future
 
 ROLL_RETRY_SECONDS = 1.0
 """After a failed automatic roll, the next one is tried no sooner than this."""
-
-PositionSink = Sink[Position]
-"""Where a record's position (or its failure) goes once its entry completes."""
 
 
 class RollFollower(Protocol):
@@ -145,9 +145,15 @@ class _SentEntry:
     payload: bytes
 
 
-class AsyncLogWriter:
+class AsyncLogWriter(Packing):
     """The single writer of a log, on the event loop. Made by :func:`open_log_writer`.
-    Its records' timestamps never decrease, from ``last_stamp`` on (docs/time.md)."""
+    Its records' timestamps never decrease, from ``last_stamp`` on (docs/time.md).
+
+    Attributes:
+        producer: the producer whose session the writer's records belong to (None: none).
+        sessions: the writer's producer sessions (walog.log.sessions), None when it has
+            none: it then writes entry format 1 only.
+    """
 
     def __init__(
         self,
@@ -165,6 +171,9 @@ class AsyncLogWriter:
         self.epoch = epoch
         self._clock = _wall_clock  # records' timestamps (tests put a skewed clock here)
         self._last_stamp = last_stamp  # the highest given yet; at first the log's last
+        self.producer: str | None = None
+        self.sessions: Sessions | None = None
+        self._tagged = False  # once a record of a producer came: format-2 entries
         self._options = options
         self._volatile = options.durability is Durability.VOLATILE
         self._roll_policy = roll_policy
@@ -224,23 +233,33 @@ class AsyncLogWriter:
         """The ledger new records go to."""
         return self._current.ledger_id
 
-    def append_nowait(self, data: bytes | bytearray | memoryview) -> asyncio.Future[Position]:
+    def append_nowait(
+        self, data: bytes | bytearray | memoryview, seq: int | None = None
+    ) -> asyncio.Future[Position]:
         """Queue a record; the future resolves with its position once its entry is acked.
+        With a producer, ``seq`` numbers it (None: the last seq + 1); a seq the log holds
+        resolves with its first position, nothing written (docs/logs.md, "Producer
+        sessions").
 
         Raises:
-            TypeError: ``data`` is not bytes-like.
+            TypeError: ``data`` is not bytes-like, or ``seq`` not an int.
             RecordTooLargeError: the record cannot fit in an entry of ``max_entry_bytes``
                 (a ``ValueError``); the writer goes on.
+            ValueError: ``seq`` is negative; the writer goes on.
+            SequenceError: ``seq`` without a producer, skipped, or too old
+                (SequenceTooOldError); the writer goes on.
             WriterFencedError: another writer took over.
             LedgerClosedError: this writer is closed.
         """
         # asyncio.Future itself rather than loop.create_future(), which on asyncio's loops
         # only wraps it: one Python call less per record.
         future: asyncio.Future[Position] = _Future(loop=self._loop)
-        self.append_into(data, future)
+        self.append_into(data, future, seq)
         return future
 
-    def append_into(self, data: bytes | bytearray | memoryview, sink: PositionSink) -> None:
+    def append_into(
+        self, data: bytes | bytearray | memoryview, sink: PositionSink, seq: int | None = None
+    ) -> None:
         """Like :meth:`append_nowait`, resolving ``sink`` (an asyncio or a
         ``concurrent.futures`` future) instead: the sync facade hands its own futures in
         and saves a future and a callback per record. Call it on the loop thread."""
@@ -249,6 +268,9 @@ class AsyncLogWriter:
         # branch each and the common one nothing more.
         if self._failure is not None or self._closed:
             self._check_usable()
+        if seq is not None or self.producer is not None:
+            self.append_as(self.producer, seq, data, sink)
+            return
         if type(data) is not bytes:
             data = record_bytes(data)
         batch = self._batch
@@ -264,14 +286,14 @@ class AsyncLogWriter:
         if batch.add(stamp, data):
             self._send_batch()
         elif self._flush_handle is None:
-            if self._config.linger > 0:
-                self._flush_handle = self._loop.call_later(self._config.linger, self._send_batch)
-            else:
-                self._flush_handle = self._loop.call_soon(self._send_batch)
+            self._schedule_flush()
 
-    async def append(self, data: bytes | bytearray | memoryview) -> Position:
-        """Append a record and return its position once it is durable (acked)."""
-        return await self.append_nowait(data)
+    async def append(
+        self, data: bytes | bytearray | memoryview, seq: int | None = None
+    ) -> Position:
+        """Append a record and return its position once it is durable (acked); ``seq`` as
+        for :meth:`append_nowait`."""
+        return await self.append_nowait(data, seq)
 
     async def flush(self) -> None:
         """Send the partly filled entry now and wait until every record appended so far is
@@ -351,14 +373,13 @@ class AsyncLogWriter:
         if self._closed:
             raise LedgerClosedError(f"log writer of {self.name!r} is closed")
 
-    def _new_batch(self) -> RecordBatch:
-        return RecordBatch(self._entry_bytes, self._config.max_records_per_entry)
-
     def _send_batch(self) -> None:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
         if not self._batch_futures:
+            if self._batch.version != TAGGED_FORMAT_VERSION and self._tagged:
+                self._batch = self._new_batch()
             return
         batch, futures = self._batch, self._batch_futures
         self._batch, self._batch_futures = self._new_batch(), []
@@ -462,6 +483,8 @@ class AsyncLogWriter:
             ledger.first_acked = sent.payload
         ledger.last_acked = sent.payload  # the ledger's time range, once it is closed
         ledger_id = ledger.ledger_id  # a property chain: read once per entry
+        if self.sessions is not None:
+            self.sessions.entry_acked(ledger_id, entry_id, len(sinks))
         # The ids come from the ledger and the slots from enumerate: valid by construction,
         # so each record's position skips Position's validation.
         for slot, future in enumerate(sinks):
@@ -490,7 +513,7 @@ class AsyncLogWriter:
         limit = exc.limit
         if limit is not None and HEADER_BYTES + RECORD_OVERHEAD_BYTES < limit < self._entry_bytes:
             self._entry_bytes = limit
-            self._resend(refused, exc)
+            self._resend([(each.payload, each.sinks) for each in refused], exc)
         else:
             # No smaller limit to pack them within (the bookie did not say, or it holds no
             # record): sent again, they would be refused again.
@@ -506,37 +529,6 @@ class AsyncLogWriter:
                 self._fail_futures(each.sinks, error)
         if ledger is self._current:
             self._maybe_roll()
-
-    def _resend(self, refused: list[_SentEntry], exc: RecordTooLargeError) -> None:
-        """Pack the records of the ``refused`` entries, then those held and batched since,
-        in their order, into entries of at most the lowered limit, and hold them for the
-        next ledger (:meth:`_release_held` sends them); fail a record no entry holds."""
-        records: list[tuple[float, bytes, PositionSink]] = []
-
-        def take(payload: bytes, sinks: list[PositionSink]) -> None:
-            for (timestamp, data), sink in zip(decode_records(payload), sinks, strict=True):
-                records.append((timestamp, data, sink))
-
-        for each in refused:
-            take(each.payload, each.sinks)
-        for payload, _size, sinks in self._held:
-            take(payload, sinks)
-        if self._batch_futures:
-            take(self._batch.encode(), self._batch_futures)
-        self._held.clear()
-        self._batch, self._batch_futures = self._new_batch(), []
-        repacked = repack(records, self._entry_bytes, self._config.max_records_per_entry)
-        for size, sink in repacked.too_large:
-            error = record_too_large(self.name, size, self._entry_bytes, refusal=exc)
-            self._fail_futures([sink], error)
-        self._held.extend(repacked.entries)
-        log.info(
-            "records refused as too large packed again for the next ledger",
-            log=self.name,
-            records=len(records) - len(repacked.too_large),
-            failed=len(repacked.too_large),
-            max_entry_bytes=self._entry_bytes,
-        )
 
     def _session_expired(self) -> None:
         """The session that took the log over is gone: another writer may hold the log by
@@ -694,7 +686,9 @@ class AsyncLogWriter:
             return None  # this roll's own CAS, applied although its answer was lost
         if meta.epoch != self.epoch or meta.last_ledger_id != expected_last:
             raise fenced(self.name, expected_last, MetadataConflictError("ledger list changed"))
-        return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)))
+        # The producer table goes forward with the ledger list (walog.log.sessions).
+        table = meta.producers if self.sessions is None else self.sessions.doc(self._last_stamp)
+        return meta.replace(ledgers=(*meta.ledgers, LedgerInfo(new_id)), producers=table)
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -749,17 +743,34 @@ async def open_log_writer(
     options: LedgerOptions,
     roll_policy: RollPolicy,
     config: LogWriterConfig,
+    producer: str | None = None,
+    *,
+    sessions: bool = False,
 ) -> AsyncLogWriter:
-    """Take over as the writer of log ``name`` (docs/protocol.md, "Takeover").
+    """Take over as the writer of log ``name`` (docs/protocol.md, "Takeover"), with the
+    session of ``producer`` when given (docs/logs.md, "Producer sessions"); ``sessions``
+    without a producer: the records name theirs (``append_as``, the state machine's).
+    Either way the producer table is rebuilt before the writer takes any record.
 
     Raises:
         NoSuchLogError: the log does not exist.
         ValueError: ``config.max_entry_bytes`` is over the client's limit or the one an
-            available bookie announces (walog.log.entry_limit); nothing was changed.
+            available bookie announces (walog.log.entry_limit); nothing was changed; or
+            ``producer`` is not a name a record can carry.
+        TypeError: ``producer`` is not a ``str``.
         MetadataConflictError: other writers kept winning the CAS (duel) for too long.
     """
+    if producer is not None:
+        producer_prefix(producer)  # checked before anything changes
     await check_entry_limit(client, name, config.max_entry_bytes)
-    writer = await _take_over(client, name, options, roll_policy, config)
+    writer, stored = await _take_over(client, name, options, roll_policy, config)
+    try:
+        if producer is not None or sessions:
+            writer.sessions = await start_sessions(client, name, stored, options.password)
+            writer.producer = producer
+    except BaseException:
+        await writer.close()
+        raise
     try:
         # Visible to `walog log show` and `walog status` while it lives.
         writer.registration = await register_writer(client.ctx.store, name, writer.epoch)
@@ -775,7 +786,7 @@ async def _take_over(
     options: LedgerOptions,
     roll_policy: RollPolicy,
     config: LogWriterConfig,
-) -> AsyncLogWriter:
+) -> tuple[AsyncLogWriter, LogMetadata]:
     async for attempt in cas_retrying(also=ListChanged):
         with attempt:
             stored, ledger = await take_over_once(client, name, options)
@@ -787,9 +798,10 @@ async def _take_over(
                 with contextlib.suppress(WalogError):
                     await ledger.close()
                 raise
-            return AsyncLogWriter(
+            writer = AsyncLogWriter(
                 client, name, stored.epoch, ledger, options, roll_policy, config, stamp
             )
+            return writer, stored
     raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
 

@@ -9,6 +9,7 @@ docs/statemachine.md).
 - ``snapshots``  where snapshot bytes live (ledgers or a directory), checksums, listing
 - ``keeper``     a node's snapshots: when, take + list + truncate, restore the newest
 - ``commands``   the leader's commands in flight, applied in append order once acked
+- ``results``    the first results of commands of client sessions, for their retries
 - ``machine``    the asyncio driver: standby -> campaign -> catch up -> lead
 - ``reads``      reads of a node's state: linearizable (after the log's read barrier) or stale
 - ``sync``       the sync facade on the client's event loop thread
@@ -18,7 +19,12 @@ from __future__ import annotations
 
 from walog.recipes.machine import AsyncStateMachine
 from walog.recipes.policy import Role, SnapshotPolicy
-from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
+from walog.recipes.service import (
+    CommandAppliedError,
+    CommandInDoubtError,
+    NotLeaderError,
+    Service,
+)
 from walog.recipes.snapshots import (
     CorruptSnapshotError,
     DirectorySnapshotStore,
@@ -28,6 +34,7 @@ from walog.recipes.sync import StateMachine
 
 __all__ = [
     "AsyncStateMachine",
+    "CommandAppliedError",
     "CommandInDoubtError",
     "CorruptSnapshotError",
     "DirectorySnapshotStore",

@@ -30,6 +30,7 @@ class _Pending:
     command: bytes
     sink: ResultSink
     submitted: float
+    key: tuple[str, int] | None  # the command's (client, seq), when it has one
 
 
 def settle(sink: ResultSink, value: Any = None, error: BaseException | None = None) -> None:
@@ -61,9 +62,16 @@ class CommandPipeline:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, ack: asyncio.Future[Position], command: bytes, sink: ResultSink) -> None:
-        """A command whose record was appended; ``ack`` resolves with its position."""
-        self._pending.append(_Pending(ack, command, sink, time.time()))
+    def add(
+        self,
+        ack: asyncio.Future[Position],
+        command: bytes,
+        sink: ResultSink,
+        key: tuple[str, int] | None = None,
+    ) -> None:
+        """A command whose record was appended; ``ack`` resolves with its position (the
+        first one, for a retried ``key``: its record is not written again)."""
+        self._pending.append(_Pending(ack, command, sink, time.time(), key))
         self._idle.clear()
         self._kick.set()
 
@@ -86,7 +94,9 @@ class CommandPipeline:
                 raise
             pending.popleft()
             # The leader's own record: the log holds exactly these bytes at ``position``.
-            result, error = self._apply(Record(position, head.command, head.submitted))
+            producer, seq = head.key if head.key is not None else (None, None)
+            record = Record(position, head.command, head.submitted, producer, seq)
+            result, error = self._apply(record)
             settle(head.sink, result, error)
             if not pending:
                 self._went_idle()

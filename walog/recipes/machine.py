@@ -34,7 +34,13 @@ from typing import Any, TypeVar
 from walog import mutations
 from walog._loggers import get_logger
 from walog._tasks import cancel_and_wait
-from walog.errors import DataLossError, LedgerFencedError, RecordTooLargeError, WalogError
+from walog.errors import (
+    DataLossError,
+    LedgerFencedError,
+    RecordTooLargeError,
+    SequenceError,
+    WalogError,
+)
 from walog.log.async_log import AsyncLog
 from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S
 from walog.log.log_metadata import SnapshotInfo
@@ -46,6 +52,7 @@ from walog.recipes.commands import CommandPipeline, ResultSink
 from walog.recipes.keeper import RESTORE_ATTEMPTS, SnapshotChurnError, SnapshotKeeper
 from walog.recipes.policy import Role, SnapshotPolicy, caught_up, is_new, next_after
 from walog.recipes.reads import Consistency, read_state
+from walog.recipes.results import Results, command_key
 from walog.recipes.service import CommandInDoubtError, NotLeaderError, Service
 from walog.wire.durability import Durability
 
@@ -127,6 +134,7 @@ class AsyncStateMachine:
         self._lag = 0.0
         self._writer: AsyncLogWriter | None = None
         self._commands = CommandPipeline(self._apply, self._notify)
+        self._results = Results()
         self._writer_failed = asyncio.Event()
         self._writer_error: BaseException | None = None
         self._changed = asyncio.Event()
@@ -186,20 +194,35 @@ class AsyncStateMachine:
                 f"not happen within {timeout} seconds"
             ) from exc
 
-    def submit_into(self, command: bytes, sink: ResultSink) -> None:
+    def submit_into(
+        self,
+        command: bytes,
+        sink: ResultSink,
+        client_id: str | None = None,
+        seq: int | None = None,
+    ) -> None:
         """Append ``command``; ``sink`` gets ``apply``'s result once its record is durable
-        and applied (loop thread; the sync facade hands its own futures in).
+        and applied (loop thread; the sync facade hands its own futures in). With
+        ``client_id`` and ``seq``, a command the log holds already is not appended again:
+        ``sink`` gets its first result (walog.recipes.results).
 
         Raises:
             NotLeaderError: this node does not serve commands now.
-            TypeError, ValueError: ``command`` is not bytes-like or too large for an entry.
+            TypeError, ValueError: ``command`` is not bytes-like or too large for an entry;
+                ``client_id`` without ``seq`` or the other way round.
+            SequenceError: ``seq`` is skipped or too old for ``client_id``.
         """
         writer = self._writer
+        key = command_key(client_id, seq)
         if self.role is not Role.LEADER or writer is None:
             raise NotLeaderError(f"node {self.node_id} is {self.role.value}, not the leader")
         try:
-            ack = writer.append_nowait(command)
-        except RecordTooLargeError:
+            if key is None:
+                ack = writer.append_nowait(command)
+            else:
+                ack = asyncio.get_running_loop().create_future()
+                writer.append_as(key[0], key[1], command, ack)
+        except (RecordTooLargeError, SequenceError):
             raise  # this command alone is refused: the writer goes on
         except WalogError as exc:
             # A failure the writer already knew (fenced, its session presumed expired while
@@ -208,19 +231,29 @@ class AsyncStateMachine:
             self._writer_error = exc
             self._writer_failed.set()
             raise
-        self._commands.add(ack, bytes(command), sink)
+        self._commands.add(ack, bytes(command), sink, key)
 
-    async def submit(self, command: bytes) -> Any:
+    async def submit(
+        self, command: bytes, *, client_id: str | None = None, seq: int | None = None
+    ) -> Any:
         """Append ``command``, wait until it is applied, and return ``apply``'s result.
+
+        With ``client_id`` and ``seq`` (the client's number for this command, increasing),
+        the command is appended under the client's producer session: submitted again with
+        the same pair (after ``CommandInDoubtError``, ``WriterFencedError`` or a timeout,
+        on this leader or the next), it is applied once and answered with its first result.
 
         Raises:
             NotLeaderError: this node does not lead (ask the leader; see ``role``).
             CommandInDoubtError: the node stopped leading while the command was in flight.
             WriterFencedError: another node took over while the command was in flight;
                 it may or may not be in the log (the new leader applies it if it is).
+            CommandAppliedError: a retried command was applied, but its result is no
+                longer kept.
+            SequenceError: ``seq`` is skipped or too old for ``client_id``.
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.submit_into(command, future)
+        self.submit_into(command, future, client_id, seq)
         return await future
 
     async def read(
@@ -408,7 +441,8 @@ class AsyncStateMachine:
 
     async def _lead(self, leadership: Leadership) -> None:
         self._set_role(Role.CATCHING_UP)
-        writer = await self._log.open_writer()  # fences the previous leader's ledgers
+        # Fences the previous leader's ledgers; each command names its client's session.
+        writer = await self._log.open_writer(sessions=True)
         self._writer = writer
         target = Position(writer.ledger_id, 0, 0)
         if not caught_up(self._resume, None, target):
@@ -476,7 +510,9 @@ class AsyncStateMachine:
 
     def _apply(self, record: Record) -> tuple[Any, BaseException | None]:
         if not is_new(self._resume, record.position):
-            return None, None  # already in the state (restored or applied before)
+            # Already in the state (restored or applied before): a retried command of a
+            # client gets its first result.
+            return self._results.first(record)
         result: Any = None
         error: BaseException | None = None
         try:
@@ -488,6 +524,7 @@ class AsyncStateMachine:
                 "apply raised", node=self.node_id, position=str(record.position), error=repr(exc)
             )
             error = exc
+        self._results.applied(record, result, error)
         self._resume = next_after(record.position)
         self._keeper.applied(len(record.data))
         self._maybe_snapshot()

@@ -35,8 +35,16 @@ class NotLeaderError(WalogError):
 
 class CommandInDoubtError(WalogError):
     """The node stopped leading before the command's record was acknowledged: the record may
-    or may not be in the log. If it is, every node applies it; retry only if the command is
+    or may not be in the log. If it is, every node applies it. A command submitted with a
+    ``client_id`` and ``seq`` is retried safely with the same pair on the new leader: it is
+    applied once and answered with its first result; retry any other command only if it is
     idempotent or the state shows it was not applied."""
 
 
-__all__ = ["CommandInDoubtError", "NotLeaderError", "Service"]
+class CommandAppliedError(WalogError):
+    """A retried command (same ``client_id`` and ``seq``) was applied already, but its
+    result is no longer kept on this node (it was applied before the snapshot the node
+    restored, or is older than the results kept per client)."""
+
+
+__all__ = ["CommandAppliedError", "CommandInDoubtError", "NotLeaderError", "Service"]

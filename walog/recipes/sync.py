@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from walog._loop_thread import Handoff, SyncContext
+from walog._sinks import Sink
 from walog.log.barrier import DEFAULT_BARRIER_TIMEOUT_S
 from walog.log.log_metadata import SnapshotInfo
 from walog.log.position import Position
@@ -20,6 +21,7 @@ from walog.log.sync import Log
 from walog.recipes.machine import AsyncStateMachine
 from walog.recipes.policy import Role, SnapshotPolicy
 from walog.recipes.reads import Consistency
+from walog.recipes.results import command_key
 from walog.recipes.service import Service
 
 T = TypeVar("T")
@@ -62,7 +64,7 @@ class StateMachine(SyncContext):
             )
 
         self.async_machine = self._loop.run(build())
-        self._handoff: Handoff[Any] = Handoff(self._loop, self.async_machine.submit_into)
+        self._handoff: Handoff[Any] = Handoff(self._loop, self._submit_into)
 
     @property
     def role(self) -> Role:
@@ -109,16 +111,36 @@ class StateMachine(SyncContext):
 
         self._loop.run(machine.wait_for(done, timeout))
 
-    def submit(self, command: bytes) -> concurrent.futures.Future[Any]:
+    def _submit_into(self, item: bytes | tuple[bytes, str, int], sink: Sink[Any]) -> None:
+        if isinstance(item, tuple):
+            self.async_machine.submit_into(item[0], sink, item[1], item[2])
+        else:
+            self.async_machine.submit_into(item, sink)
+
+    def submit(
+        self, command: bytes, *, client_id: str | None = None, seq: int | None = None
+    ) -> concurrent.futures.Future[Any]:
         """Append ``command``; the future gets ``apply``'s result once it is durable and
-        applied, or :class:`walog.recipes.NotLeaderError` when this node does not lead."""
+        applied, or :class:`walog.recipes.NotLeaderError` when this node does not lead.
+        With ``client_id`` and ``seq``, a retry of the command is applied once and answered
+        with its first result (see ``AsyncStateMachine.submit``)."""
         if not isinstance(command, bytes | bytearray | memoryview):
             raise TypeError(f"a command is bytes, got {type(command).__name__}")
-        return self._handoff.put(bytes(command))
+        key = command_key(client_id, seq)
+        if key is None:
+            return self._handoff.put(bytes(command))
+        return self._handoff.put((bytes(command), *key))
 
-    def execute(self, command: bytes, timeout: float | None = None) -> Any:
+    def execute(
+        self,
+        command: bytes,
+        timeout: float | None = None,
+        *,
+        client_id: str | None = None,
+        seq: int | None = None,
+    ) -> Any:
         """:meth:`submit` and wait for the result."""
-        return self.submit(command).result(timeout)
+        return self.submit(command, client_id=client_id, seq=seq).result(timeout)
 
     def read(
         self,

@@ -297,3 +297,25 @@ async def test_a_node_without_a_snapshot_refuses_a_log_truncated_before_it(
         machine = AsyncStateMachine(log, Counter(), node_id="a")
         with pytest.raises(DataLossError, match="no valid snapshot covers what went"):
             await machine.start()
+
+
+async def test_a_retried_command_is_applied_once_and_answered_with_its_first_result(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    uri = cluster.metadata_uri
+    a_state, b_state = Counter(), Counter()
+    async with node(uri, log_name, "a", a_state) as (_, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        async with node(uri, log_name, "b", b_state) as (_, b):
+            assert await a.submit(b"c0", client_id="teller", seq=0) == 1
+            assert await a.submit(b"c1", client_id="teller", seq=1) == 2
+            assert await a.submit(b"c1", client_id="teller", seq=1) == 2  # the same leader
+            with pytest.raises(ValueError, match="both client_id and seq"):
+                await a.submit(b"c1", client_id="teller")
+            await b.wait_for(lambda: b_state.seen == a_state.seen, 30)
+            await a.close()  # the lead goes to b, which applied c1 as a standby
+            await b.wait_for(lambda: is_leader(b), 30)
+            assert await b.submit(b"c1", client_id="teller", seq=1) == 2  # its first result
+            assert await b.submit(b"c2", client_id="teller", seq=2) == 3
+            assert await b.submit(b"plain") == 4
+    assert b_state.seen == ["c0", "c1", "c2", "plain"]

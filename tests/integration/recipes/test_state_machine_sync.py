@@ -145,3 +145,21 @@ def test_wait_leader_on_a_standby_times_out_naming_its_own_timeout(
                 "state machine 'b' did not become the leader within 0.5 seconds (it is standby)"
             )
             assert standby.role is Role.STANDBY and leader.role is Role.LEADER
+
+
+def test_a_sync_command_retried_with_its_client_id_and_seq_is_applied_once(
+    cluster: LocalCluster, log_name: str
+) -> None:
+    deposit = json.dumps({"op": "deposit", "to": "x", "amount": 5}).encode()
+    with walog.connect(cluster.metadata_uri) as client:
+        log = client.open_log(log_name)
+        service = Balances()
+        with StateMachine(log, service, node_id="a") as machine:
+            machine.start()
+            machine.wait_leader(timeout=30)
+            assert machine.execute(deposit, client_id="teller", seq=1) == 5
+            assert machine.execute(deposit, client_id="teller", seq=1, timeout=30) == 5
+            futures = [machine.submit(deposit, client_id="teller", seq=2) for _ in range(3)]
+            assert [f.result(30) for f in futures] == [10, 10, 10]
+            assert machine.execute(deposit) == 15
+    assert service.accounts == {"x": 15}

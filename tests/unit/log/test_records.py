@@ -34,8 +34,8 @@ def test_records_round_trip_in_slot_order(records: list[tuple[float, bytes]]) ->
 
 def test_unknown_format_version_is_refused() -> None:
     entry = bytearray(encode_records([(1.0, b"x")]))
-    entry[0] = 2
-    with pytest.raises(RecordFormatError, match="version 2"):
+    entry[0] = 3
+    with pytest.raises(RecordFormatError, match="version 3"):
         decode_records(bytes(entry))
 
 
