@@ -1,14 +1,18 @@
 """The log layer: logs made of ledgers (docs/protocol.md, "Logs").
 
 - ``position``      Position, Record, Segment
-- ``records``       how records are packed into entries (entry format, version 1)
+- ``records``       how records are packed into entries (entry formats 1 and 2: with
+                    producer sessions' (producer, seq) tags)
+- ``producers``     producer sessions: which (producer, seq) pairs a log holds (pure);
+                    ``sessions``: the table stored with the log and rebuilt at a takeover
 - ``log_metadata``  the log's metadata record (ledger list, cursors, marks) and CAS helpers
 - ``log_config``    LogConfig: the settings stored with a log, and how a process's meet them
 - ``damaged``       fields of a stored record that do not parse, kept aside until repaired
 - ``ledgers``       what the log layer needs from the ledger layer (structural types)
 - ``takeover``      taking a log over: fencing and recovering its tail, creating its ledgers,
                     discarding a new ledger no list can name
-- ``writer``        the log writer: record batching, rolling
+- ``writer``        the log writer: record batching, rolling; ``writer_packing``: how
+                    its records fill entries
 - ``entry_limit``   the log's record size limit against the client's and the bookies'
 - ``retire``        closing the ledgers the writer rolled away from (by recovery where a
                     close fails)
