@@ -114,7 +114,7 @@ CASES: dict[
 
 
 FOUND_AT = {
-    "barrier_stops_at_lac": 17,
+    "barrier_stops_at_lac": 38,
     "checkpoint_probes_after_freezing": 167,
     "compaction_skips_unreadable": 28,
     "ensemble_acks_before_writing": 72,
