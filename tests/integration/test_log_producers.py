@@ -7,26 +7,22 @@ sessions")."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import textwrap
 from collections import Counter
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 import walog
 import walog.aio
 from tests.integration.test_cli import _run
-from tests.processes import DIE_WITH_PARENT
+from tests.processes import DIE_WITH_PARENT, repo_env
 from walog.aio import AsyncClient
 from walog.errors import SequenceError, SequenceTooOldError, WriterFencedError
 from walog.log.position import Position, Record
 from walog.log.producers import WINDOW
 from walog.testing import LocalCluster
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -190,9 +186,7 @@ async def run_killed_writer(cluster: LocalCluster, name: str, start: int) -> lis
     """A writer process of producer svc-7 that appends seqs ``start..start+4`` and is
     SIGKILLed once the last is acknowledged, before its caller hears; the positions it
     printed (all but the last)."""
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     proc = await asyncio.create_subprocess_exec(
         *DIE_WITH_PARENT,
         sys.executable,

@@ -9,7 +9,6 @@ The default run has 3 rounds (6 takeovers); ``--slow`` runs 12."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import sys
 import textwrap
@@ -20,12 +19,11 @@ from pathlib import Path
 import pytest
 
 import walog.aio
-from tests.processes import DIE_WITH_PARENT
+from tests.processes import DIE_WITH_PARENT, repo_env
 from walog.log.position import Position, Record
 from walog.log.retention import RollPolicy
 from walog.testing import LocalCluster
 
-REPO = Path(__file__).resolve().parents[2]
 PRODUCER = "svc-7"
 PER_ROUND = 12
 
@@ -63,9 +61,7 @@ async def writer_round(
     """A writer process appends seqs ``start..start+PER_ROUND-1`` pipelined and is SIGKILLed
     right after the ack of the ``kill_at``-th; bookie ``victim`` is killed once the writer
     took over. Returns the positions its caller heard of."""
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = repo_env()
     proc = await asyncio.create_subprocess_exec(
         *DIE_WITH_PARENT,
         sys.executable,
