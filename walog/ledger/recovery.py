@@ -272,9 +272,15 @@ class _Recovery:
         ensemble = md.last_ensemble
         coverage = QuorumCoverage(md.ensemble_size, md.write_quorum, md.ack_quorum)
         max_lac = -1
+        answers: dict[str, str] = {}
 
         def on_outcome(index: int, outcome: Outcome[FenceReply]) -> bool:
             nonlocal max_lac
+            answers[ensemble[index]] = (
+                f"{type(outcome).__name__}: {outcome}"
+                if isinstance(outcome, BookieError)
+                else outcome.status.name
+            )
             answer = classify_fence(self._ledger_id, ensemble[index], outcome)
             coverage.add(index, answer)
             if answer is Answer.POSITIVE and not isinstance(outcome, BookieError):
@@ -293,10 +299,11 @@ class _Recovery:
             detach=True,
         )
         if not coverage.covered():
+            told = "; ".join(f"{b}: {answers.get(b, 'no answer')}" for b in ensemble)
             raise BookieUnavailableError(
                 f"cannot fence ledger {self._ledger_id}: need "
                 f"{md.write_quorum - md.ack_quorum + 1} fenced bookies in every write quorum "
-                f"of {', '.join(ensemble)}"
+                f"of {', '.join(ensemble)} (answers: {told})"
             )
         return max_lac
 
