@@ -54,6 +54,8 @@ class Run:
             cluster, WRITER_HOST, LOG, out / "writer", session_timeout=WRITER_SESSION_S
         )
         self.exempt: set[Fragment] = set()
+        self.before: set[Fragment] = set()
+        """The fragments as the last fault began."""
         self.phases = 0
 
     def current_ensemble(self) -> tuple[str, ...]:
@@ -64,7 +66,7 @@ class Run:
     def through(self, fault: Callable[[], None], *, rack_cut: bool = False) -> set[Fragment]:
         """Fault, keep writing for FAULT_S, heal; then every ack reads back and the rack
         rule holds. The fragments made meanwhile."""
-        before = fragments(self.cluster, LOG)
+        before = self.before = fragments(self.cluster, LOG)
         started = time.monotonic()
         fault()
         try:
@@ -88,10 +90,16 @@ class Run:
         return after - before
 
 
-def _replaced(made: set[Fragment], bookie: str) -> bool:
+def _replaced(made: set[Fragment], bookie: str, before: set[Fragment]) -> bool:
     """True when a fragment made during the fault left ``bookie`` out of the ledger's
-    previous ensemble (the writer moved away from it)."""
-    return any(bookie not in ensemble for _, first, ensemble in made if first > 0)
+    previous ensemble (the writer moved away from it): a new fragment past entry 0, or one
+    that took the place, at entry 0, of a fragment of ``before`` naming the bookie (a
+    ledger whose first entry never reached it)."""
+    named = {(ledger, first) for ledger, first, ensemble in before if bookie in ensemble}
+    return any(
+        bookie not in ensemble and (first > 0 or (ledger, first) in named)
+        for ledger, first, ensemble in made
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +116,13 @@ def run(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_acked_entries_read_back_after_a_bookie_host_is_isolated(run: Run) -> None:
     bookie = run.current_ensemble()[0]
     made = run.through(lambda: run.cluster.isolate(run.cluster.host_of(bookie)))
-    assert _replaced(made, bookie)
+    assert _replaced(made, bookie, run.before)
 
 
 def test_acked_entries_read_back_after_a_whole_rack_is_isolated(run: Run) -> None:
     bookie = run.current_ensemble()[1]
     made = run.through(lambda: run.cluster.isolate_rack(run.cluster.racks[bookie]), rack_cut=True)
-    assert _replaced(made, bookie)
+    assert _replaced(made, bookie, run.before)
 
 
 @pytest.mark.slow
@@ -137,7 +145,7 @@ def test_acked_entries_read_back_after_a_one_way_cut_from_the_writer_to_a_bookie
 ) -> None:
     bookie = run.current_ensemble()[2]
     made = run.through(lambda: run.cluster.cut_one_way(WRITER_HOST, run.cluster.host_of(bookie)))
-    assert _replaced(made, bookie)
+    assert _replaced(made, bookie, run.before)
 
 
 def test_the_writer_stops_cleanly_and_the_whole_log_reads_back(run: Run) -> None:
