@@ -14,7 +14,7 @@ from tests.integration.disks import EioSwitch, fill_to
 from walog.errors import WalogError
 from walog.testing.hosts import HostCluster
 from walog.testing.process import BookieProcess, LocalClusterError
-from walog.testing.zookeeper import ZooKeeperError
+from walog.testing.zookeeper import ZooKeeperError, ZooKeeperNode
 
 FILL_SHARE = 0.97
 """How full ballast makes the small disk: past the bookie's read-only mark (0.95)."""
@@ -97,7 +97,7 @@ class Nemesis:
             self._net[order] = ("cut", sender, receiver)
             return f"dropping what {sender} sends {receiver}"
         if kind == "kill_zk_leader":
-            self._zk_killed[order] = [self._kill_zk(leader_only=True)]
+            self._zk_killed[order] = [self._kill_zk_leader()]
             return f"killed zk{self._zk_killed[order][0]}"
         if kind == "zk_quorum_loss":
             # Frozen, not killed: ZooKeeper 3.8.0 can lose committed transactions when a
@@ -155,35 +155,31 @@ class Nemesis:
             return "disk works again; bookie restarted"
         return "nothing to undo"
 
-    def _kill_zk(self, *, leader_only: bool) -> int:
-        """SIGKILL the leader (any running node when none leads now, or ``leader_only`` is
-        False and the leader is gone already); its id."""
-        running = [n for n in self.cluster.zookeepers if n.running]
-        if leader_only:
-            with contextlib.suppress(ZooKeeperError):
-                leader = self.cluster.ensemble.leader(ZK_LEADER_WAIT_S)
-                leader.kill()
-                return leader.myid
-        if not running:
+    def _zk_leader(self) -> ZooKeeperNode | None:
+        """The node that leads now (None when no node leads within ZK_LEADER_WAIT_S)."""
+        with contextlib.suppress(ZooKeeperError):
+            return self.cluster.ensemble.leader(ZK_LEADER_WAIT_S)
+        return None
+
+    def _kill_zk_leader(self) -> int:
+        """SIGKILL the leader (any running node when none leads now); its id."""
+        victim = self._zk_leader() or next((n for n in self.cluster.zookeepers if n.running), None)
+        if victim is None:
             raise KeyError("no ZooKeeper node runs")
-        running[0].kill()
-        return running[0].myid
+        victim.kill()
+        return victim.myid
 
     def _pause_zk_majority(self) -> list[int]:
         """SIGSTOP the leader (when one leads) and more running nodes, two in all; their
         ids."""
-        frozen: list[int] = []
-        with contextlib.suppress(ZooKeeperError):
-            leader = self.cluster.ensemble.leader(ZK_LEADER_WAIT_S)
-            leader.pause()
-            frozen.append(leader.myid)
-        for node in self.cluster.zookeepers:
-            if len(frozen) == 2:
-                break
-            if node.running and not node.paused:
-                node.pause()
-                frozen.append(node.myid)
-        return frozen
+        leader = self._zk_leader()
+        others = [
+            n for n in self.cluster.zookeepers if n is not leader and n.running and not n.paused
+        ]
+        frozen = ([leader] if leader is not None else []) + others
+        for node in frozen[:2]:
+            node.pause()
+        return [node.myid for node in frozen[:2]]
 
     def _heal_network(self, order: int) -> None:
         fault = self._net.pop(order)
