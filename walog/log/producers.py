@@ -65,6 +65,13 @@ class ProducerState:
     pending: set[int] = dataclasses.field(default_factory=set)
     stamp: float = 0.0
 
+    def remember(self, seq: int, position: Position, window: int) -> None:
+        """``seq`` is in the log at ``position``: into the window, whose oldest record
+        goes beyond ``window`` records."""
+        self.window[seq] = position
+        if len(self.window) > window:
+            self.window.popitem(last=False)
+
 
 Admission = tuple[Literal["new", "written", "pending"], int, Position | None]
 """What :meth:`ProducerTable.admit` decided: ``("new", seq, None)`` to write it,
@@ -178,9 +185,7 @@ class ProducerTable:
         state.pending.discard(seq)
         if seq > state.last_seq:
             state.last_seq = seq
-        state.window[seq] = position
-        while len(state.window) > self._window:
-            state.window.popitem(last=False)
+        state.remember(seq, position, self._window)
         state.stamp = max(state.stamp, stamp)
 
     def failed(self, producer: str, seq: int) -> None:

@@ -65,11 +65,8 @@ class Tracked:
         if seq not in pending:
             return
         pending.remove(seq)
-        window = state.window
-        window[seq] = position
         sessions = self._sessions
-        if len(window) > sessions.window:
-            window.popitem(last=False)
+        state.remember(seq, position, sessions.window)
         try:  # noqa: SIM105 (suppress() would cost a context manager per record)
             self.sink.set_result(position)
         except ALREADY_SETTLED:
