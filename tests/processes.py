@@ -1,8 +1,9 @@
 """Child processes of tests: ones that die with the test run (:data:`DIE_WITH_PARENT`), and
-this interpreter run on a command in the repository (:func:`run_python`)."""
+this interpreter run on a command in the repository (:func:`run_python`, :func:`python_child`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import select
@@ -32,6 +33,21 @@ def repo_env(**extra: str) -> dict[str, str]:
     imports the code under test wherever it runs), and ``extra`` set."""
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+async def python_child(script: str, *args: str) -> asyncio.subprocess.Process:
+    """This interpreter running ``script`` (``-c``) with ``args``, its stdout a pipe, started
+    to die with the test run (:data:`DIE_WITH_PARENT`) and to import the code under test
+    (:func:`repo_env`)."""
+    return await asyncio.create_subprocess_exec(
+        *DIE_WITH_PARENT,
+        sys.executable,
+        "-c",
+        script,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        env=repo_env(),
+    )
 
 
 def run_python(*args: str, timeout: float = 120.0) -> str:

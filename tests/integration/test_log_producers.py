@@ -7,7 +7,6 @@ sessions")."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import textwrap
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -17,7 +16,7 @@ import pytest
 import walog
 import walog.aio
 from tests.integration.test_cli import _run
-from tests.processes import DIE_WITH_PARENT, repo_env
+from tests.processes import python_child
 from walog.aio import AsyncClient
 from walog.errors import SequenceError, SequenceTooOldError, WriterFencedError
 from walog.log.position import Position, Record
@@ -186,18 +185,7 @@ async def run_killed_writer(cluster: LocalCluster, name: str, start: int) -> lis
     """A writer process of producer svc-7 that appends seqs ``start..start+4`` and is
     SIGKILLed once the last is acknowledged, before its caller hears; the positions it
     printed (all but the last)."""
-    env = repo_env()
-    proc = await asyncio.create_subprocess_exec(
-        *DIE_WITH_PARENT,
-        sys.executable,
-        "-c",
-        _KILLED_AFTER_ACK,
-        cluster.metadata_uri,
-        name,
-        str(start),
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
-    )
+    proc = await python_child(_KILLED_AFTER_ACK, cluster.metadata_uri, name, str(start))
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == -9, out
     return [Position.parse(line) for line in out.decode().split()]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import walog.aio
-from tests.processes import DIE_WITH_PARENT, repo_env
+from tests.processes import python_child
 from walog.log.position import Position, Record
 from walog.log.retention import RollPolicy
 from walog.testing import LocalCluster
@@ -61,19 +60,8 @@ async def writer_round(
     """A writer process appends seqs ``start..start+PER_ROUND-1`` pipelined and is SIGKILLed
     right after the ack of the ``kill_at``-th; bookie ``victim`` is killed once the writer
     took over. Returns the positions its caller heard of."""
-    env = repo_env()
-    proc = await asyncio.create_subprocess_exec(
-        *DIE_WITH_PARENT,
-        sys.executable,
-        "-c",
-        _WRITER,
-        cluster.metadata_uri,
-        name,
-        str(start),
-        str(PER_ROUND),
-        str(kill_at),
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
+    proc = await python_child(
+        _WRITER, cluster.metadata_uri, name, str(start), str(PER_ROUND), str(kill_at)
     )
     assert proc.stdout is not None
     try:

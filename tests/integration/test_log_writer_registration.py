@@ -4,11 +4,9 @@ the writer closes, is fenced, or its process dies. Against both metadata stores.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
-import sys
 import textwrap
 import time
 
@@ -16,7 +14,7 @@ import pytest
 
 import walog.aio
 from tests.integration.waiting import eventually
-from tests.processes import DIE_WITH_PARENT, repo_env
+from tests.processes import python_child
 from walog.errors import WriterFencedError
 from walog.metadata.layout import log_writers_path
 from walog.testing import LocalCluster
@@ -79,17 +77,7 @@ _WRITER = textwrap.dedent(
 async def test_a_writer_whose_process_died_is_no_longer_shown(
     any_cluster: LocalCluster, log_name: str
 ) -> None:
-    env = repo_env()
-    proc = await asyncio.create_subprocess_exec(
-        *DIE_WITH_PARENT,
-        sys.executable,
-        "-c",
-        _WRITER,
-        any_cluster.metadata_uri,
-        log_name,
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
-    )
+    proc = await python_child(_WRITER, any_cluster.metadata_uri, log_name)
     try:
         assert proc.stdout is not None and await proc.stdout.readline() == b"ready\n"
         async with await walog.aio.connect(any_cluster.metadata_uri) as client:
