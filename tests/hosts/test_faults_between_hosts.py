@@ -116,13 +116,13 @@ def run(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_acked_entries_read_back_after_a_bookie_host_is_isolated(run: Run) -> None:
     bookie = run.current_ensemble()[0]
     made = run.through(lambda: run.cluster.isolate(run.cluster.host_of(bookie)))
-    assert _replaced(made, bookie, run.before)
+    assert _replaced(made, bookie, run.before), (bookie, sorted(made), sorted(run.before))
 
 
 def test_acked_entries_read_back_after_a_whole_rack_is_isolated(run: Run) -> None:
     bookie = run.current_ensemble()[1]
     made = run.through(lambda: run.cluster.isolate_rack(run.cluster.racks[bookie]), rack_cut=True)
-    assert _replaced(made, bookie, run.before)
+    assert _replaced(made, bookie, run.before), (bookie, sorted(made), sorted(run.before))
 
 
 @pytest.mark.slow
@@ -145,7 +145,7 @@ def test_acked_entries_read_back_after_a_one_way_cut_from_the_writer_to_a_bookie
 ) -> None:
     bookie = run.current_ensemble()[2]
     made = run.through(lambda: run.cluster.cut_one_way(WRITER_HOST, run.cluster.host_of(bookie)))
-    assert _replaced(made, bookie, run.before)
+    assert _replaced(made, bookie, run.before), (bookie, sorted(made), sorted(run.before))
 
 
 def test_the_writer_stops_cleanly_and_the_whole_log_reads_back(run: Run) -> None:
