@@ -13,6 +13,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.hosts.conftest import healthy
@@ -27,6 +28,8 @@ from walog.testing.netns import (
     sweep_stale,
 )
 from walog.testing.zookeeper import four_letter_word
+from walog.wire.proto import bookie_pb2 as pb
+from walog.wire.proto.bookie_pb2_grpc import BookieStub
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,6 +84,34 @@ def test_bookies_listen_on_their_own_host_addresses_in_their_racks(hosts: HostCl
     assert listing.returncode == 0, out
     rows = {line.split()[0]: line.split()[2] for line in out.decode().splitlines()}
     assert rows == hosts.racks
+
+
+def test_every_thread_of_the_test_process_reaches_the_hosts(hosts: HostCluster) -> None:
+    # Libraries connect on threads of their own, which stay in the machine's namespace
+    # (gRPC's event engine reconnects a channel that way): the hosts answer there too, on
+    # a new channel and a plain socket from the main thread.
+    bookie = hosts.bookie_ids[0]
+    with grpc.insecure_channel(bookie) as channel:
+        info = BookieStub(channel).Info(pb.InfoRequest(), timeout=30)
+    assert info.bookie_id == bookie
+    host, port = bookie.rsplit(":", 1)
+    socket.create_connection((host, int(port)), timeout=5).close()
+
+
+def test_two_host_networks_at_once_take_different_subnets() -> None:
+    first, second = HostNetwork("subnets1"), HostNetwork("subnets2")
+    try:
+        first.create()
+        second.create()
+        assert first.subnet != second.subnet
+        third = HostNetwork("subnets3", first.subnet)
+        with pytest.raises(HostNetworkError, match="held by another host network"):
+            third.create()
+        assert not _link_exists("wlhsubnets3")  # a failed start leaves nothing behind
+        assert third.switch not in list_namespaces()
+    finally:
+        first.destroy()
+        second.destroy()
 
 
 def test_the_zookeeper_ensemble_has_one_leader_and_a_quorum(hosts: HostCluster) -> None:
@@ -187,15 +218,25 @@ def test_namespaces_of_a_killed_owner_are_swept_with_their_processes(tmp_path: P
     sleeper = int(owner.stdout.readline())
     made = [n for n in list_namespaces() if n.startswith(f"wlh-{owner.pid}-")]
     assert len(made) == 2  # the switch and h1
+    assert _link_exists("wlhswept")  # the owner's own plug into the switch
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     swept = sweep_stale()
     assert set(made) <= set(swept)
     assert not [n for n in list_namespaces() if n.startswith(f"wlh-{owner.pid}-")]
     deadline = time.monotonic() + 5
+    while _link_exists("wlhswept") and time.monotonic() < deadline:
+        time.sleep(0.02)  # the kernel removes a veth with its peer's namespace
+    assert not _link_exists("wlhswept")
+    deadline = time.monotonic() + 5
     while _running(sleeper) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not _running(sleeper)
+
+
+def _link_exists(name: str) -> bool:
+    """Whether the machine's own namespace has a network interface called ``name``."""
+    return os.path.exists(f"/sys/class/net/{name}")
 
 
 def _running(pid: int) -> bool:
@@ -230,7 +271,7 @@ def test_walog_local_hosts_runs_racked_bookies_on_hosts_until_sigterm() -> None:
     try:
         assert local.stdout is not None and local.stderr is not None
         uri = local.stdout.readline().decode().strip()
-        assert uri.startswith("zk://10.77.0."), local.stderr.read().decode()[-2000:]
+        assert uri.startswith("zk://10.77."), local.stderr.read().decode()[-2000:]
         banner = local.stderr.readline().decode()
         namespace = banner.split("'ip netns exec ", 1)[1].split()[0]
         listing = subprocess.run(

@@ -1,9 +1,8 @@
-"""The control host of a :class:`~walog.testing.HostCluster`: its own metadata session.
+"""The control of a :class:`~walog.testing.HostCluster`: its own metadata session.
 
-The test process itself has no address on the hosts' network. The control host is a
-namespace of its own, never faulted; an event loop thread started inside it (so the
-threads it starts, ZooKeeper's included, live there too) holds a metadata store for
-readiness checks and a walog client for metadata reads.
+The test process is on the hosts' network, never faulted (:mod:`walog.testing.netns`): an
+event loop thread of its own holds a metadata store for readiness checks and a walog
+client for metadata reads and repairs.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING, TypeVar
 from walog.errors import MetadataError
 from walog.metadata.layout import bookie_path
 from walog.metadata.store import NodeNotFoundError
-from walog.testing.netns import Host, call_in_namespace
 
 if TYPE_CHECKING:
     from walog.aio import AsyncClient
@@ -26,21 +24,18 @@ T = TypeVar("T")
 
 
 class ControlHost:
-    """A metadata session (and, on first use, a walog client) on ``host``.
+    """A metadata session (and, on first use, a walog client) of the test process.
 
     Args:
-        host: the control host.
         metadata_uri: the cluster's metadata URI.
     """
 
-    def __init__(self, host: Host, metadata_uri: str) -> None:
+    def __init__(self, metadata_uri: str) -> None:
         from walog._loop_thread import LoopThread
         from walog.metadata import open_store
 
         self._uri = metadata_uri
-        self._loop = call_in_namespace(
-            host.namespace, lambda: LoopThread(name=f"walog-{host.name}")
-        )
+        self._loop = LoopThread(name="walog-hosts-control")
         self._store = self._loop.run(open_store(metadata_uri), timeout=60.0)
         self._client: AsyncClient | None = None
 

@@ -5,8 +5,10 @@ Hosts (one network namespace each, see :mod:`walog.testing.netns`):
 - ``zk1`` .. ``zk3``: a three-node ZooKeeper ensemble (real quorum), one node per rack;
 - ``b1`` .. ``bN``: one bookie each, listening on the host's own address (its id is
   ``ADDRESS:3181``), registered with ``--rack rack-K`` (bookie ``n`` in rack ``(n-1) % R + 1``);
-- ``c1`` .. ``cM``: client hosts for writers and readers (:meth:`HostCluster.popen`);
-- ``ctl``: the cluster's own control host (readiness checks), never faulted.
+- ``c1`` .. ``cM``: client hosts for writers and readers (:meth:`HostCluster.popen`).
+
+The test process itself is on the hosts' network too, never faulted: it checks readiness
+and reads metadata through its own walog client (:meth:`HostCluster.call`).
 
 Faults: isolate a host or a whole rack, cut a link or one way of it, heal; kill, stop,
 pause a bookie; stop, kill or pause a ZooKeeper node, the leader, or a quorum. Latency: a
@@ -81,7 +83,8 @@ class HostCluster:
         session_timeout: ZooKeeper session timeout of the bookies and of
             :attr:`metadata_uri`, seconds.
         start_timeout: seconds the ensemble and each bookie may take to come up.
-        subnet: the private /24 the host addresses come from.
+        subnet: the private /24 the host addresses come from; None: one that no other
+            host cluster on this machine holds (:data:`walog.testing.netns.SUBNETS`).
     """
 
     def __init__(
@@ -95,7 +98,7 @@ class HostCluster:
         bookie_env: Mapping[str, Mapping[str, str]] | None = None,
         session_timeout: float = 4.0,
         start_timeout: float = 90.0,
-        subnet: str = "10.77.0.0/24",
+        subnet: str | None = None,
     ) -> None:
         if bookies < 1 or racks < 1 or clients < 0:
             raise ValueError(
@@ -131,7 +134,7 @@ class HostCluster:
     @property
     def metadata_uri(self) -> str:
         """``zk://ZK1:2181,ZK2:2181,ZK3:2181/walog?session_timeout=S``, reachable from the
-        hosts (not from this process's own network)."""
+        hosts and from this process."""
         return self.uri()
 
     def uri(self, session_timeout: float | None = None) -> str:
@@ -217,7 +220,6 @@ class HostCluster:
         bookies, racks, clients = self._counts
         self.network.create()  # sweeps stale namespaces first
         sweep_stale_dirs()
-        self.network.add_host("ctl")
         zk_hosts = [self.network.add_host(f"zk{i + 1}", _rack_name(i % racks)) for i in range(3)]
         members = [(i + 1, host) for i, host in enumerate(zk_hosts)]
         for myid, host in members:
@@ -229,7 +231,7 @@ class HostCluster:
         for i in range(clients):
             self.network.add_host(f"c{i + 1}")
         self.ensemble.leader(self._start_timeout)
-        self._control = ControlHost(self.host("ctl"), self.metadata_uri)
+        self._control = ControlHost(self.metadata_uri)
         for host in self._bookie_hosts:
             # --exit-with (BookieProcess's) works here too: the hosts share one PID namespace,
             # and it stops the bookie cleanly where a parent-death signal would kill it.

@@ -2,9 +2,13 @@
 
 :class:`HostNetwork` makes one network namespace per host, each with one interface
 (``eth0``) holding the host's own address, plugged into a bridge that lives in a namespace
-of its own (the *switch*). Nothing is added to the machine's own namespace: the addresses
-are reachable only from processes started on the hosts (``ip netns exec``) and from
-threads that entered a host's namespace (:func:`call_in_namespace`).
+of its own (the *switch*). The process that makes the network is plugged into the switch
+too (:meth:`HostNetwork.create`): one ``veth`` in the machine's own namespace holds the
+subnet's last address, so every thread of that process reaches the hosts, whatever
+namespace it was started in. That matters for libraries that open connections on threads
+of their own (gRPC's event engine does, and would otherwise connect from the machine's
+namespace, where the hosts' addresses lead elsewhere). That interface goes with the switch.
+Each network takes a /24 of :data:`SUBNETS` that no other live network on the machine holds.
 
 Faults, all undone by :meth:`HostNetwork.heal`:
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import ipaddress
 import os
 import re
@@ -45,6 +50,9 @@ from walog.testing.tempdirs import owner_alive
 PREFIX = "wlh"
 """First part of the name of every namespace made here (the sweep looks for it)."""
 NETNS_DIR = "/run/netns"
+SUBNETS = ipaddress.IPv4Network("10.77.0.0/16")
+"""Where networks take their /24 from (:meth:`HostNetwork.create`)."""
+_SUBNET_LOCK = "/run/walog-host-subnets.lock"
 _CLONE_NEWNET = 0x40000000
 _FAULT_TABLE = "walog_faults"
 _DELAY_TABLE = "walog_delay"
@@ -117,6 +125,17 @@ def list_namespaces() -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(n for n in names if n.startswith(f"{PREFIX}-"))
+
+
+def _subnets_in_use() -> set[ipaddress.IPv4Network]:
+    """The /24s of the IPv4 addresses of the machine's own namespace."""
+    nets: set[ipaddress.IPv4Network] = set()
+    for line in _run("ip", "-4", "-o", "addr", "show").splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            cidr = fields[fields.index("inet") + 1]
+            nets.add(ipaddress.IPv4Interface(cidr.split("/")[0] + "/24").network)
+    return nets
 
 
 def call_in_namespace(ns: str, func: Callable[[], T]) -> T:
@@ -202,17 +221,20 @@ class HostNetwork:
     """Hosts in network namespaces on one bridge, with faults between them.
 
     Args:
-        name: short name of this network (part of every namespace name).
-        subnet: the private IPv4 /24 the hosts' addresses come from (``.1`` onwards).
+        name: short name of this network (part of every namespace name): 1-11 lowercase
+            letters and digits.
+        subnet: the private IPv4 /24 the hosts' addresses come from (``.1`` onwards); None:
+            the first /24 of :data:`SUBNETS` that no other network on this machine holds.
     """
 
-    def __init__(self, name: str, subnet: str = "10.77.0.0/24") -> None:
-        if not re.fullmatch(r"[a-z0-9]{1,12}", name):
-            raise ValueError(f"a host network name is 1-12 lowercase letters/digits, got {name!r}")
+    def __init__(self, name: str, subnet: str | None = None) -> None:
+        if not re.fullmatch(r"[a-z0-9]{1,11}", name):
+            raise ValueError(f"a host network name is 1-11 lowercase letters/digits, got {name!r}")
         self.name = name
-        self._network = ipaddress.ip_network(subnet)
-        if not self._network.is_private:
+        self._wanted = None if subnet is None else ipaddress.IPv4Network(subnet)
+        if self._wanted is not None and not self._wanted.is_private:
             raise ValueError(f"the host subnet must be a private range, got {subnet}")
+        self._network = self._wanted or next(SUBNETS.subnets(new_prefix=24))
         self.switch = f"{PREFIX}-{os.getpid()}-{name}-switch"
         self.hosts: dict[str, Host] = {}
         self._isolated: set[str] = set()
@@ -222,14 +244,61 @@ class HostNetwork:
     def _namespace(self, host: str) -> str:
         return f"{PREFIX}-{os.getpid()}-{self.name}-{host}"
 
+    @property
+    def subnet(self) -> str:
+        """The /24 the hosts' addresses come from (known once :meth:`create` ran)."""
+        return str(self._network)
+
+    @property
+    def _link(self) -> str:
+        """This process's interface on the switch (in the machine's own namespace)."""
+        return f"{PREFIX}{self.name}"
+
+    @property
+    def uplink(self) -> str:
+        """The address of this process on the hosts' network (the subnet's last one)."""
+        return str(self._network.broadcast_address - 1)
+
     def create(self) -> None:
-        """Make the switch namespace and its bridge."""
+        """Make the switch namespace and its bridge, and plug this process into it (a
+        failure leaves nothing behind)."""
         check_can_make_hosts()
         sweep_stale()
         _run("ip", "netns", "add", self.switch)
         self._made = True
-        _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
-        _run("ip", "-n", self.switch, "link", "set", "br0", "up")
+        try:
+            _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _run("ip", "-n", self.switch, "link", "set", "br0", "up")
+            self._plug_in_this_process()
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _plug_in_this_process(self) -> None:
+        """A ``veth`` from the machine's namespace to the switch, holding :attr:`uplink` in
+        a /24 no other network here holds (chosen under a lock, so two test processes
+        starting networks at once never take the same one). Deleting the switch namespace
+        deletes both ends."""
+        link = self._link
+        _run("ip", "link", "add", link, "type", "veth", "peer", "name", "up0", "netns", self.switch)
+        _run("ip", "-n", self.switch, "link", "set", "up0", "master", "br0", "up")
+        with open(_SUBNET_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            taken = _subnets_in_use()
+            if self._wanted is not None:
+                if self._wanted in taken:
+                    raise HostNetworkError(
+                        f"subnet {self._wanted} is held by another host network on this machine"
+                    )
+            else:
+                free = [n for n in SUBNETS.subnets(new_prefix=24) if n not in taken]
+                if not free:
+                    raise HostNetworkError(
+                        f"every /24 of {SUBNETS} is held by a host network on this machine"
+                    )
+                self._network = free[0]
+            _run("ip", "addr", "add", f"{self.uplink}/{self._network.prefixlen}", "dev", link)
+            _run("ip", "link", "set", link, "up")
 
     def add_host(self, name: str, rack: str = "") -> Host:
         """Make host ``name``: its namespace, loopback, ``eth0`` with the next address,
@@ -238,7 +307,7 @@ class HostNetwork:
             raise ValueError(f"a host name is 1-8 lowercase letters/digits, got {name!r}")
         if name in self.hosts:
             raise ValueError(f"host {name!r} exists already")
-        hosts = list(self._network.hosts())
+        hosts = list(self._network.hosts())[:-1]  # the last one is this process's
         if len(self.hosts) >= len(hosts):
             raise HostNetworkError(f"subnet {self._network} is full")
         host = Host(name, self._namespace(name), str(hosts[len(self.hosts)]), rack)
@@ -332,6 +401,8 @@ class HostNetwork:
             kill_namespace(host.namespace)
         self.hosts.clear()
         if self._made:
+            with contextlib.suppress(HostNetworkError):  # gone with the switch anyway, later
+                _run("ip", "link", "del", self._link)
             kill_namespace(self.switch)
             self._made = False
 
