@@ -17,6 +17,8 @@ After every test that used one, a guard restarts (and reports) bookies it left d
 from __future__ import annotations
 
 import logging
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +27,13 @@ import pytest
 import structlog
 
 from walog.testing import LocalCluster, ZooKeeperError, ZooKeeperServer
+
+SPARK_TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""JVM options of every Spark driver the tests start (this process's and the ``walog``
+commands they run, through ``SPARK_SUBMIT_OPTS``): their jobs are short, and the JIT's
+optimizing compiler took most of their CPU (one ``walog archive`` run on an idle machine:
+51-53 CPU-seconds with it, 35-39 without), which the other test workers then lacked."""
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_TEST_JVM)
 
 
 def _ensure_all_running(cluster: LocalCluster) -> None:
@@ -187,3 +196,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``WALOG_TEST_TIMELINE=FILE``, append a line per test to FILE: the worker, when
+    the test (setup to teardown) started and ended (seconds since the epoch) and its id.
+    What ran where and when, to balance the suite's workers (``--durations`` has no
+    order)."""
+    path = os.environ.get("WALOG_TEST_TIMELINE")
+    started = time.time()
+    yield
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(path, "a") as out:
+            out.write(f"{worker} {started:.2f} {time.time():.2f} {item.nodeid}\n")
