@@ -145,10 +145,17 @@ def starts_zookeeper(item: pytest.Item) -> bool:
     return callspec is not None and callspec.params.get("any_cluster") == "zookeeper"
 
 
-LONG_FIRST = ("tests/spark/", "tests/chaos/", "tests/sim/")
-"""Test directories run first (in this order), so that with several workers (``./test``
-runs pytest-xdist) the longest modules do not start last and leave one worker running
-alone at the end."""
+LONG_FIRST = (
+    "tests/spark/",
+    "tests/hosts/test_mixed_faults.py",
+    "tests/sim/",
+    "tests/chaos/",
+    "tests/hosts/",
+)
+"""Test directories (and modules) run first, in this order, so that with several workers
+(``./test`` runs pytest-xdist) the longest do not start last and leave one worker running
+alone at the end. The mixed run across hosts mostly waits out its faults: started early,
+it runs beside the simulator's schedules, which only compute."""
 
 
 def _long_first(item: pytest.Item) -> int:
