@@ -387,11 +387,12 @@ class HostCluster:
         """Start stopped members again (all without ids); wait for a quorum."""
         self.ensemble.start(*myids, wait=wait)
 
-    # -- metadata, from the control host -------------------------------------------------
+    # -- metadata, from this process --------------------------------------------------------
 
     def call(self, func: Callable[[AsyncClient], Awaitable[T]], timeout: float = 60.0) -> T:
-        """Run ``func(client)`` with a walog client on the control host and return its
-        result: for metadata (ledgers, logs, bookies); read entries from a client host."""
+        """Run ``func(client)`` with this process's own walog client (on the hosts'
+        network, never faulted) and return its result: for metadata (ledgers, logs,
+        bookies); read entries from a client host."""
         if self._control is None:
             raise LocalClusterError("this HostCluster is not started")
         return self._control.call(func, timeout)
