@@ -174,11 +174,15 @@ longer queue on one worker."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadfile`` with the modules of :data:`SHARED_WORKER` kept together and the
-    tests of :data:`SPREAD` each on its own."""
+    """``--dist loadfile`` with the modules of :data:`SHARED_WORKER` kept together, the
+    tests of :data:`SPREAD` each on its own, handed out in the order of collection."""
     if config.getoption("dist", None) != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # xdist would hand out the modules with the most tests first, whatever their length:
+    # the order of collection (LONG_FIRST) is the one wanted.
+    config.option.loadscopereorder = False
 
     class SharedWorkerScheduling(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
