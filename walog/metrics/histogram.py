@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import HistogramMetricFamily
+if TYPE_CHECKING:
+    from prometheus_client.core import HistogramMetricFamily
 
 LATENCY_BOUNDS_S: tuple[float, ...] = tuple(2**k / 1e6 for k in range(4, 27))
 """Upper bounds of latency buckets: powers of two microseconds, 16 us to 67 s."""
@@ -83,6 +85,9 @@ def histogram_family(
         histograms: the label values (keyed by ``label_names``) and histogram of each series.
         label_names: the labels every series carries.
     """
+    # Imported here: what only counts never loads the Prometheus client.
+    from prometheus_client.core import HistogramMetricFamily
+
     family = HistogramMetricFamily(name, documentation, labels=list(label_names))
     for labels, histogram in histograms:
         buckets = histogram.buckets()
