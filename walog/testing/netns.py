@@ -232,8 +232,10 @@ class HostNetwork:
             raise ValueError(f"a host network name is 1-11 lowercase letters/digits, got {name!r}")
         self.name = name
         self._wanted = None if subnet is None else ipaddress.IPv4Network(subnet)
-        if self._wanted is not None and not self._wanted.is_private:
-            raise ValueError(f"the host subnet must be a private range, got {subnet}")
+        if self._wanted is not None and not (
+            self._wanted.is_private and self._wanted.prefixlen == 24
+        ):
+            raise ValueError(f"the host subnet must be a private /24, got {subnet}")
         self._network = self._wanted or next(SUBNETS.subnets(new_prefix=24))
         self.switch = f"{PREFIX}-{os.getpid()}-{name}-switch"
         self.hosts: dict[str, Host] = {}
