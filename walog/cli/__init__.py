@@ -13,7 +13,7 @@
 - :mod:`walog.cli.ledgers`: ``walog ledgers``, ``ledger show``, ``recover``;
 - :mod:`walog.cli.cluster`: ``walog local`` (a cluster on this host) and ``walog bookies``;
 - :mod:`walog.cli.status`: ``walog status``, one screen that says whether a cluster needs a
-  human;
+  human (:mod:`walog.cli.status_report` holds what it reports and draws it);
 - :mod:`walog.cli.quickstart`: ``walog quickstart``, a guided tour on a throwaway cluster;
 - :mod:`walog.cli.tables`: the aligned plain-text tables of the human output.
 
