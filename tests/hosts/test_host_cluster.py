@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from tests.hosts.conftest import healthy
+from tests.integration.disks import wait_until
 from tests.processes import DIE_WITH_PARENT
 from walog.testing.hosts import HostCluster
 from walog.testing.netns import (
@@ -224,14 +225,9 @@ def test_namespaces_of_a_killed_owner_are_swept_with_their_processes(tmp_path: P
     swept = sweep_stale()
     assert set(made) <= set(swept)
     assert not [n for n in list_namespaces() if n.startswith(f"wlh-{owner.pid}-")]
-    deadline = time.monotonic() + 5
-    while _link_exists("wlhswept") and time.monotonic() < deadline:
-        time.sleep(0.02)  # the kernel removes a veth with its peer's namespace
-    assert not _link_exists("wlhswept")
-    deadline = time.monotonic() + 5
-    while _running(sleeper) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not _running(sleeper)
+    # The kernel removes a veth with its peer's namespace, a little later.
+    wait_until(lambda: not _link_exists("wlhswept"), "the owner's veth is gone", within=5)
+    wait_until(lambda: not _running(sleeper), "the host's process is gone", within=5)
 
 
 def _link_exists(name: str) -> bool:

@@ -69,23 +69,39 @@ def is_leader(machine: AsyncStateMachine) -> bool:
     return machine.role is Role.LEADER
 
 
+@contextlib.asynccontextmanager
+async def leader_and_standby(
+    uri: str, log_name: str, a_state: Counter, b_state: Counter
+) -> AsyncIterator[tuple[AsyncStateMachine, AsyncStateMachine]]:
+    """Node ``a``, once it leads, and node ``b`` started beside it."""
+    async with node(uri, log_name, "a", a_state) as (_, a):
+        await a.wait_for(lambda: is_leader(a), 30)
+        async with node(uri, log_name, "b", b_state) as (_, b):
+            yield a, b
+
+
+async def hand_over(
+    a: AsyncStateMachine, b: AsyncStateMachine, a_state: Counter, b_state: Counter
+) -> None:
+    """``b`` catches up with ``a``, ``a`` resigns, and ``b`` leads."""
+    await b.wait_for(lambda: b_state.seen == a_state.seen, 30)
+    await a.close()
+    await b.wait_for(lambda: is_leader(b), 30)
+
+
 async def test_a_standby_applies_every_acknowledged_command_in_order_and_takes_over(
     cluster: LocalCluster, log_name: str
 ) -> None:
     uri = cluster.metadata_uri
     a_state, b_state = Counter(), Counter()
-    async with node(uri, log_name, "a", a_state) as (_, a):
-        await a.wait_for(lambda: is_leader(a), 30)
-        async with node(uri, log_name, "b", b_state) as (_, b):
-            assert b.role is Role.STANDBY
-            with pytest.raises(NotLeaderError):
-                await b.submit(b"x")
-            results = [await a.submit(b"c%d" % i) for i in range(20)]
-            assert results == list(range(1, 21))
-            await b.wait_for(lambda: b_state.seen == a_state.seen, 30)
-            await a.close()  # resigns: b takes over after catching up
-            await b.wait_for(lambda: is_leader(b), 30)
-            assert await b.submit(b"after") == 21
+    async with leader_and_standby(uri, log_name, a_state, b_state) as (a, b):
+        assert b.role is Role.STANDBY
+        with pytest.raises(NotLeaderError):
+            await b.submit(b"x")
+        results = [await a.submit(b"c%d" % i) for i in range(20)]
+        assert results == list(range(1, 21))
+        await hand_over(a, b, a_state, b_state)  # a resigns: b takes over after catching up
+        assert await b.submit(b"after") == 21
     assert b_state.seen == [*(f"c{i}" for i in range(20)), "after"]
 
 
@@ -304,18 +320,14 @@ async def test_a_retried_command_is_applied_once_and_answered_with_its_first_res
 ) -> None:
     uri = cluster.metadata_uri
     a_state, b_state = Counter(), Counter()
-    async with node(uri, log_name, "a", a_state) as (_, a):
-        await a.wait_for(lambda: is_leader(a), 30)
-        async with node(uri, log_name, "b", b_state) as (_, b):
-            assert await a.submit(b"c0", client_id="teller", seq=0) == 1
-            assert await a.submit(b"c1", client_id="teller", seq=1) == 2
-            assert await a.submit(b"c1", client_id="teller", seq=1) == 2  # the same leader
-            with pytest.raises(ValueError, match="both client_id and seq"):
-                await a.submit(b"c1", client_id="teller")
-            await b.wait_for(lambda: b_state.seen == a_state.seen, 30)
-            await a.close()  # the lead goes to b, which applied c1 as a standby
-            await b.wait_for(lambda: is_leader(b), 30)
-            assert await b.submit(b"c1", client_id="teller", seq=1) == 2  # its first result
-            assert await b.submit(b"c2", client_id="teller", seq=2) == 3
-            assert await b.submit(b"plain") == 4
+    async with leader_and_standby(uri, log_name, a_state, b_state) as (a, b):
+        assert await a.submit(b"c0", client_id="teller", seq=0) == 1
+        assert await a.submit(b"c1", client_id="teller", seq=1) == 2
+        assert await a.submit(b"c1", client_id="teller", seq=1) == 2  # the same leader
+        with pytest.raises(ValueError, match="both client_id and seq"):
+            await a.submit(b"c1", client_id="teller")
+        await hand_over(a, b, a_state, b_state)  # to b, which applied c1 as a standby
+        assert await b.submit(b"c1", client_id="teller", seq=1) == 2  # its first result
+        assert await b.submit(b"c2", client_id="teller", seq=2) == 3
+        assert await b.submit(b"plain") == 4
     assert b_state.seen == ["c0", "c1", "c2", "plain"]
