@@ -91,13 +91,15 @@ class Run:
 
 
 def _replaced(made: set[Fragment], bookie: str, before: set[Fragment]) -> bool:
-    """True when a fragment made during the fault left ``bookie`` out of the ledger's
-    previous ensemble (the writer moved away from it): a new fragment past entry 0, or one
-    that took the place, at entry 0, of a fragment of ``before`` naming the bookie (a
-    ledger whose first entry never reached it)."""
+    """True when the writer moved away from ``bookie`` during the fault: a fragment made
+    meanwhile leaves it out, and is either a new fragment past entry 0, or took the place,
+    at entry 0, of a fragment of ``before`` naming the bookie (a ledger whose first entry
+    never reached it), or begins a ledger rolled to meanwhile."""
     named = {(ledger, first) for ledger, first, ensemble in before if bookie in ensemble}
+    old_ledgers = {ledger for ledger, _, _ in before}
     return any(
-        bookie not in ensemble and (first > 0 or (ledger, first) in named)
+        bookie not in ensemble
+        and (first > 0 or (ledger, first) in named or ledger not in old_ledgers)
         for ledger, first, ensemble in made
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import grpc
@@ -82,6 +83,25 @@ def test_pause_freezes_and_resume_continues(cluster: LocalCluster) -> None:
     assert not cluster.is_paused(2)
     cluster.wait_ready(2, timeout=30)
     assert _health(bookie_id) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_paused_bookie_holds_no_write_lock_of_the_sqlite_store(tmp_path: Path) -> None:
+    """Frozen inside its heartbeat's transaction, a bookie would stall every metadata write
+    of the cluster: pause freezes it only between transactions (a heartbeat every 2 ms makes
+    a freeze inside one likely)."""
+    db = tmp_path / "meta.db"
+    with LocalCluster(
+        bookies=1, metadata=f"sqlite:///{db}?heartbeat=0.002", data_dir=tmp_path
+    ) as local:
+        for _ in range(30):
+            local.pause(0)
+            conn = sqlite3.connect(db, timeout=1.0, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # raises "database is locked" after 1 s
+                conn.execute("ROLLBACK")
+            finally:
+                conn.close()
+                local.resume(0)
 
 
 def test_add_bookie_starts_a_new_available_bookie(tmp_path: Path) -> None:
