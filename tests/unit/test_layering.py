@@ -54,18 +54,22 @@ def _imports() -> frozenset[Edge]:
     return frozenset(statement_imports(REPO, PACKAGES) | by_name)
 
 
+TOOLS = Path(sys.prefix) / "tools"
+"""Where ./test installs import-linter, apart from the project's packages (see ``./test``)."""
+
+
 def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    tool = Path(sys.executable).parent / "lint-imports"
+    tool = TOOLS / "bin" / "lint-imports"
     if not tool.exists():
-        pytest.fail(f"import-linter is not installed in {tool.parent} (install the dev extra)")
+        pytest.fail(f"import-linter is not installed in {TOOLS} (./test installs it)")
     return subprocess.run(
-        [str(tool), "--no-cache", "--no-logo", *args],
+        [sys.executable, str(tool), "--no-cache", "--no-logo", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
         # The packages are read from the working directory, never from an installed copy.
-        env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": f"{cwd}:{TOOLS}", "PATH": "/usr/bin:/bin"},
     )
 
 
