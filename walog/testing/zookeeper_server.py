@@ -20,7 +20,7 @@ from types import TracebackType
 
 from walog.testing.process import free_port, freeze
 from walog.testing.tempdirs import owned_temp_dir
-from walog.testing.zookeeper import ZooKeeperError, classpath, four_letter_word
+from walog.testing.zookeeper import JVM_OPTIONS, ZooKeeperError, classpath, four_letter_word
 
 TICK_MS = 500
 """The server's tick: sessions may last from two ticks to sixty."""
@@ -105,7 +105,7 @@ class ZooKeeperServer:
         # Linux's parent-death signal, set by setpriv before it execs java: the server is
         # killed once the thread that started it is gone (a test run killed with SIGKILL).
         prefix = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
-        cmd = [*prefix, "java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", path]
+        cmd = [*prefix, "java", "-Xmx256m", *JVM_OPTIONS, "-cp", path]
         cmd += ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *self.jvm_flags]
         cmd += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
         with self._log.open("wb") as out:
