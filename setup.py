@@ -1,29 +1,31 @@
-"""Build of the bookie storage engine's compiled hot paths (bookie/storage/): the checkpoint
-loop (``_fastcheckpoint.c``), the add path's per-entry checks (``_fastadd.c``), the
-journal's writer thread (``_fastjournal.c``) and journal replay at start (``_fastreplay.c``);
-everything else about the package is in pyproject.toml. ``pip install -e .`` builds them in
-place."""
+"""Build of the compiled hot paths: the bookie storage engine's (bookie/storage/) checkpoint
+loop (``_fastcheckpoint.c``), add path's per-entry checks (``_fastadd.c``), journal writer
+thread (``_fastjournal.c``) and journal replay at start (``_fastreplay.c``), and the log
+writer's per-record path (walog/log/_fastrecords.c); everything else about the package is in
+pyproject.toml. ``pip install -e .`` builds them in place."""
 
 from setuptools import Extension, setup
 
 
-def _extension(name: str) -> Extension:
+def _extension(module: str) -> Extension:
+    path = module.replace(".", "/")
     return Extension(
-        f"bookie.storage.{name}",
-        sources=[f"bookie/storage/{name}.c"],
-        depends=["bookie/storage/_crc32c.h"],  # the CRC32C they share
+        module,
+        sources=[f"{path}.c"],
+        depends=["bookie/storage/_crc32c.h"],  # the CRC32C the bookie's share
         extra_compile_args=["-O2", "-Wall", "-Wextra"],
-        # Without a C compiler the install still succeeds (the walog client needs no
-        # extension) and the bookie runs the pure-Python code.
+        # Without a C compiler the install still succeeds and walog and the bookie run
+        # the pure-Python code.
         optional=True,
     )
 
 
 setup(
     ext_modules=[
-        _extension("_fastcheckpoint"),
-        _extension("_fastadd"),
-        _extension("_fastjournal"),
-        _extension("_fastreplay"),
+        _extension("bookie.storage._fastcheckpoint"),
+        _extension("bookie.storage._fastadd"),
+        _extension("bookie.storage._fastjournal"),
+        _extension("bookie.storage._fastreplay"),
+        _extension("walog.log._fastrecords"),
     ]
 )

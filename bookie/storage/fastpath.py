@@ -9,7 +9,7 @@ bookie/storage/journal_writer.py) and ``bookie.storage._fastreplay`` (journal re
 start, selected by bookie/storage/replay.py). Each returns exactly what its pure-Python
 version returns.
 ``WALOG_PURE_PYTHON=1`` selects the pure-Python code, as does a checkout where an extension
-is not built (the bookie warns at start).
+is not built (the bookie warns at start): :mod:`walog._compiled` chooses.
 
 The add path's checks, called by the event-loop thread for every add batch:
 
@@ -20,33 +20,15 @@ The add path's checks, called by the event-loop thread for every add batch:
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Sequence
-from types import ModuleType
 
 import crc32c
 
+from walog._compiled import compiled_module, pure_python_asked
 from walog.wire.digest import DIGEST_HEADER
 from walog.wire.packing import PackedEntry
 from walog.wire.packing import unpack_entries as unpack_entries_python
 from walog.wire.status import Status
-
-
-def pure_python_asked() -> bool:
-    """True when ``WALOG_PURE_PYTHON`` is set (to anything but ``0``)."""
-    return os.environ.get("WALOG_PURE_PYTHON", "0") not in ("", "0")
-
-
-def compiled_module(name: str) -> ModuleType | None:
-    """The compiled module ``name`` (``bookie.storage._fastadd``, ...) when it is built, unless
-    ``WALOG_PURE_PYTHON`` asks for pure Python; else None."""
-    if pure_python_asked():
-        return None
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def refused_entries_python(

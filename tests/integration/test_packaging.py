@@ -28,8 +28,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("walog", "bookie", "pyproject.toml", "setup.py", "README.md")
 """What a build reads: the packages, their build files and the README of the metadata."""
-EXTENSIONS = ("_fastadd", "_fastcheckpoint", "_fastjournal", "_fastreplay")
+BOOKIE_EXTENSIONS = ("_fastadd", "_fastcheckpoint", "_fastjournal", "_fastreplay")
 """The bookie's compiled hot paths (bookie/storage/_fast*.c), optional extensions."""
+EXTENSIONS = (*(f"bookie.storage.{name}" for name in BOOKIE_EXTENSIONS), "walog.log._fastrecords")
+"""Every optional extension: the bookie's and the log writer's per-record path."""
 PURE_PYTHON_WARNING = "compiled hot paths not built"
 
 
@@ -120,8 +122,9 @@ def test_the_sdist_holds_what_a_build_needs(tmp_path: Path) -> None:
     needed = {"pyproject.toml", "setup.py", "README.md", "walog/py.typed"}
     needed |= {"walog/wire/proto/bookie.proto", "walog/wire/proto/bookie_pb2.pyi"}
     needed |= {"walog/main.py", "walog/cli/options.py", "bookie/main.py"}
-    needed |= {f"bookie/storage/{name}.c" for name in EXTENSIONS}
+    needed |= {f"{name.replace('.', '/')}.c" for name in EXTENSIONS}
     needed |= {"bookie/storage/_crc32c.h", "bookie/storage/_fastadd.pyi"}
+    needed |= {"walog/log/_fastrecords.pyi"}
     assert needed - names == set(), "missing from the sdist"
 
 
@@ -132,7 +135,7 @@ def test_the_wheel_installs_into_a_fresh_virtualenv_and_runs_the_quickstart(
     wheel = _build(tmp_path)["wheel"]  # built from the sdist, as `python -m build` does
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-    compiled = [n for n in names if n.startswith("bookie/storage/_fast") and n.endswith(".so")]
+    compiled = [n for n in names if "/_fast" in n and n.endswith(".so")]
     assert len(compiled) == len(EXTENSIONS), names
     python = _fresh_venv(tmp_path / "venv")
     _install(python, wheel)
@@ -150,7 +153,7 @@ def test_the_sdist_installs_into_a_fresh_virtualenv_and_runs_the_quickstart(
     python = _fresh_venv(tmp_path / "venv")
     _install(python, sdist)
     site = tmp_path / "venv" / "lib"
-    assert len(list(site.rglob("bookie/storage/_fast*.so"))) == len(EXTENSIONS)
+    assert len(list(site.rglob("_fast*.so"))) == len(EXTENSIONS)
     assert all(site in path.parents for path in _installed_from(python, tmp_path))
     out = _quickstart(python, tmp_path)
     assert "Done in" in out, out
@@ -167,7 +170,7 @@ def test_without_a_c_compiler_the_sdist_installs_and_bookies_run_pure_python_wit
     out = _install(python, "-v", sdist, env=_env(CC="/bin/false", PATH=str(no_compiler)))
     # The extensions are optional: each failed build is a warning, the install succeeds.
     for name in EXTENSIONS:
-        assert f'building extension "bookie.storage.{name}" failed' in out, out
+        assert f'building extension "{name}" failed' in out, out
     assert list((tmp_path / "venv").rglob("_fast*.so")) == []
     out = _quickstart(python, tmp_path)
     assert "Done in" in out, out
@@ -192,7 +195,7 @@ def test_without_a_c_compiler_the_sdist_installs_and_bookies_run_pure_python_wit
     log = (tmp_path / "cluster" / "logs" / "bookie-0.log").read_text()
     warnings = [line for line in log.splitlines() if PURE_PYTHON_WARNING in line]
     assert len(warnings) == 1, log
-    assert all(f"bookie.storage.{name}" in warnings[0] for name in EXTENSIONS), warnings
+    assert all(f"bookie.storage.{name}" in warnings[0] for name in BOOKIE_EXTENSIONS), warnings
 
 
 def test_an_editable_install_is_seen_by_type_checkers(tmp_path: Path) -> None:

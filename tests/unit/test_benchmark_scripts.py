@@ -43,3 +43,17 @@ def test_add_path_cpu_reports_the_cpu_per_entry_of_both_codes() -> None:
             rf"CPU per entry \(unpack {number} \+ refused {number}; runs: .*\)\n"
         )
         assert re.search(line, out), out
+
+
+def test_record_path_cpu_reports_the_cpu_per_record_of_both_codes() -> None:
+    out = run_python(
+        "benchmarks/record_path_cpu.py",
+        *("--records", "50", "--entries", "4", "--repeat", "1", "--both"),
+    )
+    number = r"\d+\.\d\d\d"
+    for code in ("compiled", "pure Python"):
+        line = (
+            rf"{code}: 200 records of 100 bytes in entries of 50 x 1 runs: best {number} us "
+            rf"CPU per record \(gather {number} \+ resolve {number}; runs: .*\)\n"
+        )
+        assert re.search(line, out), out

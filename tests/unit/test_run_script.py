@@ -26,6 +26,7 @@ def _run_function(name: str) -> str:
 def test_the_install_stamp_covers_every_source_of_the_compiled_extensions() -> None:
     listed = [Path(line) for line in _run_function("walog_build_inputs").splitlines()]
     sources = {*REPO.glob("bookie/**/_*.c"), *REPO.glob("bookie/**/_*.h")}
+    sources |= {*REPO.glob("walog/**/_*.c"), *REPO.glob("walog/**/_*.h")}
     assert sources, "no C extension sources found"
     assert set(listed) == {REPO / "pyproject.toml", REPO / "setup.py", *sources}
     assert re.fullmatch(r"[0-9a-f]{64}\n", _run_function("walog_build_digest"))

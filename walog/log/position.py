@@ -10,7 +10,11 @@ tuples orders them as the log does.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
+
+from walog._compiled import compiled_module
+from walog._sinks import ALREADY_SETTLED, Sink
 
 SegmentState = Literal["OPEN", "CLOSED"]
 
@@ -116,6 +120,32 @@ def unchecked_position(ledger_id: int, entry_id: int, slot: int) -> Position:
     fraction of the cost: the log writer and readers make one per record.
     """
     return _new_tuple(Position, (ledger_id, entry_id, slot))
+
+
+def _resolve_positions_python(
+    sinks: Sequence[Sink[Position]], ledger_id: int, entry_id: int
+) -> None:
+    # The ids come from the ledger and the slots from enumerate: valid by construction,
+    # so each record's position skips Position's validation.
+    for slot, sink in enumerate(sinks):
+        try:  # noqa: SIM105 (suppress() would cost a context manager per record)
+            sink.set_result(_new_tuple(Position, (ledger_id, entry_id, slot)))
+        except ALREADY_SETTLED:
+            pass  # its caller cancelled it
+
+
+_fast = compiled_module("walog.log._fastrecords")
+
+
+def resolve_positions(sinks: Sequence[Sink[Position]], ledger_id: int, entry_id: int) -> None:
+    """Resolve the records of acknowledged entry ``entry_id`` of ledger ``ledger_id``:
+    ``sinks[slot]`` with the position of slot ``slot`` (made as :func:`unchecked_position`
+    makes it), passing over a sink its caller cancelled. Compiled
+    (walog/log/_fastrecords.c) unless ``WALOG_PURE_PYTHON`` asks for pure Python."""
+    if _fast is not None:
+        _fast.resolve(sinks, ledger_id, entry_id, Position, ALREADY_SETTLED)
+    else:
+        _resolve_positions_python(sinks, ledger_id, entry_id)
 
 
 def ledger_start(ledger_id: int) -> Position:

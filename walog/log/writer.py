@@ -46,7 +46,6 @@ from typing import Protocol
 
 from walog import mutations
 from walog._loggers import get_logger
-from walog._sinks import ALREADY_SETTLED
 from walog.errors import (
     LedgerClosedError,
     LedgerFencedError,
@@ -60,7 +59,7 @@ from walog.ledger.options import LedgerOptions
 from walog.log.entry_limit import check_entry_limit, record_too_large
 from walog.log.ledgers import LedgerClientLike, LedgerWriterLike
 from walog.log.log_metadata import LedgerInfo, LogMetadata, cas_retrying, update_log
-from walog.log.position import Position, unchecked_position
+from walog.log.position import Position, resolve_positions
 from walog.log.records import (
     HEADER_BYTES,
     RECORD_OVERHEAD_BYTES,
@@ -485,13 +484,7 @@ class AsyncLogWriter(Packing):
         ledger_id = ledger.ledger_id  # a property chain: read once per entry
         if self.sessions is not None:
             self.sessions.entry_acked(ledger_id, entry_id, len(sinks))
-        # The ids come from the ledger and the slots from enumerate: valid by construction,
-        # so each record's position skips Position's validation.
-        for slot, future in enumerate(sinks):
-            try:  # noqa: SIM105 (suppress() would cost a context manager per record)
-                future.set_result(unchecked_position(ledger_id, entry_id, slot))
-            except ALREADY_SETTLED:
-                pass  # its caller cancelled it
+        resolve_positions(sinks, ledger_id, entry_id)
         return None
 
     def _entry_refused(self, sent: _SentEntry, exc: RecordTooLargeError) -> None:

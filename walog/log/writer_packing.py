@@ -20,7 +20,7 @@ from walog.log.position import Position
 from walog.log.records import (
     FORMAT_VERSION,
     TAGGED_FORMAT_VERSION,
-    RecordBatch,
+    EntryBatch,
     new_batch,
     record_bytes,
 )
@@ -51,7 +51,7 @@ class Packing:
     _config: _BatchSettings
     _loop: asyncio.AbstractEventLoop
     _clock: Callable[[], float]
-    _batch: RecordBatch
+    _batch: EntryBatch
     _batch_futures: list[PositionSink]
     _held: collections.deque[tuple[bytes, int, list[PositionSink]]]
     _tagged: bool
@@ -71,7 +71,7 @@ class Packing:
     def _fail_futures(futures: list[PositionSink], exc: BaseException) -> None:
         raise NotImplementedError
 
-    def _new_batch(self) -> RecordBatch:
+    def _new_batch(self) -> EntryBatch:
         version = TAGGED_FORMAT_VERSION if self._tagged else FORMAT_VERSION
         return new_batch(self._entry_bytes, self._config.max_records_per_entry, version)
 
