@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import subprocess
 import sys
 import time
 from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _codes import add_both_flag, run_both
 
 from bookie.storage import fastpath
 from walog.wire.digest import entry_digest
@@ -81,17 +82,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=64, help="distinct batches")
     parser.add_argument("--rounds", type=int, default=10, help="passes over them per run")
     parser.add_argument("--repeat", type=int, default=5, help="runs; the best is reported")
-    parser.add_argument(
-        "--both",
-        action="store_true",
-        help="measure the compiled checks, then pure Python (WALOG_PURE_PYTHON=1)",
-    )
+    add_both_flag(parser, "checks")
     args = parser.parse_args()
     if args.both:
-        argv = [a for a in sys.argv[1:] if a != "--both"]
-        for pure in ("0", "1"):
-            env = {**os.environ, "WALOG_PURE_PYTHON": pure}
-            subprocess.run([sys.executable, __file__, *argv], env=env, check=True)
+        run_both(__file__)
         return
     blobs = batches(args.batches, args.entries, args.size)
     runs = [measure(blobs, args.rounds, args.size) for _ in range(args.repeat)]

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _codes import add_both_flag, run_both
 
 from walog.log import records
 from walog.log.position import Position, resolve_positions
@@ -64,17 +65,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes per record")
     parser.add_argument("--entries", type=int, default=200, help="entries per run")
     parser.add_argument("--repeat", type=int, default=5, help="runs; the best is reported")
-    parser.add_argument(
-        "--both",
-        action="store_true",
-        help="measure the compiled path, then pure Python (WALOG_PURE_PYTHON=1)",
-    )
+    add_both_flag(parser, "path")
     args = parser.parse_args()
     if args.both:
-        argv = [a for a in sys.argv[1:] if a != "--both"]
-        for pure in ("0", "1"):
-            env = {**os.environ, "WALOG_PURE_PYTHON": pure}
-            subprocess.run([sys.executable, __file__, *argv], env=env, check=True)
+        run_both(__file__)
         return
     runs = [measure(args.entries, args.records, args.size) for _ in range(args.repeat)]
     best = min(runs, key=sum)

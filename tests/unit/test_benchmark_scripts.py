@@ -10,7 +10,8 @@ import pytest
 
 from tests.processes import REPO, run_python
 
-SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
+SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+"""The scripts (modules whose names start with ``_`` are their helpers)."""
 
 
 def test_benchmarks_holds_scripts() -> None:
