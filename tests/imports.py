@@ -43,6 +43,10 @@ def module_files(root: Path, packages: Iterable[str]) -> dict[str, Path]:
     return found
 
 
+TOOLS = Path(sys.prefix) / "tools"
+"""Where ./test installs import-linter and its grimp, apart from the project's packages."""
+
+
 def statement_imports(root: Path, packages: Iterable[str]) -> set[Edge]:
     """The import statements between the modules of ``packages`` (grimp, run on ``root``
     in a process of its own so that it reads these files, not an installed copy)."""
@@ -57,11 +61,11 @@ def statement_imports(root: Path, packages: Iterable[str]) -> set[Edge]:
         capture_output=True,
         text=True,
         cwd=root,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": f"{root}:{TOOLS}", "PATH": "/usr/bin:/bin"},
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, f"grimp (./test installs it in {TOOLS}) failed:\n{done.stderr}"
     return {(importer, imported) for importer, imported in json.loads(done.stdout)}
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.imports import (
+    TOOLS,
     ComputedModuleName,
     Edge,
     imports_by_name,
@@ -52,10 +53,6 @@ def _imports() -> frozenset[Edge]:
     """Every import between the modules of walog and bookie, by statement or by name."""
     by_name = imports_by_name(module_files(REPO, PACKAGES))
     return frozenset(statement_imports(REPO, PACKAGES) | by_name)
-
-
-TOOLS = Path(sys.prefix) / "tools"
-"""Where ./test installs import-linter, apart from the project's packages (see ``./test``)."""
 
 
 def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
