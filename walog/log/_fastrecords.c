@@ -420,6 +420,13 @@ resolve(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(position, 0, ledger_id);
         PyTuple_SET_ITEM(position, 1, entry_id);
         PyTuple_SET_ITEM(position, 2, index);
+        /* Three ints can form no cycle: keep it out of the collector's passes, as the
+         * collector itself leaves such tuples once it has seen them. Made at the rate of
+         * records and held until the caller reads them, positions otherwise fill the
+         * young generations and get promoted, and full collections come more often. */
+        if (PyObject_GC_IsTracked(position)) {
+            PyObject_GC_UnTrack(position);
+        }
         PyObject *sink = PyList_GET_ITEM(sinks, slot);
         Py_INCREF(sink);
         PyObject *out = PyObject_CallMethodOneArg(sink, str_set_result, position);
