@@ -230,7 +230,7 @@ async def test_a_bookie_back_from_an_outage_gets_the_entries_it_missed_copied_ba
 async def test_verification_refills_every_entry_a_bookie_lacks_in_the_middle_of_its_share(
     fresh_cluster: LocalCluster,
 ) -> None:
-    # Three bookies, no spare. While one (``away``) is down the writer goes on with the two
+    # Three bookies, no spare. While one (``away``) is stopped the writer goes on with the two
     # others (Qa=2); then a second one goes down, so the last entry reaches only one bookie
     # and is never confirmed, and the writer stops without closing the ledger. Recovery by
     # another client, once every bookie is back, writes that entry back to all three: the
@@ -241,7 +241,15 @@ async def test_verification_refills_every_entry_a_bookie_lacks_in_the_middle_of_
         for i in range(10):
             await writer.append(b"entry-%d" % i)
         first, second, away = writer.metadata.last_ensemble
-        fresh_cluster.kill(away)
+
+        async def away_took_the_first_ten() -> None:
+            reply = await writing.ctx.pool.get(away).read(writer.ledger_id, 9, 9)
+            assert reply.status is Status.OK
+
+        # The last of the ten was acknowledged by two bookies, perhaps before it reached the
+        # third: wait for it there, and stop that bookie cleanly, which keeps what it took.
+        await eventually(away_took_the_first_ten)
+        fresh_cluster.stop(away)
         for i in range(10, 30):
             await writer.append(b"entry-%d" % i)
         fresh_cluster.kill(second)

@@ -248,7 +248,7 @@ Batch_add_tagged(Batch *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *result = NULL;
-    if ((uint64_t)view.len > 0xFFFFFFFFULL || prefix.len > 255) {
+    if ((uint64_t)view.len > 0xFFFFFFFFULL || prefix.len > 256) { /* length byte + 255 */
         PyErr_SetString(PyExc_ValueError, "a record's payload or producer prefix is too long");
         goto done;
     }

@@ -57,7 +57,9 @@ def state(batch: Any) -> tuple[Any, ...]:
     )
 
 
-prefixes = st.sampled_from([producer_prefix("p"), producer_prefix("svc-7" * 10)])
+prefixes = st.sampled_from(
+    [producer_prefix("p"), producer_prefix("svc-7" * 10), producer_prefix("n" * 255)]
+)
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("fits"), st.integers(0, 300)),
@@ -82,7 +84,7 @@ operations = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    max_bytes=st.integers(18, 2000),
+    max_bytes=st.integers(18, 3000),
     max_records=st.integers(1, 30),
     version=st.sampled_from([1, 2]),
     calls=operations,
