@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 
 from walog.client import Client
 from walog.ledger.sync import LedgerWriter
-from walog.log.records import RecordBatch
+from walog.log.records import new_batch
 from walog.log.sink import (
     SinkBatch,
     SinkCommitError,
@@ -116,7 +116,7 @@ class _TaskLedger:
         self.tags = tags
         self.writer: LedgerWriter | None = None
         self.max_records = LogWriterConfig().max_records_per_entry
-        self.entry = RecordBatch(options.max_entry_bytes, self.max_records)
+        self.entry = new_batch(options.max_entry_bytes, self.max_records)
         self.size = 0
         self.inflight: collections.deque[concurrent.futures.Future[int]] = collections.deque()
 
@@ -146,7 +146,7 @@ class _TaskLedger:
         data = self.entry.encode()
         self.size += len(data)
         self.inflight.append(self.writer.append_async(data))
-        self.entry = RecordBatch(self.options.max_entry_bytes, self.max_records)
+        self.entry = new_batch(self.options.max_entry_bytes, self.max_records)
         while len(self.inflight) > IN_FLIGHT_ENTRIES:
             self.inflight.popleft().result()
 
