@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 from tests.processes import DIE_WITH_PARENT
 from walog.errors import MetadataConflictError, MetadataError, WalogError, is_retriable
 from walog.metadata import MetadataStore, NodeExistsError, NodeNotFoundError, open_store
+from walog.testing.process import freeze_outside_metadata_writes
 
 REPO = Path(__file__).resolve().parents[2]
 SQLITE_SESSION_S = 1.5
@@ -374,7 +375,9 @@ async def test_register_recreated_after_session_expiry(
         processes.append(proc)
         assert proc.stdout is not None
         assert await asyncio.to_thread(proc.stdout.readline) == "ready\n"
-        proc.send_signal(signal.SIGSTOP)
+        # Frozen between its metadata writes: inside one it would hold the file's write
+        # lock, and no other process could purge its expired session.
+        await asyncio.to_thread(freeze_outside_metadata_writes, proc, store_uri)
         await wait_until(gone, probe)
         proc.send_signal(signal.SIGCONT)
         await wait_until(present, probe)

@@ -7,9 +7,7 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
-import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +15,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from walog.metadata.layout import bookie_path, read_only_bookie_path
-from walog.metadata.uri import SqliteURI, parse_uri
 from walog.testing.process import BookieProcess, LocalClusterError, free_port
 from walog.testing.tempdirs import owned_temp_dir
 
@@ -31,28 +28,6 @@ BookieRef = int | str
 
 # Messages a bookie prints when its port was taken between our probe and its bind.
 _PORT_TAKEN_HINTS = ("address already in use", "(in use?)", "failed to bind")
-
-
-_PAUSE_ATTEMPTS = 100
-
-
-def _metadata_write_locked(metadata_uri: str) -> bool:
-    """Whether some process holds the write lock of an SQLite store's file for longer than
-    a live writer would (always False for other stores)."""
-    uri = parse_uri(metadata_uri)
-    if not isinstance(uri, SqliteURI):
-        return False
-    conn = sqlite3.connect(uri.path, timeout=0.2, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-            return True
-        raise
-    finally:
-        conn.close()
 
 
 def _terminate_all(bookies: list[BookieProcess]) -> None:
@@ -250,24 +225,9 @@ class LocalCluster:
             )
 
     def pause(self, ref: BookieRef) -> None:
-        """Freeze the bookie (SIGSTOP): its port stays open but nothing answers.
-
-        On an SQLite store the bookie is frozen at a moment it holds no write lock of the
-        metadata file: frozen inside its heartbeat's transaction it would stall every other
-        process's metadata writes (see docs/operations.md), which is SQLite's limit, not the
-        bookie fault a test means. It is let run again and frozen anew until then.
-        """
-        bookie = self._running(ref)
-        for _ in range(_PAUSE_ATTEMPTS):
-            bookie.pause()
-            if not _metadata_write_locked(self._metadata_uri):
-                return
-            bookie.resume()
-            time.sleep(0.01)
-        raise LocalClusterError(
-            f"bookie {bookie.bookie_id} held the metadata file's write lock at each of "
-            f"{_PAUSE_ATTEMPTS} attempts to pause it"
-        )
+        """Freeze the bookie (SIGSTOP): its port stays open but nothing answers (never in
+        the middle of a write to an SQLite store: see :meth:`BookieProcess.pause`)."""
+        self._running(ref).pause()
 
     def resume(self, ref: BookieRef) -> None:
         """Let a paused bookie run again (SIGCONT)."""

@@ -7,17 +7,20 @@ import os
 import random
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from walog.errors import WalogError
+from walog.metadata.uri import SqliteURI, parse_uri
 
 _LOG_TAIL_LINES = 25
 
@@ -58,7 +61,7 @@ def _port_range() -> range:
     return range(start, start + width) if width >= 500 else range(0)
 
 
-def freeze(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+def freeze(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """SIGSTOP ``proc`` and return once every thread of it is stopped.
 
     The signal is sent at once but a thread running on another CPU stops a moment later,
@@ -84,6 +87,49 @@ def freeze(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
             return
         time.sleep(0.001)
     raise TimeoutError(f"process {proc.pid} did not stop within {timeout:g}s of SIGSTOP")
+
+
+def metadata_write_locked(metadata_uri: str) -> bool:
+    """Whether some process holds the write lock of an SQLite store's file for longer than
+    a live writer would (0.2 s); always False for other stores."""
+    uri = parse_uri(metadata_uri)
+    if not isinstance(uri, SqliteURI):
+        return False
+    conn = sqlite3.connect(uri.path, timeout=0.2, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+            return True
+        raise
+    finally:
+        conn.close()
+
+
+def freeze_outside_metadata_writes(
+    proc: subprocess.Popen[Any], metadata_uri: str, attempts: int = 100
+) -> None:
+    """:func:`freeze` ``proc`` at a moment it holds no write lock of the SQLite store of
+    ``metadata_uri`` (another store: at once). Frozen inside a write transaction (its
+    heartbeat's, say) it would stall every other process's metadata writes: SQLite's limit
+    (docs/operations.md), not the fault a test means. It is let run and frozen anew until
+    then.
+
+    Raises:
+        LocalClusterError: it held the lock at each of ``attempts`` freezes.
+    """
+    for _ in range(attempts):
+        freeze(proc)
+        if not metadata_write_locked(metadata_uri):
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    raise LocalClusterError(
+        f"process {proc.pid} held the metadata file's write lock at each of {attempts} "
+        "attempts to freeze it"
+    )
 
 
 def _bindable(host: str, port: int) -> bool:
@@ -317,10 +363,11 @@ class BookieProcess:
 
     def pause(self) -> None:
         """Freeze the process (SIGSTOP): its port stays open but nothing answers (from the
-        moment this returns)."""
+        moment this returns). On an SQLite store, never inside one of its metadata writes
+        (:func:`freeze_outside_metadata_writes`)."""
         if self.proc is None:
             raise LocalClusterError(f"bookie {self.bookie_id} was never started")
-        freeze(self.proc)
+        freeze_outside_metadata_writes(self.proc, self.metadata)
         self.paused = True
 
     def resume(self) -> None:
