@@ -129,7 +129,7 @@ def _resolve_positions_python(
     # so each record's position skips Position's validation.
     for slot, sink in enumerate(sinks):
         try:  # noqa: SIM105 (suppress() would cost a context manager per record)
-            sink.set_result(_new_tuple(Position, (ledger_id, entry_id, slot)))
+            sink.set_result(unchecked_position(ledger_id, entry_id, slot))
         except ALREADY_SETTLED:
             pass  # its caller cancelled it
 

@@ -100,7 +100,8 @@ def _secure_file(path: str, create: bool = True) -> None:
         raise err
 
 
-def _is_busy(exc: BaseException) -> bool:
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's SQLITE_BUSY: another connection holds the lock wanted."""
     return isinstance(exc, sqlite3.OperationalError) and (
         exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
     )
@@ -118,7 +119,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         # file stays in WAL mode and the pragma only reads. The retries end with the busy
         # timeout, as any other wait for a lock does.
         for attempt in Retrying(
-            retry=retry_if_exception(_is_busy),
+            retry=retry_if_exception(is_busy),
             stop=stop_after_delay(busy_timeout),
             wait=wait_random_exponential(multiplier=0.001, max=0.05),
             reraise=True,
@@ -593,4 +594,4 @@ class SqliteStore(MetadataStore):
             self._executor.shutdown(wait=False)
 
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "is_busy"]

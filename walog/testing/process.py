@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from walog.errors import WalogError
+from walog.metadata.sqlite import is_busy
 from walog.metadata.uri import SqliteURI, parse_uri
 
 _LOG_TAIL_LINES = 25
@@ -101,7 +102,7 @@ def metadata_write_locked(metadata_uri: str) -> bool:
         conn.execute("ROLLBACK")
         return False
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+        if is_busy(exc):
             return True
         raise
     finally:
