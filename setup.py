@@ -1,5 +1,5 @@
-"""Build of the compiled hot paths: the bookie storage engine's (bookie/storage/) checkpoint
-loop (``_fastcheckpoint.c``), add path's per-entry checks (``_fastadd.c``), journal writer
+"""Build of the compiled hot paths: the bookie storage engine's (bookie/storage/) add
+path's per-entry checks (``_fastadd.c``), journal writer
 thread (``_fastjournal.c``) and journal replay at start (``_fastreplay.c``), and the log
 writer's per-record path (walog/log/_fastrecords.c); everything else about the package is in
 pyproject.toml. ``pip install -e .`` builds them in place."""
@@ -22,7 +22,6 @@ def _extension(module: str) -> Extension:
 
 setup(
     ext_modules=[
-        _extension("bookie.storage._fastcheckpoint"),
         _extension("bookie.storage._fastadd"),
         _extension("bookie.storage._fastjournal"),
         _extension("bookie.storage._fastreplay"),

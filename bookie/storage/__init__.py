@@ -10,9 +10,11 @@
 - ``group_reports``: what each journal group commit tells the engine (counters, stage
   latencies, group sizes, the entries a sync made durable);
 - ``lac_polls``: the LAC long polls, woken by whatever raises a ledger's LAC;
-- ``entry_storage``: the write cache, entry logs and index (what a checkpoint commits,
-  reads, GC, compaction steps); ``entry_log_writer``: the entry log being filled and the
-  format of its records; ``record_reads``: reading checked records out of the entry logs;
+- ``write_cache``: the entries taken since the last checkpoint, held as the batches they
+  came in;
+- ``entry_storage``: the entry logs and index (what a checkpoint commits, reads, GC,
+  compaction steps); ``entry_log_writer``: the entry log being filled and the format of
+  its batch records; ``record_reads``: reading checked records out of the entry logs;
   ``log_space``: what each entry log holds live, for compaction;
 - ``index``, ``run_index``, ``index_audit``, ``lmdb_check``: the index rows, the run rows'
   lookups and cuts, their audit on open, and the structural check of the LMDB file;

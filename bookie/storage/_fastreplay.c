@@ -6,7 +6,7 @@
  *
  *   - finds the intact records of a chunk (frame ``length:u32 crc32c:u32`` big endian,
  *     then the payload; the CRC seeded with the file's own seed), and
- *   - applies the entries of one ADD record to the write cache, as the pure-Python
+ *   - checks the entries of one ADD record and picks those for the write cache, as the pure-Python
  *     replay does entry by entry, and sums up what they do to the ledger's state.
  *
  * scan_frames(chunk, seed, max_record_bytes) -> (frames, used, problem)
@@ -18,23 +18,24 @@
  *            there); else why it is bad, in the words of the pure-Python replay:
  *            "bad record length N" or "CRC mismatch"
  *
- * apply_entries(ledger_id, blob, cache, present_of)
- *     -> (accepted, inserted, data_bytes, last_entry_id, lac, runs, bad, problem)
+ * apply_entries(ledger_id, blob, present_of)
+ *     -> (accepted, last_entry_id, lac, runs, bad, problem, kept_ids, kept_starts, count, whole)
  *
  *   blob        an ADD record's packed entries (walog/wire/packing.py: 24-byte header
  *               ``entry_id:int64 lac:int64 digest:uint32 length:uint32`` then the payload)
- *   cache       the write cache's ``{ledger_id: {entry_id: (lac, digest, data)}}``
  *   present_of  None, or called once as ``present_of(lowest id, highest id)`` of the
- *               record's entries: a set of the ids in that range the index holds
+ *               record's entries: a set of the ids in that range stored already (in the
+ *               index or the write cache)
  *
  *   Each entry whose digest matches (CRC32C of ``DIGEST_HEADER.pack(ledger_id, entry_id,
- *   lac)`` then the payload) is accepted; one not in ``present_of``'s set is put in the
- *   cache unless the cache has it (the ledger's dict made on the first such entry, as
- *   WriteCache.put does). Returns how many were accepted and inserted, the inserted payload
- *   bytes, the highest accepted id and lac (-1 when none), the accepted ids as ascending
- *   runs [(first, last), ...] in record order, the ids with a bad digest, and what is
- *   wrong with the blob's tail (None when nothing), as walog.wire.packing.unpack_entries
- *   says it; entries before a malformed tail are applied.
+ *   lac)`` then the payload) is accepted; one not in ``present_of``'s set is kept for the
+ *   write cache. Returns how many were accepted, the highest accepted id and lac (-1 when
+ *   none), the accepted ids as ascending runs [(first, last), ...] in record order, the ids
+ *   with a bad digest, what is wrong with the blob's tail (None when nothing), as
+ *   walog.wire.packing.unpack_entries says it; the kept entries' ids and where they start
+ *   in ``blob``, each as native int64s in bytes (array("q") reads them); and how many
+ *   whole entries the blob holds and where they end. Entries before a malformed tail are
+ *   applied.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -162,70 +163,16 @@ add_run(PyObject *runs, long long first, long long last)
     return appended;
 }
 
-/* Put (lac, digest, data) at ``entry_id`` in the ledger's cache dict unless it is there:
- * 1 when inserted, 0 when present, -1 with an exception. ``*entries`` is the ledger's dict
- * (borrowed), fetched or made on the first call. */
-static int
-cache_put(PyObject *cache, PyObject *ledger_key, PyObject **entries, long long entry_id,
-          long long lac, uint32_t digest, const unsigned char *data, Py_ssize_t length)
-{
-    if (*entries == NULL) {
-        PyObject *found = PyDict_GetItemWithError(cache, ledger_key);
-        if (found == NULL) {
-            if (PyErr_Occurred()) {
-                return -1;
-            }
-            PyObject *made = PyDict_New();
-            if (made == NULL) {
-                return -1;
-            }
-            int stored = PyDict_SetItem(cache, ledger_key, made);
-            Py_DECREF(made); /* the cache holds it */
-            if (stored < 0) {
-                return -1;
-            }
-            found = made;
-        }
-        if (!PyDict_Check(found)) {
-            PyErr_SetString(PyExc_TypeError, "the write cache must map ledgers to dicts");
-            return -1;
-        }
-        *entries = found;
-    }
-    PyObject *key = PyLong_FromLongLong(entry_id);
-    if (key == NULL) {
-        return -1;
-    }
-    int present = PyDict_Contains(*entries, key);
-    if (present != 0) {
-        Py_DECREF(key);
-        return present < 0 ? -1 : 0;
-    }
-    PyObject *value = Py_BuildValue("(Lky#)", lac, (unsigned long)digest, data, length);
-    if (value == NULL) {
-        Py_DECREF(key);
-        return -1;
-    }
-    int stored = PyDict_SetItem(*entries, key, value);
-    Py_DECREF(key);
-    Py_DECREF(value);
-    return stored < 0 ? -1 : 1;
-}
-
 static PyObject *
 apply_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "apply_entries takes 4 arguments, got %zd", nargs);
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "apply_entries takes 3 arguments, got %zd", nargs);
         return NULL;
     }
-    PyObject *ledger_key = args[0], *cache = args[2], *present_of = args[3];
-    long long ledger_id = PyLong_AsLongLong(ledger_key);
+    PyObject *present_of = args[2];
+    long long ledger_id = PyLong_AsLongLong(args[0]);
     if (ledger_id == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (!PyDict_Check(cache)) {
-        PyErr_SetString(PyExc_TypeError, "cache must be a dict");
         return NULL;
     }
     Py_buffer view;
@@ -235,6 +182,7 @@ apply_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     const unsigned char *base = view.buf;
     Py_ssize_t end = view.len;
     PyObject *present = NULL, *runs = NULL, *bad = NULL, *problem = NULL;
+    long long *kept_ids = NULL, *kept_starts = NULL;
 
     /* First pass: the whole entries, their id range, what is wrong with the tail. */
     Py_ssize_t count = 0, whole = 0, offset = 0;
@@ -278,18 +226,23 @@ apply_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     }
     runs = PyList_New(0);
     bad = PyList_New(0);
-    if (runs == NULL || bad == NULL) {
+    kept_ids = PyMem_Malloc(sizeof(long long) * (size_t)(count > 0 ? count : 1));
+    kept_starts = PyMem_Malloc(sizeof(long long) * (size_t)(count > 0 ? count : 1));
+    if (runs == NULL || bad == NULL || kept_ids == NULL || kept_starts == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
         goto fail;
     }
 
-    /* Second pass: check each digest, cache what the index lacks, sum up the rest. */
+    /* Second pass: check each digest, keep what ``present_of`` lacks, sum up the rest. */
     unsigned char digest_header[DIGEST_HEADER_BYTES];
     put_u64(digest_header, (uint64_t)ledger_id);
-    PyObject *entries = NULL; /* the ledger's cache dict, borrowed */
-    Py_ssize_t accepted = 0, inserted = 0;
-    long long data_bytes = 0, last_entry_id = -1, lac = -1, run_first = 0, run_last = 0;
+    Py_ssize_t accepted = 0, kept = 0;
+    long long last_entry_id = -1, lac = -1, run_first = 0, run_last = 0;
     offset = 0;
     while (offset < whole) {
+        Py_ssize_t start = offset;
         const unsigned char *head = base + offset;
         long long entry_id = (long long)get_u64(head);
         long long entry_lac = (long long)get_u64(head + 8);
@@ -339,18 +292,12 @@ apply_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
                 goto fail;
             }
             if (held) {
-                continue; /* in the index: not cached again */
+                continue; /* stored already: not cached again */
             }
         }
-        int put = cache_put(cache, ledger_key, &entries, entry_id, entry_lac, digest, data,
-                            length);
-        if (put < 0) {
-            goto fail;
-        }
-        if (put) {
-            inserted++;
-            data_bytes += length;
-        }
+        kept_ids[kept] = entry_id;
+        kept_starts[kept] = (long long)start;
+        kept++;
     }
     if (accepted > 0 && add_run(runs, run_first, run_last) < 0) {
         goto fail;
@@ -360,10 +307,17 @@ apply_entries(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     if (problem == NULL) {
         problem = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(nnLLLNNN)", accepted, inserted, data_bytes, last_entry_id, lac, runs,
-                         bad, problem);
+    PyObject *result = Py_BuildValue(
+        "(nLLNNNy#y#nn)", accepted, last_entry_id, lac, runs, bad, problem, (const char *)kept_ids,
+        (Py_ssize_t)(kept * (Py_ssize_t)sizeof(long long)), (const char *)kept_starts,
+        (Py_ssize_t)(kept * (Py_ssize_t)sizeof(long long)), count, whole);
+    PyMem_Free(kept_ids);
+    PyMem_Free(kept_starts);
+    return result;
 
 fail:
+    PyMem_Free(kept_ids);
+    PyMem_Free(kept_starts);
     PyBuffer_Release(&view);
     Py_XDECREF(present);
     Py_XDECREF(runs);
@@ -377,7 +331,7 @@ static PyMethodDef methods[] = {
      "The intact journal records of a chunk, where the first other one starts and what is "
      "wrong with it; see bookie/storage/_fastreplay.c."},
     {"apply_entries", (PyCFunction)(void (*)(void))apply_entries, METH_FASTCALL,
-     "Apply the entries of one ADD record to the write cache and sum up their effect on the "
+     "Check the entries of one ADD record, say which to cache and sum up their effect on the "
      "ledger's state; see bookie/storage/_fastreplay.c."},
     {NULL, NULL, 0, NULL},
 };

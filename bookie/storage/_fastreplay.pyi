@@ -18,10 +18,8 @@ def scan_frames(
 def apply_entries(
     ledger_id: int,
     blob: bytes | bytearray | memoryview,
-    cache: dict[int, dict[int, tuple[int, int, bytes]]],
     present_of: Callable[[int, int], set[int]] | None,
     /,
-) -> tuple[int, int, int, int, int, list[tuple[int, int]], list[int], str | None]:
-    """Apply one ADD record's entries to the write cache ``cache``; returns ``(accepted,
-    inserted, data_bytes, last_entry_id, lac, runs, bad, problem)``. See
-    bookie/storage/_fastreplay.c."""
+) -> tuple[int, int, int, list[tuple[int, int]], list[int], str | None, bytes, bytes, int, int]:
+    """Check one ADD record's entries; returns ``(accepted, last_entry_id, lac, runs, bad,
+    problem, kept_ids, kept_starts, count, whole)``. See bookie/storage/_fastreplay.c."""

@@ -26,16 +26,17 @@ import contextlib
 import functools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import structlog
 
 from bookie.storage.config import StorageConfig
-from bookie.storage.entry_storage import CachedEntry, EntryStorage, WriteCache
+from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.environment import Workers
 from bookie.storage.journal import Journal
 from bookie.storage.journal_files import StorageIOError
 from bookie.storage.tombstones import Tombstones
+from bookie.storage.write_cache import CachedEntry, WriteCache
 from walog import mutations
 
 _log = structlog.get_logger(__name__)
@@ -105,9 +106,8 @@ class Checkpointer:
         the one being persisted), in no order."""
         ids: list[int] = []
         for cache in (self.cache, self._flushing):
-            entries = cache.ledgers.get(ledger_id) if cache is not None else None
-            if entries:
-                ids += (i for i in entries if first <= i <= last)
+            if cache is not None:
+                ids += cache.ids_in(ledger_id, first, last)
         return ids
 
     @property
@@ -208,12 +208,13 @@ class Checkpointer:
                 damaged = self._damaged_entries
                 replace = {
                     (ledger_id, entry_id)
-                    for ledger_id, entries in frozen.ledgers.items()
-                    for entry_id in damaged.get(ledger_id, ()) & entries.keys()
+                    for ledger_id in frozen.ledgers
+                    for entry_id in damaged.get(ledger_id, ())
+                    if frozen.contains(ledger_id, entry_id)
                 }
                 written = await self._writer.run(
                     functools.partial(storage.checkpoint, replace=replace, tombstones=tombstones),
-                    _sorted_entries(frozen),
+                    frozen.pieces(),
                     states,
                     mark,
                 )
@@ -221,9 +222,8 @@ class Checkpointer:
                     damaged[ledger_id].discard(entry_id)
             except BaseException as exc:
                 # Nothing was committed: the next checkpoint takes these again.
-                for ledger_id, entries in frozen.ledgers.items():
-                    for entry_id, entry in entries.items():
-                        self.cache.put(ledger_id, entry_id, entry)
+                for ledger_id, unit in frozen.pieces():
+                    self.cache.add(ledger_id, unit)
                 self.dirty |= dirty
                 if isinstance(exc, StorageIOError):
                     self._failed(exc)
@@ -265,14 +265,6 @@ def checkpoint_wait(interval: float, first: bool) -> float:
     ack quorum is made of the others.
     """
     return interval * (random.uniform(0.5, 1.0) if first else random.uniform(0.9, 1.1))
-
-
-def _sorted_entries(cache: WriteCache) -> Iterator[tuple[int, int, CachedEntry]]:
-    """The cache's entries by ledger then entry id (consumed in the storage thread)."""
-    for ledger_id in sorted(cache.ledgers):
-        entries = cache.ledgers[ledger_id]
-        for entry_id in sorted(entries):
-            yield ledger_id, entry_id, entries[entry_id]
 
 
 __all__ = ["Checkpointer", "checkpoint_wait"]

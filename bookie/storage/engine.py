@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
+import operator
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -35,12 +36,7 @@ from bookie.storage.checkpoints import Checkpointer
 from bookie.storage.compaction import Compactor
 from bookie.storage.config import StorageConfig
 from bookie.storage.damaged_copies import DamagedCopies
-from bookie.storage.entry_storage import (
-    READ_ENTRY_OVERHEAD,
-    CachedEntry,
-    EntryStorage,
-    StoredRecord,
-)
+from bookie.storage.entry_storage import READ_ENTRY_OVERHEAD, EntryStorage, StoredRecord
 from bookie.storage.environment import LOCAL_ENV, StorageEnv
 from bookie.storage.fastpath import refused_entries, unpack_entries
 from bookie.storage.fences import Fences
@@ -57,6 +53,7 @@ from bookie.storage.journal_records import (
 from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
+from bookie.storage.write_cache import CachedEntry, pack_unit
 from walog._tasks import cancel_and_wait
 from walog.latency import StageLatencies
 from walog.wire.durability import Durability
@@ -364,29 +361,28 @@ class BookieCore:
         ledger_id = state.ledger_id
         checkpoints = self.checkpoints
         cache = checkpoints.cache
-        stored: list[PackedEntry] = []
-        # Nothing above the highest entry id seen is cached or stored: new entries skip
-        # the lookup (a repeat within this batch is at or below it by then).
+        # Nothing above the highest entry id seen is cached or stored: a batch of new
+        # ids, ascending (what a writer sends), is stored and cached whole, as the unit
+        # it came in, without a lookup per entry.
         highest = state.last_entry_id
-        lac = -1
-        size = inserted = inserted_bytes = 0
-        cached = cache.ledger_entries(ledger_id)
-        for entry in entries:
-            entry_id, entry_lac, digest, data = entry
-            if entry_id <= highest and self._has_entry(state, entry_id):
-                continue
-            # Only the new copy of a damaged entry can be cached already (and is kept).
-            if entry_id > highest or entry_id not in cached:
-                cached[entry_id] = (entry_lac, digest, data)
-                inserted += 1
-                inserted_bytes += len(data)
-            stored.append(entry)
-            if entry_id > highest:
-                highest = entry_id
-            if entry_lac > lac:
-                lac = entry_lac
-            size += len(data)
-        cache.added(inserted, inserted_bytes)
+        ids = [entry.entry_id for entry in entries]
+        if ids[0] > highest and (len(ids) == 1 or all(map(operator.lt, ids, ids[1:]))):
+            stored: Sequence[PackedEntry] = entries
+            sizes = [len(entry.data) for entry in entries]
+            if packed is None or len(packed) != sum(sizes) + ENTRY_HEADER.size * len(ids):
+                packed = _packed(entries)
+            cache.add_packed(ledger_id, packed, ids, sizes)
+            highest = ids[-1]
+        else:
+            stored, new = _new_entries(state, entries, self._has_entry, cache.contains)
+            if new:
+                cache.add(ledger_id, pack_unit(new))
+            packed = None if len(stored) != len(entries) else packed
+            ids = [entry.entry_id for entry in stored]
+            sizes = [len(entry.data) for entry in stored]
+            highest = max(highest, *ids) if ids else highest
+        lac = max((entry.lac for entry in stored), default=-1)
+        size = sum(sizes)
         duplicates = len(entries) - len(stored)
         self.stats.duplicate_adds += duplicates
         self.stats.entries_added += len(stored)
@@ -400,16 +396,11 @@ class BookieCore:
             if state.raise_lac(lac):
                 self._lac_polls.wake(ledger_id)
             self.checkpoints.dirty.add(ledger_id)
-            if duplicates or packed is None:
-                packed = b"".join(
-                    ENTRY_HEADER.pack(entry_id, entry_lac, digest, len(data)) + data
-                    for entry_id, entry_lac, digest, data in stored
-                )
+            if packed is None:
+                packed = _packed(stored)
             # Tagged for the sync cursor: the group report says when these were synced.
             return self.journal.append(
-                (add_header(ledger_id, volatile), packed),
-                sync=not volatile,
-                tag=(ledger_id, [entry.entry_id for entry in stored]),
+                (add_header(ledger_id, volatile), packed), sync=not volatile, tag=(ledger_id, ids)
             )
         if duplicates and not volatile:
             # The first copies may still wait for their sync: do not ack before it. (With
@@ -691,6 +682,38 @@ class BookieCore:
             await self._writer.run(storage.delete_ledgers, doomed)
             self.stats.entry_logs_deleted = storage.logs_deleted
             self.stats.entry_logs_compacted = storage.logs_compacted
+
+
+def _new_entries(
+    state: LedgerState,
+    entries: Sequence[PackedEntry],
+    has_entry: Callable[[LedgerState, int], bool],
+    cached: Callable[[int, int], bool],
+) -> tuple[list[PackedEntry], list[PackedEntry]]:
+    """The entries of a batch to journal (none stored already, each id once) and those
+    of them to cache: all but the new copy of a damaged entry already cached (the first
+    new copy is kept)."""
+    stored: list[PackedEntry] = []
+    new: list[PackedEntry] = []
+    seen: set[int] = set()
+    highest = state.last_entry_id
+    for entry in entries:
+        entry_id = entry.entry_id
+        if entry_id in seen or (entry_id <= highest and has_entry(state, entry_id)):
+            continue
+        seen.add(entry_id)
+        stored.append(entry)
+        if entry_id > highest or not cached(state.ledger_id, entry_id):
+            new.append(entry)
+    return stored, new
+
+
+def _packed(entries: Iterable[PackedEntry]) -> bytes:
+    """Entries packed as a client packs them (walog/wire/packing.py)."""
+    return b"".join(
+        ENTRY_HEADER.pack(entry_id, lac, digest, len(data)) + data
+        for entry_id, lac, digest, data in entries
+    )
 
 
 def new_incarnation() -> int:

@@ -4,67 +4,67 @@ An entry log holds entries of many ledgers, appended at checkpoints and by compa
 starts with a 20-byte header (:data:`LOG_HEADER`: ``WALE``, format version, log id, and the
 CRC32C of those 16 bytes; every later version keeps these 20 bytes and may add after them);
 records follow. A header whose CRC fails is damage, not a newer version: the records still
-start after it (reads go by the index's offsets anyway). Logs written before the header
-existed (format version 1) start with their first record, and are read as such: their
-first four bytes are a record's data length, at most 64 MiB (the largest message), never
-``WALE`` (1.36 GiB read as a length). Each record is
-``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32`` (:data:`RECORD`)
-followed by the data. :class:`EntryLogWriter` appends records to the log being filled,
-writes and syncs them chunk by chunk, rolls to a new log at ``entry_log_file_bytes``, and
-builds the index rows (one run row per run of consecutive entries of a ledger whose
-records it wrote back to back, bookie/storage/index.py) and live-byte counts of what it
-wrote; the caller commits those
-(bookie/storage/entry_storage.py). A write that fails leaves the log's tail unknown: what
-it wrote is cut off, and the log is never appended to again.
+start after it (reads go by the index's offsets anyway).
 
-The per-entry work runs in C (bookie/storage/_fastcheckpoint.c) when the extension is built,
-and in Python otherwise or with ``WALOG_PURE_PYTHON=1``: the same bytes either way.
+Format 3 (written now) holds batch records: a 20-byte header (:data:`BATCH`:
+``body_len:u32 ledger:i64 count:u32`` and the CRC32C of those 16 bytes), then ``count``
+entries of that ledger packed as a client packs them (walog/wire/packing.py: a 24-byte
+header ``entry_id:i64 lac:i64 digest:u32 length:u32`` then the payload). A write-cache unit
+(bookie/storage/write_cache.py), an add batch as it arrived, goes into a record as its
+bytes are; consecutive units of a ledger share one record. Formats 1 (no log header) and 2
+hold one record per entry, ``data_len:u32 ledger:i64 entry:i64 lac:i64 digest:u32``
+(:data:`RECORD`) then the data; they are read as such (bookie/storage/record_reads.py,
+bookie/storage/rebuild.py), and compaction rewrites their entries in format 3.
+
+:class:`EntryLogWriter` appends records to the log being filled, writes and syncs them
+chunk by chunk, rolls to a new log at ``entry_log_file_bytes``, and builds the index rows
+(one run row per run of consecutive entries of a ledger written back to back in one record,
+bookie/storage/index.py; a row points at its first entry's header) and live-byte counts of
+what it wrote; the caller commits those (bookie/storage/entry_storage.py). A write that
+fails leaves the log's tail unknown: what it wrote is cut off, and the log is never
+appended to again.
 
 Everything here is blocking; the storage thread runs it.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
-import operator
 import os
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import SupportsIndex
 
 import crc32c
 import lmdb
 
-from bookie.storage.fastpath import CHECKPOINT_COMPILED
 from bookie.storage.files import Files, write_all
 from bookie.storage.index import MAX_RUN_ENTRIES, ROW_CRC, RUN_HEAD
 from bookie.storage.journal_files import StorageIOError
+from bookie.storage.write_cache import Unit
 from walog.format_versions import newer_version_message
 
-CachedEntry = tuple[int, int, bytes]
-"""An entry held in the write cache: ``(lac, digest, data)``. A plain tuple, not a named
-one: the garbage collector stops tracking a tuple of ints and bytes after one pass, so a
-write cache of a hundred thousand entries costs full collections nothing."""
-
 RECORD = struct.Struct(">IqqqI")
-"""An entry-log record's header: data length, ledger id, entry id, LAC, digest."""
+"""A format 1 or 2 entry-log record's header: data length, ledger id, entry id, LAC,
+digest."""
+BATCH = struct.Struct(">IqII")
+"""A format 3 batch record's header: body length, ledger id, entries, CRC32C of the first
+16 bytes."""
+_BATCH_CHECKED = BATCH.size - 4
 _INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
+_UNIT_LIMIT = _UINT32_MAX - BATCH.size  # a record's body length is a u32
 _WRITE_CHUNK_BYTES = 1024 * 1024  # entry-log writes go out, and are synced, in chunks this size
-# A run row's key as the append loops pack it (ENTRY_KEY's bytes for the ids they accept).
+# A run row's key as the writer packs it (ENTRY_KEY's bytes for the ids it accepts).
 _RUN_KEY = struct.Struct(">QQ")
-
-#: The append loop, chosen once at import (bookie/storage/fastpath.py): True for the
-#: compiled one.
-_COMPILED = CHECKPOINT_COMPILED
 
 
 LOG_HEADER = struct.Struct(">4sIQI")
 """An entry log's header: magic, format version, log id, CRC32C of the first three."""
 _LOG_MAGIC = b"WALE"
 _CHECKED = LOG_HEADER.size - 4  # the header's bytes its CRC covers
-ENTRY_LOG_VERSION = 2
+ENTRY_LOG_VERSION = 3
 """The entry-log format this bookie writes, and the newest it reads (1: no header)."""
 
 
@@ -72,6 +72,27 @@ def log_header(log_id: int) -> bytes:
     """The header entry log ``log_id`` starts with."""
     head = LOG_HEADER.pack(_LOG_MAGIC, ENTRY_LOG_VERSION, log_id, 0)[:_CHECKED]
     return head + ROW_CRC.pack(crc32c.crc32c(head))
+
+
+def log_format(head: bytes, path: Path) -> int | None:
+    """The format of the entry log at ``path``, given its first :data:`LOG_HEADER`
+    ``.size`` bytes ``head`` (fewer for a shorter file): 1 for a log without a header, the
+    header's version, or None when the header fails its CRC (damage: its records may be
+    of either format).
+
+    Raises:
+        StorageIOError: the header names a newer format version than this bookie reads.
+    """
+    if len(head) < LOG_HEADER.size or head[:4] != _LOG_MAGIC:
+        return 1
+    _, version, _, crc = LOG_HEADER.unpack_from(head)
+    if crc != crc32c.crc32c(head[:_CHECKED]):
+        return None
+    if version > ENTRY_LOG_VERSION:
+        raise StorageIOError(
+            newer_version_message(f"entry log {path}", version, ENTRY_LOG_VERSION, "the bookie")
+        )
+    return int(version)
 
 
 def records_start(head: bytes, path: Path) -> int:
@@ -82,14 +103,7 @@ def records_start(head: bytes, path: Path) -> int:
     Raises:
         StorageIOError: the header names a newer format version than this bookie reads.
     """
-    if len(head) < LOG_HEADER.size or head[:4] != _LOG_MAGIC:
-        return 0
-    _, version, _, crc = LOG_HEADER.unpack_from(head)
-    if crc == crc32c.crc32c(head[:_CHECKED]) and version > ENTRY_LOG_VERSION:
-        raise StorageIOError(
-            newer_version_message(f"entry log {path}", version, ENTRY_LOG_VERSION, "the bookie")
-        )
-    return LOG_HEADER.size
+    return 0 if log_format(head, path) == 1 else LOG_HEADER.size
 
 
 def check_log_versions(log_dir: Path, names: Iterable[str], files: Files) -> None:
@@ -148,26 +162,26 @@ class EntryLogWriter:
         self.log_id = -1
         """The log being filled; -1 when none is open (the next write opens one)."""
         self._offset = 0
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | bytearray | memoryview] = []
+        self._pending_bytes = 0
 
     def write(
         self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
+        pieces: Iterable[tuple[int, Unit]],
         rows: dict[int, list[tuple[bytes, bytes]]],
         live: dict[int, dict[int, int]],
     ) -> int:
-        """Append the entries' records and sync them; their index rows go to ``rows`` by
-        ledger, their record bytes to ``live`` by log and ledger. Returns the entries
-        written.
+        """Append the units (each with its ledger, grouped by ledger) as batch records and
+        sync them; their index rows go to ``rows`` by ledger, their bytes to ``live`` by
+        log and ledger. Returns the entries written.
 
         Raises:
             StorageIOError: a write, sync or roll failed.
-            TypeError, ValueError: a malformed entry.
+            ValueError: a ledger or entry id out of range.
         """
         start_log, start_offset = self.log_id, self._offset
-        append = self._append_compiled if _COMPILED else self._append_python
         try:
-            written = append(entries, rows, live)
+            written = self._append(pieces, rows, live)
             if self._fd >= 0:
                 self._sync()
         except BaseException as exc:
@@ -177,6 +191,7 @@ class EntryLogWriter:
             # dropped with it (they would land before the next checkpoint's).
             failed_log = self.log_id
             self._pending.clear()
+            self._pending_bytes = 0
             if self._fd >= 0:
                 with contextlib.suppress(OSError):
                     self._files.ftruncate(self._fd, start_offset if failed_log == start_log else 0)
@@ -192,136 +207,80 @@ class EntryLogWriter:
             self._files.close(self._fd)
             self._fd = -1
 
-    def _append_python(
+    def _append(
         self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
+        pieces: Iterable[tuple[int, Unit]],
         rows: dict[int, list[tuple[bytes, bytes]]],
         live: dict[int, dict[int, int]],
     ) -> int:
-        """Append the entries' records to entry logs (rolling them as they fill, writing
-        and syncing chunk by chunk, the last chunk written but not synced), their index rows
-        to ``rows`` by ledger and their record bytes to ``live`` by log and ledger. Returns
-        the entries appended. TypeError or ValueError for a malformed entry.
+        """Append the units as batch records to entry logs (rolling them as they fill,
+        writing and syncing chunk by chunk, the last chunk written but not synced), their
+        index rows to ``rows`` by ledger and their bytes to ``live`` by log and ledger.
+        Returns the entries appended.
 
-        The pure-Python loop; :meth:`_append_compiled` does the same work."""
+        The work is per unit, not per entry, for units of consecutive ids: a record's
+        body is the units' packed bytes as they are; a run row is cut from their start
+        arrays."""
         written = 0
-        current = current_log = -1
-        bucket: list[tuple[bytes, bytes]] = []
-        per_ledger: dict[int, int] = {}
-        # The checkpoint's hot loop, one pass per entry: its record is buffered for the
-        # entry log and its length added to the open run; a run's row is built when it
-        # closes (another ledger, a gap, a full run, a new log, a chunk written out).
-        # The log's position lives in locals here; ``self._offset`` is brought up
-        # to date before anything else reads it (a roll, a flush, the end).
-        pending = self._pending
-        record = RECORD.pack
-        limit, chunk = self._roll_offset, _WRITE_CHUNK_BYTES
-        log_id, offset = self.log_id, self._offset
-        flushed = offset  # the log's offset at the last write of the buffered records
-        lengths: list[int] = []  # the open run's record lengths (none open when empty)
-        run_first = run_offset = following = 0
-        try:
-            for ledger_id, entry_id, (lac, digest, data) in entries:
-                if log_id < 0 or offset >= limit:  # no log open (-1 with its fd), or full
-                    if lengths:
-                        bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
-                        lengths = []
-                    self._offset = offset
+        record: _Record | None = None
+        limit = self._roll_offset
+        for ledger_id, unit in pieces:
+            if record is not None and record.ledger_id != ledger_id:
+                self._close_record(record, rows, live)
+                record = None
+            if record is None:
+                _check_ledger(ledger_id)
+            if unit.first < 0 or unit.nbytes > _UNIT_LIMIT:
+                raise ValueError(
+                    f"entries {unit.first}..{unit.last} ({unit.nbytes} bytes): an entry log "
+                    f"holds ids from 0 and at most {_UNIT_LIMIT} bytes a record"
+                )
+            begin, count = 0, len(unit.ids)
+            while begin < count:
+                if self.log_id < 0 or self._offset + (record.size if record else 0) >= limit:
+                    if record is not None:
+                        self._close_record(record, rows, live)
+                        record = None
                     self._roll()
-                    log_id, offset = self.log_id, self._offset
-                    flushed = offset
-                length = RECORD.size + len(data)
-                head = record(len(data), ledger_id, entry_id, lac, digest)
-                if ledger_id < 0 or entry_id < 0 or length > _UINT32_MAX:
-                    raise struct.error("entry out of range")
-                pending.append(head)
-                pending.append(data)
-                if ledger_id != current or log_id != current_log:
-                    if lengths:
-                        bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
-                        lengths = []
-                    # Entries come grouped by ledger and logs roll rarely: look up the
-                    # ledger's row list and live-bytes slot once per run, not per entry.
-                    current, current_log = ledger_id, log_id
-                    bucket = rows.setdefault(ledger_id, [])
-                    per_ledger = live.setdefault(log_id, {})
-                    per_ledger.setdefault(ledger_id, 0)
-                elif lengths and (entry_id != following or len(lengths) >= MAX_RUN_ENTRIES):
-                    bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
-                    lengths = []
-                if not lengths:
-                    run_first, run_offset = entry_id, offset
-                lengths.append(length)
-                following = entry_id + 1
-                per_ledger[ledger_id] += length
-                written += 1
-                offset += length
-                if offset - flushed >= chunk:
-                    bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
-                    lengths = []
-                    self._offset = flushed = offset
+                if record is None:
+                    record = _Record(ledger_id, self._offset)
+                if begin == 0 and self._offset + record.size + unit.nbytes <= limit:
+                    end = count  # the whole unit fits: the common case
+                else:  # the entries that start before the log is full go into this log
+                    room = limit - self._offset - record.size
+                    starts = unit.starts
+                    at = bisect.bisect_left(starts, starts[begin] + room, begin, count)
+                    end = max(at, begin + 1)
+                record.take(unit, begin, end)
+                written += end - begin
+                begin = end
+                if record.size >= _WRITE_CHUNK_BYTES:
+                    self._close_record(record, rows, live)
+                    record = None
+                if self._pending_bytes >= _WRITE_CHUNK_BYTES:
                     self._flush_pending()
-                    # Synced chunk by chunk: one sync of a whole checkpoint at its end would
-                    # hold the disk, and the journal syncs queued behind it, for as long as
-                    # all of it takes to write (tens of ms per 10 MB here).
+                    # Synced chunk by chunk: one sync of a whole checkpoint at its end
+                    # would hold the disk, and the journal syncs queued behind it, for as
+                    # long as all of it takes to write (tens of ms per 10 MB here).
                     self._files.fdatasync(self._fd)
-        except struct.error as exc:
-            problem = _bad_entry(ledger_id, entry_id, lac, digest, data)
-            if problem is None:
-                raise
-            raise problem from exc
-        if lengths:
-            bucket.append(_run_row(current, run_first, log_id, run_offset, lengths))
-        self._offset = offset
+        if record is not None:
+            self._close_record(record, rows, live)
         self._flush_pending()
         return written
 
-    def _append_compiled(
+    def _close_record(
         self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
+        record: _Record,
         rows: dict[int, list[tuple[bytes, bytes]]],
         live: dict[int, dict[int, int]],
-    ) -> int:
-        """:meth:`_append_python` with the per-entry work compiled
-        (bookie/storage/_fastcheckpoint.c): it builds the records of a chunk in one buffer
-        and the index rows, and returns here to roll the log, to write and sync a full
-        chunk, and at the end. The same bytes, rows, live counts and errors."""
-        from bookie.storage._fastcheckpoint import DONE, ROLL, append_entries
-
-        items = iter(entries)
-        buffer = bytearray()
-        held: tuple[int, int, CachedEntry] | None = None
-        used = written = 0
-        limit, chunk = self._roll_offset, _WRITE_CHUNK_BYTES
-        log_id, offset = self.log_id, self._offset
-        flushed = offset  # the log's offset at buffer[0]
-        while True:
-            status, held, used, offset, count = append_entries(
-                items, held, buffer, used, rows, live, log_id, offset, flushed, limit, chunk
-            )
-            written += count
-            if status == DONE:
-                break
-            self._offset = offset
-            self._write_buffer(buffer, used)
-            used = 0
-            if status == ROLL:  # ``held`` starts the next log
-                self._roll()
-                log_id, offset = self.log_id, self._offset
-            else:  # a full chunk: synced chunk by chunk, as in _append_python
-                self._files.fdatasync(self._fd)
-            flushed = offset
-        self._offset = offset
-        self._write_buffer(buffer, used)
-        return written
-
-    def _write_buffer(self, buffer: bytearray, size: int) -> None:
-        """Write ``buffer[:size]`` to the current entry log (nothing when ``size`` is 0).
-        The views are gone on return, so the compiled loop may resize the buffer again."""
-        if not size:
-            return
-        with memoryview(buffer) as whole, whole[:size] as chunk:
-            write_all(self._files, self._fd, chunk)
+    ) -> None:
+        """Queue a whole record for the log being filled and account its rows and bytes."""
+        self._pending += record.parts()
+        self._pending_bytes += record.size
+        rows.setdefault(record.ledger_id, []).extend(record.rows(self.log_id))
+        per_ledger = live.setdefault(self.log_id, {})
+        per_ledger[record.ledger_id] = per_ledger.get(record.ledger_id, 0) + record.size
+        self._offset += record.size
 
     def stop_appending(self) -> None:
         """Stop appending to the current entry log; the next write starts a new one."""
@@ -335,6 +294,7 @@ class EntryLogWriter:
         """Write the buffered records to the current entry log (one syscall per chunk)."""
         data = b"".join(self._pending)
         self._pending.clear()
+        self._pending_bytes = 0
         write_all(self._files, self._fd, data)
 
     def _sync(self) -> None:
@@ -362,49 +322,85 @@ class EntryLogWriter:
         self._offset = LOG_HEADER.size
 
 
-def _run_row(
-    ledger_id: int, first: int, log_id: int, offset: int, lengths: list[int]
-) -> tuple[bytes, bytes]:
-    """The run row of a closed run (the ids and sizes were checked entry by entry)."""
-    key = _RUN_KEY.pack(ledger_id, first)
-    payload = RUN_HEAD.pack(log_id, offset) + struct.pack(f">{len(lengths)}I", *lengths)
-    return key, ROW_CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(key))) + payload
+class _Record:
+    """A batch record being put together: entries of one ledger from one or more units,
+    back to back in the body, with the runs of consecutive ids they make."""
 
+    __slots__ = ("body", "count", "ledger_id", "offset", "runs", "size")
 
-def _bad_entry(
-    ledger_id: object, entry_id: object, lac: object, digest: object, data: object
-) -> Exception | None:
-    """The TypeError or ValueError for an entry the append loops cannot store (what the
-    compiled loop raises for it too); None when its fields are fine."""
-    for name, value, low, high in (
-        ("ledger id", ledger_id, 0, _INT64_MAX),
-        ("entry id", entry_id, 0, _INT64_MAX),
-        ("lac", lac, -_INT64_MAX - 1, _INT64_MAX),
-        ("digest", digest, 0, _UINT32_MAX),
-    ):
-        if not isinstance(value, SupportsIndex):
-            return TypeError(f"{name} must be an int, not {type(value).__name__!r}")
-        if not low <= operator.index(value) <= high:
-            return ValueError(f"{name} out of range [{low}, {high}]: {value!r}")
-    try:
-        size = memoryview(data).nbytes  # type: ignore[arg-type]
-    except TypeError:
-        return TypeError(f"entry data must be bytes, not {type(data).__name__!r}")
-    if size > _UINT32_MAX - RECORD.size:
-        return ValueError(
-            f"entry data of {size} bytes: a record holds at most {_UINT32_MAX - RECORD.size}"
+    def __init__(self, ledger_id: int, offset: int) -> None:
+        self.ledger_id = ledger_id
+        self.offset = offset  # where the record starts in its log
+        self.body: list[bytes | bytearray | memoryview] = []
+        self.count = 0
+        self.size = BATCH.size  # header and body so far
+        # Runs of consecutive ids: [first id, where its first entry starts, lengths].
+        self.runs: list[tuple[int, int, list[int]]] = []
+
+    def take(self, unit: Unit, begin: int, end: int) -> None:
+        """Append entries ``begin..end-1`` of ``unit``."""
+        ids = unit.ids
+        first = ids[begin]
+        lengths = unit.lengths(begin, end)
+        runs = self.runs
+        if ids[end - 1] - first == end - 1 - begin:  # consecutive: one run
+            if runs and runs[-1][0] + len(runs[-1][2]) == first:
+                runs[-1][2].extend(lengths)
+            else:
+                runs.append((first, self.offset + self.size, lengths))
+        else:  # a bookie of a striped ensemble: a run per stretch of consecutive ids
+            position = self.offset + self.size
+            for index in range(begin, end):
+                length = lengths[index - begin]
+                if runs and runs[-1][0] + len(runs[-1][2]) == ids[index]:
+                    runs[-1][2].append(length)
+                else:
+                    runs.append((ids[index], position, [length]))
+                position += length
+        whole = (
+            begin == 0 and end == len(ids) and unit.starts[0] == 0 and unit.stop == len(unit.blob)
         )
-    return None
+        window = unit.blob if whole else unit.window(begin, end)
+        self.body.append(window)
+        self.count += end - begin
+        self.size += len(window)
+
+    def parts(self) -> list[bytes | bytearray | memoryview]:
+        """The record's bytes: its header, then its body."""
+        head = BATCH.pack(self.size - BATCH.size, self.ledger_id, self.count, 0)[:_BATCH_CHECKED]
+        return [head + ROW_CRC.pack(crc32c.crc32c(head)), *self.body]
+
+    def rows(self, log_id: int) -> list[tuple[bytes, bytes]]:
+        """The run rows of the record's entries in log ``log_id`` (a run is cut at
+        MAX_RUN_ENTRIES entries)."""
+        made = []
+        for first, offset, lengths in self.runs:
+            for cut in range(0, len(lengths), MAX_RUN_ENTRIES):
+                piece = lengths[cut : cut + MAX_RUN_ENTRIES]
+                key = _RUN_KEY.pack(self.ledger_id, first + cut)
+                payload = RUN_HEAD.pack(log_id, offset) + struct.pack(f">{len(piece)}I", *piece)
+                made.append(
+                    (key, ROW_CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(key))) + payload)
+                )
+                offset += sum(piece)
+        return made
+
+
+def _check_ledger(ledger_id: int) -> None:
+    """ValueError for a ledger id an entry log cannot hold."""
+    if not 0 <= ledger_id <= _INT64_MAX:
+        raise ValueError(f"ledger id out of range [0, {_INT64_MAX}]: {ledger_id!r}")
 
 
 __all__ = [
+    "BATCH",
     "ENTRY_LOG_VERSION",
     "LOG_HEADER",
     "RECORD",
-    "CachedEntry",
     "EntryLogWriter",
     "check_log_versions",
     "entry_log_path",
+    "log_format",
     "log_header",
     "records_start",
 ]

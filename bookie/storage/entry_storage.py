@@ -36,13 +36,7 @@ from pathlib import Path
 import lmdb
 import structlog
 
-from bookie.storage.entry_log_writer import (
-    RECORD,
-    CachedEntry,
-    EntryLogWriter,
-    check_log_versions,
-    entry_log_path,
-)
+from bookie.storage.entry_log_writer import EntryLogWriter, check_log_versions, entry_log_path
 from bookie.storage.environment import open_lmdb_index
 from bookie.storage.fastpath import unbuilt
 from bookie.storage.files import LOCAL_FILES, Files, probe_write
@@ -89,7 +83,9 @@ from bookie.storage.run_index import (
     put_runs,
 )
 from bookie.storage.tombstones import Tombstones
+from bookie.storage.write_cache import Unit, pack_unit
 from walog import mutations
+from walog.wire.packing import ENTRY_HEADER
 
 _log = structlog.get_logger(__name__)
 
@@ -113,48 +109,6 @@ class UnreadableEntryLogError(StorageIOError):
     def __init__(self, message: str, log_id: int) -> None:
         super().__init__(message)
         self.log_id = log_id
-
-
-class WriteCache:
-    """Entries received since the last checkpoint, by ledger then entry id (memory only)."""
-
-    def __init__(self) -> None:
-        self.ledgers: dict[int, dict[int, CachedEntry]] = {}
-        self.bytes = 0
-        self.count = 0
-
-    def put(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> bool:
-        """Insert; False (and no change) when the entry is already present."""
-        entries = self.ledgers.setdefault(ledger_id, {})
-        if entry_id in entries:
-            return False
-        entries[entry_id] = entry
-        self.bytes += len(entry[2]) + RECORD.size
-        self.count += 1
-        return True
-
-    def ledger_entries(self, ledger_id: int) -> dict[int, CachedEntry]:
-        """The ledger's entries by id, for a caller that inserts entries known to be
-        absent in its own loop (the add path); it then calls :meth:`added`."""
-        return self.ledgers.setdefault(ledger_id, {})
-
-    def added(self, count: int, data_bytes: int) -> None:
-        """Account ``count`` entries of ``data_bytes`` payload inserted through
-        :meth:`ledger_entries`."""
-        self.bytes += data_bytes + count * RECORD.size
-        self.count += count
-
-    def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
-        """The cached entry or None."""
-        entries = self.ledgers.get(ledger_id)
-        return None if entries is None else entries.get(entry_id)
-
-    def drop_ledger(self, ledger_id: int) -> None:
-        """Forget a ledger's entries."""
-        entries = self.ledgers.pop(ledger_id, None)
-        if entries:
-            self.bytes -= sum(len(e[2]) + RECORD.size for e in entries.values())
-            self.count -= len(entries)
 
 
 def _open_index(
@@ -383,7 +337,7 @@ class EntryStorage:
                     # The lengths say what fits: read no record that will not be served.
                     stop = entry_id
                     for length in run.lengths[entry_id - run.first :]:
-                        cost = length - RECORD.size + READ_ENTRY_OVERHEAD
+                        cost = length - ENTRY_HEADER.size + READ_ENTRY_OVERHEAD
                         if stop > last or (stop > first and size + cost > max_bytes):
                             break
                         size += cost
@@ -421,26 +375,27 @@ class EntryStorage:
 
     def checkpoint(
         self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
+        pieces: Iterable[tuple[int, Unit]],
         states: dict[int, bytes],
         mark: JournalMark,
         *,
         replace: Collection[tuple[int, int]] = (),
         tombstones: Tombstones | None = None,
     ) -> int:
-        """Append ``entries`` to entry logs, fsync them, then commit index rows, ledger
-        rows (state + index summary), ``tombstones`` (every ledger deleted before the
-        mark, a superset of :attr:`tombstones`) and ``mark`` in one transaction. Every
+        """Append the units of ``pieces`` (grouped by ledger) to entry logs, fsync them,
+        then commit index rows, ledger rows (state + index summary), ``tombstones`` (every
+        ledger deleted before the mark, a superset of :attr:`tombstones`) and ``mark`` in
+        one transaction. Every
         ledger with entries must be in ``states`` or already stored. A row that exists is
         kept (a duplicate), except for the ``(ledger, entry)`` in ``replace``: new copies
         of entries whose stored copy is damaged. Returns the entries written."""
         return self._write(
-            entries, states, mark, repoint=False, replace=replace, tombstones=tombstones
+            pieces, states, mark, repoint=False, replace=replace, tombstones=tombstones
         )
 
     def _write(
         self,
-        entries: Iterable[tuple[int, int, CachedEntry]],
+        pieces: Iterable[tuple[int, Unit]],
         states: dict[int, bytes],
         mark: JournalMark,
         *,
@@ -450,7 +405,7 @@ class EntryStorage:
     ) -> int:
         rows: dict[int, list[tuple[bytes, bytes]]] = {}
         live: dict[int, dict[int, int]] = {}
-        written = self._log_writer.write(entries, rows, live)
+        written = self._log_writer.write(pieces, rows, live)
         for ledger_id in rows:
             if not repoint and ledger_id not in states and ledger_id not in self._rows:
                 raise ValueError(f"ledger {ledger_id}: entries to checkpoint without a state")
@@ -649,6 +604,7 @@ class EntryStorage:
                 self._put_meta(txn, LOGS_CENSUS_KEY, pack_census(census))
         self._logs_census = census
         self._live.pop(log_id, None)
+        self._records.forget(log_id)
         self._files.unlink(entry_log_path(self.log_dir, log_id), missing_ok=True)
         self.logs_deleted += 1
         _log.info("entry log deleted", log=log_id)
@@ -681,7 +637,7 @@ class EntryStorage:
         doc = self._live.get(log_id)
         if doc is None or log_id == self._log_writer.log_id:
             return None, 0
-        moved: list[tuple[int, int, CachedEntry]] = []
+        moved: list[tuple[int, Unit]] = []
         size = 0
         position = after
         files: dict[int, int] = {}  # one descriptor per log read, closed after the walk
@@ -721,17 +677,23 @@ class EntryStorage:
                                     for e in range(piece.first + 1, piece.last + 1)
                                 ),
                             ]
+                        kept: list[StoredRecord] = []
                         for entry_id, record in enumerate(records, piece.first):
                             position = (ledger_id, entry_id)
                             # None: a damaged record (read, but its checks failed) or a
                             # log gone missing; the entry stays behind and its reads fail.
                             if record is not None:
-                                moved.append(
-                                    (ledger_id, entry_id, (record.lac, record.digest, record.data))
-                                )
+                                kept.append(record)
                                 size += len(record.data)
                             if size >= max_bytes:
                                 break
+                        if kept:
+                            moved.append(
+                                (
+                                    ledger_id,
+                                    pack_unit((r.entry_id, r.lac, r.digest, r.data) for r in kept),
+                                )
+                            )
                         if size >= max_bytes:
                             break
                     if size >= max_bytes:
@@ -772,12 +734,10 @@ def lock_directory(data_dir: Path, files: Files = LOCAL_FILES) -> int:
 
 
 __all__ = [
-    "CachedEntry",
     "EntryStorage",
     "Location",
     "StoredRecord",
     "UnreadableEntryLogError",
-    "WriteCache",
     "entry_log_path",
     "live_of",
 ]

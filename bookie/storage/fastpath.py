@@ -1,9 +1,7 @@
 """The bookie's per-entry hot paths, compiled or pure Python, chosen once at import.
 
 The compiled code lives in C extensions built by ``pip install -e .`` (setup.py):
-``bookie.storage._fastcheckpoint`` (the checkpoint loop, which
-bookie/storage/entry_storage.py runs),
-``bookie.storage._fastadd`` (the add path's checks), both selected here,
+``bookie.storage._fastadd`` (the add path's checks), selected here,
 ``bookie.storage._fastjournal`` (the journal's writer thread, selected by
 bookie/storage/journal_writer.py) and ``bookie.storage._fastreplay`` (journal replay at
 start, selected by bookie/storage/replay.py). Each returns exactly what its pure-Python
@@ -57,9 +55,6 @@ _fastadd = compiled_module("bookie.storage._fastadd")
 
 #: The add path's checks, chosen once at import: True for the compiled ones.
 COMPILED = _fastadd is not None
-#: The checkpoint loop (bookie/storage/entry_log_writer.py), chosen once at import: True for
-#: the compiled one.
-CHECKPOINT_COMPILED = compiled_module("bookie.storage._fastcheckpoint") is not None
 #: The journal's writer thread (bookie/storage/journal_writer.py): True for the compiled one.
 JOURNAL_COMPILED = compiled_module("bookie.storage._fastjournal") is not None
 #: Journal replay at start (bookie/storage/replay.py): True for the compiled one.
@@ -73,7 +68,6 @@ def unbuilt() -> list[str]:
         return []
     selected = {
         "bookie.storage._fastadd": COMPILED,
-        "bookie.storage._fastcheckpoint": CHECKPOINT_COMPILED,
         "bookie.storage._fastjournal": JOURNAL_COMPILED,
         "bookie.storage._fastreplay": REPLAY_COMPILED,
     }
@@ -107,7 +101,6 @@ else:
 
 
 __all__ = [
-    "CHECKPOINT_COMPILED",
     "COMPILED",
     "REPLAY_COMPILED",
     "compiled_module",

@@ -4,13 +4,18 @@ For a bookie whose index (``DATA_DIR/index``, LMDB) is damaged or lost while its
 are intact. The bookie must be stopped. The old index is kept, renamed to
 ``index.damaged-<UTC time>``; nothing else is moved or deleted.
 
-Every entry log is read record by record; a record counts when its header is plausible and
-its digest matches (a damaged stretch is skipped byte by byte until records match again),
-so no damaged entry is ever indexed. A log in which no record matches is renamed
-``NNN.log.unindexed`` (kept for inspection, never read). The new index then holds:
+Every entry log is read record by record; an entry counts when its header is plausible and
+its digest matches, so no damaged entry is ever indexed. In a log of batch records (format
+3) a record counts when its header's CRC matches, and its entries up to the first damaged
+one; a record whose header is damaged is skipped whole (its entries cannot be told apart
+from noise without their ledger id), and the scan goes on byte by byte until a record's
+header matches again. In a log of one record per entry (formats 1 and 2) a damaged stretch
+is skipped byte by byte until records match again. A log whose own header is damaged is
+read both ways, and the way that finds more is kept. A log in which nothing matches is
+renamed ``NNN.log.unindexed`` (kept for inspection, never read). The new index then holds:
 
-- a run row per run of intact records of consecutive entries of a ledger lying back to
-  back in one log (the first copy of an entry when a compaction left two);
+- a run row per run of intact entries of consecutive ids of a ledger lying back to back in
+  one log (the first copy of an entry when a compaction left two);
 - per ledger: the highest entry id and LAC found, the entries found as synced, and the
   master key **unknown**. The old index held the keys and fences, and without them the
   bookie must not acknowledge a plain add to a ledger that may have been fenced and closed:
@@ -34,17 +39,27 @@ import mmap
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import crc32c
+
 from bookie.storage.config import StorageConfig
-from bookie.storage.entry_log_writer import LOG_HEADER, RECORD, records_start
+from bookie.storage.entry_log_writer import (
+    BATCH,
+    ENTRY_LOG_VERSION,
+    LOG_HEADER,
+    RECORD,
+    log_format,
+    records_start,
+)
 from bookie.storage.entry_storage import EntryStorage, lock_directory
 from bookie.storage.files import LOCAL_FILES
 from bookie.storage.index import MAX_RUN_ENTRIES, run_row
 from bookie.storage.journal_files import JournalMark, StorageIOError
 from bookie.storage.ledger_state import LedgerState, SyncCursor
 from walog.wire.digest import entry_digest
+from walog.wire.packing import ENTRY_HEADER
 
 
 @dataclasses.dataclass
@@ -85,7 +100,8 @@ def _scan_log(
 ) -> tuple[int, int]:
     """Index the intact records of one log (``(entry, log, offset, length)`` by ledger in
     ``locations``); returns ``(records indexed, bytes skipped)``."""
-    indexed = skipped = 0
+    indexed = 0
+    skipped = [0]
     with open(path, "rb") as handle:
         size = handle.seek(0, 2)
         if size == 0:
@@ -93,39 +109,95 @@ def _scan_log(
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as raw:
             view = memoryview(raw)
             try:
-                offset = records_start(raw[: LOG_HEADER.size], path)
-                while offset + RECORD.size <= size:
-                    data_len, ledger_id, entry_id, lac, digest = RECORD.unpack_from(raw, offset)
-                    end = offset + RECORD.size + data_len
-                    if (
-                        ledger_id < 0
-                        or entry_id < 0
-                        or not -1 <= lac < entry_id
-                        or data_len > max_data
-                        or end > size
-                        or entry_digest(ledger_id, entry_id, lac, view[offset + RECORD.size : end])
-                        != digest
-                    ):
-                        offset += 1  # resynchronise on the next record that matches
-                        skipped += 1
-                        continue
+                head = raw[: LOG_HEADER.size]
+                start = records_start(head, path)
+                fmt = log_format(head, path)
+                scans = [_batch_entries] if fmt == ENTRY_LOG_VERSION else [_record_entries]
+                if fmt in (None, 1):  # no intact header: whichever format finds more
+                    scans = [_batch_entries, _record_entries]
+                best: list[tuple[int, int, int, int, int, int]] = []
+                for scan in scans:
+                    counted = [0]
+                    entries = list(scan(view, start, max_data, counted))
+                    if len(entries) > len(best) or not best:
+                        best, skipped = entries, counted
+                for ledger_id, entry_id, lac, offset, length, extra in best:
                     if (ledger_id, entry_id) not in seen:
                         seen.add((ledger_id, entry_id))
                         ledger = found.setdefault(ledger_id, _Ledger())
                         ledger.lac = max(ledger.lac, lac)
                         ledger.entries.append(entry_id)
-                        length = end - offset
                         locations.setdefault(ledger_id, []).append(
                             (entry_id, log_id, offset, length)
                         )
                         per_ledger = live.setdefault(log_id, {})
-                        per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + length
+                        per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + length + extra
                     indexed += 1
-                    offset = end
-                skipped += size - offset
             finally:
                 view.release()
-    return indexed, skipped
+    return indexed, skipped[0]
+
+
+_Found = Iterator[tuple[int, int, int, int, int, int]]
+"""Intact entries of a log: ``(ledger, entry, lac, offset, length, other bytes)``, the
+other bytes those of the record around the entry (its share of a batch header)."""
+
+
+def _intact(ledger_id: int, entry_id: int, lac: int, data_len: int, max_data: int) -> bool:
+    return ledger_id >= 0 and entry_id >= 0 and -1 <= lac < entry_id and data_len <= max_data
+
+
+def _record_entries(view: memoryview, offset: int, max_data: int, skipped: list[int]) -> _Found:
+    """The intact records of a log of format 1 or 2 (one record per entry), from
+    ``offset``; the bytes of no intact record are added to ``skipped``."""
+    size = len(view)
+    while offset + RECORD.size <= size:
+        data_len, ledger_id, entry_id, lac, digest = RECORD.unpack_from(view, offset)
+        end = offset + RECORD.size + data_len
+        if (
+            not _intact(ledger_id, entry_id, lac, data_len, max_data)
+            or end > size
+            or entry_digest(ledger_id, entry_id, lac, view[offset + RECORD.size : end]) != digest
+        ):
+            offset += 1  # resynchronise on the next record that matches
+            skipped[0] += 1
+            continue
+        yield ledger_id, entry_id, lac, offset, end - offset, 0
+        offset = end
+    skipped[0] += size - offset
+
+
+def _batch_entries(view: memoryview, offset: int, max_data: int, skipped: list[int]) -> _Found:
+    """The intact entries of a log of batch records (format 3), from ``offset``: those of
+    every batch whose header is intact, up to the first entry that is not; past damage,
+    the scan resynchronises on the next intact batch header."""
+    size = len(view)
+    head = ENTRY_HEADER.size
+    while offset + BATCH.size <= size:
+        body_len, ledger_id, count, crc = BATCH.unpack_from(view, offset)
+        body = offset + BATCH.size
+        if crc != crc32c.crc32c(view[offset : body - 4]) or ledger_id < 0 or body + body_len > size:
+            offset += 1
+            skipped[0] += 1
+            continue
+        position, end, taken = body, body + body_len, 0
+        share = BATCH.size  # the header's bytes go to the first entry's ledger share
+        while taken < count and position + head <= end:
+            entry_id, lac, digest, data_len = ENTRY_HEADER.unpack_from(view, position)
+            after = position + head + data_len
+            if (
+                not _intact(ledger_id, entry_id, lac, data_len, max_data)
+                or after > end
+                or entry_digest(ledger_id, entry_id, lac, view[position + head : after]) != digest
+            ):
+                break
+            yield ledger_id, entry_id, lac, position, after - position, share
+            share = 0
+            taken += 1
+            position = after
+        skipped[0] += end - position
+        offset = end
+    skipped[0] += size - offset
 
 
 def _state(ledger_id: int, ledger: _Ledger) -> bytes:

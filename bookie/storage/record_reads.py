@@ -10,19 +10,28 @@ failed is either None or, for compaction, raised.
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import NamedTuple
 
 import lmdb
 import structlog
 
-from bookie.storage.entry_log_writer import RECORD, entry_log_path
+from bookie.storage.entry_log_writer import (
+    LOG_HEADER,
+    RECORD,
+    entry_log_path,
+    log_format,
+)
 from bookie.storage.files import Files
 from bookie.storage.index import Run
 from bookie.storage.run_index import find_run
 from walog.wire.digest import entry_digest
+from walog.wire.packing import ENTRY_HEADER
 
 _log = structlog.get_logger(__name__)
+
+_BATCHES = 3  # the first entry-log format of batch records (packed entries)
 
 
 class StoredRecord(NamedTuple):
@@ -42,15 +51,41 @@ class Location(NamedTuple):
     length: int
 
 
-def check_record(raw: bytes | memoryview, ledger_id: int, entry_id: int, length: int) -> str | None:
-    if len(raw) != length or length < RECORD.size:
+def check_record(
+    raw: bytes | memoryview, ledger_id: int, entry_id: int, length: int, log_format: int | None
+) -> str | None:
+    """What is wrong with the stored entry ``raw`` that the index says is ``entry_id`` of
+    ``ledger_id``, ``length`` bytes long, in a log of ``log_format`` (None: unknown, either
+    one is tried); None when nothing is."""
+    if log_format is None:
+        problem = check_record(raw, ledger_id, entry_id, length, _BATCHES)
+        return problem and check_record(raw, ledger_id, entry_id, length, 2)
+    header = _header_of(log_format)
+    if len(raw) != length or length < header.size:
         return f"short record ({len(raw)} of {length} bytes)"
-    data_len, led, entry, lac, digest = RECORD.unpack_from(raw)
-    if data_len != length - RECORD.size or led != ledger_id or entry != entry_id:
+    if log_format >= _BATCHES:
+        entry, lac, digest, data_len = header.unpack_from(raw)
+        led = ledger_id  # the digest covers it
+    else:
+        data_len, led, entry, lac, digest = header.unpack_from(raw)
+    if data_len != length - header.size or led != ledger_id or entry != entry_id:
         return "record header does not match the index"
-    if entry_digest(ledger_id, entry_id, lac, memoryview(raw)[RECORD.size :]) != digest:
+    if entry_digest(ledger_id, entry_id, lac, memoryview(raw)[header.size :]) != digest:
         return "digest mismatch"
     return None
+
+
+def stored_record(raw: memoryview, entry_id: int, log_format: int) -> StoredRecord:
+    """The entry in ``raw``, which passed :func:`check_record` for ``log_format``."""
+    if log_format >= _BATCHES:
+        _, lac, digest, _ = ENTRY_HEADER.unpack_from(raw)
+        return StoredRecord(entry_id, lac, bytes(raw[ENTRY_HEADER.size :]), digest)
+    _, _, _, lac, digest = RECORD.unpack_from(raw)
+    return StoredRecord(entry_id, lac, bytes(raw[RECORD.size :]), digest)
+
+
+def _header_of(log_format: int) -> struct.Struct:
+    return ENTRY_HEADER if log_format >= _BATCHES else RECORD
 
 
 class RecordReader:
@@ -64,6 +99,9 @@ class RecordReader:
         self._entries = entries
         self._files = files
         self.log_dir = log_dir
+        # Each log's format, read from its header at its first read (logs never change
+        # format; a compaction writes new ones under new ids).
+        self._formats: dict[int, int | None] = {}
 
     def read_piece(
         self, files: dict[int, int], ledger_id: int, run: Run, *, raise_unreadable: bool = False
@@ -100,18 +138,30 @@ class RecordReader:
         return records
 
     def _fd_of(self, files: dict[int, int], log_id: int) -> int:
-        """A descriptor of entry log ``log_id``, opened once per read (FileNotFoundError)."""
+        """A descriptor of entry log ``log_id``, opened once per read (FileNotFoundError),
+        its format known (OSError when the disk fails to read its header)."""
         fd = files.get(log_id)
         if fd is None:
-            fd = self._files.open(entry_log_path(self.log_dir, log_id), os.O_RDONLY)
+            path = entry_log_path(self.log_dir, log_id)
+            fd = self._files.open(path, os.O_RDONLY)
             files[log_id] = fd
+            if log_id not in self._formats:  # a read the disk fails is a failed read
+                found = log_format(self._files.pread(fd, LOG_HEADER.size, 0), path)
+                # Only an intact header is sure of its format: no header at all (format
+                # 1) may be a damaged one, and either format is tried then.
+                self._formats[log_id] = None if found == 1 else found
         return fd
+
+    def forget(self, log_id: int) -> None:
+        """Forget a removed log's format."""
+        self._formats.pop(log_id, None)
 
     def _checked(
         self, raw: memoryview, ledger_id: int, entry_id: int, run: Run, length: int
     ) -> StoredRecord | None:
         """The record ``raw`` of ``entry_id`` if it passes its checks (else logged)."""
-        problem = check_record(raw, ledger_id, entry_id, length)
+        known = self._formats.get(run.log_id)
+        problem = check_record(raw, ledger_id, entry_id, length, known)
         if problem is not None:
             _log.error(
                 "damaged entry not served",
@@ -122,8 +172,9 @@ class RecordReader:
                 problem=problem,
             )
             return None
-        _, _, _, lac, digest = RECORD.unpack_from(raw)
-        return StoredRecord(entry_id, lac, bytes(raw[RECORD.size :]), digest)
+        if known is None:  # a damaged log header: the format whose checks passed
+            known = 2 if check_record(raw, ledger_id, entry_id, length, _BATCHES) else _BATCHES
+        return stored_record(raw, entry_id, known)
 
     def read_one(
         self,
@@ -165,4 +216,4 @@ class RecordReader:
         return self._checked(memoryview(raw), ledger_id, entry_id, one, location.length)
 
 
-__all__ = ["Location", "RecordReader", "StoredRecord", "check_record"]
+__all__ = ["Location", "RecordReader", "StoredRecord", "check_record", "stored_record"]

@@ -24,9 +24,11 @@ bookie refuses to start rather than forget entries checkpointed after that snaps
 from __future__ import annotations
 
 import dataclasses
-import functools
+import operator
 import struct
 import time
+from array import array
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -34,7 +36,7 @@ import lmdb
 import structlog
 
 from bookie.storage.config import StorageConfig
-from bookie.storage.entry_storage import EntryStorage, WriteCache
+from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.environment import LOCAL_ENV, StorageEnv
 from bookie.storage.fastpath import compiled_module, unpack_entries
 from bookie.storage.files import LOCAL_FILES
@@ -49,6 +51,7 @@ from bookie.storage.journal_files import (
 from bookie.storage.journal_records import ADD_HEADER, Record, RecordKind, decode_record
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.tombstones import Tombstones
+from bookie.storage.write_cache import Unit, WriteCache, pack_unit, repacked
 from walog.wire.digest import entry_digest
 
 _FRAME_BYTES = FRAME.size
@@ -142,9 +145,8 @@ def load_store(config: StorageConfig, env: StorageEnv = LOCAL_ENV) -> LoadedStor
             # after its deletion (even if the FENCE record that followed was torn off), or
             # one whose row a failed index update left behind (collected again).
             state.fenced |= ledger_id in loaded.tombstones
-            cached = loaded.cache.ledgers.get(ledger_id)
             held = storage.index_summary(ledger_id).last
-            state.last_entry_id = max(held, max(cached or [-1]))
+            state.last_entry_id = max(held, loaded.cache.last_id(ledger_id))
         for seq, path in journal:
             if seq < mark.file_seq:
                 files.unlink(path)
@@ -223,19 +225,22 @@ def _apply_add(
         _log.warning("journal record for an unknown ledger", ledger=ledger_id)
         return
     loaded.touched.add(ledger_id)
-    present_of = (
-        None
-        if ledger_id in loaded.deleted
-        else functools.partial(loaded.storage.entries_in, ledger_id)
-    )
-    accepted, inserted, data_bytes, last, lac, runs, bad, problem = fast.apply_entries(
-        ledger_id, blob, loaded.cache.ledgers, present_of
+    accepted, last, lac, runs, bad, problem, kept_ids, kept_starts, count, whole = (
+        fast.apply_entries(ledger_id, blob, _stored_of(loaded, ledger_id))
     )
     if problem is not None:  # the frame's CRC matched: written so by a bug
         _log.error("journal batch with a malformed tail", ledger=ledger_id, problem=problem)
     for _ in bad:
         _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
-    loaded.cache.added(inserted, data_bytes)
+    if kept_ids:
+        ids, starts = array("q"), array("q")
+        ids.frombytes(kept_ids)
+        starts.frombytes(kept_starts)
+        if len(ids) == count and all(map(operator.lt, ids, ids[1:])):
+            unit = Unit(bytes(blob[:whole]), ids, starts, whole)  # the record as it is
+        else:
+            unit = repacked(blob, starts)
+        loaded.cache.add(ledger_id, unit)
     if accepted:
         state.note_entry(last)
         state.raise_lac(lac)
@@ -286,8 +291,9 @@ def _apply(loaded: LoadedStore, record: Record) -> None:
         entries, problem = unpack_entries(record.data)
         if problem is not None:  # the frame's CRC matched: written so by a bug
             _log.error("journal batch with a malformed tail", ledger=ledger_id, problem=problem)
-        for entry_id, lac, digest, data in entries:
-            _apply_entry(loaded, state, entry_id, lac, digest, data, record.volatile)
+        kept = [entry for entry in entries if _apply_entry(loaded, state, *entry, record.volatile)]
+        if kept:
+            loaded.cache.add(ledger_id, pack_unit(kept))
 
 
 def _apply_entry(
@@ -298,20 +304,33 @@ def _apply_entry(
     digest: int,
     data: bytes,
     volatile: bool,
-) -> None:
+) -> bool:
+    """Apply one entry to the ledger's state; True when it is to be cached (its digest
+    matches and it is not stored already)."""
     ledger_id = state.ledger_id
     if entry_digest(ledger_id, entry_id, lac, data) != digest:
         _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
-        return
-    in_index = ledger_id not in loaded.deleted and loaded.storage.contains(ledger_id, entry_id)
-    if not in_index:
-        loaded.cache.put(ledger_id, entry_id, (lac, digest, data))
+        return False
     state.note_entry(entry_id)
     state.raise_lac(lac)
     if volatile:
         state.sync.advance_to(lac)
     # replay() synced the file: the entry is durable now.
     state.sync.mark_synced(entry_id)
+    return not _stored_of(loaded, ledger_id)(entry_id, entry_id)
+
+
+def _stored_of(loaded: LoadedStore, ledger_id: int) -> Callable[[int, int], set[int]]:
+    """``stored(low, high)``: the ledger's ids in ``low..high`` in the index (none for a
+    ledger deleted during the replay) or the write cache."""
+
+    def stored(low: int, high: int) -> set[int]:
+        held = set(loaded.cache.ids_in(ledger_id, low, high))
+        if ledger_id not in loaded.deleted:
+            held |= loaded.storage.entries_in(ledger_id, low, high)
+        return held
+
+    return stored
 
 
 __all__ = ["LoadedStore", "load_store"]

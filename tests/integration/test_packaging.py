@@ -28,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("walog", "bookie", "pyproject.toml", "setup.py", "README.md")
 """What a build reads: the packages, their build files and the README of the metadata."""
-BOOKIE_EXTENSIONS = ("_fastadd", "_fastcheckpoint", "_fastjournal", "_fastreplay")
+BOOKIE_EXTENSIONS = ("_fastadd", "_fastjournal", "_fastreplay")
 """The bookie's compiled hot paths (bookie/storage/_fast*.c), optional extensions."""
 EXTENSIONS = (*(f"bookie.storage.{name}" for name in BOOKIE_EXTENSIONS), "walog.log._fastrecords")
 """Every optional extension: the bookie's and the log writer's per-record path."""

@@ -29,7 +29,9 @@ def test_checkpoint_cpu_reports_the_cpu_per_entry_of_a_short_run() -> None:
         *("--entries", "400", "--ledgers", "2", "--size", "1024"),
         *("--checkpoints", "2", "--repeat", "1"),
     )
-    assert re.fullmatch(r"800 entries x 1 runs: best \d+\.\d\d us CPU per entry .*\n", out), out
+    assert re.fullmatch(
+        r"800 entries in units of 100 x 1 runs: best \d+\.\d\d us CPU per entry .*\n", out
+    ), out
 
 
 def test_add_path_cpu_reports_the_cpu_per_entry_of_both_codes() -> None:

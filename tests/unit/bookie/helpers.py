@@ -78,12 +78,6 @@ async def read_all(core: BookieCore, ledger_id: int, last: int) -> dict[int, byt
     return found
 
 
-def compiled_checkpoint_module() -> ModuleType:
-    """The compiled checkpoint loop (bookie/storage/_fastcheckpoint.c); the calling test fails with
-    one line when it is not built (tests never fall back to the pure-Python loop silently)."""
-    return _compiled("_fastcheckpoint")
-
-
 def compiled_add_module() -> ModuleType:
     """The compiled add-path checks (bookie/storage/_fastadd.c); the calling test fails with one
     line when they are not built (tests never fall back to pure Python silently)."""

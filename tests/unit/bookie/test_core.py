@@ -18,6 +18,7 @@ from bookie.storage.checkpoints import checkpoint_wait
 from bookie.storage.entry_storage import READ_ENTRY_OVERHEAD, EntryStorage
 from bookie.storage.journal_files import JournalMark, StorageIOError, journal_file
 from bookie.storage.ledger_state import LedgerState
+from bookie.storage.write_cache import pieces_of
 from tests.unit.bookie.helpers import (
     KEY,
     OTHER_KEY,
@@ -321,9 +322,10 @@ def test_index_summary_counts_entries_runs_and_the_highest_entry_per_ledger(
         for entry_id in range(ledger_id % 7 + 1)
     ]
     states = {ledger_id: LedgerState(ledger_id, KEY).to_bytes() for ledger_id in ledgers}
-    storage.checkpoint(entries, states, JournalMark(0, 0))
+    storage.checkpoint(pieces_of(entries), states, JournalMark(0, 0))
     # A duplicate keeps the first copy and is not counted again; a gap starts a run.
-    storage.checkpoint([(1, 1, (-1, 0, b"y")), (1, 9, (-1, 0, b"z"))], {}, JournalMark(0, 0))
+    again = [(1, 1, (-1, 0, b"y")), (1, 9, (-1, 0, b"z"))]
+    storage.checkpoint(pieces_of(again), {}, JournalMark(0, 0))
     summaries = [storage.index_summary(n) for n in (0, 1, 2, 3, 4, (1 << 63) - 1)]
     assert [(s.entries, s.last, s.runs) for s in summaries] == [
         (0, -1, 0),

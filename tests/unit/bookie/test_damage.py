@@ -15,17 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.storage.entry_log_writer import LOG_HEADER, records_start
+from bookie.storage.entry_log_writer import BATCH, LOG_HEADER, records_start
 from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.journal_files import HEADER_BYTES, journal_files
 from bookie.storage.journal_records import RecordKind, decode_record
 from tests.unit.bookie.helpers import add, open_core, payload
 from walog.wire.durability import Durability
-from walog.wire.packing import unpack_entries
+from walog.wire.packing import ENTRY_HEADER, unpack_entries
 from walog.wire.status import Status
 
 _FRAME = struct.Struct(">II")
-_ENTRY_HEADER = struct.Struct(">IqqqI")
 SIZE = 200
 ENTRIES = 25
 LEDGERS = (1, 2, 3)
@@ -85,11 +84,14 @@ def _entry_log_spans(path: Path) -> list[Span]:
     raw = path.read_bytes()
     spans = []
     offset = records_start(raw[: LOG_HEADER.size], path)
-    while offset < len(raw):
-        length, ledger_id, entry_id, _, _ = _ENTRY_HEADER.unpack_from(raw, offset)
-        end = offset + _ENTRY_HEADER.size + length
-        spans.append(Span(ledger_id, entry_id, offset, end))
-        offset = end
+    while offset < len(raw):  # batch records (format 3)
+        _, ledger_id, count, _ = BATCH.unpack_from(raw, offset)
+        offset += BATCH.size
+        for _ in range(count):
+            entry_id, _, _, length = ENTRY_HEADER.unpack_from(raw, offset)
+            end = offset + ENTRY_HEADER.size + length
+            spans.append(Span(ledger_id, entry_id, offset, end))
+            offset = end
     return spans
 
 

@@ -138,7 +138,7 @@ def _contents(loaded: LoadedStore, journal_dir: Path) -> dict[str, object]:
     journal files as cut."""
     return {
         "states": {n: state.to_bytes() for n, state in sorted(loaded.states.items())},
-        "cache": loaded.cache.ledgers,
+        "cache": loaded.cache.snapshot(),
         "cache_bytes": loaded.cache.bytes,
         "cache_count": loaded.cache.count,
         "touched": loaded.touched,

@@ -13,6 +13,7 @@ from pathlib import Path
 import lmdb
 import structlog
 
+from bookie.storage.entry_log_writer import BATCH, LOG_HEADER
 from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.index import (
     ENTRY_KEY,
@@ -25,6 +26,7 @@ from bookie.storage.index import (
 from bookie.storage.journal_files import JournalMark
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.rebuild import rebuild_index
+from bookie.storage.write_cache import pieces_of
 from tests.unit.bookie.helpers import add, config, open_core, payload
 from walog.wire.digest import entry_digest, master_key
 from walog.wire.status import Status
@@ -186,10 +188,9 @@ def test_compaction_in_small_steps_splits_runs_and_keeps_every_entry(tmp_path: P
     storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
     try:
         states = {n: LedgerState(n, master_key(b"k")).to_bytes() for n in (1, 2)}
-        storage.checkpoint(
-            _entries(1, range(100)) + _entries(2, range(100)), states, JournalMark(0, 0)
-        )
-        storage.checkpoint(_entries(1, range(100, 120)), {}, JournalMark(0, 0))
+        both = _entries(1, range(100)) + _entries(2, range(100))
+        storage.checkpoint(pieces_of(both), states, JournalMark(0, 0))
+        storage.checkpoint(pieces_of(_entries(1, range(100, 120))), {}, JournalMark(0, 0))
         storage.delete_ledgers([2])
         old_log = storage.space.seal_filling_log(1.0)
         assert old_log is not None
@@ -219,19 +220,50 @@ def test_compaction_in_small_steps_splits_runs_and_keeps_every_entry(tmp_path: P
         storage.close()
 
 
-async def test_a_rebuilt_index_holds_one_run_row_per_run_of_records(tmp_path: Path) -> None:
+async def test_a_rebuilt_index_holds_one_run_row_per_run_of_entries_of_one_batch_record(
+    tmp_path: Path,
+) -> None:
     core = await open_core(tmp_path)
     for entry_id in [*range(10), *range(11, 14)]:
         await add(core, LEDGER, entry_id, lac=-1)
     await core.checkpoint()
-    for entry_id in range(14, 16):  # the next checkpoint: records right after 13's
+    for entry_id in range(14, 16):  # the next checkpoint: a record of its own
         await add(core, LEDGER, entry_id, lac=-1)
     await core.close()
     assert _runs(tmp_path, LEDGER) == [(0, 9), (11, 13), (14, 15)]
     report = rebuild_index(config(tmp_path))
     assert report.entries == 15
-    assert _runs(tmp_path, LEDGER) == [(0, 9), (11, 15)]
+    assert _runs(tmp_path, LEDGER) == [(0, 9), (11, 13), (14, 15)]
     assert await _read_all(tmp_path, LEDGER, 9) == {e: payload(LEDGER, e) for e in range(10)}
     assert await _read_all(tmp_path, LEDGER, 15, 11) == {
         e: payload(LEDGER, e) for e in range(11, 16)
     }
+
+
+def test_a_checkpoint_writes_one_batch_record_per_ledger_and_one_row_per_run(
+    tmp_path: Path,
+) -> None:
+    """Units of a ledger go into one record back to back, their bytes as they came; a
+    unit with gaps (a bookie of a striped ensemble) makes a row per run."""
+    storage = EntryStorage(tmp_path, entry_log_file_bytes=1 << 20)
+    try:
+        states = {n: LedgerState(n, master_key(b"k")).to_bytes() for n in (1, 2)}
+        units = [
+            *pieces_of(_entries(1, range(10))),
+            *pieces_of(_entries(1, range(10, 25))),
+            *pieces_of(_entries(2, range(0, 9, 3)) + _entries(2, range(10, 12))),
+        ]
+        assert storage.checkpoint(units, states, JournalMark(0, 0)) == 30
+        (log,) = sorted((tmp_path / "entrylogs").glob("*.log"))
+        raw = log.read_bytes()
+        offset, records = LOG_HEADER.size, []
+        while offset < len(raw):
+            body, ledger_id, count, _ = BATCH.unpack_from(raw, offset)
+            records.append((ledger_id, count))
+            offset += BATCH.size + body
+        assert records == [(1, 25), (2, 5)]
+        assert all(unit.blob in raw for _, unit in units)
+    finally:
+        storage.close()
+    assert _runs(tmp_path, 1) == [(0, 24)]
+    assert _runs(tmp_path, 2) == [(0, 0), (3, 3), (6, 6), (10, 11)]
