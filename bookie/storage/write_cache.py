@@ -33,7 +33,11 @@ CachedEntry = tuple[int, int, bytes]
 
 _HEADER = ENTRY_HEADER.size
 _SMALL_UNIT_BYTES = 8 << 10  # units up to this size are copied onto a ledger's tail
-_TAIL_BYTES = 1 << 20  # a tail takes units until it holds this much
+# A tail is a bytearray of fixed size, filled from its start: appending never reallocates
+# (a bytearray grown by += is copied again at each of its reallocations). A ledger's first
+# tail is small, each next one twice the last, up to the largest.
+_FIRST_TAIL_BYTES = 64 << 10
+_LARGEST_TAIL_BYTES = 1 << 20
 ENTRY_OVERHEAD_BYTES = 32
 """What the cache counts per entry besides its payload: its header and its two array
 slots (the figure write_cache_bytes is measured in, as before units)."""
@@ -202,29 +206,35 @@ class _Ledger:
         if size > _SMALL_UNIT_BYTES:  # kept as it came, not copied
             self._put(len(self.firsts), unit.blob, unit.ids, unit.starts, unit.stop, unit.last)
             return
-        window = memoryview(unit.blob)[unit.starts[0] : unit.stop]
-        blob = self.blobs[-1] if self.blobs else b""
-        if (
-            isinstance(blob, bytearray)
-            and self.stops[-1] == len(blob)
-            and len(blob) + size <= _TAIL_BYTES
-        ):
-            shift = len(blob) - unit.starts[0]
-            blob += window
-            self.idss[-1].extend(unit.ids)
-            starts = self.startss[-1]
-            if len(unit.ids) == 1:
-                starts.append(unit.starts[0] + shift)
-            else:
-                starts.extend(start + shift for start in unit.starts)
-            self.stops[-1] = len(blob)
-            self.lasts[-1] = unit.last
+        tail, at = self.tail_room(size, unit.first)
+        with memoryview(unit.blob) as whole, whole[unit.starts[0] : unit.stop] as window:
+            tail[at : at + size] = window  # the same length: never a reallocation
+        shift = at - unit.starts[0]
+        self.idss[-1].extend(unit.ids)
+        starts = self.startss[-1]
+        if len(unit.ids) == 1:
+            starts.append(unit.starts[0] + shift)
         else:
-            shift = -unit.starts[0]
-            starts = array("q", (start + shift for start in unit.starts))
-            tail = bytearray(window)
-            self._put(len(self.firsts), tail, array("q", unit.ids), starts, len(tail), unit.last)
-        window.release()
+            starts.extend(start + shift for start in unit.starts)
+        self.stops[-1] = at + size
+        self.lasts[-1] = unit.last
+
+    def tail_room(self, size: int, first: int) -> tuple[bytearray, int]:
+        """The ledger's tail and where ``size`` more bytes go in it, from entry ``first``
+        on: a new tail when the last unit is not one or is full (an empty unit until the
+        caller fills it: its ids, starts, stop and last)."""
+        blob = self.blobs[-1] if self.blobs else b""
+        if isinstance(blob, bytearray) and self.stops[-1] + size <= len(blob):
+            return blob, self.stops[-1]
+        grown = 2 * len(blob) if isinstance(blob, bytearray) else 0
+        tail = bytearray(min(max(grown, _FIRST_TAIL_BYTES), _LARGEST_TAIL_BYTES))
+        self.firsts.append(first)
+        self.lasts.append(first)
+        self.blobs.append(tail)
+        self.idss.append(array("q"))
+        self.startss.append(array("q"))
+        self.stops.append(0)
+        return tail, 0
 
     def _put(
         self,
@@ -326,29 +336,24 @@ class WriteCache:
         ``sizes``) making up ``blob`` exactly: the add path's call. A small batch after
         the ledger's other entries is copied onto its tail without making a unit."""
         ledger = self.ledgers.get(ledger_id)
-        count = len(ids)
-        if ledger is not None and ledger.lasts and ledger.lasts[-1] < ids[0]:
-            tail = ledger.blobs[-1]
-            at = len(tail)
-            if (
-                type(tail) is bytearray
-                and ledger.stops[-1] == at
-                and at + len(blob) <= _TAIL_BYTES
-                and len(blob) <= _SMALL_UNIT_BYTES
-            ):
-                tail += blob
-                ledger.idss[-1].extend(ids)
-                if count == 1:
-                    ledger.startss[-1].append(at)
-                else:
-                    starts = itertools.accumulate((_HEADER + size for size in sizes), initial=at)
-                    ledger.startss[-1].extend(itertools.islice(starts, count))
-                ledger.stops[-1] = len(tail)
-                ledger.lasts[-1] = ids[-1]
-                self.bytes += len(blob) + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
-                self.count += count
-                return
-        self.add(ledger_id, unit_of_packed(blob, ids, sizes))
+        size, count = len(blob), len(ids)
+        if size > _SMALL_UNIT_BYTES or (ledger is not None and ledger.lasts[-1] >= ids[0]):
+            self.add(ledger_id, unit_of_packed(blob, ids, sizes))
+            return
+        if ledger is None:
+            ledger = self.ledgers[ledger_id] = _Ledger()
+        tail, at = ledger.tail_room(size, ids[0])
+        tail[at : at + size] = blob
+        ledger.idss[-1].extend(ids)
+        if count == 1:
+            ledger.startss[-1].append(at)
+        else:
+            starts = itertools.accumulate((_HEADER + size for size in sizes), initial=at)
+            ledger.startss[-1].extend(itertools.islice(starts, count))
+        ledger.stops[-1] = at + size
+        ledger.lasts[-1] = ids[-1]
+        self.bytes += size + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
+        self.count += count
 
     def put(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> bool:
         """Cache one entry; False (and no change) when it is cached already."""

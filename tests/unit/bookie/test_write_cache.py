@@ -22,7 +22,9 @@ Model = dict[int, dict[int, CachedEntry]]
 
 
 def _entry(entry_id: int, version: int) -> tuple[int, int, int, bytes]:
-    return entry_id, entry_id - 1, version, b"v%d-%d" % (version, entry_id) * (entry_id % 3)
+    """Small entries, copied onto tails, and now and then one too large for that."""
+    data = b"v%d-%d" % (version, entry_id) * (entry_id % 3)
+    return entry_id, entry_id - 1, version, data + b"L" * 9000 * (entry_id % 7 == 0)
 
 
 def _check(cache: WriteCache, model: Model) -> None:
@@ -60,9 +62,14 @@ def test_the_cache_of_units_answers_as_a_map_of_entries_keeping_first_copies(
         entries = [_entry(entry_id, version) for entry_id in ids]
         ledger = model.setdefault(ledger_id, {})
         fresh = {e[0] for e in entries} - ledger.keys()
+        above = all(entry_id > max(ledger, default=-1) for entry_id in ids)
         for entry_id, lac, digest, data in entries:
             ledger.setdefault(entry_id, (lac, digest, data))
-        assert cache.add(ledger_id, pack_unit(entries)) == len(fresh)
+        if above and ids == sorted(set(ids)):  # what an add of new entries calls
+            unit = pack_unit(entries)
+            cache.add_packed(ledger_id, unit.blob, ids, [len(e[3]) for e in entries])
+        else:
+            assert cache.add(ledger_id, pack_unit(entries)) == len(fresh)
         _check(cache, model)
     for ledger_id in dropped:
         cache.drop_ledger(ledger_id)
