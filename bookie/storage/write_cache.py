@@ -35,8 +35,8 @@ _HEADER = ENTRY_HEADER.size
 _SMALL_UNIT_BYTES = 8 << 10  # units up to this size are copied onto a ledger's tail
 # A tail is a bytearray of fixed size, filled from its start: appending never reallocates
 # (a bytearray grown by += is copied again at each of its reallocations). A ledger's first
-# tail is small, each next one twice the last, up to the largest.
-_FIRST_TAIL_BYTES = 64 << 10
+# tail holds just the batch that starts it (a ledger written once per checkpoint wastes
+# nothing), each next one twice the last, up to the largest.
 _LARGEST_TAIL_BYTES = 1 << 20
 ENTRY_OVERHEAD_BYTES = 32
 """What the cache counts per entry besides its payload: its header and its two array
@@ -227,7 +227,7 @@ class _Ledger:
         if isinstance(blob, bytearray) and self.stops[-1] + size <= len(blob):
             return blob, self.stops[-1]
         grown = 2 * len(blob) if isinstance(blob, bytearray) else 0
-        tail = bytearray(min(max(grown, _FIRST_TAIL_BYTES), _LARGEST_TAIL_BYTES))
+        tail = bytearray(max(min(grown, _LARGEST_TAIL_BYTES), size))
         self.firsts.append(first)
         self.lasts.append(first)
         self.blobs.append(tail)

@@ -94,12 +94,15 @@ def test_a_large_batch_is_cached_as_the_bytes_it_came_in_and_split_by_one_inside
     assert cache.get(7, 5) == entries[1][1:] and cache.get(7, 4) == (1, 2, b"x")
 
 
-def test_small_batches_in_order_are_copied_onto_one_unit() -> None:
+def test_small_batches_in_order_are_copied_onto_tails_that_double() -> None:
     cache = WriteCache()
     for entry_id in range(0, 300, 3):  # a bookie of a striped ensemble, one entry per add
-        cache.put(1, entry_id, (entry_id - 1, entry_id, b"e%d" % entry_id))
+        cache.put(1, entry_id, (entry_id - 1, entry_id, b"e%03d" % entry_id))
     cache.add(1, pack_unit([(300, 299, 0, b"a"), (301, 300, 0, b"b")]))
-    (unit,) = cache.units(1)
-    assert (unit.first, unit.last, len(unit.ids)) == (0, 301, 102)
+    units = cache.units(1)
+    # A tail holds just the first entry (nothing wasted for a ledger written once), each
+    # next one twice as many bytes.
+    assert [len(unit.ids) for unit in units] == [1, 2, 4, 8, 16, 32, 39]
+    assert all(len(unit.blob) == 28 * 2**i for i, unit in enumerate(units[:-1]))
     assert cache.get(1, 297) == (296, 297, b"e297") and cache.get(1, 298) is None
     assert cache.ids_in(1, 290, 305) == [291, 294, 297, 300, 301]
