@@ -53,7 +53,7 @@ from bookie.storage.journal_records import (
 from bookie.storage.lac_polls import LacPolls
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.replay import load_store
-from bookie.storage.write_cache import CachedEntry, pack_unit
+from bookie.storage.write_cache import CachedEntry, pack_unit, starts_of
 from walog._tasks import cancel_and_wait
 from walog.latency import StageLatencies
 from walog.wire.durability import Durability
@@ -371,7 +371,7 @@ class BookieCore:
             sizes = [len(entry.data) for entry in entries]
             if packed is None or len(packed) != sum(sizes) + ENTRY_HEADER.size * len(ids):
                 packed = _packed(entries)
-            cache.add_packed(ledger_id, packed, ids, sizes)
+            cache.add_packed(ledger_id, packed, ids, starts_of(sizes)[0])
             highest = ids[-1]
         else:
             stored, new = _new_entries(state, entries, self._has_entry, cache.contains)

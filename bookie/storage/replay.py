@@ -325,6 +325,9 @@ def _stored_of(loaded: LoadedStore, ledger_id: int) -> Callable[[int, int], set[
     ledger deleted during the replay) or the write cache."""
 
     def stored(low: int, high: int) -> set[int]:
+        state = loaded.states.get(ledger_id)
+        if state is not None and low > state.last_entry_id:
+            return set()  # above every entry stored and every one replayed: the usual case
         held = set(loaded.cache.ids_in(ledger_id, low, high))
         if ledger_id not in loaded.deleted:
             held |= loaded.storage.entries_in(ledger_id, low, high)

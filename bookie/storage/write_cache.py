@@ -110,14 +110,19 @@ class Unit:
         return memoryview(self.blob)[self.starts[begin] : self.end(end - 1)]
 
 
+def starts_of(sizes: Sequence[int]) -> tuple[array[int], int]:
+    """Where packed entries of payload ``sizes`` start, back to back from 0, and where the
+    last one ends."""
+    if len(sizes) == 1:  # an add of one entry: the usual case at low rates
+        return array("q", (0,)), _HEADER + sizes[0]
+    starts = array("q", itertools.accumulate((_HEADER + size for size in sizes), initial=0))
+    return starts, starts.pop()
+
+
 def unit_of_packed(blob: bytes, ids: Sequence[int], sizes: Sequence[int]) -> Unit:
     """The unit of ``blob``, the packed entries ``ids`` (ascending) of payload ``sizes``
     in that order and nothing else."""
-    if len(sizes) == 1:  # an add of one entry: the usual case at low rates
-        starts, stop = array("q", (0,)), _HEADER + sizes[0]
-    else:
-        starts = array("q", itertools.accumulate((_HEADER + size for size in sizes), initial=0))
-        stop = starts.pop()
+    starts, stop = starts_of(sizes)
     if stop != len(blob):
         raise ValueError(f"packed entries of {stop} bytes in a blob of {len(blob)}")
     return Unit(blob, array("q", ids), starts, stop)
@@ -204,7 +209,7 @@ class _Ledger:
         """Add ``unit``, whose ids all follow the last unit's."""
         size = unit.stop - unit.starts[0]
         if size > _SMALL_UNIT_BYTES:  # kept as it came, not copied
-            self._put(len(self.firsts), unit.blob, unit.ids, unit.starts, unit.stop, unit.last)
+            self.put(len(self.firsts), unit.blob, unit.ids, unit.starts, unit.stop, unit.last)
             return
         tail, at = self.tail_room(size, unit.first)
         with memoryview(unit.blob) as whole, whole[unit.starts[0] : unit.stop] as window:
@@ -236,7 +241,7 @@ class _Ledger:
         self.stops.append(0)
         return tail, 0
 
-    def _put(
+    def put(
         self,
         at: int,
         blob: bytes | bytearray,
@@ -262,14 +267,14 @@ class _Ledger:
         while high < len(firsts) and firsts[high] <= unit.last:
             high += 1
         if low == high:  # no range overlaps
-            self._put(at, unit.blob, unit.ids, unit.starts, unit.stop, unit.last)
+            self.put(at, unit.blob, unit.ids, unit.starts, unit.stop, unit.last)
             return []
         pieces, repeated = _interleave([*(self.unit(i) for i in range(low, high)), unit])
         for parallel in (self.firsts, self.lasts, self.blobs, self.idss, self.startss):
             del parallel[low:high]
         del self.stops[low:high]
         for offset, piece in enumerate(pieces):
-            self._put(low + offset, piece.blob, piece.ids, piece.starts, piece.stop, piece.last)
+            self.put(low + offset, piece.blob, piece.ids, piece.starts, piece.stop, piece.last)
         return repeated
 
 
@@ -331,29 +336,39 @@ class WriteCache:
         self.count += added
         return added
 
-    def add_packed(self, ledger_id: int, blob: bytes, ids: list[int], sizes: list[int]) -> None:
-        """Cache the packed entries ``ids`` (ascending, none cached, each of payload
-        ``sizes``) making up ``blob`` exactly: the add path's call. A small batch after
-        the ledger's other entries is copied onto its tail without making a unit."""
+    def add_packed(
+        self,
+        ledger_id: int,
+        blob: bytes | memoryview,
+        ids: Sequence[int],
+        starts: array[int],
+    ) -> None:
+        """Cache the packed entries ``ids`` (ascending, none cached) that make up ``blob``
+        exactly, entry ``i`` from ``starts[i]``: the call of the add path and of replay. A
+        batch after the ledger's other entries is copied onto its tail when small, else
+        kept as it is (a memoryview copied once), without making a unit."""
         ledger = self.ledgers.get(ledger_id)
         size, count = len(blob), len(ids)
-        if size > _SMALL_UNIT_BYTES or (ledger is not None and ledger.lasts[-1] >= ids[0]):
-            self.add(ledger_id, unit_of_packed(blob, ids, sizes))
+        if ledger is not None and ledger.lasts[-1] >= ids[0]:
+            self.add(ledger_id, Unit(bytes(blob), array("q", ids), starts, size))
             return
         if ledger is None:
             ledger = self.ledgers[ledger_id] = _Ledger()
+        self.bytes += size + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
+        self.count += count
+        if size > _SMALL_UNIT_BYTES:
+            owned = blob if isinstance(blob, bytes) else bytes(blob)
+            ledger.put(len(ledger.firsts), owned, array("q", ids), starts, size, ids[-1])
+            return
         tail, at = ledger.tail_room(size, ids[0])
         tail[at : at + size] = blob
         ledger.idss[-1].extend(ids)
         if count == 1:
             ledger.startss[-1].append(at)
         else:
-            starts = itertools.accumulate((_HEADER + size for size in sizes), initial=at)
-            ledger.startss[-1].extend(itertools.islice(starts, count))
+            ledger.startss[-1].extend(start + at for start in starts)
         ledger.stops[-1] = at + size
         ledger.lasts[-1] = ids[-1]
-        self.bytes += size + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
-        self.count += count
 
     def put(self, ledger_id: int, entry_id: int, entry: CachedEntry) -> bool:
         """Cache one entry; False (and no change) when it is cached already."""

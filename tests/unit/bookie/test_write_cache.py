@@ -67,7 +67,7 @@ def test_the_cache_of_units_answers_as_a_map_of_entries_keeping_first_copies(
             ledger.setdefault(entry_id, (lac, digest, data))
         if above and ids == sorted(set(ids)):  # what an add of new entries calls
             unit = pack_unit(entries)
-            cache.add_packed(ledger_id, unit.blob, ids, [len(e[3]) for e in entries])
+            cache.add_packed(ledger_id, bytes(unit.blob), ids, unit.starts)
         else:
             assert cache.add(ledger_id, pack_unit(entries)) == len(fresh)
         _check(cache, model)
