@@ -4,8 +4,8 @@ Drives :meth:`bookie.storage.entry_storage.EntryStorage.checkpoint` directly (en
 append, fsync, index rows, ledger rows and mark in one LMDB transaction) on a scratch directory and
 reports user + system CPU seconds of this process per checkpointed entry, which
 contention on a shared machine distorts far less than wall-clock time. The entries come as
-the write cache holds them: units of ``--batch`` entries, each packed as it arrived
-(bookie/storage/write_cache.py).
+the write cache holds them (bookie/storage/write_cache.py) after add batches of ``--batch``
+entries: a large batch kept as it came, small ones copied onto the ledger's tail.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bookie.storage.entry_storage import EntryStorage
 from bookie.storage.journal_files import JournalMark
 from bookie.storage.ledger_state import LedgerState
-from bookie.storage.write_cache import Unit, pack_unit
+from bookie.storage.write_cache import WriteCache, pack_unit
 from walog.wire.digest import entry_digest
 
 
@@ -37,18 +37,16 @@ def measure(entries: int, ledgers: int, size: int, checkpoints: int, batch: int)
         try:
             for round_no in range(checkpoints):
                 first = round_no * per_ledger
-                units: list[tuple[int, Unit]] = [
-                    (
-                        ledger_id,
-                        pack_unit(
+                cache = WriteCache()
+                for ledger_id in range(1, ledgers + 1):
+                    for start in range(first, first + per_ledger, batch):
+                        unit = pack_unit(
                             (entry_id, entry_id - 1, digest, data)
                             for entry_id in range(start, min(start + batch, first + per_ledger))
                             for digest in (entry_digest(ledger_id, entry_id, entry_id - 1, data),)
-                        ),
-                    )
-                    for ledger_id in range(1, ledgers + 1)
-                    for start in range(first, first + per_ledger, batch)
-                ]
+                        )
+                        assert isinstance(unit.blob, bytes)
+                        cache.add_packed(ledger_id, unit.blob, unit.ids, unit.starts)
                 states = {
                     ledger_id: LedgerState(
                         ledger_id, b"k" * 20, last_entry_id=first + per_ledger - 1
@@ -56,7 +54,7 @@ def measure(entries: int, ledgers: int, size: int, checkpoints: int, batch: int)
                     for ledger_id in range(1, ledgers + 1)
                 }
                 start = time.process_time()
-                written += storage.checkpoint(units, states, JournalMark(1, round_no))
+                written += storage.checkpoint(cache.pieces(), states, JournalMark(1, round_no))
                 cpu += time.process_time() - start
         finally:
             storage.close()
@@ -78,7 +76,7 @@ def main() -> None:
         for _ in range(args.repeat)
     ]
     print(
-        f"{args.entries * args.checkpoints} entries in units of {args.batch} x {args.repeat} "
+        f"{args.entries * args.checkpoints} entries in add batches of {args.batch} x {args.repeat} "
         "runs: "
         f"best {min(runs):.2f} us CPU per entry (runs: {', '.join(f'{r:.2f}' for r in runs)})"
     )

@@ -30,7 +30,7 @@ def test_checkpoint_cpu_reports_the_cpu_per_entry_of_a_short_run() -> None:
         *("--checkpoints", "2", "--repeat", "1"),
     )
     assert re.fullmatch(
-        r"800 entries in units of 100 x 1 runs: best \d+\.\d\d us CPU per entry .*\n", out
+        r"800 entries in add batches of 100 x 1 runs: best \d+\.\d\d us CPU per entry .*\n", out
     ), out
 
 
