@@ -39,10 +39,10 @@ def measure(entries: int, ledgers: int, size: int, checkpoints: int, batch: int)
                 first = round_no * per_ledger
                 cache = WriteCache()
                 for ledger_id in range(1, ledgers + 1):
-                    for start in range(first, first + per_ledger, batch):
+                    for low in range(first, first + per_ledger, batch):
                         unit = pack_unit(
                             (entry_id, entry_id - 1, digest, data)
-                            for entry_id in range(start, min(start + batch, first + per_ledger))
+                            for entry_id in range(low, min(low + batch, first + per_ledger))
                             for digest in (entry_digest(ledger_id, entry_id, entry_id - 1, data),)
                         )
                         assert isinstance(unit.blob, bytes)

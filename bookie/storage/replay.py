@@ -6,8 +6,9 @@ moves one way only, entries already in the index are not cached again, and a DEL
 ledger's earlier records. Blocking; the core runs it in its storage thread.
 
 Replay runs compiled (bookie/storage/_fastreplay.c) on a bookie's own disks: the journal read
-in large chunks, the records found and the entries of each ADD record checked and cached in
-C, the index asked once per record which of its entries it holds, and the ledger's state
+in large chunks, the records found and the entries of each ADD record checked in C, each
+record cached as one unit (bookie/storage/write_cache.py), the index asked which of its
+entries it holds only for a record not above the ledger's last entry, and the ledger's state
 moved once per record by what its entries sum up to (every piece of it moves one way, so
 the sum is what the entries give one by one). ``WALOG_PURE_PYTHON=1``, an unbuilt extension
 or any other file system (the deterministic simulator's) replays in pure Python, record by
@@ -51,7 +52,7 @@ from bookie.storage.journal_files import (
 from bookie.storage.journal_records import ADD_HEADER, Record, RecordKind, decode_record
 from bookie.storage.ledger_state import LedgerState
 from bookie.storage.tombstones import Tombstones
-from bookie.storage.write_cache import Unit, WriteCache, pack_unit, repacked
+from bookie.storage.write_cache import WriteCache, pack_unit, repacked
 from walog.wire.digest import entry_digest
 
 _FRAME_BYTES = FRAME.size
@@ -237,10 +238,9 @@ def _apply_add(
         ids.frombytes(kept_ids)
         starts.frombytes(kept_starts)
         if len(ids) == count and all(map(operator.lt, ids, ids[1:])):
-            unit = Unit(bytes(blob[:whole]), ids, starts, whole)  # the record as it is
+            loaded.cache.add_packed(ledger_id, blob[:whole], ids, starts)  # the record as it is
         else:
-            unit = repacked(blob, starts)
-        loaded.cache.add(ledger_id, unit)
+            loaded.cache.add(ledger_id, repacked(blob, starts))
     if accepted:
         state.note_entry(last)
         state.raise_lac(lac)
