@@ -250,6 +250,7 @@ class _Ledger:
         stop: int,
         last: int,
     ) -> None:
+        """Place a unit's fields at ``at`` in the lists (kept as given, not copied)."""
         self.firsts.insert(at, ids[0])
         self.lasts.insert(at, last)
         self.blobs.insert(at, blob)
