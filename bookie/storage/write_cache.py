@@ -66,11 +66,6 @@ class Unit:
         """The packed entries' bytes (headers included)."""
         return self.stop - self.starts[0]
 
-    @property
-    def consecutive(self) -> bool:
-        """True when the ids have no gap."""
-        return self.last - self.first == len(self.ids) - 1
-
     def end(self, index: int) -> int:
         """Where entry ``index`` ends in :attr:`blob` (``index`` may be past the last)."""
         return self.starts[index + 1] if index + 1 < len(self.starts) else self.stop
@@ -84,12 +79,6 @@ class Unit:
             return entry_id - first
         i = bisect.bisect_left(ids, entry_id)
         return i if ids[i] == entry_id else -1
-
-    def entry(self, index: int) -> CachedEntry:
-        """The ``(lac, digest, data)`` of entry ``index``."""
-        start = self.starts[index]
-        _, lac, digest, length = ENTRY_HEADER.unpack_from(self.blob, start)
-        return lac, digest, bytes(self.blob[start + _HEADER : start + _HEADER + length])
 
     def lengths(self, begin: int, end: int) -> list[int]:
         """The packed lengths of entries ``begin..end-1``."""
