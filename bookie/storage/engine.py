@@ -369,9 +369,10 @@ class BookieCore:
         if ids[0] > highest and (len(ids) == 1 or all(map(operator.lt, ids, ids[1:]))):
             stored: Sequence[PackedEntry] = entries
             sizes = [len(entry.data) for entry in entries]
-            if packed is None or len(packed) != sum(sizes) + ENTRY_HEADER.size * len(ids):
+            starts, stop = starts_of(sizes)
+            if packed is None or len(packed) != stop:
                 packed = _packed(entries)
-            cache.add_packed(ledger_id, packed, ids, starts_of(sizes)[0])
+            cache.add_packed(ledger_id, packed, ids, starts)
             highest = ids[-1]
         else:
             stored, new = _new_entries(state, entries, self._has_entry, cache.contains)

@@ -291,14 +291,15 @@ def _apply(loaded: LoadedStore, record: Record) -> None:
         entries, problem = unpack_entries(record.data)
         if problem is not None:  # the frame's CRC matched: written so by a bug
             _log.error("journal batch with a malformed tail", ledger=ledger_id, problem=problem)
-        kept = [entry for entry in entries if _apply_entry(loaded, state, *entry, record.volatile)]
+        stored = _stored_of(loaded, ledger_id)
+        kept = [entry for entry in entries if _apply_entry(state, stored, *entry, record.volatile)]
         if kept:
             loaded.cache.add(ledger_id, pack_unit(kept))
 
 
 def _apply_entry(
-    loaded: LoadedStore,
     state: LedgerState,
+    stored: Callable[[int, int], set[int]],
     entry_id: int,
     lac: int,
     digest: int,
@@ -306,18 +307,19 @@ def _apply_entry(
     volatile: bool,
 ) -> bool:
     """Apply one entry to the ledger's state; True when it is to be cached (its digest
-    matches and it is not stored already)."""
+    matches and ``stored`` does not hold it already)."""
     ledger_id = state.ledger_id
     if entry_digest(ledger_id, entry_id, lac, data) != digest:
         _log.error("journal entry with a bad digest skipped", ledger=ledger_id)
         return False
+    new = not stored(entry_id, entry_id)  # before the state moves past it: no lookup then
     state.note_entry(entry_id)
     state.raise_lac(lac)
     if volatile:
         state.sync.advance_to(lac)
     # replay() synced the file: the entry is durable now.
     state.sync.mark_synced(entry_id)
-    return not _stored_of(loaded, ledger_id)(entry_id, entry_id)
+    return new
 
 
 def _stored_of(loaded: LoadedStore, ledger_id: int) -> Callable[[int, int], set[int]]:

@@ -268,6 +268,12 @@ class _Ledger:
         return repeated
 
 
+def _counted(packed_bytes: int, count: int) -> int:
+    """What :attr:`WriteCache.bytes` counts for ``count`` entries packed in
+    ``packed_bytes``: their payloads plus :data:`ENTRY_OVERHEAD_BYTES` each."""
+    return packed_bytes + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
+
+
 def _interleave(units: list[Unit]) -> tuple[list[Unit], list[int]]:
     """Units with overlapping ranges cut into pieces of disjoint ranges, in order, holding
     every id once (the earliest unit's copy of a repeated id); and the repeated ids."""
@@ -318,10 +324,10 @@ class WriteCache:
         count = len(unit.ids)
         added = count - len(repeated)
         # The payload bytes: the packed ones less their headers, plus the overhead.
-        size = unit.stop - unit.starts[0] + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
+        size = _counted(unit.stop - unit.starts[0], count)
         for entry_id in repeated:
             index = unit.index(entry_id)
-            size -= unit.end(index) - unit.starts[index] + ENTRY_OVERHEAD_BYTES - _HEADER
+            size -= _counted(unit.end(index) - unit.starts[index], 1)
         self.bytes += size
         self.count += added
         return added
@@ -344,7 +350,7 @@ class WriteCache:
             return
         if ledger is None:
             ledger = self.ledgers[ledger_id] = _Ledger()
-        self.bytes += size + count * (ENTRY_OVERHEAD_BYTES - _HEADER)
+        self.bytes += _counted(size, count)
         self.count += count
         if size > _SMALL_UNIT_BYTES:
             owned = blob if isinstance(blob, bytes) else bytes(blob)
@@ -423,7 +429,7 @@ class WriteCache:
         ledger = self.ledgers.pop(ledger_id, None)
         if ledger is not None:
             for ids, starts, stop in zip(ledger.idss, ledger.startss, ledger.stops, strict=True):
-                self.bytes -= stop - starts[0] + len(ids) * (ENTRY_OVERHEAD_BYTES - _HEADER)
+                self.bytes -= _counted(stop - starts[0], len(ids))
                 self.count -= len(ids)
 
 
