@@ -6,13 +6,18 @@ and the interval are made large enough), stops the store as a crash would, then 
 ``--repeat`` times with :func:`bookie.storage.replay.load_store` (the journal in the page
 cache) and reports the wall-clock and CPU seconds of each opening and the replay rate. The
 journal is replayed by the code the bookie selects (compiled unless
-``WALOG_PURE_PYTHON=1``). ``--data-dir`` keeps the store to replay it again.
+``WALOG_PURE_PYTHON=1``). ``--data-dir`` keeps the store to replay it again. ``--memory``
+also reports, after the first opening, the write cache's entries, this process's resident
+memory and the time of one full garbage collection (read it with ``--repeat 1`` in a
+process that did not fill the store).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
 import sys
 import tempfile
 import time
@@ -70,12 +75,23 @@ async def fill(data_dir: Path, mb: int, batch: int, size: int, ledgers: int) -> 
     return entries
 
 
-def replay_once(data_dir: Path, mb: int) -> tuple[float, float, int]:
-    """Wall-clock and CPU seconds of one opening, and the bytes it replayed."""
+def replay_once(data_dir: Path, mb: int, memory: bool) -> tuple[float, float, int]:
+    """Wall-clock and CPU seconds of one opening, and the bytes it replayed; with
+    ``memory``, what the replayed write cache costs is printed."""
     wall, cpu = time.perf_counter(), time.process_time()
     loaded = load_store(_config(data_dir, mb))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     replayed = loaded.replayed_bytes
+    if memory:
+        with open("/proc/self/statm") as statm:
+            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        collection = time.perf_counter()
+        gc.collect()
+        collection = time.perf_counter() - collection
+        print(
+            f"write cache of {loaded.cache.count} entries: resident memory "
+            f"{resident / 2**20:.0f} MiB, a full garbage collection {collection * 1e3:.0f} ms"
+        )
     loaded.storage.close()
     return wall, cpu, replayed
 
@@ -89,14 +105,15 @@ def main() -> None:
     parser.add_argument("--ledgers", type=int, default=4, help="ledgers written")
     parser.add_argument("--repeat", type=int, default=3, help="openings to time")
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the store here")
+    parser.add_argument("--memory", action="store_true", help="also the write cache's memory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = args.data_dir or Path(scratch)
         if not (data_dir / "journal").exists():
             entries = asyncio.run(fill(data_dir, args.mb, args.batch, args.size, args.ledgers))
             print(f"journaled {entries} entries of {args.size} bytes in batches of {args.batch}")
-        for _ in range(args.repeat):
-            wall, cpu, replayed = replay_once(data_dir, args.mb)
+        for run in range(args.repeat):
+            wall, cpu, replayed = replay_once(data_dir, args.mb, args.memory and run == 0)
             print(
                 f"replay of {replayed / 1e6:.0f} MB: {wall:.2f} s ({cpu:.2f} s CPU), "
                 f"{replayed / 1e6 / wall:.0f} MB/s"
